@@ -1,0 +1,79 @@
+/* Choosing a backend at run time, and describing it for the log. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/error.h"
+#include "kernels/pool.h"
+
+/* OpenBLAS's own introspection; declared here because not every cblas.h
+ * declares them. */
+extern char *openblas_get_corename(void);
+extern char *openblas_get_config(void);
+
+int
+kn_backend_parse(const char *s, kn_backend_kind *kind)
+{
+	if (strcmp(s, "auto") == 0)
+		*kind = KN_BACKEND_AUTO;
+	else if (strcmp(s, "cpu") == 0)
+		*kind = KN_BACKEND_CPU;
+	else if (strcmp(s, "cuda") == 0)
+		*kind = KN_BACKEND_CUDA;
+	else
+		return KN_EINVAL;
+	return KN_OK;
+}
+
+const kn_backend *
+kn_backend_get(kn_backend_kind kind, char *note, char *err)
+{
+	char why[KN_ERR_LEN];
+	const kn_backend *be;
+
+	if (note != NULL)
+		note[0] = '\0';
+	if (kind == KN_BACKEND_CPU)
+		return kn_cpu_backend();
+	be = kn_cuda_backend(why);
+	if (be != NULL)
+		return be;
+	if (kind == KN_BACKEND_CUDA) {
+		kn_error(err, KN_ENODEV, "CUDA backend unavailable: %s", why);
+		return NULL;
+	}
+	if (note != NULL)
+		kn_error(note, KN_OK, "using the CPU backend: %s", why);
+	return kn_cpu_backend();
+}
+
+void
+kn_backend_describe(const kn_backend *be, char *buf, size_t len)
+{
+	if (be->kind == KN_BACKEND_CUDA) {
+		kn_cuda_describe(buf, len);
+		return;
+	}
+	snprintf(buf, len, "cpu: %d threads, gemm %s, OpenBLAS %s (%s)",
+	    kn_pool_threads(), kn_gemm_name(kn_gemm_current()),
+	    openblas_get_corename(), openblas_get_config());
+}
+
+#ifndef HAVE_CUDA
+const kn_backend *
+kn_cuda_backend(char *err)
+{
+	kn_error(err, KN_ENODEV, "this build has no CUDA support "
+	    "(configure found no working nvcc)");
+	return NULL;
+}
+
+void
+kn_cuda_describe(char *buf, size_t len)
+{
+	snprintf(buf, len, "cuda: not built");
+}
+#endif

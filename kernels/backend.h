@@ -1,0 +1,153 @@
+/* The backend table: every compute operation of the core, with one
+ * implementation per backend (kernels/cpu/ in C with OpenBLAS, kernels/cuda/
+ * with cuBLAS and .cu kernels).  The model code calls only through this
+ * table, so the GPU version reads as a port of the CPU one and a parity test
+ * can run both on the same inputs.
+ *
+ * All pointers passed to ops point into the backend's own memory (host
+ * memory for the CPU, device memory for CUDA), obtained from alloc().
+ * Shapes are row-major and given in comments; N is a count of positions
+ * (batch x window), C a width, OC an output width, T the window, NH heads.
+ *
+ * Gradient convention: parameter gradients (dw, db, dwte, dwpe) are always
+ * accumulated (+=), so several micro-batches may add into one buffer.
+ * Activation gradients are overwritten (=) except where an op says "+=":
+ * layernorm_backward adds into dinp because its input is the residual
+ * stream, whose gradient already holds the skip connection's share.
+ */
+#ifndef KN_BACKEND_H
+#define KN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+	KN_BACKEND_AUTO = 0,
+	KN_BACKEND_CPU,
+	KN_BACKEND_CUDA
+} kn_backend_kind;
+
+typedef struct kn_backend kn_backend;
+
+struct kn_backend {
+	const char *name;                 /* "cpu" or "cuda" */
+	kn_backend_kind kind;
+
+	/* Memory.  alloc() returns zeroed memory or NULL. */
+	void *(*alloc)(size_t bytes);
+	void (*free)(void *p);
+	void (*upload)(void *dst, const void *host_src, size_t bytes);
+	void (*download)(void *host_dst, const void *src, size_t bytes);
+	void (*copy)(void *dst, const void *src, size_t bytes);
+	void (*zero)(void *p, size_t bytes);
+	void (*sync)(void);
+
+	/* out (N,C) = wte[sym[i]] (V,C) + wpe[i % T] (T,C) */
+	void (*embed_forward)(float *out, const int32_t *sym, const float *wte,
+	    const float *wpe, int N, int T, int C);
+	/* dwte += scatter of dout by sym; dwpe += dout summed over the batch */
+	void (*embed_backward)(float *dwte, float *dwpe, const float *dout,
+	    const int32_t *sym, int N, int T, int C);
+
+	/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved */
+	void (*layernorm_forward)(float *out, float *mean, float *rstd,
+	    const float *inp, const float *w, const float *b, int N, int C);
+	/* dinp += ..., dw += ..., db += ... */
+	void (*layernorm_backward)(float *dinp, float *dw, float *db,
+	    const float *dout, const float *inp, const float *w,
+	    const float *mean, const float *rstd, int N, int C);
+
+	/* out (N,OC) = inp (N,C) . w^T (w is (OC,C)) + bias (OC, may be NULL) */
+	void (*matmul_forward)(float *out, const float *inp, const float *w,
+	    const float *bias, int N, int C, int OC);
+	/* dinp (N,C) = dout . w (NULL: skipped); dw (OC,C) += dout^T . inp;
+	 * dbias (OC) += column sums of dout (NULL: skipped) */
+	void (*matmul_backward)(float *dinp, float *dw, float *dbias,
+	    const float *dout, const float *inp, const float *w,
+	    int N, int C, int OC);
+
+	/* Multi-head self-attention without projections.  qkv (N,3C) holds
+	 * q, k, v side by side; head h uses columns [h*hs, (h+1)*hs) of each,
+	 * hs = C/NH.  att (B,NH,T,T) keeps the softmax probabilities for the
+	 * backward pass.  out (N,C).  N = B*T.  causal: position i sees j <= i. */
+	void (*attention_forward)(float *out, float *att, const float *qkv,
+	    int B, int T, int C, int NH, int causal);
+	/* dqkv (N,3C) = ...; scratch (B,NH,T,T) is work space */
+	void (*attention_backward)(float *dqkv, float *scratch,
+	    const float *dout, const float *qkv, const float *att,
+	    int B, int T, int C, int NH, int causal);
+
+	/* tanh-approximation GELU, as GPT-2 and torch's gelu(approximate=
+	 * "tanh"); exact erf GELU would cost a libm call per element. */
+	void (*gelu_forward)(float *out, const float *inp, size_t n);
+	/* dinp = dout * gelu'(inp); dinp may alias dout */
+	void (*gelu_backward)(float *dinp, const float *inp, const float *dout,
+	    size_t n);
+
+	/* out = a + b; out may alias a or b */
+	void (*residual_forward)(float *out, const float *a, const float *b,
+	    size_t n);
+
+	/* Weighted softmax cross-entropy over V classes at N positions.
+	 * losses[i] = weight[i] * -log softmax(logits_i)[target[i]];
+	 * dlogits_i = dscale * weight[i] * (softmax(logits_i) - onehot).
+	 * dlogits may alias logits, or be NULL for a forward-only pass.
+	 * A position of weight 0 costs nothing and gets loss 0, gradient 0. */
+	void (*xent_forward_backward)(float *losses, float *dlogits,
+	    const float *logits, const int32_t *target, const float *weight,
+	    int N, int V, float dscale);
+
+	/* Sum of squares of x (n), in double, reduced in a fixed order. */
+	double (*sumsq)(const float *x, size_t n);
+	/* x *= s */
+	void (*scale)(float *x, float s, size_t n);
+
+	/* AdamW (Loshchilov & Hutter) as torch.optim.AdamW: g = grad*gscale;
+	 * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p *= 1 - lr*wd;
+	 * p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).  t >= 1. */
+	void (*adamw_update)(float *p, const float *grad, float *m, float *v,
+	    size_t n, float lr, float b1, float b2, float eps, float wd,
+	    int t, float gscale);
+
+	/* For each of N positions: probabilities softmax(logits_i / temp)
+	 * (V classes), and the symbol picked by inverse CDF with the uniform
+	 * u[i] in [0,1); temp <= 0 picks the argmax.  out (N). */
+	void (*sample)(int32_t *out, const float *logits, const float *u,
+	    int N, int V, float temp);
+
+	/* Ops return nothing, and a GPU reports faults late: status()
+	 * returns 0, or the first failure since start-up (KN_EIO, reason in
+	 * err).  The model checks it wherever results come back to the
+	 * host. */
+	int (*status)(char *err);
+};
+
+/* Returns the backend for kind, or NULL with a reason in err (KN_ERR_LEN).
+ * KN_BACKEND_AUTO gives CUDA when a GPU is present, else the CPU backend;
+ * then note (if not NULL, KN_ERR_LEN) receives one line saying why the CPU
+ * was chosen, or "" when there was nothing to say. */
+const kn_backend *kn_backend_get(kn_backend_kind kind, char *note, char *err);
+
+/* Parses "auto", "cpu" or "cuda"; returns 0 or KN_EINVAL. */
+int kn_backend_parse(const char *s, kn_backend_kind *kind);
+
+/* One line describing the backend in use (BLAS kernel and threads for the
+ * CPU, device name for CUDA) for the caller to log. */
+void kn_backend_describe(const kn_backend *be, char *buf, size_t len);
+
+/* The CPU backend is always built.  The CUDA backend exists when the build
+ * found nvcc (HAVE_CUDA); kn_cuda_backend() then returns NULL with a reason
+ * when no usable GPU is present. */
+const kn_backend *kn_cpu_backend(void);
+const kn_backend *kn_cuda_backend(char *err);
+void kn_cuda_describe(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,96 @@
+/* Multi-head self-attention on the CPU: one pool task per (sequence, head),
+ * each doing its small products with the serial GEMM straight on the
+ * strided q, k, v columns of the qkv buffer (no repacking). */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/pool.h"
+
+struct att_job {
+	float *out, *att, *dqkv, *scratch;
+	const float *qkv, *dout, *catt;
+	int B, T, C, NH, causal;
+};
+
+static void
+att_forward_task(void *ctx, int task, int thread)
+{
+	struct att_job *j = ctx;
+	int b = task / j->NH, h = task % j->NH, T = j->T, C = j->C;
+	int hs = C / j->NH, i;
+	const float *q = j->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+	const float *k = q + C, *v = q + 2 * C;
+	float *att = j->att + (size_t)task * T * T;
+	float scale = 1.0f / sqrtf((float)hs);
+
+	kn_gemm_serial(0, 1, T, T, hs, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
+	for (i = 0; i < T; i++) {
+		float *row = att + (size_t)i * T;
+		int n = j->causal ? i + 1 : T;
+
+		kn_cpu_softmax_row(row, n, scale);
+		if (n < T)
+			memset(row + n, 0, (size_t)(T - n) * sizeof(float));
+	}
+	kn_gemm_serial(0, 0, T, hs, T, 1.0f, att, T, v, 3 * C, 0.0f,
+	    j->out + (size_t)b * T * C + (size_t)h * hs, C);
+}
+
+void
+kn_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
+    int T, int C, int NH, int causal)
+{
+	struct att_job j = { .out = out, .att = att, .qkv = qkv, .B = B,
+	    .T = T, .C = C, .NH = NH, .causal = causal };
+
+	kn_pool_run(B * NH, att_forward_task, &j);
+}
+
+static KN_CLONES void
+att_backward_task(void *ctx, int task, int thread)
+{
+	struct att_job *j = ctx;
+	int b = task / j->NH, h = task % j->NH, T = j->T, C = j->C;
+	int hs = C / j->NH, i, c;
+	size_t off = (size_t)b * T * 3 * C + (size_t)h * hs;
+	const float *q = j->qkv + off, *k = q + C, *v = q + 2 * C;
+	float *dq = j->dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+	const float *att = j->catt + (size_t)task * T * T;
+	const float *dout = j->dout + (size_t)b * T * C + (size_t)h * hs;
+	float *datt = j->scratch + (size_t)task * T * T;
+	float scale = 1.0f / sqrtf((float)hs);
+
+	/* datt = dout . v^T;  dv = att^T . dout */
+	kn_gemm_serial(0, 1, T, T, hs, 1.0f, dout, C, v, 3 * C, 0.0f, datt, T);
+	kn_gemm_serial(1, 0, T, hs, T, 1.0f, att, T, dout, C, 0.0f, dv, 3 * C);
+	/* softmax backward, with the 1/sqrt(hs) of the scores folded in:
+	 * dpre = att * (datt - sum(att * datt)) * scale */
+	for (i = 0; i < T; i++) {
+		const float *a = att + (size_t)i * T;
+		float *d = datt + (size_t)i * T, dot = 0.0f;
+
+		for (c = 0; c < T; c++)
+			dot += a[c] * d[c];
+		for (c = 0; c < T; c++)
+			d[c] = a[c] * (d[c] - dot) * scale;
+	}
+	/* dq = dpre . k;  dk = dpre^T . q */
+	kn_gemm_serial(0, 0, T, hs, T, 1.0f, datt, T, k, 3 * C, 0.0f, dq, 3 * C);
+	kn_gemm_serial(1, 0, T, hs, T, 1.0f, datt, T, q, 3 * C, 0.0f, dk, 3 * C);
+}
+
+void
+kn_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+    const float *qkv, const float *att, int B, int T, int C, int NH,
+    int causal)
+{
+	struct att_job j = { .dqkv = dqkv, .scratch = scratch, .dout = dout,
+	    .qkv = qkv, .catt = att, .B = B, .T = T, .C = C, .NH = NH,
+	    .causal = causal };
+
+	kn_pool_run(B * NH, att_backward_task, &j);
+}

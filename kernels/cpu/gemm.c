@@ -1,0 +1,269 @@
+/* kn_gemm: argument checks, the choice of kernel (ours for AVX-512 CPUs,
+ * else OpenBLAS) and the OpenBLAS path.  The layers of the CPU backend
+ * call it; the AVX-512 kernel itself is in gemm_avx512.c. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/error.h"
+#include "kernels/pool.h"
+
+/* OpenBLAS's cblas.h declares it, other cblas.h files do not. */
+void openblas_set_num_threads(int num_threads);
+
+/* In gemm_avx512.c; see there. */
+void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
+    int K, float alpha, const float *A, int lda, const float *B, int ldb,
+    float beta, float *C, int ldc);
+
+/* OpenBLAS tiles: fixed by the shape alone, never by the thread count, as
+ * OpenBLAS's bits may depend on the size of the block it is given. */
+#define GEMM_BLAS_ROWS_MIN 32
+#define GEMM_BLAS_TILES 8
+
+static atomic_int gemm_kernel = KN_GEMM_AUTO;   /* AUTO: not chosen yet */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* Our pool is the thread budget: OpenBLAS threads on top of it would
+ * oversubscribe the cores. */
+static void
+blas_one_thread(void)
+{
+	openblas_set_num_threads(1);
+}
+
+static int
+avx512_usable(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("fma");
+#else
+	return 0;
+#endif
+}
+
+int
+kn_gemm_use(kn_gemm_kernel k)
+{
+	switch (k) {
+	case KN_GEMM_AUTO:
+		k = avx512_usable() ? KN_GEMM_AVX512 : KN_GEMM_OPENBLAS;
+		break;
+	case KN_GEMM_AVX512:
+		if (!avx512_usable())
+			return KN_ENODEV;
+		break;
+	case KN_GEMM_OPENBLAS:
+		break;
+	default:
+		return KN_EINVAL;
+	}
+	/* whichever kernel: other code of the process may call cblas too */
+	pthread_once(&blas_once, blas_one_thread);
+	atomic_store(&gemm_kernel, k);
+	return KN_OK;
+}
+
+kn_gemm_kernel
+kn_gemm_current(void)
+{
+	int k = atomic_load(&gemm_kernel);
+
+	if (k == KN_GEMM_AUTO) {
+		kn_gemm_use(KN_GEMM_AUTO);
+		k = atomic_load(&gemm_kernel);
+	}
+	return (kn_gemm_kernel)k;
+}
+
+const char *
+kn_gemm_name(kn_gemm_kernel k)
+{
+	switch (k) {
+	case KN_GEMM_AUTO:
+		return "auto";
+	case KN_GEMM_OPENBLAS:
+		return "openblas";
+	case KN_GEMM_AVX512:
+		return "avx512";
+	}
+	return "unknown";
+}
+
+/* The shapes BLAS accepts; anything else leaves C untouched, as the void
+ * API has no way to report it and cblas would print. */
+static int
+gemm_args_ok(int transA, int transB, int M, int N, int K, const float *A,
+    int lda, const float *B, int ldb, const float *C, int ldc)
+{
+	int acols = transA ? M : K, bcols = transB ? K : N;
+
+	if (M < 0 || N < 0 || K < 0)
+		return 0;
+	if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) ||
+	    ldc < (N > 1 ? N : 1))
+		return 0;
+	if (M > 0 && N > 0 && C == NULL)
+		return 0;
+	if (M > 0 && N > 0 && K > 0 && (A == NULL || B == NULL))
+		return 0;
+	return 1;
+}
+
+/* C = beta * C, for K == 0 or alpha == 0, where BLAS reads neither A nor
+ * B; beta == 0 writes zeros without reading C. */
+static void
+gemm_scale(int M, int N, float beta, float *C, int ldc)
+{
+	int i, j;
+
+	if (beta == 1.0f)
+		return;
+	for (i = 0; i < M; i++) {
+		float *row = C + (size_t)i * ldc;
+
+		for (j = 0; j < N; j++)
+			row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+	}
+}
+
+struct blas_job {
+	int transA, transB, M, N, K;
+	float alpha, beta;
+	const float *A, *B;
+	float *C;
+	int lda, ldb, ldc;
+	int tm;                 /* rows per tile */
+};
+
+static void
+blas_tile(void *ctx, int t, int thread)
+{
+	const struct blas_job *g = ctx;
+	int r0 = t * g->tm;
+	int rows = g->M - r0 < g->tm ? g->M - r0 : g->tm;
+	const float *a = g->transA ? g->A + r0 : g->A + (size_t)r0 * g->lda;
+
+	(void)thread;
+	cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,
+	    g->transB ? CblasTrans : CblasNoTrans, rows, g->N, g->K, g->alpha,
+	    a, g->lda, g->B, g->ldb, g->beta, g->C + (size_t)r0 * g->ldc,
+	    g->ldc);
+}
+
+static void
+gemm_blas(int parallel, int transA, int transB, int M, int N, int K,
+    float alpha, const float *A, int lda, const float *B, int ldb,
+    float beta, float *C, int ldc)
+{
+	struct blas_job g = {
+		.transA = transA, .transB = transB, .M = M, .N = N, .K = K,
+		.alpha = alpha, .beta = beta, .A = A, .B = B, .C = C,
+		.lda = lda, .ldb = ldb, .ldc = ldc,
+	};
+	int t, ntiles;
+
+	pthread_once(&blas_once, blas_one_thread);
+	g.tm = (M + GEMM_BLAS_TILES - 1) / GEMM_BLAS_TILES;
+	if (g.tm < GEMM_BLAS_ROWS_MIN)
+		g.tm = GEMM_BLAS_ROWS_MIN;
+	ntiles = (M + g.tm - 1) / g.tm;
+	if (parallel) {
+		kn_pool_run(ntiles, blas_tile, &g);
+		return;
+	}
+	for (t = 0; t < ntiles; t++)
+		blas_tile(&g, t, 0);
+}
+
+static void
+gemm_dispatch(int parallel, int transA, int transB, int M, int N, int K,
+    float alpha, const float *A, int lda, const float *B, int ldb,
+    float beta, float *C, int ldc)
+{
+	transA = transA != 0;
+	transB = transB != 0;
+	if (!gemm_args_ok(transA, transB, M, N, K, A, lda, B, ldb, C, ldc))
+		return;
+	if (M == 0 || N == 0)
+		return;
+	if (K == 0 || alpha == 0.0f) {
+		gemm_scale(M, N, beta, C, ldc);
+		return;
+	}
+	if (kn_gemm_current() == KN_GEMM_AVX512)
+		kn__gemm_avx512(parallel, transA, transB, M, N, K, alpha, A,
+		    lda, B, ldb, beta, C, ldc);
+	else
+		gemm_blas(parallel, transA, transB, M, N, K, alpha, A, lda,
+		    B, ldb, beta, C, ldc);
+}
+
+/* Only the caller of the parallel path touches these (the pool runs one
+ * kn_gemm at a time), so plain variables suffice. */
+static int stats_on;
+static kn_gemm_stats stats;
+
+static double
+stats_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void
+kn_gemm_stats_enable(int on)
+{
+	stats_on = on;
+}
+
+void
+kn_gemm_stats_reset(void)
+{
+	memset(&stats, 0, sizeof(stats));
+}
+
+void
+kn_gemm_stats_get(kn_gemm_stats *s)
+{
+	*s = stats;
+}
+
+void
+kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
+    const float *A, int lda, const float *B, int ldb, float beta,
+    float *C, int ldc)
+{
+	double t0 = stats_on ? stats_now() : 0.0;
+
+	gemm_dispatch(1, transA, transB, M, N, K, alpha, A, lda, B, ldb,
+	    beta, C, ldc);
+	if (stats_on) {
+		stats.seconds += stats_now() - t0;
+		stats.flops += 2.0 * M * N * (double)K;
+		stats.calls++;
+	}
+}
+
+void
+kn_gemm_serial(int transA, int transB, int M, int N, int K, float alpha,
+    const float *A, int lda, const float *B, int ldb, float beta,
+    float *C, int ldc)
+{
+	gemm_dispatch(0, transA, transB, M, N, K, alpha, A, lda, B, ldb,
+	    beta, C, ldc);
+}

@@ -1,0 +1,76 @@
+/* Linear layer with bias on the CPU: every product goes through kn_gemm. */
+#include "config.h"
+
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/pool.h"
+
+struct bias_job {
+	float *out, *dbias;
+	const float *bias, *dout;
+	int N, OC;
+};
+
+static void
+bias_fill_task(void *ctx, int task, int thread)
+{
+	struct bias_job *j = ctx;
+	int i, end = (task + 1) * KN_CPU_ROWS_PER_TASK;
+
+	if (end > j->N)
+		end = j->N;
+	for (i = task * KN_CPU_ROWS_PER_TASK; i < end; i++)
+		memcpy(j->out + (size_t)i * j->OC, j->bias,
+		    (size_t)j->OC * sizeof(float));
+}
+
+/* The bias goes into C first and the product is added with beta = 1, so
+ * the output is written in one GEMM pass instead of a second sweep. */
+void
+kn_cpu_matmul_forward(float *out, const float *inp, const float *w,
+    const float *bias, int N, int C, int OC)
+{
+	struct bias_job j = { .out = out, .bias = bias, .N = N, .OC = OC };
+
+	if (bias != NULL)
+		kn_pool_run((N + KN_CPU_ROWS_PER_TASK - 1) /
+		    KN_CPU_ROWS_PER_TASK, bias_fill_task, &j);
+	kn_gemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f,
+	    out, OC);
+}
+
+#define BIAS_COLS 64
+
+static KN_CLONES void
+dbias_task(void *ctx, int task, int thread)
+{
+	struct bias_job *j = ctx;
+	int c0 = task * BIAS_COLS, c1 = c0 + BIAS_COLS, i, c;
+	float acc[BIAS_COLS] = { 0 };
+
+	if (c1 > j->OC)
+		c1 = j->OC;
+	for (i = 0; i < j->N; i++) {
+		const float *d = j->dout + (size_t)i * j->OC;
+
+		for (c = c0; c < c1; c++)
+			acc[c - c0] += d[c];
+	}
+	for (c = c0; c < c1; c++)
+		j->dbias[c] += acc[c - c0];
+}
+
+void
+kn_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
+    const float *dout, const float *inp, const float *w, int N, int C, int OC)
+{
+	struct bias_job j = { .dbias = dbias, .dout = dout, .N = N, .OC = OC };
+
+	if (dinp != NULL)
+		kn_gemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+	kn_gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+	if (dbias != NULL)
+		kn_pool_run((OC + BIAS_COLS - 1) / BIAS_COLS, dbias_task, &j);
+}
