@@ -1,0 +1,266 @@
+/* BlockTrain end to end in one process: training through the real
+ * shardmeter binary on a generated corpus, its determinism, the held-out
+ * bound, generation, and the errors a user meets. */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/blocktrain.h"
+#include "daemon/train.h"
+#include "kernels/error.h"
+#include "kernels/pool.h"
+#include "kernels/rng.h"
+#include "proto/checkpoint.h"
+#include "proto/spec.h"
+
+static char dir[64];
+static const char *tool;
+
+/* Runs a shell command line; returns the exit status and the output. */
+static int
+run(char *out, size_t outlen, const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	FILE *p;
+	size_t n = 0;
+	int status;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	if (out != NULL) {
+		n = fread(out, 1, outlen - 1, p);
+		out[n] = '\0';
+	} else {
+		char sink[4096];
+
+		while (fread(sink, 1, sizeof(sink), p) > 0)
+			;
+	}
+	status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void
+write_corpus(const char *path, uint64_t seed, size_t len)
+{
+	static const char *words[] = { "the ", "cat ", "sat ", "on ", "a ",
+	    "mat. ", "dog ", "ran ", "to ", "park. ", "and ", "then " };
+	FILE *f = fopen(path, "w");
+	size_t n = 0;
+	kn_rng r;
+
+	ck_assert_ptr_nonnull(f);
+	kn_rng_init(&r, seed, 0);
+	while (n < len) {
+		const char *w = words[kn_rng_below(&r, 12)];
+
+		fputs(w, f);
+		n += strlen(w);
+	}
+	fclose(f);
+}
+
+static void
+setup(void)
+{
+	char path[128];
+	FILE *f;
+
+	tool = getenv("SHARDMETER");
+	if (tool == NULL)
+		tool = "./shardmeter";
+	snprintf(dir, sizeof(dir), "/tmp/check_bt.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/train.txt", dir);
+	write_corpus(path, 1, 60000);
+	snprintf(path, sizeof(path), "%s/valid.txt", dir);
+	write_corpus(path, 2, 20000);
+	snprintf(path, sizeof(path), "%s/run.conf", dir);
+	f = fopen(path, "w");
+	fputs("seed = 5\n[model]\nblocks = 2\nwidth = 32\nheads = 2\n"
+	    "layers_per_block = 1\nwindow = 24\np_prefix = 0.2\n"
+	    "[data]\ntrain = train.txt\nvalid = valid.txt\ntest = valid.txt\n"
+	    "[optim]\nbatch = 16\nsteps = 120\nwarmup = 10\nlr = 3e-3\n", f);
+	fclose(f);
+}
+
+static void
+teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void
+file_hash(const char *path, char hex[65])
+{
+	char *buf, err[PR_ERR_LEN];
+	size_t len;
+
+	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len, err), 0);
+	pr_ckpt_sha256_hex(buf, len, hex, err);
+	free(buf);
+}
+
+/* Reads "key":number from the eval JSON. */
+static double
+json_number(const char *json, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	ck_assert_msg(p != NULL, "no %s in %s", key, json);
+	return strtod(p + strlen(pat), NULL);
+}
+
+START_TEST(test_train_eval_generate)
+{
+	char out[8192], h1[65], h2[65], path[160];
+	double before, after, total, s1, s2;
+	const char *p;
+
+	/* the bound of the untrained blocks, then trained */
+	ck_assert_int_eq(run(out, sizeof(out), "%s train --spec %s/run.conf "
+	    "--dir %s/a --all --steps 0", tool, dir, dir), 0);
+	ck_assert_int_eq(run(out, sizeof(out), "%s eval --spec %s/run.conf "
+	    "--dir %s/a --json --windows 128", tool, dir, dir), 0);
+	before = json_number(strchr(out, '{'), "blocktrain_nats_per_byte");
+	ck_assert_int_eq(run(out, sizeof(out), "%s train --spec %s/run.conf "
+	    "--dir %s/a --all --every 50", tool, dir, dir), 0);
+	ck_assert_int_eq(run(out, sizeof(out), "%s eval --spec %s/run.conf "
+	    "--dir %s/a --json --windows 128", tool, dir, dir), 0);
+	p = strchr(out, '{');
+	after = json_number(p, "blocktrain_nats_per_byte");
+	ck_assert_msg(after < 0.7 * before, "bound %g -> %g", before, after);
+	/* the composed bound is the sum of the shares each block computes
+	 * alone */
+	p = strstr(p, "\"shares\"");
+	s1 = json_number(p, "share");
+	s2 = json_number(strstr(p, "\"block\":2"), "share");
+	total = after;
+	ck_assert_double_eq_tol(total, s1 + s2, 1e-5);
+
+	/* determinism: the same checkpoint bytes from a second training */
+	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/b "
+	    "--block 1 --quiet", tool, dir, dir), 0);
+	snprintf(path, sizeof(path), "%s/a/block-1.ckpt", dir);
+	file_hash(path, h1);
+	snprintf(path, sizeof(path), "%s/b/block-1.ckpt", dir);
+	file_hash(path, h2);
+	ck_assert_str_eq(h1, h2);
+
+	/* generation keeps the prompt and leaves no mask */
+	ck_assert_int_eq(run(out, sizeof(out), "%s generate --spec %s/run.conf "
+	    "--dir %s/a --steps 8 --seed 3 'the cat '", tool, dir, dir), 0);
+	p = strstr(out, "the cat ");
+	ck_assert_msg(p != NULL, "prompt lost: %s", out);
+	ck_assert_uint_eq(strlen(p), 24 + 1);
+	ck_assert_ptr_null(strchr(p, '_'));
+	{
+		char again[8192];
+
+		run(again, sizeof(again), "%s generate --spec %s/run.conf "
+		    "--dir %s/a --steps 8 --seed 3 'the cat '", tool, dir, dir);
+		ck_assert_str_eq(strstr(again, "the cat "), p);
+	}
+}
+END_TEST
+
+START_TEST(test_resume)
+{
+	char h1[65], h2[65], path[160];
+
+	/* 120 steps in one go, or 60, a stop, and the rest: the same bytes */
+	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/c "
+	    "--block 2 --quiet", tool, dir, dir), 0);
+	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/d "
+	    "--block 2 --steps 60 --quiet", tool, dir, dir), 0);
+	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/d "
+	    "--block 2 --quiet", tool, dir, dir), 0);
+	snprintf(path, sizeof(path), "%s/c/block-2.ckpt", dir);
+	file_hash(path, h1);
+	snprintf(path, sizeof(path), "%s/d/block-2.ckpt", dir);
+	file_hash(path, h2);
+	ck_assert_str_eq(h1, h2);
+}
+END_TEST
+
+/* Runs the tool with args (a printf format over the test folder, which
+ * it may name up to three times) and expects failure with fragment. */
+static void
+expect_failure(const char *fragment, const char *args)
+{
+	char out[4096], line[1024];
+	int rc;
+
+	snprintf(line, sizeof(line), args, dir, dir, dir);
+	rc = run(out, sizeof(out), "%s %s", tool, line);
+	ck_assert_int_ne(rc, 0);
+	ck_assert_msg(strstr(out, fragment) != NULL, "'%s' lacks '%s'", out,
+	    fragment);
+}
+
+START_TEST(test_errors)
+{
+	char path[160];
+	FILE *f;
+
+	expect_failure("cannot open spec", "spec %s/missing.conf");
+	snprintf(path, sizeof(path), "%s/bad.conf", dir);
+	f = fopen(path, "w");
+	fputs("[model]\nwidth = 30\nheads = 4\n", f);
+	fclose(f);
+	expect_failure("multiple of heads", "spec %s/bad.conf");
+	expect_failure("missing checkpoint", "eval --spec %s/run.conf "
+	    "--dir %s/nothing");
+	expect_failure("missing checkpoint", "generate --spec %s/run.conf "
+	    "--dir %s/nothing x");
+	snprintf(path, sizeof(path), "%s/nodata.conf", dir);
+	f = fopen(path, "w");
+	fputs("[data]\ntrain = nowhere.txt\n", f);
+	fclose(f);
+	expect_failure("cannot open", "train --spec %s/nodata.conf --dir "
+	    "%s/x --block 1");
+	expect_failure("exactly one of", "train --spec %s/run.conf --dir %s/x");
+	expect_failure("does not exist", "train --spec %s/run.conf --dir %s/x "
+	    "--block 9");
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("blocktrain");
+	TCase *tc = tcase_create("cli");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_train_eval_generate);
+	tcase_add_test(tc, test_resume);
+	tcase_add_test(tc, test_errors);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

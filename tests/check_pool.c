@@ -1,0 +1,92 @@
+/* The thread pool: every task runs once, nested runs stay inline, and the
+ * pool can be resized. */
+#include "config.h"
+
+#include <check.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels/pool.h"
+
+struct count_job {
+	atomic_int hits[1000];
+	atomic_int max_thread;
+};
+
+static void
+count_task(void *ctx, int task, int thread)
+{
+	struct count_job *j = ctx;
+	int seen = atomic_load(&j->max_thread);
+
+	atomic_fetch_add(&j->hits[task], 1);
+	while (thread > seen &&
+	    !atomic_compare_exchange_weak(&j->max_thread, &seen, thread))
+		;
+}
+
+static void
+nested_task(void *ctx, int task, int thread)
+{
+	struct count_job *j = ctx;
+
+	/* inline inside a task: the inner tasks see this thread's index */
+	kn_pool_run(10, count_task, j);
+	(void)task;
+	(void)thread;
+}
+
+START_TEST(test_every_task_once)
+{
+	static struct count_job j;
+	int threads, i, round;
+
+	for (threads = 1; threads <= 4; threads++) {
+		ck_assert_int_eq(kn_pool_init(threads, NULL), 0);
+		ck_assert_int_eq(kn_pool_threads(), threads);
+		for (round = 0; round < 50; round++) {
+			for (i = 0; i < 1000; i++)
+				atomic_store(&j.hits[i], 0);
+			atomic_store(&j.max_thread, 0);
+			kn_pool_run(1000, count_task, &j);
+			for (i = 0; i < 1000; i++)
+				ck_assert_int_eq(atomic_load(&j.hits[i]), 1);
+			ck_assert_int_lt(atomic_load(&j.max_thread), threads);
+		}
+	}
+	kn_pool_shutdown();
+}
+END_TEST
+
+START_TEST(test_nested)
+{
+	static struct count_job j;
+	int i;
+
+	ck_assert_int_eq(kn_pool_init(2, NULL), 0);
+	for (i = 0; i < 10; i++)
+		atomic_store(&j.hits[i], 0);
+	kn_pool_run(7, nested_task, &j);
+	for (i = 0; i < 10; i++)
+		ck_assert_int_eq(atomic_load(&j.hits[i]), 7);
+	kn_pool_shutdown();
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("pool");
+	TCase *tc = tcase_create("pool");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_every_task_once);
+	tcase_add_test(tc, test_nested);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
