@@ -1,0 +1,267 @@
+/* The BlockTrain objective: batches, held-out shares and the denoising
+ * traversal, on top of the block model of kernels/. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/blocktrain.h"
+#include "kernels/error.h"
+#include "kernels/rng.h"
+
+/* Stream tags: what a draw is for, so that no two uses share numbers. */
+enum { TAG_TRAIN = 1, TAG_EVAL = 2, TAG_GEN = 3, TAG_AR = 4 };
+
+const char *
+bt_kind_name(bt_kind k)
+{
+	return k == BT_E2E ? "e2e" : k == BT_CAUSAL ? "causal" : "block";
+}
+
+void
+bt_interval(const pr_spec *s, bt_kind kind, int block, double *lo, double *hi)
+{
+	if (kind == BT_BLOCK) {
+		*lo = s->cuts[block];
+		*hi = s->cuts[block + 1];
+	} else {
+		*lo = 0.0;
+		*hi = 1.0;
+	}
+}
+
+void
+bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
+    int replica, int64_t step, int32_t *input, int32_t *target,
+    float *weight)
+{
+	int B = s->batch, n = s->window, b, i;
+	double lo, hi;
+	kn_rng r;
+
+	bt_interval(s, kind, block, &lo, &hi);
+	kn_rng_init(&r, s->seed, kn_rng_stream(TAG_TRAIN,
+	    ((uint64_t)kind << 32) | (uint64_t)block, (uint64_t)replica,
+	    (uint64_t)step));
+	for (b = 0; b < B; b++) {
+		size_t start = kn_rng_below(&r, c->len - n);
+		/* stratified: window b draws from the b-th slice */
+		double t = lo + (hi - lo) * (b + kn_rng_uniform(&r)) / B;
+		int prefix = 0;
+		int32_t *in = input + (size_t)b * n, *tg = target + (size_t)b * n;
+		float *w = weight + (size_t)b * n;
+
+		if (t < BT_T_MIN)
+			t = BT_T_MIN;
+		if (kind == BT_CAUSAL) {
+			for (i = 0; i < n; i++) {
+				in[i] = c->data[start + i];
+				tg[i] = c->data[start + i + 1];
+				w[i] = 1.0f / (float)n;
+			}
+			continue;
+		}
+		if (s->p_prefix > 0 && kn_rng_uniform(&r) < s->p_prefix)
+			prefix = 1 + (int)kn_rng_below(&r, (uint64_t)n - 1);
+		for (i = 0; i < n; i++) {
+			int masked = i >= prefix && kn_rng_uniform(&r) < t;
+
+			tg[i] = c->data[start + i];
+			in[i] = masked ? KN_MASK : tg[i];
+			w[i] = masked ? (float)(1.0 / (t * n)) : 0.0f;
+		}
+	}
+}
+
+/* Offsets of the held-out windows: evenly spaced over the file. */
+static size_t
+eval_offset(const corpus *c, const bt_eval_set *set, int n, int k)
+{
+	return (size_t)((double)k * (double)(c->len - n - 1) / set->windows);
+}
+
+int
+bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, double lo, double hi, double *share, char *err)
+{
+	int n = s->window, per = set->windows * set->strata, B = 32;
+	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
+	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
+	double sum = 0.0;
+	int e, rc = KN_OK;
+
+	if (in == NULL || tg == NULL || w == NULL || wl == NULL) {
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (e = 0; e < per && rc == 0; e += B) {
+		int nb = per - e < B ? per - e : B, b, i;
+
+		for (b = 0; b < nb; b++) {
+			int k = (e + b) / set->strata, j = (e + b) % set->strata;
+			size_t off = eval_offset(c, set, n, k);
+			kn_rng r;
+			double t;
+
+			/* the same key for every model and interval: the
+			 * draws are paired across the models compared */
+			kn_rng_init(&r, 0x5eedULL, kn_rng_stream(TAG_EVAL,
+			    (uint64_t)k, (uint64_t)j, 0));
+			t = lo + (hi - lo) * (j + kn_rng_uniform(&r)) /
+			    set->strata;
+			if (t < BT_T_MIN)
+				t = BT_T_MIN;
+			for (i = 0; i < n; i++) {
+				size_t p = (size_t)b * n + i;
+				int masked = kn_rng_uniform(&r) < t;
+
+				tg[p] = c->data[off + i];
+				in[p] = masked ? KN_MASK : tg[p];
+				w[p] = masked ? (float)(1.0 / (t * n)) : 0.0f;
+			}
+		}
+		{
+			kn_batch batch = { in, tg, w, nb };
+
+			rc = kn_model_eval(m, &batch, wl, err);
+		}
+		for (b = 0; b < nb && rc == 0; b++)
+			sum += wl[b];
+	}
+	*share = (hi - lo) * sum / per;
+out:
+	free(in); free(tg); free(w); free(wl);
+	return rc;
+}
+
+int
+bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, double *nats, char *err)
+{
+	int n = s->window, B = 32, e, rc = KN_OK;
+	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
+	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
+	double sum = 0.0;
+
+	if (in == NULL || tg == NULL || w == NULL || wl == NULL) {
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (e = 0; e < set->windows && rc == 0; e += B) {
+		int nb = set->windows - e < B ? set->windows - e : B, b, i;
+
+		for (b = 0; b < nb; b++) {
+			size_t off = eval_offset(c, set, n, e + b);
+
+			for (i = 0; i < n; i++) {
+				size_t p = (size_t)b * n + i;
+
+				in[p] = c->data[off + i];
+				tg[p] = c->data[off + i + 1];
+				w[p] = 1.0f / (float)n;
+			}
+		}
+		{
+			kn_batch batch = { in, tg, w, nb };
+
+			rc = kn_model_eval(m, &batch, wl, err);
+		}
+		for (b = 0; b < nb && rc == 0; b++)
+			sum += wl[b];
+	}
+	*nats = sum / set->windows;
+out:
+	free(in); free(tg); free(w); free(wl);
+	return rc;
+}
+
+int
+bt_steps_of(const pr_spec *s, int k, int block)
+{
+	int steps = (int)lround(k * (s->cuts[block + 1] - s->cuts[block]));
+
+	return steps < 1 ? 1 : steps;
+}
+
+/* The levels run downwards: step j of block b starts at
+ * hi - (hi - lo) j / count. */
+double
+bt_time_of(const pr_spec *s, int k, int block, int j)
+{
+	double lo = s->cuts[block], hi = s->cuts[block + 1];
+	int count = bt_steps_of(s, k, block);
+
+	return j >= count ? lo : hi - (hi - lo) * j / count;
+}
+
+int
+bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
+    int32_t *seq, int fixed, float temp, uint64_t seed, char *err)
+{
+	int n = s->window, count = bt_steps_of(s, k, block), j, i, rc;
+	int32_t *picked = malloc((size_t)n * 4);
+	float *u = malloc((size_t)2 * n * 4);
+
+	if (picked == NULL || u == NULL) {
+		free(picked);
+		free(u);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	rc = KN_OK;
+	for (j = 0; j < count && rc == 0; j++) {
+		double t = bt_time_of(s, k, block, j);
+		double next = bt_time_of(s, k, block, j + 1);
+		double p = (t - next) / t;
+		int any = 0;
+
+		for (i = fixed; i < n; i++)
+			any |= seq[i] == KN_MASK;
+		if (!any)
+			break;
+		/* u[0..n) decide who is unmasked, u[n..2n) pick the byte */
+		kn_rng_fill_uniform(u, (size_t)2 * n, seed,
+		    kn_rng_stream(TAG_GEN, (uint64_t)block, (uint64_t)j, 0));
+		rc = kn_model_predict(m, seq, 1, u + n, temp, picked, err);
+		for (i = fixed; i < n && rc == 0; i++)
+			if (seq[i] == KN_MASK && (next <= 0.0 || u[i] < p))
+				seq[i] = picked[i];
+	}
+	free(picked);
+	free(u);
+	return rc;
+}
+
+int
+bt_generate_ar(kn_model *m, int32_t *seq, int fixed, int end, float temp,
+    uint64_t seed, char *err)
+{
+	int n = kn_model_get_shape(m)->window, p, i, rc = KN_OK;
+	int32_t *picked = malloc((size_t)n * 4), *in = malloc((size_t)n * 4);
+	float *u = malloc((size_t)n * 4);
+
+	if (picked == NULL || in == NULL || u == NULL) {
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (fixed < 1 || end > n) {
+		rc = kn_error(err, KN_EINVAL, "causal generation needs a "
+		    "prompt of at least one byte and at most %d bytes in all",
+		    n);
+		goto out;
+	}
+	for (p = fixed; p < end && rc == 0; p++) {
+		/* positions at and after p are hidden by the causal mask;
+		 * fill them with a byte so the input is valid */
+		for (i = 0; i < n; i++)
+			in[i] = i < p ? seq[i] : 0;
+		kn_rng_fill_uniform(u, (size_t)n, seed,
+		    kn_rng_stream(TAG_AR, (uint64_t)p, 0, 0));
+		rc = kn_model_predict(m, in, 1, u, temp, picked, err);
+		if (rc == 0)
+			seq[p] = picked[p - 1];
+	}
+out:
+	free(picked); free(in); free(u);
+	return rc;
+}

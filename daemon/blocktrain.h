@@ -1,0 +1,80 @@
+/* The BlockTrain objective (DESIGN section 2): training batches of block
+ * b on its noise interval, the held-out share of the bound, and the
+ * denoising traversal that composes the blocks at inference.  Every random
+ * draw is keyed by (seed, block, replica, step), so a run is reproducible
+ * and a replica's data never overlaps another's. */
+#ifndef SM_BLOCKTRAIN_H
+#define SM_BLOCKTRAIN_H
+
+#include <stdint.h>
+
+#include "daemon/corpus.h"
+#include "kernels/model.h"
+#include "proto/spec.h"
+
+/* Noise levels are never below this: 1/t weights stay bounded. */
+#define BT_T_MIN 1e-3
+
+/* Which model a batch is for. */
+typedef enum {
+	BT_BLOCK = 0,           /* block b on (t_{b-1}, t_b] */
+	BT_E2E,                 /* the end-to-end reference on (0, 1] */
+	BT_CAUSAL               /* the causal byte LM */
+} bt_kind;
+
+const char *bt_kind_name(bt_kind k);
+
+/* Fills one training batch of spec->batch windows (input, target, weight
+ * each batch * window long).  Windows start at uniform offsets of c;
+ * noise levels are stratified across the batch in [lo, hi]; with
+ * probability p_prefix a window keeps a random-length prefix unmasked. */
+void bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind,
+    int block, int replica, int64_t step, int32_t *input, int32_t *target,
+    float *weight);
+
+/* Interval of block b (0-based), or (0, 1] for the references. */
+void bt_interval(const pr_spec *s, bt_kind kind, int block, double *lo,
+    double *hi);
+
+/* The held-out set: `windows` windows at evenly spaced offsets of c, and
+ * `strata` noise levels per window drawn stratified in each interval with
+ * a fixed key, so every model is scored on the same draws. */
+typedef struct {
+	int windows;
+	int strata;
+} bt_eval_set;
+
+#define BT_EVAL_WINDOWS 1024
+#define BT_EVAL_STRATA 2
+
+/* Share of the bound on [lo, hi] in nats per byte, as m (a bidirectional
+ * model) scores it: (hi - lo) * mean over windows and levels of
+ * (1/t) * (CE summed over masked positions) / n. */
+int bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, double lo, double hi, double *share, char *err);
+/* Cross-entropy of the causal LM per predicted byte on the same windows. */
+int bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, double *nats, char *err);
+
+/* The denoising schedule of k steps over (0, 1]: each block runs
+ * round(k * its interval width) steps (at least one) on an even grid of its
+ * interval.  steps_of() gives block b's count, time_of() the level at the
+ * start of its step j (its end is time_of(j + 1), and time_of(count) is
+ * the block's lower cut). */
+int bt_steps_of(const pr_spec *s, int k, int block);
+double bt_time_of(const pr_spec *s, int k, int block, int j);
+
+/* Runs block b's share of the traversal on seq (window symbols, KN_MASK
+ * for undecided), in place.  Positions before `fixed` are the prompt and
+ * are never changed.  At each step from t to u every masked position is
+ * predicted and unmasked with probability (t - u) / t, its byte sampled at
+ * temperature temp; draws are keyed by (seed, block, step, position). */
+int bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
+    int32_t *seq, int fixed, float temp, uint64_t seed, char *err);
+
+/* Autoregressive generation with the causal LM: fills seq[fixed..end)
+ * one byte at a time. */
+int bt_generate_ar(kn_model *m, int32_t *seq, int fixed, int end,
+    float temp, uint64_t seed, char *err);
+
+#endif

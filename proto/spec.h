@@ -1,0 +1,64 @@
+/* The run spec: everything every peer of a run must agree on (DESIGN
+ * section 2).  Read from an INI file; its canonical msgpack encoding,
+ * hashed with SHA-256, is the run id. */
+#ifndef PR_SPEC_H
+#define PR_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/model.h"
+
+#define PR_MAX_BLOCKS 64
+#define PR_PATH_LEN 1024
+#define PR_RUN_ID_LEN 65        /* 64 hex digits and NUL */
+#define PR_ERR_LEN 256
+
+typedef struct {
+	/* [model] */
+	int blocks;                     /* T */
+	int width, heads, layers_per_block, window;
+	double cuts[PR_MAX_BLOCKS + 1]; /* 0 = t_0 < t_1 < ... < t_T = 1 */
+	int equal_cuts;                 /* cuts were not given */
+	double p_prefix;                /* probability of an unmasked prefix */
+	/* [data]: paths are local to each host and not part of the run id;
+	 * the hashes, when given, are */
+	char train[PR_PATH_LEN], valid[PR_PATH_LEN], test[PR_PATH_LEN];
+	char train_sha256[65], valid_sha256[65], test_sha256[65];
+	/* [optim] */
+	double lr, lr_min, weight_decay, clip, beta1, beta2;
+	int warmup, batch, steps;
+	/* [sync] */
+	int replicas, local_steps;
+	double outer_lr, round_deadline;        /* seconds */
+	/* top level */
+	uint64_t seed;
+} pr_spec;
+
+/* Defaults for every key (documented in blocktrain.conf(5) and
+ * scripts/specs/). */
+void pr_spec_defaults(pr_spec *s);
+/* Reads and validates path; relative data paths are taken relative to the
+ * spec file's folder.  Returns 0 or a negative code with a message that
+ * names the file, line and key. */
+int pr_spec_load(pr_spec *s, const char *path, char *err);
+/* Reads and validates INI text (no relative-path resolution). */
+int pr_spec_parse(pr_spec *s, const char *text, size_t len, char *err);
+int pr_spec_validate(const pr_spec *s, char *err);
+
+/* The canonical encoding (a msgpack map with sorted keys, integers as
+ * int64, reals as float64), caller frees *buf. */
+int pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err);
+/* Hex SHA-256 of the canonical encoding. */
+int pr_spec_run_id(const pr_spec *s, char id[PR_RUN_ID_LEN], char *err);
+
+/* The model shape of block b (causal 0), of the end-to-end reference
+ * (T x layers_per_block layers) and of the causal LM of the same depth. */
+kn_model_shape pr_spec_block_shape(const pr_spec *s);
+kn_model_shape pr_spec_reference_shape(const pr_spec *s, int causal);
+
+/* Learning rate at step (0-based): linear warmup, then cosine decay from
+ * lr to lr_min over the remaining steps. */
+double pr_spec_lr(const pr_spec *s, int step);
+
+#endif
