@@ -50,23 +50,40 @@ sm_model_shape(const pr_spec *s, bt_kind kind)
 	return pr_spec_reference_shape(s, kind == BT_CAUSAL);
 }
 
+struct sm_trainer {
+	sm_train_opts o;
+	kn_model *m;
+	corpus c;
+	int32_t *input, *target;
+	float *weight;
+	FILE *csv;
+	int64_t step;           /* optimizer steps done */
+	int64_t round;          /* averaging rounds done */
+	double t0;
+	int64_t step0;          /* step at open, for positions per second */
+};
+
 static void
-fill_meta(pr_ckpt_meta *meta, const sm_train_opts *o, int64_t step)
+fill_meta(pr_ckpt_meta *meta, const sm_train_opts *o, int64_t step,
+    int64_t round)
 {
 	memset(meta, 0, sizeof(*meta));
 	snprintf(meta->run_id, sizeof(meta->run_id), "%s", o->run_id);
 	meta->block = o->kind == BT_BLOCK ? o->block : 0;
 	snprintf(meta->kind, sizeof(meta->kind), "%s", bt_kind_name(o->kind));
 	meta->step = step;
+	meta->round = round;
 }
 
-static int
-save(kn_model *m, const sm_train_opts *o, int64_t step, char *err)
+int
+sm_trainer_save(sm_trainer *t, char *err)
 {
+	kn_model *m = t->m;
+	const sm_train_opts *o = &t->o;
 	size_t np = kn_model_num_params(m), len;
 	float *host = malloc(np * 4), *mm = malloc(np * 4), *vv = malloc(np * 4);
 	char path[PR_PATH_LEN + 32], *buf = NULL;
-	const kn_tensor *t;
+	const kn_tensor *tab;
 	pr_ckpt_meta meta;
 	int count, topt, rc;
 
@@ -74,7 +91,9 @@ save(kn_model *m, const sm_train_opts *o, int64_t step, char *err)
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 		goto out;
 	}
-	fill_meta(&meta, o, step);
+	if (t->csv != NULL)
+		fflush(t->csv);
+	fill_meta(&meta, o, t->step, t->round);
 	kn_model_get_opt_state(m, mm, vv, &topt);
 	rc = pr_ckpt_encode_optim(&meta, np, mm, vv, topt, &buf, &len, err);
 	if (rc == 0 && sm_model_path(path, sizeof(path), o->dir, o->kind,
@@ -85,8 +104,8 @@ save(kn_model *m, const sm_train_opts *o, int64_t step, char *err)
 	if (rc != 0)
 		goto out;
 	kn_model_get_params(m, host);
-	t = kn_model_tensors(m, &count);
-	rc = pr_ckpt_encode(&meta, t, count, host, &buf, &len, err);
+	tab = kn_model_tensors(m, &count);
+	rc = pr_ckpt_encode(&meta, tab, count, host, &buf, &len, err);
 	if (rc == 0 && sm_model_path(path, sizeof(path), o->dir, o->kind,
 	    o->block, "ckpt") == 0)
 		rc = pr_ckpt_write_file(path, buf, len, err);
@@ -159,25 +178,28 @@ sm_load_model(kn_model **out, const pr_spec *s, const char *run_id,
 	return rc;
 }
 
-/* Restores parameters and, when it matches, the optimizer state; returns
- * the step to continue from (0 for a fresh start). */
+/* Restores parameters and, when it matches, the optimizer state, from the
+ * checkpoint in dir if there is one. */
 static int
-resume(kn_model *m, const sm_train_opts *o, int64_t *step, char *err)
+resume(sm_trainer *t, char *err)
 {
+	const sm_train_opts *o = &t->o;
+	kn_model *m = t->m;
 	char path[PR_PATH_LEN + 32], *buf = NULL;
 	pr_ckpt_meta expect, got, gopt;
 	size_t np = kn_model_num_params(m), len;
 	float *mm, *vv;
-	int rc, t;
+	int rc, topt;
 
-	*step = 0;
+	t->step = t->round = 0;
 	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "ckpt");
 	if (access(path, F_OK) != 0)
 		return KN_OK;
-	fill_meta(&expect, o, 0);
+	fill_meta(&expect, o, 0, 0);
 	if ((rc = load_params(m, path, &expect, &got, err)) != 0)
 		return rc;
-	*step = got.step;
+	t->step = got.step;
+	t->round = got.round;
 	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "optim");
 	mm = malloc(np * 4);
 	vv = malloc(np * 4);
@@ -188,10 +210,10 @@ resume(kn_model *m, const sm_train_opts *o, int64_t *step, char *err)
 	}
 	rc = pr_ckpt_read_file(path, SM_CKPT_MAX_BYTES, &buf, &len, err);
 	if (rc == 0)
-		rc = pr_ckpt_decode_optim(buf, len, &expect, np, mm, vv, &t,
+		rc = pr_ckpt_decode_optim(buf, len, &expect, np, mm, vv, &topt,
 		    &gopt, err);
 	if (rc == 0 && gopt.step == got.step)
-		kn_model_set_opt_state(m, mm, vv, t);
+		kn_model_set_opt_state(m, mm, vv, topt);
 	else
 		fprintf(stderr, "shardmeter: %s: optimizer state %s; its "
 		    "moments start afresh at step %lld\n", path,
@@ -201,9 +223,113 @@ resume(kn_model *m, const sm_train_opts *o, int64_t *step, char *err)
 	return KN_OK;
 }
 
+void
+sm_trainer_close(sm_trainer *t)
+{
+	if (t == NULL)
+		return;
+	if (t->csv != NULL)
+		fclose(t->csv);
+	free(t->input); free(t->target); free(t->weight);
+	kn_model_free(t->m);
+	corpus_close(&t->c);
+	free(t);
+}
+
+int
+sm_trainer_open(sm_trainer **out, const sm_train_opts *o, char *err)
+{
+	const pr_spec *s = o->spec;
+	kn_model_shape shape = sm_model_shape(s, o->kind);
+	size_t N = (size_t)s->batch * s->window;
+	char path[PR_PATH_LEN + 32];
+	sm_trainer *t;
+	int rc;
+
+	*out = NULL;
+	if (mkdir(o->dir, 0755) != 0 && errno != EEXIST)
+		return kn_error(err, KN_EIO, "cannot create %s: %s", o->dir,
+		    strerror(errno));
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	t->o = *o;
+	rc = corpus_open(&t->c, s->train, s->train_sha256,
+	    (size_t)s->window + 2, err);
+	if (rc != 0) {
+		free(t);
+		return rc;
+	}
+	if ((rc = kn_model_create(&t->m, &shape, o->be, s->batch, err)) != 0)
+		goto fail;
+	kn_model_init(t->m, kn_rng_stream(s->seed, o->kind,
+	    (uint64_t)o->block, 0x1417));
+	if ((rc = resume(t, err)) != 0)
+		goto fail;
+	t->input = malloc(N * 4);
+	t->target = malloc(N * 4);
+	t->weight = malloc(N * 4);
+	if (t->input == NULL || t->target == NULL || t->weight == NULL) {
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "csv");
+	if ((t->csv = fopen(path, t->step > 0 ? "a" : "w")) == NULL) {
+		rc = kn_error(err, KN_EIO, "cannot write %s: %s", path,
+		    strerror(errno));
+		goto fail;
+	}
+	if (t->step == 0)
+		fprintf(t->csv, "step,loss,lr,grad_norm,positions_per_s,"
+		    "elapsed_s\n");
+	t->t0 = now();
+	t->step0 = t->step;
+	*out = t;
+	return KN_OK;
+fail:
+	sm_trainer_close(t);
+	return rc;
+}
+
+int
+sm_trainer_step(sm_trainer *t, float *loss, char *err)
+{
+	const pr_spec *s = t->o.spec;
+	kn_adamw opt = { (float)s->beta1, (float)s->beta2, 1e-8f,
+	    (float)s->weight_decay, (float)s->clip };
+	kn_batch batch = { t->input, t->target, t->weight, s->batch };
+	double lr = pr_spec_lr(s, (int)t->step), el;
+	float gnorm = 0;
+	int rc;
+
+	bt_train_batch(s, &t->c, t->o.kind, t->o.block - 1, t->o.replica,
+	    t->step, t->input, t->target, t->weight);
+	if ((rc = kn_model_backward(t->m, &batch, loss, err)) != 0)
+		return rc;
+	kn_model_update(t->m, &opt, (float)lr, &gnorm);
+	t->step++;
+	el = now() - t->t0;
+	fprintf(t->csv, "%lld,%.6f,%.6g,%.5f,%.1f,%.3f\n", (long long)t->step,
+	    *loss, lr, gnorm, sm_trainer_positions_per_s(t), el);
+	return KN_OK;
+}
+
+double
+sm_trainer_positions_per_s(const sm_trainer *t)
+{
+	double el = now() - t->t0;
+
+	return el > 0 ? (double)t->o.spec->batch * t->o.spec->window *
+	    (double)(t->step - t->step0) / el : 0.0;
+}
+
+int64_t sm_trainer_steps(const sm_trainer *t) { return t->step; }
+int64_t sm_trainer_round(const sm_trainer *t) { return t->round; }
+void sm_trainer_set_round(sm_trainer *t, int64_t round) { t->round = round; }
+kn_model *sm_trainer_model(sm_trainer *t) { return t->m; }
+
 static void
 progress_line(const sm_train_opts *o, int64_t step, float loss, double pps,
-    double eta, int final)
+    double eta)
 {
 	char who[32];
 
@@ -212,94 +338,46 @@ progress_line(const sm_train_opts *o, int64_t step, float loss, double pps,
 	else
 		snprintf(who, sizeof(who), "%s", bt_kind_name(o->kind));
 	fprintf(stderr, "\r[%s] step %lld/%d  loss %.4f  %.0f positions/s  "
-	    "ETA %dm%02ds   %s", who, (long long)step, o->steps, loss, pps,
-	    (int)eta / 60, (int)eta % 60, final ? "\n" : "");
+	    "ETA %dm%02ds   ", who, (long long)step, o->steps, loss, pps,
+	    (int)eta / 60, (int)eta % 60);
 }
 
 int
 sm_train(const sm_train_opts *o, char *err)
 {
-	const pr_spec *s = o->spec;
-	kn_model_shape shape = sm_model_shape(s, o->kind);
-	kn_adamw opt = { (float)s->beta1, (float)s->beta2, 1e-8f,
-	    (float)s->weight_decay, (float)s->clip };
-	size_t N = (size_t)s->batch * s->window;
-	int32_t *input = NULL, *target = NULL;
-	float *weight = NULL, loss = 0, gnorm = 0;
-	char path[PR_PATH_LEN + 32];
-	kn_model *m = NULL;
-	corpus c;
-	FILE *csv = NULL;
-	int64_t step, start;
-	double t0, last_print = 0;
+	sm_trainer *t;
+	double t0 = now(), last_print = -1;
+	int64_t start;
+	float loss = 0;
 	int rc;
 
-	if (mkdir(o->dir, 0755) != 0 && errno != EEXIST)
-		return kn_error(err, KN_EIO, "cannot create %s: %s", o->dir,
-		    strerror(errno));
-	rc = corpus_open(&c, s->train, s->train_sha256,
-	    (size_t)s->window + 2, err);
-	if (rc != 0)
+	if ((rc = sm_trainer_open(&t, o, err)) != 0)
 		return rc;
-	if ((rc = kn_model_create(&m, &shape, o->be, s->batch, err)) != 0)
-		goto out;
-	kn_model_init(m, kn_rng_stream(s->seed, o->kind, (uint64_t)o->block,
-	    0x1417));
-	if ((rc = resume(m, o, &start, err)) != 0)
-		goto out;
-	input = malloc(N * 4);
-	target = malloc(N * 4);
-	weight = malloc(N * 4);
-	if (input == NULL || target == NULL || weight == NULL) {
-		rc = kn_error(err, KN_ENOMEM, "out of memory");
-		goto out;
-	}
-	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "csv");
-	if ((csv = fopen(path, start > 0 ? "a" : "w")) == NULL) {
-		rc = kn_error(err, KN_EIO, "cannot write %s: %s", path,
-		    strerror(errno));
-		goto out;
-	}
-	if (start == 0)
-		fprintf(csv, "step,loss,lr,grad_norm,positions_per_s,"
-		    "elapsed_s\n");
-	t0 = now();
-	for (step = start; step < o->steps; step++) {
-		kn_batch batch = { input, target, weight, s->batch };
-		double lr = pr_spec_lr(s, (int)step), el, pps;
+	start = t->step;
+	while (t->step < o->steps) {
+		double el;
 
 		if (o->stop != NULL && *o->stop)
 			break;
-		bt_train_batch(s, &c, o->kind, o->block - 1, o->replica, step,
-		    input, target, weight);
-		if ((rc = kn_model_backward(m, &batch, &loss, err)) != 0)
+		if ((rc = sm_trainer_step(t, &loss, err)) != 0)
 			goto out;
-		kn_model_update(m, &opt, (float)lr, &gnorm);
 		el = now() - t0;
-		pps = (double)N * (step + 1 - start) / el;
-		fprintf(csv, "%lld,%.6f,%.6g,%.5f,%.1f,%.3f\n",
-		    (long long)step + 1, loss, lr, gnorm, pps, el);
 		if (o->progress && (el - last_print > 0.5 ||
-		    step + 1 == o->steps)) {
-			progress_line(o, step + 1, loss, pps,
-			    el / (step + 1 - start) * (o->steps - step - 1), 0);
+		    t->step == o->steps)) {
+			progress_line(o, t->step, loss,
+			    sm_trainer_positions_per_s(t),
+			    el / (double)(t->step - start) *
+			    (double)(o->steps - t->step));
 			last_print = el;
 		}
-		if (o->every > 0 && (step + 1) % o->every == 0 &&
-		    step + 1 < o->steps) {
-			fflush(csv);
-			if ((rc = save(m, o, step + 1, err)) != 0)
-				goto out;
-		}
+		if (o->every > 0 && t->step % o->every == 0 &&
+		    t->step < o->steps && (rc = sm_trainer_save(t, err)) != 0)
+			goto out;
 	}
 	if (o->progress)
 		fprintf(stderr, "\n");
-	rc = save(m, o, step, err);
+	rc = sm_trainer_save(t, err);
 out:
-	if (csv != NULL)
-		fclose(csv);
-	free(input); free(target); free(weight);
-	kn_model_free(m);
-	corpus_close(&c);
+	sm_trainer_close(t);
 	return rc;
 }

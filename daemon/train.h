@@ -6,9 +6,11 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/blocktrain.h"
 #include "kernels/backend.h"
+#include "kernels/model.h"
 #include "proto/spec.h"
 
 #define SM_CKPT_MAX_BYTES ((size_t)4 << 30)
@@ -33,7 +35,25 @@ typedef struct {
 	volatile sig_atomic_t *stop;    /* set: checkpoint and return */
 } sm_train_opts;
 
+/* The whole loop for the command line: trains to o->steps with a progress
+ * line, checkpoints every o->every steps and at the end. */
 int sm_train(const sm_train_opts *o, char *err);
+
+/* One model in training, for callers that drive the steps themselves (the
+ * daemon's trainer thread).  open() resumes from the checkpoint in dir. */
+typedef struct sm_trainer sm_trainer;
+
+int sm_trainer_open(sm_trainer **out, const sm_train_opts *o, char *err);
+void sm_trainer_close(sm_trainer *t);
+/* One step at the spec's learning-rate schedule; a line in the CSV log. */
+int sm_trainer_step(sm_trainer *t, float *loss, char *err);
+/* Writes the optimizer state, then the checkpoint, atomically. */
+int sm_trainer_save(sm_trainer *t, char *err);
+double sm_trainer_positions_per_s(const sm_trainer *t);
+int64_t sm_trainer_steps(const sm_trainer *t);
+int64_t sm_trainer_round(const sm_trainer *t);
+void sm_trainer_set_round(sm_trainer *t, int64_t round);
+kn_model *sm_trainer_model(sm_trainer *t);
 
 /* Loads the checkpoint of (kind, block) from dir into a new model on be
  * with room for max_batch windows; says what to do when it is missing. */
