@@ -85,7 +85,8 @@ int
 bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double lo, double hi, double *share, char *err)
 {
-	int n = s->window, per = set->windows * set->strata, B = 32;
+	int n = s->window, per = set->windows * set->strata;
+	int B = kn_model_max_batch(m) < 32 ? kn_model_max_batch(m) : 32;
 	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
 	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
 	double sum = 0.0;
@@ -139,7 +140,8 @@ int
 bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err)
 {
-	int n = s->window, B = 32, e, rc = KN_OK;
+	int n = s->window, e, rc = KN_OK;
+	int B = kn_model_max_batch(m) < 32 ? kn_model_max_batch(m) : 32;
 	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
 	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
 	double sum = 0.0;

@@ -325,6 +325,7 @@ sm_trainer_positions_per_s(const sm_trainer *t)
 int64_t sm_trainer_steps(const sm_trainer *t) { return t->step; }
 int64_t sm_trainer_round(const sm_trainer *t) { return t->round; }
 void sm_trainer_set_round(sm_trainer *t, int64_t round) { t->round = round; }
+void sm_trainer_set_step(sm_trainer *t, int64_t step) { t->step = step; }
 kn_model *sm_trainer_model(sm_trainer *t) { return t->m; }
 
 static void

@@ -53,6 +53,8 @@ double sm_trainer_positions_per_s(const sm_trainer *t);
 int64_t sm_trainer_steps(const sm_trainer *t);
 int64_t sm_trainer_round(const sm_trainer *t);
 void sm_trainer_set_round(sm_trainer *t, int64_t round);
+/* A replica that adopts a published checkpoint takes its step count. */
+void sm_trainer_set_step(sm_trainer *t, int64_t step);
 kn_model *sm_trainer_model(sm_trainer *t);
 
 /* Loads the checkpoint of (kind, block) from dir into a new model on be

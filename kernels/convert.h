@@ -7,15 +7,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Every conversion rounds to nearest, ties to even, whatever the FPU's
- * mode, and handles every input:
+/* Every conversion rounds to nearest, ties to even, and handles every
+ * input (fp16 subnormals are rounded by one float addition, so they need
+ * the FPU's default rounding mode, which nothing of ours changes;
+ * flush-to-zero and denormals-are-zero make no difference):
  * - f32 -> f16: subnormal results are rounded like any other, values from
  *   65520 up (half-way to 2^16 and beyond) become Inf, and a NaN stays a
  *   NaN of the same sign with the top 10 bits of its payload and the quiet
  *   bit set (so no NaN can turn into Inf).
  * - f32 -> bf16: likewise, over the f32 exponent range: finite values
- *   above 0x1.fep127 rounded become Inf, subnormals stay subnormal (or
- *   round to zero or to the smallest normal).
+ *   from 0x1.ffp127 up (half-way past the largest bf16) become Inf, and
+ *   subnormals round like any other value.
  * - f16 -> f32 and bf16 -> f32 are exact; NaNs keep sign and payload.
  * dst and src must not overlap. */
 void kn_f32_to_f16(uint16_t *dst, const float *src, size_t n);

@@ -283,6 +283,7 @@ kn_model_free(kn_model *m)
 const kn_model_shape *kn_model_get_shape(const kn_model *m) { return &m->shape; }
 const kn_backend *kn_model_backend(const kn_model *m) { return m->be; }
 size_t kn_model_num_params(const kn_model *m) { return m->num_params; }
+int kn_model_max_batch(const kn_model *m) { return m->max_batch; }
 float *kn_model_params(kn_model *m) { return m->params; }
 float *kn_model_grads(kn_model *m) { return m->grads; }
 int kn_model_opt_step(const kn_model *m) { return m->t; }

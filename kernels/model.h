@@ -52,6 +52,8 @@ int kn_model_check_shape(const kn_model_shape *shape, char *err);
 const kn_model_shape *kn_model_get_shape(const kn_model *m);
 const kn_backend *kn_model_backend(const kn_model *m);
 size_t kn_model_num_params(const kn_model *m);
+/* The most windows one call takes. */
+int kn_model_max_batch(const kn_model *m);
 size_t kn_model_params_for(const kn_model_shape *shape);
 /* Multiply-adds of one forward pass over one window, attention included:
  * training costs about three times this. */

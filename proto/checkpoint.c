@@ -15,20 +15,18 @@
 #include <unistd.h>
 
 #include <msgpack.h>
-#include <openssl/evp.h>
 
 #include "kernels/error.h"
 #include "proto/checkpoint.h"
+#include "proto/msgpack_strict.h"
 
 #define CKPT_MAGIC "ShardMeter checkpoint"
 #define OPTIM_MAGIC "ShardMeter optimizer state"
-#define SHA256_LEN 32
-/* A msgpack bin holds at most 2^32 - 1 bytes. */
-#define PAYLOAD_MAX ((uint64_t)UINT32_MAX)
+#define PAYLOAD_MAX PR_MP_BIN_MAX
 
 /* Bounds of the pre-scan.  Our files nest four deep (file map, tensor
  * table, tensor map, shape) and hold about 14 objects per tensor. */
-#define SCAN_MAX_DEPTH 8
+#define SCAN_MAX_DEPTH PR_MP_MAX_DEPTH
 #define SCAN_MAX_OBJECTS (64 + 16 * (size_t)PR_CKPT_MAX_TENSORS)
 
 /* Top-level fields, in the order they are written.  The two formats share
@@ -60,20 +58,32 @@ static const char *const tensor_keys[T_COUNT] = {
 static const char *const kinds[] = { "block", "e2e", "causal" };
 
 struct format {
-	const char *magic;
-	const char *what;       /* how messages name the file */
-	const char *notme;      /* said of a file without this magic */
+	struct pr_mp_format mp;
 	const char *const *keys;
 	int nkeys;
 };
 
 static const struct format ckpt_format = {
-	CKPT_MAGIC, "checkpoint", "not a ShardMeter checkpoint",
+	{ CKPT_MAGIC, "checkpoint", "not a ShardMeter checkpoint",
+	    "the file is damaged", PR_CKPT_VERSION, SCAN_MAX_DEPTH,
+	    SCAN_MAX_OBJECTS },
 	ckpt_keys, F_CKPT_COUNT
 };
 static const struct format optim_format = {
-	OPTIM_MAGIC, "optimizer state",
-	"not a ShardMeter optimizer-state file", optim_keys, F_OPTIM_COUNT
+	{ OPTIM_MAGIC, "optimizer state",
+	    "not a ShardMeter optimizer-state file", "the file is damaged",
+	    PR_CKPT_VERSION, SCAN_MAX_DEPTH, SCAN_MAX_OBJECTS },
+	optim_keys, F_OPTIM_COUNT
+};
+/* Each format names the other (and an update) when handed one. */
+static const struct pr_mp_format update_format_name = {
+	"ShardMeter update", "update", NULL, NULL, 0, 0, 0
+};
+static const struct pr_mp_format *const ckpt_others[] = {
+	&optim_format.mp, &update_format_name, NULL
+};
+static const struct pr_mp_format *const optim_others[] = {
+	&ckpt_format.mp, &update_format_name, NULL
 };
 
 /* ---- helpers ---- */
@@ -91,44 +101,6 @@ errno_str(int e, char *b, size_t n)
 }
 
 static int
-str_is(const msgpack_object *o, const char *s)
-{
-	size_t n = strlen(s);
-
-	return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-	    memcmp(o->via.str.ptr, s, n) == 0;
-}
-
-/* Copies bytes from the file into a message, so a hostile name cannot
- * put control characters into a log line. */
-static void
-printable(char *dst, size_t dlen, const char *src, size_t slen)
-{
-	size_t i, n = slen < dlen - 1 ? slen : dlen - 1;
-
-	for (i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)src[i];
-
-		dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
-	}
-	dst[n] = '\0';
-}
-
-static int
-is_run_id(const char *s, size_t n)
-{
-	size_t i;
-
-	if (n != PR_RUN_ID_LEN - 1)
-		return 0;
-	for (i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') ||
-		    (s[i] >= 'a' && s[i] <= 'f')))
-			return 0;
-	return 1;
-}
-
-static int
 is_kind(const char *s, size_t n)
 {
 	size_t i;
@@ -139,102 +111,17 @@ is_kind(const char *s, size_t n)
 	return 0;
 }
 
-static int
-little_endian(void)
-{
-	const uint32_t one = 1;
-
-	return *(const unsigned char *)&one == 1;
-}
-
-static float
-load_le_float(const unsigned char *p)
-{
-	uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
-	    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
-/* n floats from little-endian bytes; the bytes sit inside a msgpack
- * buffer and need not be aligned. */
-static void
-load_le_floats(float *dst, const unsigned char *src, size_t n)
-{
-	size_t i;
-
-	if (little_endian()) {
-		memcpy(dst, src, n * sizeof(float));
-		return;
-	}
-	for (i = 0; i < n; i++)
-		dst[i] = load_le_float(src + 4 * i);
-}
-
-/* Index of the first non-finite of n little-endian floats, or -1. */
-static long
-first_nonfinite_le(const unsigned char *p, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (!isfinite(load_le_float(p + 4 * i)))
-			return (long)i;
-	return -1;
-}
-
-static int
-pack_le_floats(msgpack_packer *pk, const float *src, size_t n)
-{
-	unsigned char chunk[4096];
-	size_t i, done;
-	int rc = 0;
-
-	if (little_endian())
-		return msgpack_pack_bin_body(pk, src, n * sizeof(float));
-	for (done = 0; done < n && rc == 0; ) {
-		size_t k = n - done < sizeof(chunk) / 4 ?
-		    n - done : sizeof(chunk) / 4;
-
-		for (i = 0; i < k; i++) {
-			uint32_t u;
-
-			memcpy(&u, &src[done + i], sizeof(u));
-			chunk[4 * i] = (unsigned char)u;
-			chunk[4 * i + 1] = (unsigned char)(u >> 8);
-			chunk[4 * i + 2] = (unsigned char)(u >> 16);
-			chunk[4 * i + 3] = (unsigned char)(u >> 24);
-		}
-		rc = msgpack_pack_bin_body(pk, chunk, 4 * k);
-		done += k;
-	}
-	return rc;
-}
-
-static int
-sha256(const void *p, size_t n, unsigned char md[SHA256_LEN])
-{
-	unsigned int mdlen = 0;
-
-	if (EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL) != 1 ||
-	    mdlen != SHA256_LEN)
-		return -1;
-	return 0;
-}
-
 int
 pr_ckpt_sha256_hex(const char *buf, size_t len, char hex[65], char *err)
 {
 	static const char digits[] = "0123456789abcdef";
-	unsigned char md[SHA256_LEN];
+	unsigned char md[PR_SHA256_LEN];
 	int i;
 
 	hex[0] = '\0';
-	if (sha256(buf, len, md) != 0)
+	if (pr_mp_sha256(buf, len, md) != 0)
 		return kn_error(err, KN_ENOMEM, "SHA-256 failed in OpenSSL");
-	for (i = 0; i < SHA256_LEN; i++) {
+	for (i = 0; i < PR_SHA256_LEN; i++) {
 		hex[2 * i] = digits[md[i] >> 4];
 		hex[2 * i + 1] = digits[md[i] & 15];
 	}
@@ -247,7 +134,8 @@ pr_ckpt_sha256_hex(const char *buf, size_t len, char hex[65], char *err)
 static int
 check_meta(const pr_ckpt_meta *meta, char *err)
 {
-	if (!is_run_id(meta->run_id, strnlen(meta->run_id, PR_RUN_ID_LEN)))
+	if (!pr_mp_is_run_id(meta->run_id,
+	    strnlen(meta->run_id, PR_RUN_ID_LEN)))
 		return kn_error(err, KN_EINVAL, "run id must be 64 lowercase "
 		    "hex digits");
 	if (meta->block < 0 || meta->block > PR_MAX_BLOCKS)
@@ -278,32 +166,26 @@ sbuffer_start(msgpack_sbuffer *sb, uint64_t size, char *err)
 }
 
 static int
-pack_key(msgpack_packer *pk, const char *key)
-{
-	return msgpack_pack_str_with_body(pk, key, strlen(key));
-}
-
-static int
 pack_head(msgpack_packer *pk, const struct format *f,
     const pr_ckpt_meta *meta)
 {
 	int rc = 0;
 
 	rc |= msgpack_pack_map(pk, (size_t)f->nkeys);
-	rc |= pack_key(pk, f->keys[F_MAGIC]);
-	rc |= msgpack_pack_str_with_body(pk, f->magic, strlen(f->magic));
-	rc |= pack_key(pk, f->keys[F_VERSION]);
+	rc |= pr_mp_pack_key(pk, f->keys[F_MAGIC]);
+	rc |= msgpack_pack_str_with_body(pk, f->mp.magic, strlen(f->mp.magic));
+	rc |= pr_mp_pack_key(pk, f->keys[F_VERSION]);
 	rc |= msgpack_pack_uint64(pk, PR_CKPT_VERSION);
-	rc |= pack_key(pk, f->keys[F_RUN_ID]);
+	rc |= pr_mp_pack_key(pk, f->keys[F_RUN_ID]);
 	rc |= msgpack_pack_str_with_body(pk, meta->run_id,
 	    strlen(meta->run_id));
-	rc |= pack_key(pk, f->keys[F_BLOCK]);
+	rc |= pr_mp_pack_key(pk, f->keys[F_BLOCK]);
 	rc |= msgpack_pack_uint64(pk, (uint64_t)meta->block);
-	rc |= pack_key(pk, f->keys[F_KIND]);
+	rc |= pr_mp_pack_key(pk, f->keys[F_KIND]);
 	rc |= msgpack_pack_str_with_body(pk, meta->kind, strlen(meta->kind));
-	rc |= pack_key(pk, f->keys[F_STEP]);
+	rc |= pr_mp_pack_key(pk, f->keys[F_STEP]);
 	rc |= msgpack_pack_uint64(pk, (uint64_t)meta->step);
-	rc |= pack_key(pk, f->keys[F_ROUND]);
+	rc |= pr_mp_pack_key(pk, f->keys[F_ROUND]);
 	rc |= msgpack_pack_uint64(pk, (uint64_t)meta->round);
 	return rc;
 }
@@ -313,13 +195,14 @@ pack_head(msgpack_packer *pk, const struct format *f,
 static int
 pack_hash(msgpack_packer *pk, msgpack_sbuffer *sb, size_t payload_len)
 {
-	unsigned char md[SHA256_LEN];
+	unsigned char md[PR_SHA256_LEN];
 	int rc = 0;
 
-	if (sha256(sb->data + sb->size - payload_len, payload_len, md) != 0)
+	if (pr_mp_sha256(sb->data + sb->size - payload_len, payload_len,
+	    md) != 0)
 		return -1;
-	rc |= pack_key(pk, "sha256");
-	rc |= msgpack_pack_bin_with_body(pk, md, SHA256_LEN);
+	rc |= pr_mp_pack_key(pk, "sha256");
+	rc |= msgpack_pack_bin_with_body(pk, md, PR_SHA256_LEN);
 	return rc;
 }
 
@@ -388,28 +271,28 @@ pr_ckpt_encode(const pr_ckpt_meta *meta, const kn_tensor *tensors,
 		return rc;
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	rc = pack_head(&pk, &ckpt_format, meta);
-	rc |= pack_key(&pk, "tensors");
+	rc |= pr_mp_pack_key(&pk, "tensors");
 	rc |= msgpack_pack_array(&pk, (size_t)ntensors);
 	for (i = 0; i < ntensors; i++) {
 		const kn_tensor *t = &tensors[i];
 
 		rc |= msgpack_pack_map(&pk, T_COUNT);
-		rc |= pack_key(&pk, "name");
-		rc |= pack_key(&pk, t->name);
-		rc |= pack_key(&pk, "dtype");
-		rc |= pack_key(&pk, "f32");
-		rc |= pack_key(&pk, "shape");
+		rc |= pr_mp_pack_key(&pk, "name");
+		rc |= pr_mp_pack_key(&pk, t->name);
+		rc |= pr_mp_pack_key(&pk, "dtype");
+		rc |= pr_mp_pack_key(&pk, "f32");
+		rc |= pr_mp_pack_key(&pk, "shape");
 		rc |= msgpack_pack_array(&pk, (size_t)t->ndim);
 		for (d = 0; d < t->ndim; d++)
 			rc |= msgpack_pack_uint64(&pk, (uint64_t)t->shape[d]);
-		rc |= pack_key(&pk, "bytes");
+		rc |= pr_mp_pack_key(&pk, "bytes");
 		rc |= msgpack_pack_uint64(&pk,
 		    (uint64_t)kn_tensor_numel(t) * sizeof(float));
 	}
-	rc |= pack_key(&pk, "payload");
+	rc |= pr_mp_pack_key(&pk, "payload");
 	rc |= msgpack_pack_bin(&pk, (size_t)payload);
 	for (i = 0; i < ntensors && rc == 0; i++)
-		rc |= pack_le_floats(&pk, params + tensors[i].offset,
+		rc |= pr_mp_pack_le_floats(&pk, params + tensors[i].offset,
 		    kn_tensor_numel(&tensors[i]));
 	if (rc == 0)
 		rc = pack_hash(&pk, &sb, (size_t)payload);
@@ -452,16 +335,16 @@ pr_ckpt_encode_optim(const pr_ckpt_meta *meta, size_t nparams,
 		return rc;
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	rc = pack_head(&pk, &optim_format, meta);
-	rc |= pack_key(&pk, "nparams");
+	rc |= pr_mp_pack_key(&pk, "nparams");
 	rc |= msgpack_pack_uint64(&pk, nparams);
-	rc |= pack_key(&pk, "t");
+	rc |= pr_mp_pack_key(&pk, "t");
 	rc |= msgpack_pack_uint64(&pk, (uint64_t)t);
-	rc |= pack_key(&pk, "payload");
+	rc |= pr_mp_pack_key(&pk, "payload");
 	rc |= msgpack_pack_bin(&pk, 8 * nparams);
 	if (rc == 0)
-		rc |= pack_le_floats(&pk, m, nparams);
+		rc |= pr_mp_pack_le_floats(&pk, m, nparams);
 	if (rc == 0)
-		rc |= pack_le_floats(&pk, v, nparams);
+		rc |= pr_mp_pack_le_floats(&pk, v, nparams);
 	if (rc == 0)
 		rc = pack_hash(&pk, &sb, 8 * nparams);
 	return finish(&sb, rc, buf, len, err);
@@ -469,267 +352,47 @@ pr_ckpt_encode_optim(const pr_ckpt_meta *meta, size_t nparams,
 
 /* ---- decoding ---- */
 
-enum { SCAN_OK, SCAN_TRUNCATED, SCAN_MALFORMED, SCAN_TOO_BIG };
-
-/* Walks one msgpack object without building it.  msgpack-c allocates a
- * container's elements as soon as it reads the count, so a five-byte
- * array header could ask for gigabytes: this bounds the counts by the
- * bytes left and the total by what our formats can hold before msgpack-c
- * sees the buffer.  *end receives the object's length. */
-static int
-scan_msgpack(const unsigned char *p, size_t len, size_t *end)
-{
-	uint64_t left[SCAN_MAX_DEPTH];  /* items still to read per level */
-	uint64_t pending = 1;           /* sum of left[] */
-	size_t pos = 0, objects = 0;
-	int depth = 1;
-
-	left[0] = 1;
-	while (pending > 0) {
-		uint64_t skip = 0, count = 0, children = 0;
-		int count_bytes = 0, container = 0, i;
-		unsigned char b;
-
-		while (left[depth - 1] == 0)
-			depth--;
-		left[depth - 1]--;
-		pending--;
-		if (pos >= len)
-			return SCAN_TRUNCATED;
-		if (++objects > SCAN_MAX_OBJECTS)
-			return SCAN_TOO_BIG;
-		b = p[pos++];
-		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 ||
-		    b == 0xc3)
-			;       /* fixint, nil, bool: the byte is the object */
-		else if (b <= 0x8f)
-			children = 2 * (uint64_t)(b & 0x0f);
-		else if (b <= 0x9f)
-			children = b & 0x0f;
-		else if (b <= 0xbf)
-			skip = b & 0x1f;
-		else {
-			switch (b) {
-			case 0xc4: case 0xd9: count_bytes = 1; break;
-			case 0xc5: case 0xda: count_bytes = 2; break;
-			case 0xc6: case 0xdb: count_bytes = 4; break;
-			/* ext: length, then a type byte, then the data */
-			case 0xc7: count_bytes = 1; skip = 1; break;
-			case 0xc8: count_bytes = 2; skip = 1; break;
-			case 0xc9: count_bytes = 4; skip = 1; break;
-			case 0xca: skip = 4; break;
-			case 0xcb: skip = 8; break;
-			case 0xcc: case 0xd0: skip = 1; break;
-			case 0xcd: case 0xd1: skip = 2; break;
-			case 0xce: case 0xd2: skip = 4; break;
-			case 0xcf: case 0xd3: skip = 8; break;
-			case 0xd4: skip = 2; break;
-			case 0xd5: skip = 3; break;
-			case 0xd6: skip = 5; break;
-			case 0xd7: skip = 9; break;
-			case 0xd8: skip = 17; break;
-			case 0xdc: count_bytes = 2; container = 1; break;
-			case 0xdd: count_bytes = 4; container = 1; break;
-			case 0xde: count_bytes = 2; container = 2; break;
-			case 0xdf: count_bytes = 4; container = 2; break;
-			default:
-				return SCAN_MALFORMED;  /* 0xc1 */
-			}
-		}
-		if ((size_t)count_bytes > len - pos)
-			return SCAN_TRUNCATED;
-		for (i = 0; i < count_bytes; i++)
-			count = count << 8 | p[pos++];
-		if (container)
-			children = count * (uint64_t)container;
-		else
-			skip += count;
-		if (skip > len - pos)
-			return SCAN_TRUNCATED;
-		pos += (size_t)skip;
-		if (children > 0) {
-			if (depth == SCAN_MAX_DEPTH)
-				return SCAN_TOO_BIG;
-			left[depth++] = children;
-			pending += children;
-			/* every pending object takes at least one byte */
-			if (pending > len - pos)
-				return SCAN_TRUNCATED;
-		}
-	}
-	*end = pos;
-	return SCAN_OK;
-}
-
-static const msgpack_object *
-map_get(const msgpack_object *map, const char *key)
-{
-	uint32_t i;
-
-	for (i = 0; i < map->via.map.size; i++)
-		if (str_is(&map->via.map.ptr[i].key, key))
-			return &map->via.map.ptr[i].val;
-	return NULL;
-}
-
-/* Fills out[k] with the value of keys[k]; the map must hold exactly
- * these keys, each once. */
-static int
-collect_fields(const msgpack_object *map, const char *const *keys,
-    int nkeys, const msgpack_object **out, const char *ctx, char *err)
-{
-	char name[40];
-	uint32_t i;
-	int k;
-
-	for (k = 0; k < nkeys; k++)
-		out[k] = NULL;
-	for (i = 0; i < map->via.map.size; i++) {
-		const msgpack_object *key = &map->via.map.ptr[i].key;
-
-		if (key->type != MSGPACK_OBJECT_STR)
-			return kn_error(err, KN_EINVAL, "%s has a field name "
-			    "that is not a string", ctx);
-		for (k = 0; k < nkeys && !str_is(key, keys[k]); k++)
-			;
-		if (k == nkeys) {
-			printable(name, sizeof(name), key->via.str.ptr,
-			    key->via.str.size);
-			return kn_error(err, KN_EINVAL, "%s has an unknown "
-			    "field '%s'", ctx, name);
-		}
-		if (out[k] != NULL)
-			return kn_error(err, KN_EINVAL, "%s has field '%s' "
-			    "twice", ctx, keys[k]);
-		out[k] = &map->via.map.ptr[i].val;
-	}
-	for (k = 0; k < nkeys; k++)
-		if (out[k] == NULL)
-			return kn_error(err, KN_EINVAL, "%s lacks field '%s'",
-			    ctx, keys[k]);
-	return 0;
-}
-
-static int
-get_uint(const msgpack_object *o, uint64_t max, uint64_t *v,
-    const char *what, const char *field, char *err)
-{
-	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max)
-		return kn_error(err, KN_EINVAL, "%s field '%s' must be an "
-		    "integer in [0, %llu]", what, field,
-		    (unsigned long long)max);
-	*v = o->via.u64;
-	return 0;
-}
-
-/* Everything both formats share, in the order that gives the most useful
- * message: is it msgpack, is it ours, which version, is it whole, then
- * the metadata fields.  up must be initialised; the caller destroys it. */
+/* Everything both formats share: the checks of pr_mp_open(), then the
+ * metadata fields.  up must be initialised; the caller destroys it. */
 static int
 parse_head(const char *buf, size_t len, const struct format *f,
     msgpack_unpacked *up, const msgpack_object **fields, pr_ckpt_meta *meta,
     char *err)
 {
-	const struct format *other = f == &ckpt_format ? &optim_format :
-	    &ckpt_format;
 	const msgpack_object *root, *o;
-	unsigned char first;
-	size_t end = 0, off = 0;
 	uint64_t u = 0;
 	int rc;
 
-	if (len == 0)
-		return kn_error(err, KN_EINVAL, "%s is truncated (empty)",
-		    f->what);
-	first = (unsigned char)buf[0];
-	if (!((first >= 0x80 && first <= 0x8f) || first == 0xde ||
-	    first == 0xdf))
-		return kn_error(err, KN_EINVAL, "%s (it does not start with "
-		    "a msgpack map)", f->notme);
-	switch (scan_msgpack((const unsigned char *)buf, len, &end)) {
-	case SCAN_TRUNCATED:
-		return kn_error(err, KN_EINVAL, "%s is truncated (%zu bytes "
-		    "end inside its msgpack object)", f->what, len);
-	case SCAN_MALFORMED:
-		return kn_error(err, KN_EINVAL, "%s (malformed msgpack)",
-		    f->notme);
-	case SCAN_TOO_BIG:
-		return kn_error(err, KN_EINVAL, "%s (more than %zu msgpack "
-		    "objects or %d levels)", f->notme,
-		    (size_t)SCAN_MAX_OBJECTS, SCAN_MAX_DEPTH);
-	}
-	switch (msgpack_unpack_next(up, buf, end, &off)) {
-	case MSGPACK_UNPACK_SUCCESS:
-		break;
-	case MSGPACK_UNPACK_NOMEM_ERROR:
-		return kn_error(err, KN_ENOMEM, "out of memory while reading "
-		    "a %s", f->what);
-	default:
-		return kn_error(err, KN_EINVAL, "%s (malformed msgpack)",
-		    f->notme);
-	}
-	root = &up->data;
-	if (off != end || root->type != MSGPACK_OBJECT_MAP)
-		return kn_error(err, KN_EINVAL, "%s (malformed msgpack)",
-		    f->notme);
-
-	o = map_get(root, "magic");
-	if (o == NULL || !str_is(o, f->magic)) {
-		if (o != NULL && str_is(o, other->magic))
-			return kn_error(err, KN_EINVAL, "%s: this is a "
-			    "ShardMeter %s file", f->notme, other->what);
-		return kn_error(err, KN_EINVAL, "%s (wrong magic)", f->notme);
-	}
-	o = map_get(root, "version");
-	if (o == NULL || (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
-	    o->type != MSGPACK_OBJECT_NEGATIVE_INTEGER))
-		return kn_error(err, KN_EINVAL, "%s has no format version",
-		    f->what);
-	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-	    o->via.u64 != PR_CKPT_VERSION) {
-		int newer = o->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
-		    o->via.u64 > PR_CKPT_VERSION;
-
-		if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-			return kn_error(err, KN_EINVAL, "%s format version "
-			    "%llu; this build reads version %d: %s", f->what,
-			    (unsigned long long)o->via.u64, PR_CKPT_VERSION,
-			    newer ? "a newer ShardMeter wrote it, upgrade "
-			    "this host" : "the file is damaged");
-		return kn_error(err, KN_EINVAL, "%s format version %lld; "
-		    "this build reads version %d: the file is damaged",
-		    f->what, (long long)o->via.i64, PR_CKPT_VERSION);
-	}
-	if (end != len)
-		return kn_error(err, KN_EINVAL, "%s has %zu trailing bytes "
-		    "after its end", f->what, len - end);
-	if ((rc = collect_fields(root, f->keys, f->nkeys, fields, f->what,
-	    err)) != 0)
+	if ((rc = pr_mp_open(buf, len, &f->mp, f == &ckpt_format ?
+	    ckpt_others : optim_others, up, &root, err)) != 0)
+		return rc;
+	if ((rc = pr_mp_collect_fields(root, f->keys, f->nkeys, fields,
+	    f->mp.what, err)) != 0)
 		return rc;
 
 	memset(meta, 0, sizeof(*meta));
 	o = fields[F_RUN_ID];
 	if (o->type != MSGPACK_OBJECT_STR ||
-	    !is_run_id(o->via.str.ptr, o->via.str.size))
+	    !pr_mp_is_run_id(o->via.str.ptr, o->via.str.size))
 		return kn_error(err, KN_EINVAL, "%s field 'run_id' must be 64 "
-		    "lowercase hex digits", f->what);
+		    "lowercase hex digits", f->mp.what);
 	memcpy(meta->run_id, o->via.str.ptr, o->via.str.size);
-	if ((rc = get_uint(fields[F_BLOCK], PR_MAX_BLOCKS, &u, f->what,
-	    "block", err)) != 0)
+	if ((rc = pr_mp_get_uint(fields[F_BLOCK], PR_MAX_BLOCKS, &u,
+	    f->mp.what, "block", err)) != 0)
 		return rc;
 	meta->block = (int)u;
 	o = fields[F_KIND];
 	if (o->type != MSGPACK_OBJECT_STR ||
 	    !is_kind(o->via.str.ptr, o->via.str.size))
 		return kn_error(err, KN_EINVAL, "%s field 'kind' must be "
-		    "\"block\", \"e2e\" or \"causal\"", f->what);
+		    "\"block\", \"e2e\" or \"causal\"", f->mp.what);
 	memcpy(meta->kind, o->via.str.ptr, o->via.str.size);
-	if ((rc = get_uint(fields[F_STEP], INT64_MAX, &u, f->what, "step",
-	    err)) != 0)
+	if ((rc = pr_mp_get_uint(fields[F_STEP], INT64_MAX, &u, f->mp.what,
+	    "step", err)) != 0)
 		return rc;
 	meta->step = (int64_t)u;
-	if ((rc = get_uint(fields[F_ROUND], INT64_MAX, &u, f->what, "round",
-	    err)) != 0)
+	if ((rc = pr_mp_get_uint(fields[F_ROUND], INT64_MAX, &u, f->mp.what,
+	    "round", err)) != 0)
 		return rc;
 	meta->round = (int64_t)u;
 	return 0;
@@ -745,7 +408,7 @@ check_expect(const pr_ckpt_meta *got, const pr_ckpt_meta *expect,
 		return 0;
 	if (expect->run_id[0] != '\0' &&
 	    strncmp(got->run_id, expect->run_id, PR_RUN_ID_LEN) != 0) {
-		printable(want, sizeof(want), expect->run_id,
+		pr_mp_printable(want, sizeof(want), expect->run_id,
 		    strnlen(expect->run_id, PR_RUN_ID_LEN - 1));
 		return kn_error(err, KN_EINVAL, "%s belongs to run %s, not %s",
 		    what, got->run_id, want);
@@ -755,7 +418,7 @@ check_expect(const pr_ckpt_meta *got, const pr_ckpt_meta *expect,
 		    "block %d", what, got->block, expect->block);
 	if (expect->kind[0] != '\0' &&
 	    strncmp(got->kind, expect->kind, PR_CKPT_KIND_LEN) != 0) {
-		printable(want, sizeof(want), expect->kind,
+		pr_mp_printable(want, sizeof(want), expect->kind,
 		    strnlen(expect->kind, PR_CKPT_KIND_LEN - 1));
 		return kn_error(err, KN_EINVAL, "%s is of kind '%s', not "
 		    "'%s'", what, got->kind, want);
@@ -769,17 +432,18 @@ check_payload(const msgpack_object *po, const msgpack_object *ho,
     const char *what, const unsigned char **payload, size_t *size,
     char *err)
 {
-	unsigned char md[SHA256_LEN];
+	unsigned char md[PR_SHA256_LEN];
 
 	if (po->type != MSGPACK_OBJECT_BIN)
 		return kn_error(err, KN_EINVAL, "%s field 'payload' must be a "
 		    "msgpack bin", what);
-	if (ho->type != MSGPACK_OBJECT_BIN || ho->via.bin.size != SHA256_LEN)
+	if (ho->type != MSGPACK_OBJECT_BIN ||
+	    ho->via.bin.size != PR_SHA256_LEN)
 		return kn_error(err, KN_EINVAL, "%s field 'sha256' must be a "
-		    "bin of %d bytes", what, SHA256_LEN);
-	if (sha256(po->via.bin.ptr, po->via.bin.size, md) != 0)
+		    "bin of %d bytes", what, PR_SHA256_LEN);
+	if (pr_mp_sha256(po->via.bin.ptr, po->via.bin.size, md) != 0)
 		return kn_error(err, KN_ENOMEM, "SHA-256 failed in OpenSSL");
-	if (memcmp(md, ho->via.bin.ptr, SHA256_LEN) != 0)
+	if (memcmp(md, ho->via.bin.ptr, PR_SHA256_LEN) != 0)
 		return kn_error(err, KN_EINVAL, "payload hash mismatch: the "
 		    "file is corrupt");
 	*payload = (const unsigned char *)po->via.bin.ptr;
@@ -807,7 +471,8 @@ parse_tensor(const msgpack_object *o, int i, struct table_entry *e,
 	snprintf(ctx, sizeof(ctx), "tensor %d of the table", i);
 	if (o->type != MSGPACK_OBJECT_MAP)
 		return kn_error(err, KN_EINVAL, "%s is not a map", ctx);
-	if ((rc = collect_fields(o, tensor_keys, T_COUNT, f, ctx, err)) != 0)
+	if ((rc = pr_mp_collect_fields(o, tensor_keys, T_COUNT, f, ctx,
+	    err)) != 0)
 		return rc;
 	memset(e, 0, sizeof(*e));
 	if (f[T_NAME]->type != MSGPACK_OBJECT_STR ||
@@ -823,10 +488,10 @@ parse_tensor(const msgpack_object *o, int i, struct table_entry *e,
 			    "space or a non-ASCII byte", ctx);
 	}
 	memcpy(e->name, f[T_NAME]->via.str.ptr, f[T_NAME]->via.str.size);
-	if (!str_is(f[T_DTYPE], "f32")) {
+	if (!pr_mp_str_is(f[T_DTYPE], "f32")) {
 		if (f[T_DTYPE]->type == MSGPACK_OBJECT_STR) {
-			printable(shown, sizeof(shown), f[T_DTYPE]->via.str.ptr,
-			    f[T_DTYPE]->via.str.size);
+			pr_mp_printable(shown, sizeof(shown),
+			    f[T_DTYPE]->via.str.ptr, f[T_DTYPE]->via.str.size);
 			return kn_error(err, KN_EINVAL, "tensor %s has dtype "
 			    "'%s'; this build reads only f32", e->name, shown);
 		}
@@ -955,7 +620,7 @@ pr_ckpt_decode(const char *buf, size_t len, const pr_ckpt_meta *expect,
 		goto out;
 	}
 	for (i = 0, at = 0; i < count; at += entries[i].bytes, i++) {
-		long bad = first_nonfinite_le(payload + at,
+		long bad = pr_mp_first_nonfinite_le(payload + at,
 		    entries[i].bytes / 4);
 
 		if (bad >= 0) {
@@ -969,7 +634,7 @@ pr_ckpt_decode(const char *buf, size_t len, const pr_ckpt_meta *expect,
 	/* valid: only now touch the caller's memory */
 	if (params_out != NULL)
 		for (i = 0, at = 0; i < count; at += entries[i].bytes, i++)
-			load_le_floats(params_out + tensors[i].offset,
+			pr_mp_load_le_floats(params_out + tensors[i].offset,
 			    payload + at, entries[i].bytes / 4);
 	if (meta_out != NULL)
 		*meta_out = meta;
@@ -1017,10 +682,10 @@ pr_ckpt_decode_optim(const char *buf, size_t len,
 		goto out;
 	if ((rc = check_expect(&meta, expect, "optimizer state", err)) != 0)
 		goto out;
-	if ((rc = get_uint(fields[F_NPARAMS], PAYLOAD_MAX / 8, &n,
+	if ((rc = pr_mp_get_uint(fields[F_NPARAMS], PAYLOAD_MAX / 8, &n,
 	    "optimizer state", "nparams", err)) != 0 ||
-	    (rc = get_uint(fields[F_T], INT_MAX, &t, "optimizer state", "t",
-	    err)) != 0)
+	    (rc = pr_mp_get_uint(fields[F_T], INT_MAX, &t, "optimizer state",
+	    "t", err)) != 0)
 		goto out;
 	if (n != nparams) {
 		rc = kn_error(err, KN_EINVAL, "optimizer state holds %llu "
@@ -1039,23 +704,24 @@ pr_ckpt_decode_optim(const char *buf, size_t len,
 		goto out;
 	}
 	for (i = 0; i < 2; i++)
-		if ((bad = first_nonfinite_le(payload + 4 * n * i, n)) >= 0) {
+		if ((bad = pr_mp_first_nonfinite_le(payload + 4 * n * i,
+		    n)) >= 0) {
 			rc = kn_error(err, KN_ENUM, "optimizer state %s holds "
 			    "a non-finite value at index %ld", i ? "v" : "m",
 			    bad);
 			goto out;
 		}
 	for (i = 0; i < n; i++)
-		if (load_le_float(payload + 4 * (n + i)) < 0) {
+		if (pr_mp_load_le_float(payload + 4 * (n + i)) < 0) {
 			rc = kn_error(err, KN_ENUM, "optimizer state v holds a "
 			    "negative value at index %zu", i);
 			goto out;
 		}
 
 	if (m_out != NULL)
-		load_le_floats(m_out, payload, n);
+		pr_mp_load_le_floats(m_out, payload, n);
 	if (v_out != NULL)
-		load_le_floats(v_out, payload + 4 * n, n);
+		pr_mp_load_le_floats(v_out, payload + 4 * n, n);
 	if (t_out != NULL)
 		*t_out = (int)t;
 	if (meta_out != NULL)

@@ -1,0 +1,400 @@
+/* The HTTP API v1 of blocktraind (proto/PROTOCOL.md): status, metrics,
+ * spec, peers, the block's checkpoint, and the round exchange (rounds.c).
+ * Every 4xx and 5xx carries a body that says what was wrong. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "daemon/log.h"
+#include "daemon/node.h"
+
+static void
+fail(hs_response *res, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void
+fail(hs_response *res, int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	int len;
+
+	va_start(ap, fmt);
+	len = vsnprintf(msg, sizeof(msg) - 1, fmt, ap);
+	va_end(ap);
+	if (len < 0)
+		len = 0;
+	if (len > (int)sizeof(msg) - 2)
+		len = (int)sizeof(msg) - 2;
+	msg[len++] = '\n';
+	hs_response_status(res, code);
+	hs_response_body(res, "text/plain; charset=utf-8", msg, (size_t)len);
+}
+
+static const char *
+peer_state_name(sm_peer_state s)
+{
+	switch (s) {
+	case SM_PEER_UP: return "up";
+	case SM_PEER_DOWN: return "down";
+	case SM_PEER_REFUSED: return "refused";
+	default: return "unknown";
+	}
+}
+
+static json_t *
+bytes_json(const uint64_t in[SM_KINDS], const uint64_t out[SM_KINDS])
+{
+	json_t *o = json_object(), *ji = json_object(), *jo = json_object();
+	int k;
+
+	for (k = 0; k < SM_KINDS; k++) {
+		json_object_set_new(ji, sm_kind_name(k), json_integer(
+		    (json_int_t)in[k]));
+		json_object_set_new(jo, sm_kind_name(k), json_integer(
+		    (json_int_t)out[k]));
+	}
+	json_object_set_new(o, "in", ji);
+	json_object_set_new(o, "out", jo);
+	return o;
+}
+
+static json_t *
+peers_json(node *n)
+{
+	json_t *arr = json_array();
+	double t = node_now();
+	int i;
+
+	for (i = 0; i < n->peers.n; i++) {
+		sm_peer *p = &n->peers.v[i];
+		json_t *o = json_object();
+
+		json_object_set_new(o, "addr", json_string(p->addr));
+		json_object_set_new(o, "block", json_integer(p->block));
+		json_object_set_new(o, "replica", json_integer(
+		    sm_peers_replica_index(&n->peers, i)));
+		json_object_set_new(o, "self", json_boolean(p->self));
+		if (p->id[0])
+			json_object_set_new(o, "id", json_string(p->id));
+		if (!p->self) {
+			json_object_set_new(o, "state", json_string(
+			    peer_state_name(p->state)));
+			if (p->last_seen > 0)
+				json_object_set_new(o, "last_seen_s_ago",
+				    json_real(t - p->last_seen));
+			json_object_set_new(o, "rtt_ms", json_real(p->rtt_ms));
+			json_object_set_new(o, "failures",
+			    json_integer(p->failures));
+			if (p->why[0])
+				json_object_set_new(o, "why", json_string(p->why));
+			json_object_set_new(o, "step", json_integer(p->step));
+		}
+		json_object_set_new(o, "bytes", bytes_json(p->bytes_in,
+		    p->bytes_out));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+char *
+api_status_json(node *n, size_t *len)
+{
+	json_t *o = json_object();
+	uint64_t in[SM_KINDS] = { 0 }, out[SM_KINDS] = { 0 };
+	char *text;
+	int i, k;
+
+	json_object_set_new(o, "run_id", json_string(n->run_id));
+	json_object_set_new(o, "block", json_integer(n->cfg.block));
+	json_object_set_new(o, "blocks", json_integer(n->spec.blocks));
+	json_object_set_new(o, "interval", json_pack("[f,f]",
+	    n->spec.cuts[n->cfg.block - 1], n->spec.cuts[n->cfg.block]));
+	json_object_set_new(o, "replica", json_integer(n->replica));
+	json_object_set_new(o, "replicas", json_integer(n->replicas));
+	json_object_set_new(o, "addr", json_string(n->cfg.advertise));
+	json_object_set_new(o, "state", json_string(n->state));
+	if (n->error[0])
+		json_object_set_new(o, "error", json_string(n->error));
+	json_object_set_new(o, "step", json_integer(n->step));
+	json_object_set_new(o, "steps", json_integer(n->spec.steps));
+	json_object_set_new(o, "round", json_integer(n->round));
+	json_object_set_new(o, "loss", json_real(n->loss));
+	json_object_set_new(o, "positions_per_s",
+	    json_real(n->positions_per_s));
+	if (n->have_share) {
+		json_object_set_new(o, "heldout_share", json_real(n->share));
+		json_object_set_new(o, "heldout_share_step",
+		    json_integer(n->share_step));
+	}
+	json_object_set_new(o, "checkpoint", json_pack("{s:I,s:I,s:I,s:s}",
+	    "step", (json_int_t)n->ckpt_step, "round",
+	    (json_int_t)n->ckpt_round, "bytes", (json_int_t)n->ckpt_len,
+	    "sha256", n->etag));
+	json_object_set_new(o, "uptime_s", json_real(node_now() - n->started));
+	json_object_set_new(o, "backend", json_string(n->backend_desc));
+	for (i = 0; i < n->peers.n; i++)
+		for (k = 0; k < SM_KINDS; k++) {
+			in[k] += n->peers.v[i].bytes_in[k];
+			out[k] += n->peers.v[i].bytes_out[k];
+		}
+	for (k = 0; k < SM_KINDS; k++) {
+		in[k] += n->client_in[k];
+		out[k] += n->client_out[k];
+	}
+	json_object_set_new(o, "bytes", bytes_json(in, out));
+	json_object_set_new(o, "client_bytes", bytes_json(n->client_in,
+	    n->client_out));
+	json_object_set_new(o, "peers", peers_json(n));
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	*len = text ? strlen(text) : 0;
+	return text;
+}
+
+static void
+metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Appends one line to a growing buffer of Prometheus text. */
+static void
+metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0,
+		    fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if (*buf != NULL && *len + (size_t)n < *cap) {
+			*len += (size_t)n;
+			return;
+		}
+		{
+			size_t ncap = (*cap ? *cap * 2 : 4096) + (size_t)n;
+			char *nb = realloc(*buf, ncap);
+
+			if (nb == NULL)
+				return;
+			*buf = nb;
+			*cap = ncap;
+		}
+	}
+}
+
+static char *
+metrics_text(node *n, size_t *outlen)
+{
+	char *b = NULL;
+	size_t len = 0, cap = 0;
+	int i, k;
+
+	metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps done.\n"
+	    "# TYPE blocktrain_step gauge\nblocktrain_step{block=\"%d\","
+	    "replica=\"%d\"} %" PRId64 "\n", n->cfg.block, n->replica, n->step);
+	metric(&b, &len, &cap, "# HELP blocktrain_rounds_total Averaging "
+	    "rounds completed.\n# TYPE blocktrain_rounds_total counter\n"
+	    "blocktrain_rounds_total %" PRId64 "\n", n->round);
+	metric(&b, &len, &cap, "# HELP blocktrain_loss Training loss of the "
+	    "last step.\n# TYPE blocktrain_loss gauge\nblocktrain_loss %.6f\n",
+	    n->loss);
+	metric(&b, &len, &cap, "# HELP blocktrain_positions_per_second "
+	    "Training throughput.\n# TYPE blocktrain_positions_per_second "
+	    "gauge\nblocktrain_positions_per_second %.1f\n",
+	    n->positions_per_s);
+	if (n->have_share)
+		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
+		    "This block's share of the held-out bound, nats per byte.\n"
+		    "# TYPE blocktrain_heldout_share_nats gauge\n"
+		    "blocktrain_heldout_share_nats{step=\"%" PRId64 "\"} %.6f\n",
+		    n->share_step, n->share);
+	metric(&b, &len, &cap, "# HELP blocktrain_bytes_total Bytes exchanged, "
+	    "by peer, direction and kind.\n# TYPE blocktrain_bytes_total "
+	    "counter\n");
+	for (i = 0; i <= n->peers.n; i++) {
+		const uint64_t *in = i < n->peers.n ? n->peers.v[i].bytes_in :
+		    n->client_in;
+		const uint64_t *out = i < n->peers.n ? n->peers.v[i].bytes_out :
+		    n->client_out;
+		const char *who = i < n->peers.n ? n->peers.v[i].addr : "clients";
+
+		if (i < n->peers.n && n->peers.v[i].self)
+			continue;
+		for (k = 0; k < SM_KINDS; k++) {
+			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
+			    "direction=\"in\",kind=\"%s\"} %" PRIu64 "\n", who,
+			    sm_kind_name(k), in[k]);
+			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
+			    "direction=\"out\",kind=\"%s\"} %" PRIu64 "\n", who,
+			    sm_kind_name(k), out[k]);
+		}
+	}
+	metric(&b, &len, &cap, "# HELP blocktrain_peer_up Whether a peer "
+	    "answered its last probe with our run id.\n# TYPE "
+	    "blocktrain_peer_up gauge\n");
+	for (i = 0; i < n->peers.n; i++)
+		if (!n->peers.v[i].self)
+			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
+			    "%d\n", n->peers.v[i].addr,
+			    n->peers.v[i].state == SM_PEER_UP);
+	*outlen = len;
+	return b;
+}
+
+/* The meter label carries the kind and the caller's advertised address
+ * (daemons add ?from=host:port to what they ask of each other), so that
+ * api_on_exchange can charge the right peer. */
+static void
+meter(hs_response *res, const hs_request *req, int kind)
+{
+	const char *from = strstr(req->query, "from=");
+	char label[SM_HOST_LEN + 32];
+	int len = 0;
+
+	if (from != NULL && (from == req->query || from[-1] == '&')) {
+		from += 5;
+		len = (int)strcspn(from, "&");
+	}
+	if (len <= 0 || len > SM_HOST_LEN)
+		snprintf(label, sizeof(label), "%d -", kind);
+	else
+		snprintf(label, sizeof(label), "%d %.*s", kind, len, from);
+	hs_response_meter(res, label);
+}
+
+void
+api_on_exchange(void *ctx, const char *peer, const char *kind, size_t in,
+    size_t out)
+{
+	node *n = ctx;
+	char addr[SM_HOST_LEN + 16] = "-";
+	int k = SM_KIND_OTHER;
+
+	(void)peer;
+	if (kind != NULL)
+		sscanf(kind, "%d %271s", &k, addr);
+	node_meter(n, addr, k, in, out);
+}
+
+static void
+serve_checkpoint(node *n, const hs_request *req, hs_response *res)
+{
+	const char *inm = hs_request_header(req, "If-None-Match");
+	char etag[80];
+
+	if (n->ckpt == NULL) {
+		fail(res, 503, "no checkpoint yet: the block is starting");
+		return;
+	}
+	snprintf(etag, sizeof(etag), "\"%s\"", n->etag);
+	hs_response_header(res, "ETag", etag);
+	if (inm != NULL && (strcmp(inm, etag) == 0 ||
+	    strcmp(inm, n->etag) == 0)) {
+		hs_response_status(res, 304);
+		return;
+	}
+	hs_response_status(res, 200);
+	hs_response_body(res, "application/x-msgpack", n->ckpt, n->ckpt_len);
+	log_debug("checkpoint step %" PRId64 " (%zu bytes) to %s",
+	    n->ckpt_step, n->ckpt_len, req->peer);
+}
+
+void
+api_handle(void *ctx, const hs_request *req, hs_response *res)
+{
+	node *n = ctx;
+	int get = strcmp(req->method, "GET") == 0 ||
+	    strcmp(req->method, "HEAD") == 0;
+	int block, used = 0;
+	long long round;
+	char *body;
+	size_t len;
+
+	n->requests++;
+	if (strcmp(req->path, "/v1/status") == 0) {
+		meter(res, req, SM_KIND_OTHER);
+		if (!get)
+			goto not_allowed;
+		body = api_status_json(n, &len);
+		hs_response_status(res, 200);
+		hs_response_body_owned(res, "application/json", body, len);
+		return;
+	}
+	if (strcmp(req->path, "/metrics") == 0) {
+		meter(res, req, SM_KIND_OTHER);
+		if (!get)
+			goto not_allowed;
+		body = metrics_text(n, &len);
+		hs_response_status(res, 200);
+		hs_response_body_owned(res, "text/plain; version=0.0.4", body,
+		    len);
+		return;
+	}
+	if (strcmp(req->path, "/v1/spec") == 0) {
+		meter(res, req, SM_KIND_OTHER);
+		if (!get)
+			goto not_allowed;
+		hs_response_status(res, 200);
+		hs_response_header(res, "X-Run-Id", n->run_id);
+		hs_response_body(res, "application/x-msgpack", n->spec_body,
+		    n->spec_len);
+		return;
+	}
+	if (strcmp(req->path, "/v1/peers") == 0) {
+		json_t *arr;
+
+		meter(res, req, SM_KIND_OTHER);
+		if (!get)
+			goto not_allowed;
+		arr = peers_json(n);
+		body = json_dumps(arr, JSON_COMPACT);
+		json_decref(arr);
+		hs_response_status(res, 200);
+		hs_response_body_owned(res, "application/json", body,
+		    body ? strlen(body) : 0);
+		return;
+	}
+	if (sscanf(req->path, "/v1/blocks/%d/%n", &block, &used) == 1 &&
+	    used > 0) {
+		const char *rest = req->path + used;
+
+		if (block != n->cfg.block) {
+			meter(res, req, SM_KIND_OTHER);
+			fail(res, 404, "this daemon serves block %d, not block %d",
+			    n->cfg.block, block);
+			return;
+		}
+		if (strcmp(rest, "checkpoint") == 0) {
+			meter(res, req, SM_KIND_CHECKPOINT);
+			if (!get)
+				goto not_allowed;
+			serve_checkpoint(n, req, res);
+			return;
+		}
+		used = 0;
+		if (sscanf(rest, "rounds/%lld/%n", &round, &used) == 1 &&
+		    used > 0) {
+			meter(res, req, SM_KIND_UPDATE);
+			if (rounds_handle(n, req, res, block, round, rest + used))
+				return;
+		}
+	}
+	meter(res, req, SM_KIND_OTHER);
+	n->client_errors++;
+	fail(res, 404, "no such resource: %s %s (see proto/PROTOCOL.md)",
+	    req->method, req->path);
+	return;
+not_allowed:
+	n->client_errors++;
+	hs_response_header(res, "Allow", "GET, HEAD");
+	fail(res, 405, "%s is not allowed on %s", req->method, req->path);
+}

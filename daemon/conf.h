@@ -1,0 +1,39 @@
+/* blocktrain.conf: the daemon's own settings (the run itself is in the
+ * run spec it names).  Every key, its default and its meaning are in
+ * blocktrain.conf(5). */
+#ifndef SM_CONF_H
+#define SM_CONF_H
+
+#include <stddef.h>
+
+#include "proto/spec.h"
+
+#define SM_HOST_LEN 256
+
+typedef struct {
+	char listen_host[SM_HOST_LEN];
+	int listen_port;
+	char advertise[SM_HOST_LEN + 8];  /* host:port peers know us by */
+	char spec[PR_PATH_LEN];
+	char peers[PR_PATH_LEN];
+	char state_dir[PR_PATH_LEN];
+	int block;                      /* 1-based */
+	char device[16];                /* auto | cpu | cuda */
+	int threads;                    /* 0: all cores */
+	int eval_every;                 /* steps between held-out shares */
+	int eval_windows;
+	int checkpoint_every;           /* steps, for a block of one replica */
+	char update_encoding[8];        /* f32 | f16 | bf16 */
+	size_t max_body;                /* bytes; 0: derived from the model */
+	int peer_timeout_ms;
+} sm_config;
+
+void sm_config_defaults(sm_config *c);
+/* Reads path over the defaults; 0 or a negative code with "file:line:
+ * reason" in err (PR_ERR_LEN). */
+int sm_config_load(sm_config *c, const char *path, char *err);
+/* Parses "host:port" ("[v6]:port" too) into its parts. */
+int sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+int sm_config_validate(const sm_config *c, char *err);
+
+#endif

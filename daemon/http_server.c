@@ -1,0 +1,1180 @@
+/* The HTTP/1.1 server: connections on the caller's libuv loop, parsed by
+ * http-parser, answered by one synchronous handler through asynchronous
+ * writes.  Each connection parses until a request is complete, pauses the
+ * parser there, answers, and goes on with what the peer pipelined, so the
+ * bytes of each exchange are known exactly for metering. */
+#include "config.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <http_parser.h>
+#include <uv.h>
+
+#include "daemon/http_server.h"
+
+#define HS_READ_LEN (64 * 1024)         /* one read from a socket */
+#define HS_SLICE_LEN (1024 * 1024)      /* body bytes per uv_write */
+#define HS_MAX_PIPELINE 8               /* responses in flight per conn */
+#define HS_LINGER_MS 2000               /* reading after our FIN */
+#define HS_PEER_LEN 64
+#define HS_KIND_LEN 32
+#define HS_MSG_LEN 192
+
+enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER };
+enum { HS_CB_NONE, HS_CB_URL, HS_CB_FIELD, HS_CB_VALUE };
+
+typedef struct hs_conn hs_conn;
+
+/* Offsets into hs_conn.hbuf, which holds "url\0name\0value\0name\0...". */
+struct hs_header {
+	size_t name, value;
+};
+
+/* One response being written: the head and the body in slices, each its
+ * own uv_write, so every slice taken by the peer restarts the timer. */
+struct hs_out {
+	hs_conn *c;
+	char *head;
+	size_t head_len;
+	char *body;                     /* owned; NULL after HEAD */
+	size_t body_len;
+	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
+	char kind[HS_KIND_LEN];
+	int pending, failed;
+	uv_write_t reqs[];
+};
+
+struct hs_response {
+	int status;
+	char *headers;                  /* "Name: value\r\n" lines */
+	size_t headers_len, headers_cap;
+	char *content_type;
+	char *body;
+	size_t body_len;
+	char kind[HS_KIND_LEN];
+	int nomem;
+};
+
+struct hs_conn {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_shutdown_t shutdown_req;
+	hs_server *srv;
+	hs_conn *prev, *next;
+	char peer[HS_PEER_LEN];
+	http_parser parser;
+	int handles;                    /* of tcp and timer, still open */
+	int timer_kind;
+	int outs;                       /* responses in flight */
+	unsigned over_limit : 1;        /* accepted beyond max_connections */
+	unsigned in_message : 1;        /* a request is partly read */
+	unsigned finishing : 1;         /* no more requests; close after writes */
+	unsigned lingering : 1;
+	unsigned closing : 1;
+	unsigned eof : 1;
+	char *held;             /* unparsed bytes while the pipeline is full */
+	size_t held_len;
+	/* the request being read */
+	size_t req_in;                  /* bytes the parser consumed for it */
+	size_t header_bytes;
+	char *hbuf;
+	size_t hlen, hcap;
+	struct hs_header *hdrs;
+	size_t nhdrs, hdrs_cap;
+	int last_cb;
+	char *body;
+	size_t body_len, body_cap;
+	size_t continue_bytes;
+	int reject_status;
+	char reject_msg[HS_MSG_LEN];
+	int keep_alive, method, http_major, http_minor;
+};
+
+struct hs_server {
+	uv_loop_t *loop;
+	uv_tcp_t listener;
+	hs_config cfg;
+	hs_handler_fn handler;
+	void *ctx;
+	http_parser_settings settings;
+	hs_conn *conns;
+	int nconns, nover;              /* within and beyond the limit */
+	unsigned long accepted;
+	int listening, closing, listener_open;
+	void (*closed)(void *);
+	void *closed_arg;
+	char readbuf[HS_READ_LEN];
+	int readbuf_busy;
+};
+
+static const char hs_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+static void conn_close(hs_conn *c);
+static void conn_feed(hs_conn *c, const char *data, size_t len);
+static void conn_fail(hs_conn *c, int status, const char *msg);
+
+static void
+set_err(char *err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, HS_ERR_LEN, fmt, ap);
+	va_end(ap);
+}
+
+/* Appends n bytes to a growing buffer; -1 when out of memory. */
+static int
+buf_add(char **b, size_t *len, size_t *cap, const void *d, size_t n)
+{
+	if (*len + n > *cap) {
+		size_t ncap = *cap ? *cap : 256;
+		char *nb;
+
+		while (ncap < *len + n)
+			ncap *= 2;
+		nb = realloc(*b, ncap);
+		if (nb == NULL)
+			return -1;
+		*b = nb;
+		*cap = ncap;
+	}
+	memcpy(*b + *len, d, n);
+	*len += n;
+	return 0;
+}
+
+/* Gives the fields left at zero their defaults. */
+static void
+config_fill(hs_config *cfg)
+{
+	if (cfg->max_header_bytes == 0)
+		cfg->max_header_bytes = HS_DEFAULT_MAX_HEADER_BYTES;
+	if (cfg->max_body_bytes == 0)
+		cfg->max_body_bytes = HS_DEFAULT_MAX_BODY_BYTES;
+	if (cfg->idle_timeout_ms == 0)
+		cfg->idle_timeout_ms = HS_DEFAULT_IDLE_TIMEOUT_MS;
+	if (cfg->request_timeout_ms == 0)
+		cfg->request_timeout_ms = HS_DEFAULT_REQUEST_TIMEOUT_MS;
+	if (cfg->max_connections <= 0)
+		cfg->max_connections = HS_DEFAULT_MAX_CONNECTIONS;
+}
+
+void
+hs_config_defaults(hs_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	config_fill(cfg);
+}
+
+/* ---- the server's own state ---- */
+
+static void
+server_maybe_free(hs_server *s)
+{
+	void (*closed)(void *);
+	void *arg;
+
+	if (!s->closing || s->listener_open || s->conns != NULL)
+		return;
+	closed = s->closed;
+	arg = s->closed_arg;
+	free(s);
+	if (closed != NULL)
+		closed(arg);
+}
+
+static void
+on_listener_closed(uv_handle_t *h)
+{
+	hs_server *s = h->data;
+
+	s->listener_open = 0;
+	server_maybe_free(s);
+}
+
+/* ---- timers ---- */
+
+static void
+on_conn_timer(uv_timer_t *t)
+{
+	hs_conn *c = t->data;
+	int kind = c->timer_kind;
+
+	c->timer_kind = HS_T_NONE;
+	if (kind == HS_T_REQUEST) {
+		char msg[HS_MSG_LEN];
+
+		snprintf(msg, sizeof(msg), "request not received within %u ms",
+		    c->srv->cfg.request_timeout_ms);
+		conn_fail(c, 408, msg);
+	} else
+		conn_close(c);
+}
+
+/* One timer per connection, armed for what the connection waits on. */
+static void
+conn_timer(hs_conn *c, int kind)
+{
+	const hs_config *cfg = &c->srv->cfg;
+
+	if (c->closing)
+		return;
+	c->timer_kind = kind;
+	uv_timer_start(&c->timer, on_conn_timer, kind == HS_T_REQUEST ?
+	    cfg->request_timeout_ms : kind == HS_T_IDLE ?
+	    cfg->idle_timeout_ms : HS_LINGER_MS, 0);
+}
+
+/* ---- closing a connection ---- */
+
+static void
+request_reset(hs_conn *c)
+{
+	c->req_in = 0;
+	c->header_bytes = 0;
+	c->hlen = 0;
+	c->nhdrs = 0;
+	c->last_cb = HS_CB_NONE;
+	free(c->body);
+	c->body = NULL;
+	c->body_len = c->body_cap = 0;
+	c->continue_bytes = 0;
+	c->reject_status = 0;
+	c->reject_msg[0] = '\0';
+}
+
+static void
+on_conn_closed(uv_handle_t *h)
+{
+	hs_conn *c = h->data;
+	hs_server *s = c->srv;
+
+	if (--c->handles > 0)
+		return;
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	if (c->over_limit)
+		s->nover--;
+	else
+		s->nconns--;
+	request_reset(c);
+	free(c->hbuf);
+	free(c->hdrs);
+	free(c->held);
+	free(c);
+	server_maybe_free(s);
+}
+
+/* Pending writes and the shutdown request are cancelled by libuv before
+ * the close callbacks run, so the connection is freed last. */
+static void
+conn_close(hs_conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = 1;
+	uv_timer_stop(&c->timer);
+	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+	uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+static void
+on_shutdown(uv_shutdown_t *req, int status)
+{
+	hs_conn *c = req->data;
+
+	if (status < 0 && !c->closing)
+		conn_close(c);
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* Everything is written: send our FIN, then read and drop what the peer
+ * still sends until its FIN or the linger time, so that a close never
+ * resets a response the peer has not read yet. */
+static void
+conn_linger(hs_conn *c)
+{
+	if (c->closing || c->lingering)
+		return;
+	if (c->eof) {
+		conn_close(c);
+		return;
+	}
+	c->lingering = 1;
+	c->shutdown_req.data = c;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
+	    on_shutdown) < 0 ||
+	    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+		conn_close(c);
+		return;
+	}
+	conn_timer(c, HS_T_LINGER);
+}
+
+/* ---- writing responses ---- */
+
+static void
+out_done(struct hs_out *o)
+{
+	hs_conn *c = o->c;
+	hs_server *s = c->srv;
+
+	c->outs--;
+	if (s->cfg.on_exchange != NULL && !s->closing)
+		s->cfg.on_exchange(s->ctx, c->peer, o->kind, o->bytes_in,
+		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra);
+	if (o->failed)
+		conn_close(c);
+	free(o->head);
+	free(o->body);
+	free(o);
+	if (c->closing)
+		return;
+	if (c->finishing) {
+		if (c->outs == 0)
+			conn_linger(c);
+		return;
+	}
+	if (c->held != NULL && c->outs < HS_MAX_PIPELINE) {
+		char *held = c->held;
+		size_t len = c->held_len;
+
+		c->held = NULL;
+		c->held_len = 0;
+		conn_feed(c, held, len);
+		free(held);
+		if (c->closing || c->finishing || c->held != NULL)
+			return;
+		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc,
+		    on_read) < 0) {
+			conn_close(c);
+			return;
+		}
+	}
+	if (!c->in_message && c->timer_kind != HS_T_REQUEST)
+		conn_timer(c, HS_T_IDLE);
+}
+
+static void
+on_write(uv_write_t *req, int status)
+{
+	struct hs_out *o = req->data;
+
+	if (status < 0)
+		o->failed = 1;
+	else if (!o->c->closing && o->c->timer_kind == HS_T_IDLE)
+		conn_timer(o->c, HS_T_IDLE);    /* the peer is taking it */
+	if (--o->pending == 0)
+		out_done(o);
+}
+
+static const char *
+reason_phrase(int status)
+{
+	const char *r = http_status_str((enum http_status)status);
+
+	return r[0] == '<' ? "Status" : r;
+}
+
+/* Queues one response; takes body (malloc'd) in every case.  With
+ * head_only the length is announced and the body not sent. */
+static void
+conn_send(hs_conn *c, int status, const char *content_type,
+    const char *headers, size_t headers_len, char *body, size_t body_len,
+    int head_only, int close, const char *kind)
+{
+	struct hs_out *o;
+	size_t slices, nreqs, i, off;
+	int no_body = status == 204 || status == 304;
+	int len;
+	char *head;
+
+	if (no_body || head_only) {
+		free(body);
+		body = NULL;
+	}
+	slices = body ? (body_len + HS_SLICE_LEN - 1) / HS_SLICE_LEN : 0;
+	nreqs = slices > 0 ? slices : 1;
+	o = calloc(1, sizeof(*o) + nreqs * sizeof(uv_write_t));
+	head = malloc(headers_len + 512 +
+	    (content_type ? strlen(content_type) : 0));
+	if (o == NULL || head == NULL) {
+		free(o);
+		free(head);
+		free(body);
+		conn_close(c);
+		return;
+	}
+	len = sprintf(head, "HTTP/1.1 %d %s\r\n", status,
+	    reason_phrase(status));
+	if (content_type != NULL && !no_body)
+		len += sprintf(head + len, "Content-Type: %s\r\n",
+		    content_type);
+	if (!no_body)
+		len += sprintf(head + len, "Content-Length: %zu\r\n",
+		    body_len);
+	memcpy(head + len, headers, headers_len);
+	len += (int)headers_len;
+	if (close)
+		len += sprintf(head + len, "Connection: close\r\n");
+	else if (c->http_major == 1 && c->http_minor == 0)
+		len += sprintf(head + len, "Connection: keep-alive\r\n");
+	len += sprintf(head + len, "\r\n");
+	o->c = c;
+	o->head = head;
+	o->head_len = (size_t)len;
+	o->body = body;
+	o->body_len = body ? body_len : 0;
+	o->bytes_in = c->req_in;
+	o->bytes_extra = c->continue_bytes;
+	snprintf(o->kind, sizeof(o->kind), "%s", kind);
+	c->outs++;
+	for (i = 0, off = 0; i < nreqs; i++) {
+		uv_buf_t bufs[2];
+		unsigned nb = 0;
+		size_t n = o->body_len - off;
+
+		if (i == 0)
+			bufs[nb++] = uv_buf_init(o->head,
+			    (unsigned)o->head_len);
+		if (n > HS_SLICE_LEN)
+			n = HS_SLICE_LEN;
+		if (n > 0)
+			bufs[nb++] = uv_buf_init(o->body + off, (unsigned)n);
+		off += n;
+		o->reqs[i].data = o;
+		if (uv_write(&o->reqs[i], (uv_stream_t *)&c->tcp, bufs, nb,
+		    on_write) < 0) {
+			o->failed = 1;
+			break;
+		}
+		o->pending++;
+	}
+	if (o->pending == 0)
+		out_done(o);
+	else if (o->failed)
+		conn_close(c);
+}
+
+/* The server answers by itself and closes: malformed or oversized
+ * requests, timeouts, too many connections. */
+static void
+conn_fail(hs_conn *c, int status, const char *msg)
+{
+	size_t n = strlen(msg);
+	char *body = malloc(n + 1);
+
+	if (body != NULL) {
+		memcpy(body, msg, n);
+		body[n] = '\n';
+	}
+	c->finishing = 1;
+	c->in_message = 0;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	conn_timer(c, HS_T_IDLE);
+	conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0, 0,
+	    1, "error");
+	request_reset(c);
+}
+
+/* ---- the request, for the handler ---- */
+
+const char *
+hs_request_header(const hs_request *req, const char *name)
+{
+	const hs_conn *c = req->priv;
+	size_t i;
+
+	for (i = 0; i < c->nhdrs; i++)
+		if (strcasecmp(c->hbuf + c->hdrs[i].name, name) == 0)
+			return c->hbuf + c->hdrs[i].value;
+	return NULL;
+}
+
+char *
+hs_request_take_body(const hs_request *req, size_t *len)
+{
+	hs_conn *c = req->priv;
+	char *body = c->body;
+
+	*len = c->body_len;
+	c->body = NULL;
+	c->body_len = c->body_cap = 0;
+	return body;
+}
+
+int
+hs_response_status(hs_response *res, int code)
+{
+	if (code < 200 || code > 599)
+		return UV_EINVAL;
+	res->status = code;
+	return 0;
+}
+
+static int
+is_token(const char *s)
+{
+	static const char extra[] = "!#$%&'*+-.^_`|~";
+
+	if (*s == '\0')
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		    (*s >= '0' && *s <= '9') || strchr(extra, *s) != NULL))
+			return 0;
+	return 1;
+}
+
+int
+hs_response_header(hs_response *res, const char *name, const char *value)
+{
+	static const char *const own[] = { "Content-Length", "Content-Type",
+	    "Transfer-Encoding", "Connection" };
+	size_t i;
+
+	if (!is_token(name) || strpbrk(value, "\r\n") != NULL)
+		return UV_EINVAL;
+	for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (strcasecmp(name, own[i]) == 0)
+			return UV_EINVAL;
+	if (buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    name, strlen(name)) < 0 ||
+	    buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    ": ", 2) < 0 ||
+	    buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    value, strlen(value)) < 0 ||
+	    buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    "\r\n", 2) < 0) {
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	return 0;
+}
+
+int
+hs_response_body_owned(hs_response *res, const char *content_type,
+    void *body, size_t len)
+{
+	char *ct = NULL;
+
+	if (content_type != NULL && strpbrk(content_type, "\r\n") != NULL) {
+		free(body);
+		return UV_EINVAL;
+	}
+	if (content_type != NULL && (ct = strdup(content_type)) == NULL) {
+		free(body);
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	free(res->content_type);
+	free(res->body);
+	res->content_type = ct;
+	res->body = body;
+	res->body_len = body ? len : 0;
+	return 0;
+}
+
+int
+hs_response_body(hs_response *res, const char *content_type,
+    const void *body, size_t len)
+{
+	char *copy = malloc(len > 0 ? len : 1);
+
+	if (copy == NULL) {
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	if (len > 0)
+		memcpy(copy, body, len);
+	return hs_response_body_owned(res, content_type, copy, len);
+}
+
+void
+hs_response_meter(hs_response *res, const char *kind)
+{
+	snprintf(res->kind, sizeof(res->kind), "%s", kind ? kind : "");
+}
+
+/* A request is complete and the parser paused after it: run the handler
+ * and queue its answer. */
+static void
+conn_dispatch(hs_conn *c)
+{
+	hs_server *s = c->srv;
+	hs_request req;
+	hs_response res;
+	char *url = c->hbuf, *q, *query;
+	static const char empty[] = "";
+
+	memset(&res, 0, sizeof(res));
+	req.method = http_method_str((enum http_method)c->method);
+	q = url + strcspn(url, "?#");
+	req.query = empty;
+	if (*q == '?') {
+		query = q + 1;
+		query[strcspn(query, "#")] = '\0';
+		req.query = query;
+	}
+	*q = '\0';
+	req.path = url;
+	req.body = c->body ? c->body : empty;
+	req.body_len = c->body_len;
+	req.peer = c->peer;
+	req.http_major = c->http_major;
+	req.http_minor = c->http_minor;
+	req.priv = c;
+	if (s->handler != NULL)
+		s->handler(s->ctx, &req, &res);
+	if (c->closing) {
+		free(res.body);         /* the handler closed the server */
+	} else if (res.nomem || res.status == 0) {
+		free(res.body);
+		res.body = strdup(res.nomem ? "out of memory building the "
+		    "response\n" : "the handler set no status\n");
+		conn_send(c, 500, "text/plain", "", 0, res.body,
+		    res.body ? strlen(res.body) : 0, c->method == HTTP_HEAD,
+		    !c->keep_alive, "error");
+	} else
+		conn_send(c, res.status, res.content_type,
+		    res.headers ? res.headers : "", res.headers_len, res.body,
+		    res.body_len, c->method == HTTP_HEAD, !c->keep_alive,
+		    res.kind[0] ? res.kind : "http");
+	free(res.headers);
+	free(res.content_type);
+	request_reset(c);
+	if (c->closing)
+		return;
+	if (!c->keep_alive)
+		c->finishing = 1;
+	if (c->finishing) {
+		uv_read_stop((uv_stream_t *)&c->tcp);
+		if (c->timer_kind == HS_T_REQUEST)
+			conn_timer(c, HS_T_IDLE);
+	} else if (!c->in_message)
+		conn_timer(c, HS_T_IDLE);
+}
+
+/* Parses what arrived, answering each complete request in turn. */
+static void
+conn_feed(hs_conn *c, const char *data, size_t len)
+{
+	hs_server *s = c->srv;
+
+	while (len > 0 && !c->closing && !c->finishing) {
+		size_t n;
+		enum http_errno e;
+
+		if (c->outs >= HS_MAX_PIPELINE) {
+			/* bounded: reading stops until responses drain */
+			c->held = malloc(len);
+			if (c->held == NULL) {
+				conn_close(c);
+				return;
+			}
+			memcpy(c->held, data, len);
+			c->held_len = len;
+			uv_read_stop((uv_stream_t *)&c->tcp);
+			return;
+		}
+		n = http_parser_execute(&c->parser, &s->settings, data, len);
+		c->req_in += n;
+		data += n;
+		len -= n;
+		e = HTTP_PARSER_ERRNO(&c->parser);
+		if (e == HPE_PAUSED) {
+			http_parser_pause(&c->parser, 0);
+			conn_dispatch(c);
+		} else if (e != HPE_OK) {
+			char msg[HS_MSG_LEN];
+
+			c->req_in += len;       /* read, and now dropped */
+			if (c->reject_status != 0) {
+				conn_fail(c, c->reject_status, c->reject_msg);
+				return;
+			}
+			snprintf(msg, sizeof(msg), "malformed request: %s (%s)",
+			    http_errno_description(e), http_errno_name(e));
+			conn_fail(c, 400, msg);
+			return;
+		}
+	}
+}
+
+/* ---- parser callbacks ---- */
+
+static int
+reject(hs_conn *c, int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	c->reject_status = status;
+	va_start(ap, fmt);
+	vsnprintf(c->reject_msg, sizeof(c->reject_msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int
+nomem(hs_conn *c)
+{
+	return reject(c, 500, "out of memory reading the request");
+}
+
+/* Counts header bytes against the limit before storing them. */
+static int
+header_add(hs_conn *c, const char *at, size_t len, size_t overhead)
+{
+	size_t max = c->srv->cfg.max_header_bytes;
+
+	c->header_bytes += overhead;
+	if (len > max || c->header_bytes > max - len)
+		return reject(c, 431, "request headers exceed the limit of "
+		    "%zu bytes", max);
+	c->header_bytes += len;
+	if (buf_add(&c->hbuf, &c->hlen, &c->hcap, at, len) < 0)
+		return nomem(c);
+	return 0;
+}
+
+/* Ends whatever the last callback was storing with a NUL. */
+static int
+header_end(hs_conn *c)
+{
+	int r = 0;
+
+	if (c->last_cb == HS_CB_VALUE)  /* trailing whitespace is not part */
+		while (c->hlen > c->hdrs[c->nhdrs - 1].value &&
+		    (c->hbuf[c->hlen - 1] == ' ' ||
+		    c->hbuf[c->hlen - 1] == '\t'))
+			c->hlen--;
+	if (c->last_cb != HS_CB_NONE || c->hlen == 0)
+		r = buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1);
+	if (r == 0 && c->last_cb == HS_CB_FIELD) {
+		c->hdrs[c->nhdrs - 1].value = c->hlen;  /* empty value */
+		r = buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1);
+	}
+	c->last_cb = HS_CB_NONE;
+	return r < 0 ? nomem(c) : 0;
+}
+
+static int
+on_message_begin(http_parser *p)
+{
+	hs_conn *c = p->data;
+	size_t consumed_before = c->req_in;
+
+	request_reset(c);
+	c->req_in = consumed_before;
+	c->in_message = 1;
+	conn_timer(c, HS_T_REQUEST);
+	return 0;
+}
+
+static int
+on_url(http_parser *p, const char *at, size_t len)
+{
+	hs_conn *c = p->data;
+
+	c->last_cb = HS_CB_URL;
+	return header_add(c, at, len, 0);
+}
+
+static int
+on_header_field(http_parser *p, const char *at, size_t len)
+{
+	hs_conn *c = p->data;
+
+	if (c->last_cb != HS_CB_FIELD) {
+		if (c->last_cb != HS_CB_NONE || c->nhdrs == 0)
+			if (header_end(c) < 0)
+				return -1;
+		if (c->nhdrs == c->hdrs_cap) {
+			size_t ncap = c->hdrs_cap ? 2 * c->hdrs_cap : 16;
+			struct hs_header *nh = realloc(c->hdrs,
+			    ncap * sizeof(*nh));
+
+			if (nh == NULL)
+				return nomem(c);
+			c->hdrs = nh;
+			c->hdrs_cap = ncap;
+		}
+		c->hdrs[c->nhdrs].name = c->hlen;
+		c->hdrs[c->nhdrs].value = 0;
+		c->nhdrs++;
+		c->last_cb = HS_CB_FIELD;
+		return header_add(c, at, len, 4);       /* ": " and CRLF */
+	}
+	return header_add(c, at, len, 0);
+}
+
+static int
+on_header_value(http_parser *p, const char *at, size_t len)
+{
+	hs_conn *c = p->data;
+
+	if (c->last_cb != HS_CB_VALUE) {
+		if (buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1) < 0)
+			return nomem(c);
+		c->hdrs[c->nhdrs - 1].value = c->hlen;
+		c->last_cb = HS_CB_VALUE;
+	}
+	return header_add(c, at, len, 0);
+}
+
+static void
+on_continue_written(uv_write_t *req, int status)
+{
+	(void)status;
+	free(req);
+}
+
+static int
+on_headers_complete(http_parser *p)
+{
+	hs_conn *c = p->data;
+	size_t max = c->srv->cfg.max_body_bytes;
+	const char *expect;
+	hs_request req;
+
+	if (header_end(c) < 0)
+		return -1;
+	if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
+	    p->content_length > max)
+		return reject(c, 413, "request body of %llu bytes exceeds the "
+		    "limit of %zu bytes", (unsigned long long)p->content_length,
+		    max);
+	req.priv = c;
+	expect = hs_request_header(&req, "Expect");
+	if (expect != NULL && strcasecmp(expect, "100-continue") == 0 &&
+	    p->http_major == 1 && p->http_minor >= 1 &&
+	    ((p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX &&
+	    p->content_length > 0))) {
+		uv_write_t *w = malloc(sizeof(*w));
+		uv_buf_t b = uv_buf_init((char *)hs_continue,
+		    sizeof(hs_continue) - 1);
+
+		if (w == NULL)
+			return nomem(c);
+		if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1,
+		    on_continue_written) < 0)
+			free(w);
+		else
+			c->continue_bytes += b.len;
+	}
+	return 0;
+}
+
+static int
+on_chunk_header(http_parser *p)
+{
+	hs_conn *c = p->data;
+	size_t max = c->srv->cfg.max_body_bytes;
+
+	if (p->content_length > max - c->body_len)
+		return reject(c, 413, "chunked request body exceeds the limit "
+		    "of %zu bytes", max);
+	return 0;
+}
+
+static int
+on_body(http_parser *p, const char *at, size_t len)
+{
+	hs_conn *c = p->data;
+	size_t max = c->srv->cfg.max_body_bytes;
+
+	if (len > max - c->body_len)
+		return reject(c, 413, "request body exceeds the limit of %zu "
+		    "bytes", max);
+	if (c->body_len + len + 1 > c->body_cap) {
+		/* grows as bytes arrive, never to more than was declared */
+		size_t need = c->body_len + len + 1;
+		size_t ncap = c->body_cap ? 2 * c->body_cap : 64 * 1024;
+		char *nb;
+
+		if (!(p->flags & F_CHUNKED) &&
+		    p->content_length != ULLONG_MAX &&
+		    ncap > c->body_len + len + p->content_length + 1)
+			ncap = c->body_len + len + p->content_length + 1;
+		if (ncap < need)
+			ncap = need;
+		nb = realloc(c->body, ncap);
+		if (nb == NULL)
+			return reject(c, 500, "out of memory reading the "
+			    "request body");
+		c->body = nb;
+		c->body_cap = ncap;
+	}
+	memcpy(c->body + c->body_len, at, len);
+	c->body_len += len;
+	c->body[c->body_len] = '\0';
+	return 0;
+}
+
+static int
+on_message_complete(http_parser *p)
+{
+	hs_conn *c = p->data;
+
+	c->in_message = 0;
+	c->keep_alive = http_should_keep_alive(p) && !p->upgrade;
+	c->method = p->method;
+	c->http_major = p->http_major;
+	c->http_minor = p->http_minor;
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+/* ---- reading ---- */
+
+static void
+on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	hs_conn *c = h->data;
+	hs_server *s = c->srv;
+
+	(void)suggested;
+	if (!s->readbuf_busy) {
+		s->readbuf_busy = 1;
+		*buf = uv_buf_init(s->readbuf, sizeof(s->readbuf));
+		return;
+	}
+	buf->base = malloc(HS_READ_LEN);
+	buf->len = buf->base ? HS_READ_LEN : 0;
+}
+
+static void
+on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+	hs_conn *c = st->data;
+	hs_server *s = c->srv;
+
+	if (n > 0 && !c->lingering && !c->finishing && !c->closing)
+		conn_feed(c, buf->base, (size_t)n);
+	if (buf->base == s->readbuf)
+		s->readbuf_busy = 0;
+	else
+		free(buf->base);
+	if (n >= 0 || c->closing)
+		return;
+	/* the peer's FIN or an error */
+	uv_read_stop(st);
+	c->eof = 1;
+	if (n != UV_EOF || c->lingering || c->in_message || c->outs == 0)
+		conn_close(c);
+	else
+		c->finishing = 1;       /* answer what came, then close */
+}
+
+static int
+sockaddr_port(const struct sockaddr_storage *ss)
+{
+	return ntohs(ss->ss_family == AF_INET6 ?
+	    ((const struct sockaddr_in6 *)ss)->sin6_port :
+	    ((const struct sockaddr_in *)ss)->sin_port);
+}
+
+static void
+conn_peer(hs_conn *c)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN];
+
+	strcpy(c->peer, "?");
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) < 0 ||
+	    uv_ip_name((struct sockaddr *)&ss, ip, sizeof(ip)) < 0)
+		return;
+	snprintf(c->peer, sizeof(c->peer), ss.ss_family == AF_INET6 ?
+	    "[%s]:%d" : "%s:%d", ip, sockaddr_port(&ss));
+}
+
+static void
+on_connection(uv_stream_t *listener, int status)
+{
+	hs_server *s = listener->data;
+	hs_conn *c;
+
+	if (status < 0 || s->closing)
+		return;
+	/* Out of memory here leaves the connection unaccepted, and libuv
+	 * then stops accepting until uv_accept is called: the daemon is in
+	 * worse trouble than this. */
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return;
+	c->srv = s;
+	if (uv_tcp_init(s->loop, &c->tcp) < 0) {
+		free(c);
+		return;
+	}
+	uv_timer_init(s->loop, &c->timer);
+	c->tcp.data = c->timer.data = c;
+	c->handles = 2;
+	c->next = s->conns;
+	if (s->conns != NULL)
+		s->conns->prev = c;
+	s->conns = c;
+	c->over_limit = s->nconns >= s->cfg.max_connections;
+	if (c->over_limit)
+		s->nover++;
+	else
+		s->nconns++;
+	if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
+		conn_close(c);
+		return;
+	}
+	s->accepted++;
+	conn_peer(c);
+	uv_tcp_nodelay(&c->tcp, 1);
+	http_parser_init(&c->parser, HTTP_REQUEST);
+	c->parser.data = c;
+	if (c->over_limit) {
+		char msg[HS_MSG_LEN];
+
+		if (s->nover > s->cfg.max_connections) {
+			conn_close(c);  /* a flood: not even an answer */
+			return;
+		}
+		snprintf(msg, sizeof(msg), "too many connections (limit %d)",
+		    s->cfg.max_connections);
+		conn_fail(c, 503, msg);
+		return;
+	}
+	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+		conn_close(c);
+		return;
+	}
+	conn_timer(c, HS_T_IDLE);
+}
+
+/* ---- the server ---- */
+
+int
+hs_server_new(hs_server **out, uv_loop_t *loop, const hs_config *cfg,
+    hs_handler_fn handler, void *ctx, char *err)
+{
+	hs_server *s;
+	int r;
+
+	*out = NULL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		set_err(err, "out of memory");
+		return UV_ENOMEM;
+	}
+	if (cfg != NULL)
+		s->cfg = *cfg;
+	config_fill(&s->cfg);
+	if ((r = uv_tcp_init(loop, &s->listener)) < 0) {
+		set_err(err, "cannot make the listening socket: %s",
+		    uv_strerror(r));
+		free(s);
+		return r;
+	}
+	s->listener.data = s;
+	s->listener_open = 1;
+	s->loop = loop;
+	s->handler = handler;
+	s->ctx = ctx;
+	http_parser_settings_init(&s->settings);
+	s->settings.on_message_begin = on_message_begin;
+	s->settings.on_url = on_url;
+	s->settings.on_header_field = on_header_field;
+	s->settings.on_header_value = on_header_value;
+	s->settings.on_headers_complete = on_headers_complete;
+	s->settings.on_chunk_header = on_chunk_header;
+	s->settings.on_body = on_body;
+	s->settings.on_message_complete = on_message_complete;
+	*out = s;
+	return 0;
+}
+
+int
+hs_server_listen(hs_server *s, const char *host, int port, char *err)
+{
+	struct sockaddr_storage ss;
+	int r;
+
+	if (host == NULL)
+		host = "127.0.0.1";
+	if (s->listening || s->closing) {
+		set_err(err, "the server is already listening");
+		return UV_EINVAL;
+	}
+	if (port < 0 || port > 65535) {
+		set_err(err, "port %d out of range", port);
+		return UV_EINVAL;
+	}
+	if (strchr(host, ':') != NULL)
+		r = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
+	else
+		r = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+	if (r < 0) {
+		set_err(err, "%s is not a numeric IP address", host);
+		return r;
+	}
+	if ((r = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0)) < 0 ||
+	    (r = uv_listen((uv_stream_t *)&s->listener, 128,
+	    on_connection)) < 0) {
+		set_err(err, "cannot listen on %s port %d: %s", host, port,
+		    uv_strerror(r));
+		return r;
+	}
+	s->listening = 1;
+	return 0;
+}
+
+int
+hs_server_port(const hs_server *s)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	int r = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss,
+	    &len);
+
+	return r < 0 ? r : sockaddr_port(&ss);
+}
+
+unsigned long
+hs_server_accepted(const hs_server *s)
+{
+	return s->accepted;
+}
+
+int
+hs_server_connections(const hs_server *s)
+{
+	return s->nconns + s->nover;
+}
+
+void
+hs_server_close(hs_server *s, void (*closed)(void *arg), void *arg)
+{
+	hs_conn *c;
+
+	if (s->closing)
+		return;
+	s->closing = 1;
+	s->closed = closed;
+	s->closed_arg = arg;
+	for (c = s->conns; c != NULL; c = c->next)
+		conn_close(c);
+	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+}

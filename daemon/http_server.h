@@ -1,0 +1,121 @@
+/* The HTTP/1.1 server of blocktraind (DESIGN section 5): one listener on
+ * the daemon's libuv loop, requests parsed with http-parser, bounded before
+ * they are buffered, and handed to one synchronous handler.  Plain TCP;
+ * the daemon's API module registers the handler and meters the bytes. */
+#ifndef HS_HTTP_SERVER_H
+#define HS_HTTP_SERVER_H
+
+#include <stddef.h>
+
+#include <uv.h>
+
+#define HS_ERR_LEN 256          /* size of the err buffers below */
+
+#define HS_DEFAULT_MAX_HEADER_BYTES ((size_t)16 * 1024)
+#define HS_DEFAULT_MAX_BODY_BYTES ((size_t)64 * 1024 * 1024)
+#define HS_DEFAULT_IDLE_TIMEOUT_MS 30000u
+#define HS_DEFAULT_REQUEST_TIMEOUT_MS 30000u
+#define HS_DEFAULT_MAX_CONNECTIONS 256
+
+typedef struct hs_server hs_server;
+typedef struct hs_response hs_response;
+
+/* One request, valid only during the handler call.  Every string is
+ * NUL-terminated and never NULL. */
+typedef struct hs_request {
+	const char *method;     /* "GET", "POST", ... */
+	const char *path;       /* raw target before '?', not decoded */
+	const char *query;      /* raw text after '?', "" when none */
+	const char *body;       /* body_len bytes and a NUL; "" when none */
+	size_t body_len;
+	const char *peer;       /* "127.0.0.1:50312" or "[::1]:50312" */
+	int http_major, http_minor;
+	void *priv;             /* the server's; do not touch */
+} hs_request;
+
+/* First header of that name (case-insensitive), or NULL. */
+const char *hs_request_header(const hs_request *req, const char *name);
+/* Moves the body out of the request to spare a copy of a large upload:
+ * the caller frees it with free().  Returns NULL (and *len 0) when there
+ * is no body.  req->body must not be used afterwards. */
+char *hs_request_take_body(const hs_request *req, size_t *len);
+
+/* The handler runs on the loop and must not block.  It sets a status (500
+ * is sent if it sets none), headers and a body.  ctx is the one given to
+ * hs_server_new. */
+typedef void (*hs_handler_fn)(void *ctx, const hs_request *req,
+    hs_response *res);
+
+/* Called once per request/response exchange when its response has been
+ * written, or has failed (then bytes_out is 0).  bytes_in is what was
+ * read for the request (request line, headers, body, chunk framing; for a
+ * request the server rejected, everything read up to the rejection);
+ * bytes_out what was written for the response (head and body, and a 100
+ * Continue when one was sent).  kind is the label given with hs_response_meter,
+ * "http" when none was, "error" for answers the server made itself.  Not
+ * called once hs_server_close has begun. */
+typedef void (*hs_exchange_fn)(void *ctx, const char *peer_addr,
+    const char *kind, size_t bytes_in, size_t bytes_out);
+
+/* Zero in any field means its default. */
+typedef struct {
+	/* request target plus header names and values, plus 4 per header
+	 * line; beyond it 431 and close */
+	size_t max_header_bytes;
+	/* larger declared bodies get 413 before a byte of them is read;
+	 * chunked bodies are cut off with 413 when they reach it */
+	size_t max_body_bytes;
+	/* a connection with no request under way is closed after this long;
+	 * while responses are being written it is the longest wait for a
+	 * slice (1 MiB) of them to be taken by the peer */
+	unsigned idle_timeout_ms;
+	/* from the first byte of a request to its last: beyond it 408 and
+	 * close */
+	unsigned request_timeout_ms;
+	/* beyond it new connections get 503 and are closed */
+	int max_connections;
+	hs_exchange_fn on_exchange;     /* NULL: no metering */
+} hs_config;
+
+void hs_config_defaults(hs_config *cfg);
+
+/* Creates a server on loop; cfg may be NULL (all defaults).  Returns 0, or
+ * a negative libuv error code with a reason in err (HS_ERR_LEN bytes, NULL
+ * allowed). */
+int hs_server_new(hs_server **out, uv_loop_t *loop, const hs_config *cfg,
+    hs_handler_fn handler, void *ctx, char *err);
+/* Binds host (numeric IPv4 or IPv6; NULL means 127.0.0.1) and port (0:
+ * any free port) and starts accepting. */
+int hs_server_listen(hs_server *s, const char *host, int port, char *err);
+/* The port listened on, or a negative libuv error code. */
+int hs_server_port(const hs_server *s);
+/* Connections accepted since creation, and open now. */
+unsigned long hs_server_accepted(const hs_server *s);
+int hs_server_connections(const hs_server *s);
+/* Stops listening, drops every connection (responses not yet written are
+ * lost) and, once libuv has closed every handle, frees the server and
+ * calls closed(arg) (closed may be NULL).  Safe to call from the handler;
+ * s must not be used afterwards. */
+void hs_server_close(hs_server *s, void (*closed)(void *arg), void *arg);
+
+/* Response building, inside the handler only.  These return 0, or
+ * UV_EINVAL (a status out of 200..599, a header name that is not a token
+ * or is one the server writes itself: Content-Length, Content-Type,
+ * Transfer-Encoding, Connection; CR or LF in a value) or UV_ENOMEM; after
+ * UV_ENOMEM the response becomes a 500. */
+int hs_response_status(hs_response *res, int code);
+int hs_response_header(hs_response *res, const char *name,
+    const char *value);
+/* Copies body; a second call replaces the first.  content_type may be
+ * NULL (no Content-Type).  For HEAD only the length is sent; for 204 and
+ * 304 the body is dropped. */
+int hs_response_body(hs_response *res, const char *content_type,
+    const void *body, size_t len);
+/* The same without the copy: the server frees body with free() once it
+ * is written, or at once if this fails. */
+int hs_response_body_owned(hs_response *res, const char *content_type,
+    void *body, size_t len);
+/* Label for on_exchange (copied, at most 31 bytes kept). */
+void hs_response_meter(hs_response *res, const char *kind);
+
+#endif

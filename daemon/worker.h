@@ -1,0 +1,74 @@
+/* The daemon's trainer thread: training steps leave the event loop and run
+ * here (never on libuv's shared pool, which DNS and file work need), and
+ * what they produce comes back to the loop as events through a queue and a
+ * uv_async_t.  Sends coalesce, so the loop drains the whole queue on each
+ * wake-up. */
+#ifndef SM_WORKER_H
+#define SM_WORKER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/blocktrain.h"
+#include "daemon/train.h"
+
+typedef enum {
+	WK_STARTED,             /* model ready: step, round; checkpoint bytes */
+	WK_PROGRESS,            /* step, loss, positions_per_s */
+	WK_SHARE,               /* step, share (held-out, nats per byte) */
+	WK_CHECKPOINT,          /* step, round, buf/len/etag: the file */
+	WK_ROUND_READY,         /* round, delta (count floats): our update */
+	WK_DONE,                /* all steps trained */
+	WK_STOPPED,             /* stopped on request, checkpoint written */
+	WK_ERROR                /* msg; the thread has ended */
+} wk_event_kind;
+
+typedef struct wk_event {
+	wk_event_kind kind;
+	int64_t step, round;
+	float loss;
+	double positions_per_s, share;
+	char *buf;              /* owned by the event */
+	size_t len;
+	char etag[65];
+	float *delta;           /* owned by the event */
+	size_t count;
+	char msg[256];
+	struct wk_event *next;
+} wk_event;
+
+typedef struct {
+	sm_train_opts train;    /* spec, run id, dir, block, replica, steps */
+	const char *valid_path; /* held-out split ("" to skip the shares) */
+	const char *valid_sha256;
+	int eval_every, eval_windows;
+	int checkpoint_every;   /* with one replica */
+	int replicas;           /* > 1: stop every local_steps for a round */
+	int local_steps;
+	int threads;
+} wk_opts;
+
+typedef struct worker worker;
+
+/* on_event runs on the loop thread and takes ownership of ev (free it with
+ * worker_event_free). */
+typedef void (*wk_event_fn)(void *ctx, wk_event *ev);
+
+int worker_start(worker **out, uv_loop_t *loop, const wk_opts *o,
+    wk_event_fn on_event, void *ctx, char *err);
+/* Asks the thread to stop at the next step boundary; it writes the
+ * checkpoint and sends WK_STOPPED. */
+void worker_stop(worker *w);
+/* After WK_ROUND_READY: the round's outcome, taken over by the thread.
+ * Either avg, the members' averaged update (count floats), applied as
+ * theta = theta_start - outer_lr * avg; or ckpt, a published checkpoint
+ * (len bytes) to adopt with its step and round, for a replica that was
+ * left out of the round or is behind. */
+void worker_commit_round(worker *w, int64_t round, float *avg,
+    float outer_lr, char *ckpt, size_t len);
+/* Joins the thread and closes the async handle; done runs when the handle
+ * is closed and w is freed. */
+void worker_close(worker *w, void (*done)(void *arg), void *arg);
+void worker_event_free(wk_event *ev);
+
+#endif
