@@ -127,6 +127,8 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "loss", json_real(n->loss));
 	json_object_set_new(o, "positions_per_s",
 	    json_real(n->positions_per_s));
+	json_object_set_new(o, "steps_per_s", json_real(n->positions_per_s /
+	    ((double)n->spec.batch * n->spec.window)));
 	if (n->have_share) {
 		json_object_set_new(o, "heldout_share", json_real(n->share));
 		json_object_set_new(o, "heldout_share_step",
@@ -304,7 +306,7 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 	}
 	hs_response_status(res, 200);
 	hs_response_body(res, "application/x-msgpack", n->ckpt, n->ckpt_len);
-	log_debug("checkpoint step %" PRId64 " (%zu bytes) to %s",
+	log_info("sent the checkpoint of step %" PRId64 " (%zu bytes) to %s",
 	    n->ckpt_step, n->ckpt_len, req->peer);
 }
 

@@ -74,7 +74,7 @@ struct hs_conn {
 	int outs;                       /* responses in flight */
 	unsigned over_limit : 1;        /* accepted beyond max_connections */
 	unsigned in_message : 1;        /* a request is partly read */
-	unsigned finishing : 1;         /* no more requests; close after writes */
+	unsigned finishing : 1;         /* close once written */
 	unsigned lingering : 1;
 	unsigned closing : 1;
 	unsigned eof : 1;

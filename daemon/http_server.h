@@ -51,9 +51,9 @@ typedef void (*hs_handler_fn)(void *ctx, const hs_request *req,
  * read for the request (request line, headers, body, chunk framing; for a
  * request the server rejected, everything read up to the rejection);
  * bytes_out what was written for the response (head and body, and a 100
- * Continue when one was sent).  kind is the label given with hs_response_meter,
- * "http" when none was, "error" for answers the server made itself.  Not
- * called once hs_server_close has begun. */
+ * Continue when one was sent).  kind is the label given with
+ * hs_response_meter, "http" when none was, "error" for answers the server
+ * made itself.  Not called once hs_server_close has begun. */
 typedef void (*hs_exchange_fn)(void *ctx, const char *peer_addr,
     const char *kind, size_t bytes_in, size_t bytes_out);
 
@@ -72,7 +72,8 @@ typedef struct {
 	/* from the first byte of a request to its last: beyond it 408 and
 	 * close */
 	unsigned request_timeout_ms;
-	/* beyond it new connections get 503 and are closed */
+	/* beyond it new connections get 503 and are closed; beyond twice
+	 * it they are closed without an answer */
 	int max_connections;
 	hs_exchange_fn on_exchange;     /* NULL: no metering */
 } hs_config;

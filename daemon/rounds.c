@@ -369,6 +369,9 @@ on_pushed(void *ctx, hc_result *res)
 			}
 		} else if (res->status == 202) {
 			n->rounds->pushed[c->replica] = 2;
+			log_info("round %" PRId64 ": sent our update to %s (%zu "
+			    "bytes)", c->round, peer_addr(n, c->replica),
+			    n->rounds->mine_len);
 		} else if (res->status != 409) {
 			/* not there yet, or refused: try again on the next tick */
 			if (n->rounds->round == c->round)
@@ -660,18 +663,18 @@ rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
 			    "; it will catch up", current);
 			return 1;
 		}
-		if (r->round < 0)
-			r->round = round;
 		if (store_update(n, req->body, req->body_len, round, &rep,
 		    err) != 0) {
 			reply(res, strstr(err, "retry") ? 503 : 400,
 			    "update refused: %s", err);
 			return 1;
 		}
+		if (r->round < 0)
+			r->round = round;
 		reply(res, 202, "update of replica %d for round %" PRId64
 		    " accepted", rep, round);
-		log_debug("round %" PRId64 ": update of replica %d (%zu bytes)",
-		    round, rep, req->body_len);
+		log_info("round %" PRId64 ": received the update of replica %d "
+		    "(%zu bytes)", round, rep, req->body_len);
 		progress(n);
 		return 1;
 	}

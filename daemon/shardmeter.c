@@ -19,6 +19,7 @@
 #include "kernels/pool.h"
 #include "kernels/rng.h"
 #include "daemon/blocktrain.h"
+#include "daemon/cluster.h"
 #include "daemon/train.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
@@ -821,6 +822,8 @@ static const struct command commands[] = {
 	{ "train", cmd_train, "train a block or a reference of a run" },
 	{ "eval", cmd_eval, "held-out bound of the blocks and the references" },
 	{ "generate", cmd_generate, "continue a prompt with the trained model" },
+	{ "status", cmd_status, "progress and composed bound of running daemons" },
+	{ "assemble", cmd_assemble, "fetch and verify every block's checkpoint" },
 	{ "demo", cmd_demo, "train one small block on a text file" },
 };
 

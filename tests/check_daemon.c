@@ -1,0 +1,769 @@
+/* blocktraind end to end: real daemons on loopback, real sockets.  Three
+ * blocks of one replica, three blocks of two replicas, a replica killed
+ * with SIGKILL in the middle of a round, and bad input on every endpoint. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <msgpack.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/model.h"
+#include "proto/checkpoint.h"
+#include "proto/spec.h"
+#include "proto/update.h"
+
+#define MAXD 6
+
+static const char *daemon_bin, *tool;
+static char dir[64];
+static int base_port;
+static pid_t pids[MAXD + 1];
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+write_file(const char *name, const char *text)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The run: tiny blocks on system text so that a test takes seconds. */
+static void
+write_spec(int blocks, int steps, int local_steps, double deadline)
+{
+	char text[1024];
+
+	snprintf(text, sizeof(text), "seed = 3\n[model]\nblocks = %d\n"
+	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 32\n"
+	    "[data]\ntrain = /usr/share/common-licenses/GPL-3\n"
+	    "valid = /usr/share/common-licenses/GPL-2\n"
+	    "test = /usr/share/common-licenses/GPL-2\n"
+	    "[optim]\nbatch = 16\nsteps = %d\nwarmup = 20\nlr = 3e-3\n"
+	    "[sync]\nlocal_steps = %d\nround_deadline = %g\n", blocks, steps,
+	    local_steps, deadline);
+	write_file("run.conf", text);
+	write_file("daemon.conf", "eval_every = 100\neval_windows = 64\n"
+	    "checkpoint_every = 100\npeer_timeout_ms = 2000\n");
+}
+
+/* peers: n lines, daemon i on base_port + i serving block blocks_of[i] */
+static void
+write_peers(int n, const int *block_of)
+{
+	char text[1024] = "# test run\n";
+	int i;
+
+	for (i = 0; i < n; i++)
+		snprintf(text + strlen(text), sizeof(text) - strlen(text),
+		    "127.0.0.1:%d %d\n", base_port + i, block_of[i]);
+	write_file("peers", text);
+}
+
+static void
+start(int i, int block)
+{
+	char listen[32], blk[8], state[128], log[128], peers[128], spec[128];
+	char conf[128];
+	pid_t pid;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
+	snprintf(blk, sizeof(blk), "%d", block);
+	snprintf(state, sizeof(state), "%s/state%d", dir, i);
+	snprintf(log, sizeof(log), "%s/log%d", dir, i);
+	snprintf(peers, sizeof(peers), "%s/peers", dir);
+	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
+	snprintf(conf, sizeof(conf), "%s/daemon.conf", dir);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		FILE *f = freopen(log, "a", stderr);
+
+		(void)f;
+		execl(daemon_bin, "blocktraind", "-f", "-v", "-c", conf, "-l",
+		    listen, "-b", blk, "-s", state, "-p", peers, "-r", spec, "-D",
+		    "cpu", "-t", "1", (char *)NULL);
+		_exit(127);
+	}
+	pids[i] = pid;
+}
+
+/* SIGTERM, and the exit status within the time limit. */
+static int
+stop(int i)
+{
+	int status = -1;
+	double t0 = now();
+
+	if (pids[i] <= 0)
+		return 0;
+	kill(pids[i], SIGTERM);
+	while (now() - t0 < 15) {
+		if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+			pids[i] = 0;
+			return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+		}
+		usleep(20000);
+	}
+	kill(pids[i], SIGKILL);
+	waitpid(pids[i], &status, 0);
+	pids[i] = 0;
+	return -1;
+}
+
+struct body {
+	char *data;
+	size_t len;
+};
+
+static size_t
+on_data(char *p, size_t size, size_t nmemb, void *user)
+{
+	struct body *b = user;
+
+	b->data = realloc(b->data, b->len + size * nmemb + 1);
+	memcpy(b->data + b->len, p, size * nmemb);
+	b->len += size * nmemb;
+	b->data[b->len] = '\0';
+	return size * nmemb;
+}
+
+static long
+request(const char *method, int i, const char *path, const void *body,
+    size_t len, struct body *out)
+{
+	CURL *h = curl_easy_init();
+	char url[256];
+	long status = 0;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", base_port + i, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+	if (body != NULL) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
+	}
+	if (curl_easy_perform(h) == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	return status;
+}
+
+static json_t *
+status_of(int i)
+{
+	struct body b;
+	json_t *j = NULL;
+
+	if (request("GET", i, "/v1/status", NULL, 0, &b) == 200)
+		j = json_loadb(b.data, b.len, 0, NULL);
+	free(b.data);
+	return j;
+}
+
+static long long
+status_int(int i, const char *key)
+{
+	json_t *j = status_of(i);
+	long long v = -1;
+
+	if (j != NULL)
+		v = json_integer_value(json_object_get(j, key));
+	json_decref(j);
+	return v;
+}
+
+static int
+status_is(int i, const char *state)
+{
+	json_t *j = status_of(i);
+	int yes = j && strcmp(json_string_value(json_object_get(j, "state")),
+	    state) == 0;
+
+	json_decref(j);
+	return yes;
+}
+
+static void
+wait_done(int n, double limit)
+{
+	double t0 = now();
+	int i, all;
+
+	do {
+		usleep(100000);
+		for (all = 1, i = 0; i < n; i++)
+			all &= status_is(i, "done");
+	} while (!all && now() - t0 < limit);
+	ck_assert_msg(all, "daemons not done after %.0fs", limit);
+}
+
+static int
+run_tool(char *out, size_t outlen, const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	FILE *p;
+	size_t n;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	p = popen(cmd, "r");
+	n = fread(out, 1, outlen - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double
+json_num_after(const char *text, const char *key)
+{
+	json_t *j = json_loads(strchr(text, '{'), 0, NULL);
+	double v;
+
+	ck_assert_msg(j != NULL, "no JSON in: %s", text);
+	v = json_number_value(json_object_get(j, key));
+	json_decref(j);
+	return v;
+}
+
+static void
+setup(void)
+{
+	daemon_bin = getenv("BLOCKTRAIND");
+	tool = getenv("SHARDMETER");
+	if (daemon_bin == NULL)
+		daemon_bin = "./blocktraind";
+	if (tool == NULL)
+		tool = "./shardmeter";
+	snprintf(dir, sizeof(dir), "/tmp/check_daemon.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	base_port = 20000 + (int)(getpid() % 20000);
+	memset(pids, 0, sizeof(pids));
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void
+teardown(void)
+{
+	char cmd[128];
+	int i;
+
+	for (i = 0; i <= MAXD; i++)
+		if (pids[i] > 0) {
+			kill(pids[i], SIGKILL);
+			waitpid(pids[i], NULL, 0);
+		}
+	if (getenv("KEEP_TEST_DIRS") == NULL) {
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", dir);
+	}
+	curl_global_cleanup();
+}
+
+/* Sums "<prefix> ... (N bytes)" lines of a daemon's log. */
+static unsigned long long
+logged_bytes(int i, const char *prefix)
+{
+	char path[128], line[1024];
+	unsigned long long sum = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/log%d", dir, i);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *p = strstr(line, prefix), *q;
+
+		if (p != NULL && (q = strrchr(p, '(')) != NULL)
+			sum += strtoull(q + 1, NULL, 10);
+	}
+	fclose(f);
+	return sum;
+}
+
+START_TEST(test_three_blocks)
+{
+	int block_of[3] = { 1, 2, 3 }, i;
+	char out[8192];
+	double initial, composed = 0, assembled;
+	json_t *j;
+
+	write_spec(3, 400, 50, 5);
+	write_peers(3, block_of);
+	/* the bound of the untrained blocks, scored like the final one */
+	ck_assert_int_eq(run_tool(out, sizeof(out), "%s train --spec %s/run.conf "
+	    "--dir %s/init --all --steps 0", tool, dir, dir), 0);
+	ck_assert_int_eq(run_tool(out, sizeof(out), "%s eval --spec %s/run.conf "
+	    "--dir %s/init --windows 64 --json", tool, dir, dir), 0);
+	initial = json_num_after(out, "blocktrain_nats_per_byte");
+	for (i = 0; i < 3; i++)
+		start(i, i + 1);
+	wait_done(3, 120);
+	for (i = 0; i < 3; i++) {
+		j = status_of(i);
+		ck_assert_ptr_nonnull(j);
+		ck_assert_int_eq(json_integer_value(json_object_get(j,
+		    "heldout_share_step")), 400);
+		composed += json_number_value(json_object_get(j, "heldout_share"));
+		json_decref(j);
+	}
+	ck_assert_int_eq(run_tool(out, sizeof(out), "%s status --peers %s/peers",
+	    tool, dir), 0);
+	ck_assert_ptr_nonnull(strstr(out, "composed held-out bound"));
+	ck_assert_int_eq(run_tool(out, sizeof(out), "%s assemble --peers "
+	    "%s/peers --out %s/asm --spec %s/run.conf", tool, dir, dir, dir), 0);
+	ck_assert_int_eq(run_tool(out, sizeof(out), "%s eval --spec %s/run.conf "
+	    "--dir %s/asm --windows 64 --json", tool, dir, dir), 0);
+	assembled = json_num_after(out, "blocktrain_nats_per_byte");
+	fprintf(stderr, "# three blocks: bound %.4f at start, %.4f from "
+	    "status, %.4f from the assembled checkpoints\n", initial, composed,
+	    assembled);
+	ck_assert_double_eq_tol(composed, assembled, 1e-4);
+	ck_assert_msg(composed < 0.8 * initial, "bound %g -> %g", initial,
+	    composed);
+	/* what each daemon reports having sent matches what it logged */
+	for (i = 0; i < 3; i++) {
+		unsigned long long logged = logged_bytes(i, "sent the checkpoint");
+		long long metered;
+
+		j = status_of(i);
+		metered = json_integer_value(json_object_get(json_object_get(
+		    json_object_get(j, "bytes"), "out"), "checkpoint"));
+		json_decref(j);
+		fprintf(stderr, "# daemon %d: checkpoint bytes out %lld metered, "
+		    "%llu logged\n", i, metered, logged);
+		ck_assert_uint_gt(logged, 0);
+		ck_assert_msg(fabs((double)metered - (double)logged) <=
+		    0.01 * (double)logged, "metered %lld, logged %llu", metered,
+		    logged);
+	}
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(stop(i), 0);
+}
+END_TEST
+
+/* "checkpoint at step S, round R, N bytes, sha256 X..." of a daemon's log,
+ * as round -> hash prefix. */
+static int
+round_hashes(int i, char hashes[][17], int max)
+{
+	char path[128], line[1024];
+	int top = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/log%d", dir, i);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *p = strstr(line, "checkpoint at step");
+		long long step, round;
+		char hash[17];
+
+		if (p == NULL || sscanf(p, "checkpoint at step %lld, round %lld, "
+		    "%*d bytes, sha256 %16s", &step, &round, hash) != 3)
+			continue;
+		if (round >= 0 && round < max) {
+			memcpy(hashes[round], hash, 17);
+			if (round > top)
+				top = (int)round;
+		}
+	}
+	fclose(f);
+	return top;
+}
+
+START_TEST(test_replicas_identical)
+{
+	int block_of[6] = { 1, 2, 3, 1, 2, 3 }, i, b, r;
+
+	write_spec(3, 200, 25, 5);
+	write_peers(6, block_of);
+	for (i = 0; i < 6; i++)
+		start(i, block_of[i]);
+	wait_done(6, 180);
+	for (b = 0; b < 3; b++) {
+		char h0[64][17] = { { 0 } }, h1[64][17] = { { 0 } };
+		int t0 = round_hashes(b, h0, 64), t1 = round_hashes(b + 3, h1, 64);
+
+		ck_assert_int_eq(t0, 8);
+		ck_assert_int_eq(t1, 8);
+		for (r = 1; r <= 8; r++) {
+			ck_assert_msg(h0[r][0] && h1[r][0], "block %d round %d: "
+			    "a checkpoint is missing", b + 1, r);
+			ck_assert_msg(strcmp(h0[r], h1[r]) == 0, "block %d round "
+			    "%d: replicas differ (%s, %s)", b + 1, r, h0[r], h1[r]);
+		}
+		fprintf(stderr, "# block %d: both replicas hold the same "
+		    "checkpoint after each of 8 rounds\n", b + 1);
+	}
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(stop(i), 0);
+}
+END_TEST
+
+static void
+check_state_dir(int i)
+{
+	char path[256], *buf, err[PR_ERR_LEN];
+	struct dirent *e;
+	size_t len;
+	DIR *d;
+	int seen = 0;
+
+	snprintf(path, sizeof(path), "%s/state%d", dir, i);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		char file[512];
+
+		if (strstr(e->d_name, ".ckpt") == NULL)
+			continue;
+		ck_assert_msg(strstr(e->d_name, ".tmp") == NULL,
+		    "temporary file left: %s", e->d_name);
+		snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+		ck_assert_int_eq(pr_ckpt_read_file(file, 1 << 30, &buf, &len,
+		    err), 0);
+		ck_assert_msg(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL, NULL,
+		    err) == 0, "%s: %s", file, err);
+		free(buf);
+		seen++;
+	}
+	closedir(d);
+	ck_assert_int_gt(seen, 0);
+}
+
+START_TEST(test_kill_replica)
+{
+	int block_of[2] = { 1, 1 };
+	long long r0, r1;
+	double t0;
+	char path[128], line[512];
+	FILE *f;
+	int resumed = 0;
+
+	write_spec(1, 30000, 100, 2);
+	write_peers(2, block_of);
+	start(0, 1);
+	start(1, 1);
+	t0 = now();
+	while (status_int(0, "round") < 3 && now() - t0 < 60)
+		usleep(50000);
+	ck_assert_int_ge(status_int(0, "round"), 3);
+	/* the coordinator dies in the middle of a round */
+	kill(pids[0], SIGKILL);
+	waitpid(pids[0], NULL, 0);
+	pids[0] = 0;
+	r1 = status_int(1, "round");
+	t0 = now();
+	while (status_int(1, "round") < r1 + 2 && now() - t0 < 2 + 2 + 10)
+		usleep(50000);
+	fprintf(stderr, "# kill: the survivor went from round %lld to %lld in "
+	    "%.1fs (deadline 2s)\n", r1, status_int(1, "round"), now() - t0);
+	ck_assert_int_ge(status_int(1, "round"), r1 + 2);
+	/* back from its checkpoint, it rejoins */
+	start(0, 1);
+	t0 = now();
+	do {
+		usleep(100000);
+		r0 = status_int(0, "round");
+		r1 = status_int(1, "round");
+	} while ((r0 < 0 || r0 + 1 < r1 || r0 <= 4) && now() - t0 < 30);
+	snprintf(path, sizeof(path), "%s/log0", dir);
+	f = fopen(path, "r");
+	while (fgets(line, sizeof(line), f) != NULL) {
+		long long step;
+		char *p = strstr(line, "training from step");
+
+		if (p && sscanf(p, "training from step %lld", &step) == 1 &&
+		    step > 0)
+			resumed = 1;
+	}
+	fclose(f);
+	ck_assert_msg(resumed, "the restarted replica did not resume");
+	ck_assert_msg(r0 >= 0 && r0 + 1 >= r1, "restarted replica at round "
+	    "%lld, the other at %lld", r0, r1);
+	/* and takes part again: a later round averages both */
+	t0 = now();
+	r1 = status_int(1, "round");
+	while (status_int(1, "round") < r1 + 2 && now() - t0 < 20)
+		usleep(50000);
+	ck_assert_int_eq(stop(0), 0);
+	ck_assert_int_eq(stop(1), 0);
+	snprintf(path, sizeof(path), "%s/log1", dir);
+	f = fopen(path, "r");
+	resumed = 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strstr(line, "averaged 2 of 2"))
+			resumed++;
+	fclose(f);
+	ck_assert_int_gt(resumed, 0);
+	check_state_dir(0);
+	check_state_dir(1);
+}
+END_TEST
+
+/* An update message built field by field, so that tests can put in it
+ * what the encoder refuses (NaN). */
+static char *
+craft_update(const char *run_id, int block, long long round, size_t count,
+    float fill, size_t *len)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	unsigned char md[32];
+	unsigned int mdlen;
+	float *payload = malloc(count * 4);
+	size_t i;
+
+#define KEY(s) do { msgpack_pack_str(&pk, strlen(s)); \
+	msgpack_pack_str_body(&pk, s, strlen(s)); } while (0)
+	for (i = 0; i < count; i++)
+		payload[i] = fill;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 11);
+	KEY("magic"); KEY("ShardMeter update");
+	KEY("version"); msgpack_pack_uint64(&pk, 1);
+	KEY("run_id"); KEY(run_id);
+	KEY("block"); msgpack_pack_uint64(&pk, (uint64_t)block);
+	KEY("round"); msgpack_pack_uint64(&pk, (uint64_t)round);
+	KEY("replica"); msgpack_pack_uint64(&pk, 1);
+	KEY("step"); msgpack_pack_uint64(&pk, 50);
+	KEY("encoding"); KEY("f32");
+	KEY("count"); msgpack_pack_uint64(&pk, count);
+	KEY("payload"); msgpack_pack_bin(&pk, count * 4);
+	msgpack_pack_bin_body(&pk, payload, count * 4);
+	EVP_Digest(payload, count * 4, md, &mdlen, EVP_sha256(), NULL);
+	KEY("sha256"); msgpack_pack_bin(&pk, 32);
+	msgpack_pack_bin_body(&pk, md, 32);
+#undef KEY
+	free(payload);
+	*len = sb.size;
+	return sb.data;
+}
+
+/* Sends raw bytes and returns the status code of the answer. */
+static int
+raw_request(const char *text, char *answer, size_t alen)
+{
+	struct sockaddr_in sa = { 0 };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), code = 0;
+	ssize_t n;
+
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)base_port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	n = read(fd, answer, alen - 1);
+	answer[n > 0 ? n : 0] = '\0';
+	close(fd);
+	sscanf(answer, "HTTP/1.1 %d", &code);
+	return code;
+}
+
+static void
+expect_code(const char *method, const char *path, const void *body,
+    size_t len, long code, const char *fragment)
+{
+	struct body b;
+	long got = request(method, 0, path, body, len, &b);
+
+	ck_assert_msg(got == code, "%s %s: %ld, expected %ld (%s)", method, path,
+	    got, code, b.data ? b.data : "");
+	ck_assert_msg(b.len > 0 || method[0] == 'H', "%s %s: empty body",
+	    method, path);
+	if (fragment != NULL)
+		ck_assert_msg(b.data && strstr(b.data, fragment), "%s %s: '%s' "
+		    "lacks '%s'", method, path, b.data ? b.data : "", fragment);
+	free(b.data);
+}
+
+START_TEST(test_bad_input)
+{
+	int block_of[2] = { 1, 1 };
+	char path[128], answer[2048], hash[65], run_id[PR_RUN_ID_LEN];
+	char err[PR_ERR_LEN], *msg, *bad;
+	json_t *j;
+	long long round;
+	size_t count, len;
+	pr_spec spec;
+	kn_model_shape shape;
+
+	/* replica 1 never runs: replica 0 trains alone, waiting out the
+	 * deadline of each round */
+	write_spec(1, 100, 50, 1);
+	write_peers(2, block_of);
+	start(0, 1);
+	wait_done(1, 60);
+	snprintf(path, sizeof(path), "%s/run.conf", dir);
+	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
+	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
+	shape = pr_spec_block_shape(&spec);
+	count = kn_model_params_for(&shape);
+	j = status_of(0);
+	snprintf(hash, sizeof(hash), "%s", json_string_value(json_object_get(
+	    json_object_get(j, "checkpoint"), "sha256")));
+	round = json_integer_value(json_object_get(j, "round"));
+	json_decref(j);
+	snprintf(path, sizeof(path), "/v1/blocks/1/rounds/%lld/updates", round);
+
+	/* a body over the cap is refused before it is read */
+	{
+		char req[512];
+
+		snprintf(req, sizeof(req), "POST %s HTTP/1.1\r\nHost: x\r\n"
+		    "Content-Length: 4000000000\r\n\r\n", path);
+		ck_assert_int_eq(raw_request(req, answer, sizeof(answer)), 413);
+	}
+	expect_code("POST", path, "garbage", 7, 400, "update refused");
+	msg = craft_update(run_id, 1, round, count, 0.5f, &len);
+	bad = malloc(len + 1);
+	memcpy(bad, msg, len);
+	bad[len] = 0;
+	expect_code("POST", path, bad, len + 1, 400, "trailing");
+	free(bad);
+	free(msg);
+	msg = craft_update("0000000000000000000000000000000000000000000000000"
+	    "000000000000000", 1, round, count, 0.5f, &len);
+	expect_code("POST", path, msg, len, 400, "run");
+	free(msg);
+	msg = craft_update(run_id, 2, round, count, 0.5f, &len);
+	expect_code("POST", path, msg, len, 400, "block");
+	free(msg);
+	msg = craft_update(run_id, 1, round, count - 1, 0.5f, &len);
+	expect_code("POST", path, msg, len, 400, "parameters");
+	free(msg);
+	msg = craft_update(run_id, 1, round, count, NAN, &len);
+	expect_code("POST", path, msg, len, 400, "finite");
+	free(msg);
+	msg = craft_update(run_id, 1, round, count, INFINITY, &len);
+	expect_code("POST", path, msg, len, 400, "finite");
+	free(msg);
+	expect_code("POST", "/v1/blocks/7/rounds/0/updates", "x", 1, 404,
+	    "block 7");
+	expect_code("GET", "/v1/nothing", NULL, 0, 404, "no such resource");
+	expect_code("DELETE", "/v1/status", NULL, 0, 405, "not allowed");
+	expect_code("POST", "/v1/blocks/1/checkpoint", "x", 1, 405,
+	    "not allowed");
+	expect_code("GET", "/v1/blocks/1/rounds/0/updates", NULL, 0, 405,
+	    "POST");
+	ck_assert_int_eq(raw_request("BREW / HTCPCP/1.0\r\n\r\n", answer,
+	    sizeof(answer)), 400);
+	/* nothing changed, and the daemon still answers */
+	j = status_of(0);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j,
+	    "checkpoint"), "sha256")), hash);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "round")), round);
+	json_decref(j);
+	/* a checkpoint that has not changed is not sent again */
+	{
+		CURL *h = curl_easy_init();
+		struct curl_slist *hd = NULL;
+		char url[128], inm[128];
+		long code = 0;
+		struct body b = { 0 };
+
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/blocks/1/"
+		    "checkpoint", base_port);
+		snprintf(inm, sizeof(inm), "If-None-Match: \"%s\"", hash);
+		hd = curl_slist_append(hd, inm);
+		curl_easy_setopt(h, CURLOPT_URL, url);
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+		ck_assert_int_eq(curl_easy_perform(h), CURLE_OK);
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+		ck_assert_int_eq(code, 304);
+		curl_slist_free_all(hd);
+		curl_easy_cleanup(h);
+		free(b.data);
+	}
+	ck_assert_int_eq(stop(0), 0);
+}
+END_TEST
+
+START_TEST(test_config_errors)
+{
+	char out[4096];
+	int block_of[1] = { 1 };
+
+	write_spec(1, 10, 5, 1);
+	write_peers(1, block_of);
+	ck_assert_int_eq(run_tool(out, sizeof(out), "%s -n -l 127.0.0.1:%d -b 1 "
+	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir), 0);
+	ck_assert_ptr_nonnull(strstr(out, "configuration OK"));
+	ck_assert_int_ne(run_tool(out, sizeof(out), "%s -n -l 127.0.0.1:%d -b 1 "
+	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port + 1, dir, dir),
+	    0);
+	ck_assert_ptr_nonnull(strstr(out, "is not in the peer list"));
+	ck_assert_int_ne(run_tool(out, sizeof(out), "%s -n -l 127.0.0.1:%d -b 2 "
+	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir), 0);
+	ck_assert_ptr_nonnull(strstr(out, "does not exist"));
+	write_file("bad.conf", "eval_evry = 3\n");
+	ck_assert_int_ne(run_tool(out, sizeof(out), "%s -n -c %s/bad.conf",
+	    daemon_bin, dir), 0);
+	ck_assert_ptr_nonnull(strstr(out, "unknown key 'eval_evry'"));
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *tc = tcase_create("loopback");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_config_errors);
+	tcase_add_test(tc, test_three_blocks);
+	tcase_add_test(tc, test_replicas_identical);
+	tcase_add_test(tc, test_kill_replica);
+	tcase_add_test(tc, test_bad_input);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,1121 @@
+/* The HTTP server and client on one real loop over 127.0.0.1: round trips
+ * through hc_ against hs_, raw sockets for what a well-behaved client
+ * never sends, and the limits and timeouts of both. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <uv.h>
+
+#include "daemon/http_client.h"
+#include "daemon/http_server.h"
+
+#define RAW_CAP (1 << 20)
+
+struct exchange {
+	char peer[64], kind[32];
+	size_t in, out;
+};
+
+struct reply {
+	int done;
+	long status;
+	char error[HC_ERR_LEN];
+	int has_error;
+	char *body;
+	size_t body_len;
+	char etag[64];
+	size_t in, out;
+	double total_s;
+	int seq;
+};
+
+static uv_loop_t loop;
+static uv_timer_t tick;
+static hs_server *srv;
+static hc_client *cli;
+static int port;
+static struct exchange ex[64];
+static int nex;
+static int srv_closed, cli_closed, seq, closed_seq;
+static int hdr_bad_name, hdr_own, hdr_crlf, bad_status;
+static char raw[RAW_CAP];
+
+/* ---- the server side of the tests ---- */
+
+static void
+on_exchange(void *ctx, const char *peer, const char *kind, size_t in,
+    size_t out)
+{
+	(void)ctx;
+	if (nex < (int)(sizeof(ex) / sizeof(ex[0]))) {
+		snprintf(ex[nex].peer, sizeof(ex[nex].peer), "%s", peer);
+		snprintf(ex[nex].kind, sizeof(ex[nex].kind), "%s", kind);
+		ex[nex].in = in;
+		ex[nex].out = out;
+	}
+	nex++;
+}
+
+static void
+set_flag(void *arg)
+{
+	*(int *)arg = ++seq;
+}
+
+static void
+handler(void *ctx, const hs_request *req, hs_response *res)
+{
+	char text[512];
+
+	(void)ctx;
+	if (strcmp(req->path, "/hello") == 0) {
+		const char *inm = hs_request_header(req, "if-none-match");
+
+		hs_response_header(res, "ETag", "\"v1\"");
+		hs_response_meter(res, "hello");
+		if (inm != NULL && strcmp(inm, "\"v1\"") == 0) {
+			hs_response_status(res, 304);
+			return;
+		}
+		hs_response_status(res, 200);
+		hs_response_body(res, "text/plain", "hello world", 11);
+	} else if (strcmp(req->path, "/echo") == 0) {
+		const char *ct = hs_request_header(req, "Content-Type");
+		size_t n;
+		char *body = hs_request_take_body(req, &n);
+
+		hs_response_status(res, 200);
+		hs_response_header(res, "X-Method", req->method);
+		hs_response_body_owned(res,
+		    ct ? ct : "application/octet-stream", body, n);
+		hs_response_meter(res, "echo");
+	} else if (strcmp(req->path, "/big") == 0) {
+		size_t n = strtoul(req->query + 2, NULL, 10);
+		char *body = malloc(n);
+
+		memset(body, 'x', n);
+		hs_response_status(res, 200);
+		hs_response_body_owned(res, "application/octet-stream", body,
+		    n);
+	} else if (strcmp(req->path, "/info") == 0) {
+		snprintf(text, sizeof(text), "%s %s %s", req->method, req->path,
+		    req->query);
+		hs_response_status(res, 200);
+		hs_response_body(res, "text/plain", text, strlen(text));
+	} else if (strcmp(req->path, "/headers") == 0) {
+		hdr_bad_name = hs_response_header(res, "Bad Name", "x");
+		hdr_own = hs_response_header(res, "content-length", "3");
+		hdr_crlf = hs_response_header(res, "X-Evil", "a\r\nB: c");
+		bad_status = hs_response_status(res, 999);
+		hs_response_header(res, "X-Test", "yes");
+		hs_response_status(res, 201);
+		hs_response_body(res, NULL, "ok", 2);
+	} else if (strcmp(req->path, "/nostatus") == 0) {
+		/* nothing: the server answers 500 */
+	} else if (strcmp(req->path, "/close-server") == 0) {
+		hs_server_close(srv, set_flag, &srv_closed);
+		srv = NULL;
+		hs_response_status(res, 200);
+	} else {
+		snprintf(text, sizeof(text), "no such thing: %s", req->path);
+		hs_response_status(res, 404);
+		hs_response_body(res, "text/plain", text, strlen(text));
+	}
+}
+
+static void
+server_start(const hs_config *cfg)
+{
+	hs_config c;
+	char err[HS_ERR_LEN];
+
+	if (cfg != NULL)
+		c = *cfg;
+	else
+		memset(&c, 0, sizeof(c));
+	c.on_exchange = on_exchange;
+	ck_assert_int_eq(hs_server_new(&srv, &loop, &c, handler, NULL, err),
+	    0);
+	ck_assert_msg(hs_server_listen(srv, "127.0.0.1", 0, err) == 0, "%s",
+	    err);
+	port = hs_server_port(srv);
+	ck_assert_int_gt(port, 0);
+}
+
+static void
+on_tick(uv_timer_t *t)
+{
+	(void)t;
+}
+
+static void
+setup(void)
+{
+	char err[HC_ERR_LEN];
+
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	uv_timer_init(&loop, &tick);
+	srv = NULL;
+	nex = 0;
+	srv_closed = cli_closed = seq = closed_seq = 0;
+	ck_assert_msg(hc_client_new(&cli, &loop, err) == 0, "%s", err);
+}
+
+/* Runs the loop until *count reaches want or ms pass. */
+static int
+run_until_n(int *count, int want, int ms)
+{
+	uint64_t end;
+
+	uv_update_time(&loop);
+	end = uv_now(&loop) + (uint64_t)ms;
+	uv_timer_start(&tick, on_tick, 5, 5);
+	while (*count < want && uv_now(&loop) < end)
+		uv_run(&loop, UV_RUN_ONCE);
+	uv_timer_stop(&tick);
+	return *count >= want;
+}
+
+/* Runs the loop until *flag is set or ms pass; returns *flag. */
+static int
+run_until(int *flag, int ms)
+{
+	run_until_n(flag, 1, ms);
+	return *flag;
+}
+
+static void
+teardown(void)
+{
+	if (cli != NULL)
+		hc_client_close(cli, set_flag, &cli_closed);
+	else
+		cli_closed = 1;
+	if (srv != NULL)
+		hs_server_close(srv, set_flag, &srv_closed);
+	else
+		srv_closed = 1;
+	cli = NULL;
+	srv = NULL;
+	ck_assert(run_until(&cli_closed, 5000));
+	ck_assert(run_until(&srv_closed, 5000));
+	uv_close((uv_handle_t *)&tick, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	/* every handle of both modules is closed */
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+
+/* ---- the client side ---- */
+
+static void
+on_done(void *ctx, hc_result *r)
+{
+	struct reply *p = ctx;
+
+	p->done = 1;
+	p->seq = ++seq;
+	p->status = r->status;
+	p->has_error = r->error != NULL;
+	snprintf(p->error, sizeof(p->error), "%s", r->error ? r->error : "");
+	p->body_len = r->body_len;
+	p->body = hc_result_take_body(r);
+	snprintf(p->etag, sizeof(p->etag), "%s", r->etag ? r->etag : "");
+	p->in = r->bytes_in;
+	p->out = r->bytes_out;
+	p->total_s = r->total_s;
+}
+
+static void
+request(struct reply *p, const char *method, const char *path,
+    const void *body, size_t len, const hc_request_opts *base)
+{
+	hc_request_opts o;
+	char url[256], err[HC_ERR_LEN];
+
+	if (base != NULL)
+		o = *base;
+	else
+		memset(&o, 0, sizeof(o));
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	o.method = method;
+	o.url = url;
+	o.body = body;
+	o.body_len = len;
+	memset(p, 0, sizeof(*p));
+	ck_assert_msg(hc_request(cli, &o, on_done, p, err) == 0, "%s", err);
+}
+
+static void
+fetch(struct reply *p, const char *method, const char *path,
+    const void *body, size_t len, const hc_request_opts *base)
+{
+	request(p, method, path, body, len, base);
+	ck_assert_msg(run_until(&p->done, 5000), "no answer to %s", path);
+}
+
+/* ---- raw sockets ---- */
+
+static int
+raw_connect_to(int to_port)
+{
+	struct sockaddr_in a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)to_port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return fd;
+}
+
+static int
+raw_connect(void)
+{
+	return raw_connect_to(port);
+}
+
+static void
+pump(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	uv_run(&loop, UV_RUN_NOWAIT);
+	poll(&p, 1, ms);
+}
+
+static void
+raw_send(int fd, const void *data, size_t n)
+{
+	const char *d = data;
+
+	while (n > 0) {
+		ssize_t w = send(fd, d, n, MSG_NOSIGNAL);
+
+		if (w > 0) {
+			d += w;
+			n -= (size_t)w;
+		} else if (w < 0 && errno == EAGAIN)
+			pump(fd, 1);
+		else
+			ck_abort_msg("send: %s", strerror(errno));
+	}
+}
+
+/* How many whole responses buf holds (by Content-Length; a 100 Continue
+ * counts as none). */
+static int
+responses_in(const char *buf, size_t len)
+{
+	int n = 0;
+
+	while (len > 0) {
+		const char *end = memmem(buf, len, "\r\n\r\n", 4);
+		const char *cl;
+		size_t head, body = 0;
+
+		if (end == NULL)
+			break;
+		head = (size_t)(end - buf) + 4;
+		cl = memmem(buf, head, "Content-Length: ", 16);
+		if (cl != NULL)
+			body = strtoul(cl + 16, NULL, 10);
+		if (head + body > len)
+			break;
+		if (strncmp(buf, "HTTP/1.1 100", 12) != 0)
+			n++;
+		buf += head + body;
+		len -= head + body;
+	}
+	return n;
+}
+
+/* Reads into raw[] until EOF (or a reset), until `want` whole responses
+ * are there (want > 0), or until ms pass.  Returns the bytes read. */
+static size_t
+raw_read(int fd, int ms, int *eof, int want)
+{
+	size_t len = 0;
+	uint64_t end;
+
+	*eof = 0;
+	uv_update_time(&loop);
+	end = uv_now(&loop) + (uint64_t)ms;
+	while (uv_now(&loop) < end) {
+		ssize_t r = recv(fd, raw + len, RAW_CAP - 1 - len, 0);
+
+		if (r > 0) {
+			len += (size_t)r;
+			raw[len] = '\0';
+			if (want > 0 && responses_in(raw, len) >= want)
+				break;
+			continue;
+		}
+		if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+			*eof = 1;
+			break;
+		}
+		pump(fd, 1);
+		uv_update_time(&loop);
+	}
+	raw[len] = '\0';
+	return len;
+}
+
+static double
+now_s(void)
+{
+	return (double)uv_hrtime() / 1e9;
+}
+
+/* A socket that listens and never accepts: connections complete in the
+ * kernel and then nothing is ever said. */
+static int
+silent_listener(int *out_port)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 8), 0);
+	getsockname(fd, (struct sockaddr *)&a, &len);
+	*out_port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* ---- the tests ---- */
+
+START_TEST(test_get_post)
+{
+	struct reply r;
+	size_t n = 300 * 1000, i;
+	char *body = malloc(n);
+
+	server_start(NULL);
+	fetch(&r, "GET", "/hello", NULL, 0, NULL);
+	ck_assert_str_eq(r.error, "");
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_uint_eq(r.body_len, 11);
+	ck_assert_str_eq(r.body, "hello world");
+	ck_assert_str_eq(r.etag, "\"v1\"");
+	ck_assert_int_eq(nex, 1);
+	ck_assert_str_eq(ex[0].kind, "hello");
+	/* both ends count the same bytes */
+	ck_assert_uint_eq(r.out, ex[0].in);
+	ck_assert_uint_eq(r.in, ex[0].out);
+	free(r.body);
+
+	for (i = 0; i < n; i++)
+		body[i] = (char)(i * 7 + 3);
+	fetch(&r, "POST", "/echo", body, n, &(hc_request_opts){
+	    .content_type = "application/x-msgpack" });
+	ck_assert_str_eq(r.error, "");
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_uint_eq(r.body_len, n);
+	ck_assert_int_eq(memcmp(r.body, body, n), 0);
+	ck_assert_int_eq(nex, 2);
+	ck_assert_str_eq(ex[1].kind, "echo");
+	ck_assert_uint_eq(r.out, ex[1].in);
+	ck_assert_uint_eq(r.in, ex[1].out);
+	ck_assert_uint_gt(r.out, n);
+	free(r.body);
+
+	fetch(&r, "PUT", "/echo", "put body", 8, NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_str_eq(r.body, "put body");
+	free(r.body);
+
+	fetch(&r, "POST", "/echo", NULL, 0, NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_uint_eq(r.body_len, 0);
+	ck_assert_ptr_null(r.body);
+
+	fetch(&r, "GET", "/info?a=1&b=%20", NULL, 0, NULL);
+	ck_assert_str_eq(r.body, "GET /info a=1&b=%20");
+	free(r.body);
+	free(body);
+}
+END_TEST
+
+static struct reply second;
+
+static void
+on_first_then_second(void *ctx, hc_result *r)
+{
+	on_done(ctx, r);
+	request(&second, "GET", "/hello", NULL, 0, NULL);
+}
+
+START_TEST(test_keepalive)
+{
+	struct reply first;
+	hc_request_opts o;
+	char url[128], err[HC_ERR_LEN];
+
+	server_start(NULL);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/hello", port);
+	memset(&o, 0, sizeof(o));
+	o.url = url;
+	memset(&first, 0, sizeof(first));
+	ck_assert_int_eq(hc_request(cli, &o, on_first_then_second, &first,
+	    err), 0);
+	ck_assert(run_until(&second.done, 5000));
+	ck_assert_int_eq(first.status, 200);
+	ck_assert_int_eq(second.status, 200);
+	free(first.body);
+	free(second.body);
+	ck_assert_uint_eq(hs_server_accepted(srv), 1);
+	ck_assert_int_eq(nex, 2);
+	ck_assert_str_eq(ex[0].peer, ex[1].peer);
+	ck_assert_int_eq(strncmp(ex[0].peer, "127.0.0.1:", 10), 0);
+}
+END_TEST
+
+#define NCONC 40
+
+static struct reply conc[NCONC];
+static int conc_done;
+
+static void
+on_conc_done(void *ctx, hc_result *r)
+{
+	on_done(ctx, r);
+	conc_done++;
+}
+
+/* Many requests at once on one loop, each answered with its own body. */
+START_TEST(test_concurrent)
+{
+	char bodies[NCONC][32], url[128], err[HC_ERR_LEN];
+	hc_request_opts o;
+	int i;
+
+	server_start(NULL);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/echo", port);
+	conc_done = 0;
+	for (i = 0; i < NCONC; i++) {
+		memset(&o, 0, sizeof(o));
+		snprintf(bodies[i], sizeof(bodies[i]), "request %d", i);
+		o.method = "POST";
+		o.url = url;
+		o.body = bodies[i];
+		o.body_len = strlen(bodies[i]);
+		memset(&conc[i], 0, sizeof(conc[i]));
+		ck_assert_int_eq(hc_request(cli, &o, on_conc_done, &conc[i],
+		    err), 0);
+	}
+	ck_assert(run_until_n(&conc_done, NCONC, 10000));
+	for (i = 0; i < NCONC; i++) {
+		ck_assert_int_eq(conc[i].status, 200);
+		ck_assert_str_eq(conc[i].body, bodies[i]);
+		free(conc[i].body);
+	}
+	ck_assert_int_eq(nex, NCONC);
+}
+END_TEST
+
+static struct reply pending_reply;
+
+static void
+on_done_then_close(void *ctx, hc_result *r)
+{
+	on_done(ctx, r);
+	hc_client_close(cli, set_flag, &cli_closed);
+	cli = NULL;
+}
+
+/* Closing the client from a done callback cancels the others. */
+START_TEST(test_client_close_from_done)
+{
+	struct reply r;
+	hc_request_opts o;
+	char url[128], err[HC_ERR_LEN];
+	int lfd, silent_port;
+
+	server_start(NULL);
+	lfd = silent_listener(&silent_port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/never", silent_port);
+	memset(&o, 0, sizeof(o));
+	o.url = url;
+	memset(&pending_reply, 0, sizeof(pending_reply));
+	ck_assert_int_eq(hc_request(cli, &o, on_done, &pending_reply, err),
+	    0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/hello", port);
+	memset(&r, 0, sizeof(r));
+	ck_assert_int_eq(hc_request(cli, &o, on_done_then_close, &r, err),
+	    0);
+	ck_assert(run_until(&cli_closed, 5000));
+	ck_assert_int_eq(r.status, 200);
+	free(r.body);
+	ck_assert(pending_reply.done);
+	ck_assert_str_eq(pending_reply.error, "cancelled");
+	ck_assert_int_lt(r.seq, pending_reply.seq);
+	ck_assert_int_lt(pending_reply.seq, cli_closed);
+	close(lfd);
+}
+END_TEST
+
+START_TEST(test_head)
+{
+	struct reply r;
+	int fd, eof;
+	const char *req = "HEAD /hello HTTP/1.1\r\nHost: x\r\n"
+	    "Connection: close\r\n\r\n";
+	size_t n;
+
+	server_start(NULL);
+	fetch(&r, "HEAD", "/hello", NULL, 0, NULL);
+	ck_assert_str_eq(r.error, "");
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_uint_eq(r.body_len, 0);
+	ck_assert_str_eq(r.etag, "\"v1\"");
+
+	fd = raw_connect();
+	raw_send(fd, req, strlen(req));
+	n = raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_ptr_nonnull(strstr(raw, "Content-Length: 11\r\n"));
+	/* the head and nothing after it */
+	ck_assert_uint_eq(n, (size_t)(strstr(raw, "\r\n\r\n") - raw) + 4);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_status_from_handler)
+{
+	struct reply r;
+	int fd, eof;
+	const char *req = "GET /headers HTTP/1.1\r\nHost: x\r\n\r\n";
+
+	server_start(NULL);
+	fetch(&r, "GET", "/missing", NULL, 0, NULL);
+	ck_assert_str_eq(r.error, "");
+	ck_assert_int_eq(r.status, 404);
+	ck_assert_str_eq(r.body, "no such thing: /missing");
+	free(r.body);
+
+	fetch(&r, "GET", "/nostatus", NULL, 0, NULL);
+	ck_assert_int_eq(r.status, 500);
+	ck_assert_ptr_nonnull(strstr(r.body, "no status"));
+	free(r.body);
+
+	fetch(&r, "GET", "/hello", NULL, 0, &(hc_request_opts){
+	    .if_none_match = "\"v1\"" });
+	ck_assert_int_eq(r.status, 304);
+	ck_assert_uint_eq(r.body_len, 0);
+	ck_assert_str_eq(r.etag, "\"v1\"");
+
+	fd = raw_connect();
+	raw_send(fd, req, strlen(req));
+	raw_read(fd, 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 201 Created\r\n", 22), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "\r\nX-Test: yes\r\n"));
+	ck_assert_ptr_null(strstr(raw, "X-Evil"));
+	ck_assert_ptr_null(strstr(raw, "Content-Type"));
+	ck_assert_int_eq(hdr_bad_name, UV_EINVAL);
+	ck_assert_int_eq(hdr_own, UV_EINVAL);
+	ck_assert_int_eq(hdr_crlf, UV_EINVAL);
+	ck_assert_int_eq(bad_status, UV_EINVAL);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_413_declared)
+{
+	hs_config cfg = { .max_body_bytes = 1024 };
+	const char *req = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 1000000\r\n\r\n";
+	int fd, eof;
+
+	server_start(&cfg);
+	fd = raw_connect();
+	/* the headers only: the answer must not wait for the body */
+	raw_send(fd, req, strlen(req));
+	raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 413 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "Connection: close\r\n"));
+	ck_assert_ptr_nonnull(strstr(raw, "Content-Type: text/plain\r\n"));
+	ck_assert_ptr_nonnull(strstr(raw, "limit of 1024 bytes"));
+	ck_assert_int_eq(nex, 1);
+	ck_assert_str_eq(ex[0].kind, "error");
+	ck_assert_uint_eq(ex[0].in, strlen(req));
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_413_chunked)
+{
+	hs_config cfg = { .max_body_bytes = 1024 };
+	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\n";
+	char chunk[600];
+	int fd, eof, i;
+
+	server_start(&cfg);
+	fd = raw_connect();
+	raw_send(fd, head, strlen(head));
+	memset(chunk, 'a', sizeof(chunk));
+	memcpy(chunk, "200\r\n", 5);            /* 512 bytes */
+	memcpy(chunk + 5 + 512, "\r\n", 2);
+	for (i = 0; i < 2; i++)
+		raw_send(fd, chunk, 5 + 512 + 2);
+	/* within the limit so far: no answer yet */
+	ck_assert_uint_eq(raw_read(fd, 100, &eof, 0), 0);
+	ck_assert(!eof);
+	raw_send(fd, "1\r\nz\r\n", 6);
+	raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 413 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "limit of 1024 bytes"));
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_400_malformed)
+{
+	static const char *const bad[] = {
+		"G@T / HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.x\r\n\r\n",
+		"GET / HTTP/1.1\r\nContent-Length: 12z\r\n\r\n",
+	};
+	size_t i;
+
+	server_start(NULL);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int fd = raw_connect(), eof;
+
+		raw_send(fd, bad[i], strlen(bad[i]));
+		raw_read(fd, 3000, &eof, 0);
+		ck_assert_msg(eof, "%s", bad[i]);
+		ck_assert_msg(strncmp(raw, "HTTP/1.1 400 ", 13) == 0, "%s",
+		    raw);
+		ck_assert_ptr_nonnull(strstr(raw, "malformed request: "));
+		ck_assert_ptr_nonnull(strstr(raw, "(HPE_"));
+		close(fd);
+	}
+}
+END_TEST
+
+START_TEST(test_431_headers)
+{
+	size_t n = 20000;
+	char *req = malloc(n + 100);
+	int fd, eof;
+
+	server_start(NULL);     /* the default cap, 16 KiB */
+	strcpy(req, "GET /hello HTTP/1.1\r\nX-Big: ");
+	memset(req + strlen(req), 'a', n);
+	strcpy(req + 28 + n, "\r\n\r\n");
+	fd = raw_connect();
+	raw_send(fd, req, strlen(req));
+	raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 431 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "limit of 16384 bytes"));
+	close(fd);
+	free(req);
+}
+END_TEST
+
+START_TEST(test_slow_client)
+{
+	hs_config cfg = { .request_timeout_ms = 150 };
+	const char *half = "GET /hello HTTP/1.1\r\nHost: x\r\n";
+	double t0;
+	int fd, eof;
+
+	server_start(&cfg);
+	fd = raw_connect();
+	t0 = now_s();
+	raw_send(fd, half, strlen(half));
+	raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_double_ge(now_s() - t0, 0.14);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 408 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "150 ms"));
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_idle_timeout)
+{
+	hs_config cfg = { .idle_timeout_ms = 150 };
+	const char *req = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+	double t0;
+	int fd, eof;
+
+	server_start(&cfg);
+	fd = raw_connect();
+	raw_send(fd, req, strlen(req));
+	raw_read(fd, 3000, &eof, 1);
+	ck_assert(!eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	t0 = now_s();
+	ck_assert_uint_eq(raw_read(fd, 3000, &eof, 0), 0);
+	ck_assert(eof);
+	ck_assert_double_ge(now_s() - t0, 0.1);
+	ck_assert_double_lt(now_s() - t0, 2.0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_pipelined)
+{
+	char req[4096], want[64];
+	const char *p;
+	int fd, eof, i, n = 20;     /* more than the server has in flight */
+	size_t len = 0;
+
+	server_start(NULL);
+	for (i = 0; i < n; i++)
+		len += (size_t)sprintf(req + len, "GET /info?i=%d HTTP/1.1\r\n"
+		    "Host: x\r\n%s\r\n", i,
+		    i == n - 1 ? "Connection: close\r\n" : "");
+	fd = raw_connect();
+	raw_send(fd, req, len);
+	raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(responses_in(raw, strlen(raw)), n);
+	for (i = 0, p = raw; i < n; i++) {
+		snprintf(want, sizeof(want), "GET /info i=%d", i);
+		p = strstr(p, want);
+		ck_assert_msg(p != NULL, "response %d missing or out of order",
+		    i);
+	}
+	ck_assert_int_eq(nex, n);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_exchange_bytes)
+{
+	const char *post = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 5\r\n\r\nhello"
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	    "Connection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+	const char *get = "GET /hello HTTP/1.1\r\nHost: x\r\n"
+	    "Connection: close\r\n\r\n";
+	size_t n;
+	int fd, eof;
+
+	server_start(NULL);
+	fd = raw_connect();
+	raw_send(fd, get, strlen(get));
+	n = raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(nex, 1);
+	ck_assert_uint_eq(ex[0].in, strlen(get));
+	ck_assert_uint_eq(ex[0].out, n);
+	ck_assert_str_eq(ex[0].kind, "hello");
+	close(fd);
+
+	/* a peer that half-closes after its request still gets the answer */
+	fd = raw_connect();
+	get = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+	raw_send(fd, get, strlen(get));
+	shutdown(fd, SHUT_WR);
+	n = raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(responses_in(raw, n), 1);
+	ck_assert_int_eq(nex, 2);
+	ck_assert_uint_eq(ex[1].out, n);
+	close(fd);
+	nex = 0;
+
+	fd = raw_connect();
+	raw_send(fd, post, strlen(post));
+	n = raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(nex, 2);
+	ck_assert_uint_eq(ex[0].in + ex[1].in, strlen(post));
+	ck_assert_uint_eq(ex[0].in, (size_t)(strstr(post, "helloPOST") -
+	    post) + 5);
+	ck_assert_uint_eq(ex[0].out + ex[1].out, n);
+	ck_assert_ptr_nonnull(strstr(raw, "\r\n\r\nabcde"));
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_expect_continue)
+{
+	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Expect: 100-continue\r\nContent-Length: 4\r\n"
+	    "Connection: close\r\n\r\n";
+	int fd, eof;
+	size_t n;
+
+	server_start(NULL);
+	fd = raw_connect();
+	raw_send(fd, head, strlen(head));
+	n = raw_read(fd, 200, &eof, 0);
+	ck_assert(!eof);
+	ck_assert_str_eq(raw, "HTTP/1.1 100 Continue\r\n\r\n");
+	raw_send(fd, "ping", 4);
+	n += raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "\r\n\r\nping"));
+	ck_assert_uint_eq(ex[0].out, n);
+	ck_assert_uint_eq(ex[0].in, strlen(head) + 4);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_http10_and_limits)
+{
+	hs_config cfg = { .max_connections = 1 };
+	const char *old = "GET /hello HTTP/1.0\r\n\r\n";
+	int a, b, eof;
+
+	server_start(&cfg);
+	a = raw_connect();
+	raw_send(a, old, strlen(old));
+	raw_read(a, 3000, &eof, 0);
+	ck_assert(eof);         /* 1.0 without keep-alive closes */
+	ck_assert_ptr_nonnull(strstr(raw, "\r\n\r\nhello world"));
+	close(a);
+	while (hs_server_connections(srv) > 0)
+		uv_run(&loop, UV_RUN_ONCE);
+
+	a = raw_connect();
+	old = "GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+	raw_send(a, old, strlen(old));
+	raw_read(a, 3000, &eof, 1);
+	ck_assert(!eof);
+	ck_assert_ptr_nonnull(strstr(raw, "Connection: keep-alive\r\n"));
+	/* a is kept open: a second connection is one too many */
+	b = raw_connect();
+	raw_read(b, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 503 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "too many connections (limit 1)"));
+	close(b);
+	raw_send(a, old, strlen(old));
+	raw_read(a, 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	close(a);
+}
+END_TEST
+
+START_TEST(test_client_max_body)
+{
+	struct reply r;
+	char *chunked, *p;
+	int lfd, cport, fd = -1, i;
+
+	server_start(NULL);
+	/* declared length over the limit */
+	fetch(&r, "GET", "/big?n=100000", NULL, 0, &(hc_request_opts){
+	    .max_body_bytes = 10000 });
+	ck_assert_int_eq(r.status, 0);
+	ck_assert_ptr_nonnull(strstr(r.error, "limit of 10000 bytes"));
+	ck_assert_ptr_null(r.body);
+	fetch(&r, "GET", "/big?n=10000", NULL, 0, &(hc_request_opts){
+	    .max_body_bytes = 10000 });
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_uint_eq(r.body_len, 10000);
+	free(r.body);
+	/* several write slices on the server side */
+	fetch(&r, "GET", "/big?n=5000000", NULL, 0, NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_uint_eq(r.body_len, 5000000);
+	ck_assert_int_eq(r.body[4999999], 'x');
+	ck_assert_uint_eq(r.in, ex[nex - 1].out);
+	free(r.body);
+
+	/* undeclared length: counted as it arrives */
+	lfd = silent_listener(&cport);
+	chunked = malloc(64 * 1024);
+	p = chunked + sprintf(chunked, "HTTP/1.1 200 OK\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\n");
+	for (i = 0; i < 5; i++) {
+		p += sprintf(p, "fa0\r\n");     /* 4000 bytes */
+		memset(p, 'y', 4000);
+		p += 4000;
+		p += sprintf(p, "\r\n");
+	}
+	p += sprintf(p, "0\r\n\r\n");
+	port = cport;
+	request(&r, "GET", "/chunked", NULL, 0, &(hc_request_opts){
+	    .max_body_bytes = 10000 });
+	while (!r.done) {
+		uv_run(&loop, UV_RUN_NOWAIT);
+		if (fd < 0 && (fd = accept(lfd, NULL, NULL)) >= 0) {
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+			raw_send(fd, chunked, (size_t)(p - chunked));
+		}
+		pump(lfd, 1);
+	}
+	ck_assert_int_eq(r.status, 0);
+	ck_assert_ptr_nonnull(strstr(r.error, "limit of 10000 bytes"));
+	close(fd);
+	close(lfd);
+	free(chunked);
+}
+END_TEST
+
+START_TEST(test_client_timeout)
+{
+	struct reply r;
+	int lfd;
+	double t0 = now_s();
+
+	lfd = silent_listener(&port);
+	fetch(&r, "GET", "/never", NULL, 0, &(hc_request_opts){
+	    .timeout_ms = 200 });
+	ck_assert_int_eq(r.status, 0);
+	ck_assert_msg(strstr(r.error, "imed out") != NULL, "%s", r.error);
+	ck_assert_double_ge(now_s() - t0, 0.19);
+	ck_assert_double_lt(now_s() - t0, 3.0);
+	close(lfd);
+}
+END_TEST
+
+START_TEST(test_client_refused)
+{
+	struct reply r;
+	int lfd = silent_listener(&port);
+
+	close(lfd);             /* nothing listens there now */
+	fetch(&r, "GET", "/", NULL, 0, NULL);
+	ck_assert_int_eq(r.status, 0);
+	ck_assert(r.has_error);
+	ck_assert_msg(strstr(r.error, "onnect") != NULL, "%s", r.error);
+}
+END_TEST
+
+static void
+on_close_timer(uv_timer_t *t)
+{
+	hc_client_close(cli, set_flag, &cli_closed);
+	cli = NULL;
+	uv_close((uv_handle_t *)t, NULL);
+}
+
+START_TEST(test_client_close_in_flight)
+{
+	struct reply r1, r2;
+	uv_timer_t t;
+	hc_request_opts o = { .method = "GET" };
+	int lfd = silent_listener(&port);
+	char url[128], err[HC_ERR_LEN];
+
+	request(&r1, "GET", "/a", NULL, 0, NULL);
+	request(&r2, "POST", "/b", "x", 1, NULL);
+	uv_timer_init(&loop, &t);
+	uv_timer_start(&t, on_close_timer, 50, 0);
+	ck_assert(run_until(&cli_closed, 5000));
+	ck_assert(r1.done && r2.done);
+	ck_assert_str_eq(r1.error, "cancelled");
+	ck_assert_str_eq(r2.error, "cancelled");
+	ck_assert_int_eq(r1.status, 0);
+	ck_assert_int_lt(r1.seq, cli_closed);
+	ck_assert_int_lt(r2.seq, cli_closed);
+	close(lfd);
+
+	/* a closing client takes no more requests */
+	ck_assert_int_eq(hc_client_new(&cli, &loop, err), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port);
+	o.url = url;
+	o.method = "DELETE";
+	ck_assert_int_eq(hc_request(cli, &o, on_done, &r1, err), UV_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "DELETE"));
+	o.method = "GET";
+	o.body_len = 3;
+	o.body = "abc";
+	ck_assert_int_eq(hc_request(cli, &o, on_done, &r1, err), UV_EINVAL);
+}
+END_TEST
+
+START_TEST(test_server_close)
+{
+	const char *req = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+	int idle, partial, eof;
+	struct reply r;
+
+	server_start(NULL);
+	idle = raw_connect();
+	raw_send(idle, req, strlen(req));
+	raw_read(idle, 3000, &eof, 1);
+	partial = raw_connect();
+	raw_send(partial, "POST /echo HTTP/1.1\r\nContent-Length: 9\r\n\r\nab",
+	    44);
+	while (hs_server_connections(srv) < 2)
+		uv_run(&loop, UV_RUN_ONCE);
+	hs_server_close(srv, set_flag, &srv_closed);
+	srv = NULL;
+	ck_assert(run_until(&srv_closed, 3000));
+	ck_assert_uint_eq(raw_read(idle, 1000, &eof, 0), 0);
+	ck_assert(eof);
+	ck_assert_uint_eq(raw_read(partial, 1000, &eof, 0), 0);
+	ck_assert(eof);
+	close(idle);
+	close(partial);
+
+	/* and from inside the handler */
+	srv_closed = 0;
+	server_start(NULL);
+	fetch(&r, "GET", "/close-server", NULL, 0, &(hc_request_opts){
+	    .timeout_ms = 2000 });
+	ck_assert(run_until(&srv_closed, 3000));
+	ck_assert(r.has_error);
+	ck_assert_int_eq(r.status, 0);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("http");
+	TCase *tc = tcase_create("http");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_get_post);
+	tcase_add_test(tc, test_keepalive);
+	tcase_add_test(tc, test_concurrent);
+	tcase_add_test(tc, test_client_close_from_done);
+	tcase_add_test(tc, test_head);
+	tcase_add_test(tc, test_status_from_handler);
+	tcase_add_test(tc, test_413_declared);
+	tcase_add_test(tc, test_413_chunked);
+	tcase_add_test(tc, test_400_malformed);
+	tcase_add_test(tc, test_431_headers);
+	tcase_add_test(tc, test_slow_client);
+	tcase_add_test(tc, test_idle_timeout);
+	tcase_add_test(tc, test_pipelined);
+	tcase_add_test(tc, test_exchange_bytes);
+	tcase_add_test(tc, test_expect_continue);
+	tcase_add_test(tc, test_http10_and_limits);
+	tcase_add_test(tc, test_client_max_body);
+	tcase_add_test(tc, test_client_timeout);
+	tcase_add_test(tc, test_client_refused);
+	tcase_add_test(tc, test_client_close_in_flight);
+	tcase_add_test(tc, test_server_close);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
