@@ -213,6 +213,10 @@ metrics_text(node *n, size_t *outlen)
 	    "Training throughput.\n# TYPE blocktrain_positions_per_second "
 	    "gauge\nblocktrain_positions_per_second %.1f\n",
 	    n->positions_per_s);
+	metric(&b, &len, &cap, "# HELP blocktrain_steps_per_second Training "
+	    "steps per second.\n# TYPE blocktrain_steps_per_second gauge\n"
+	    "blocktrain_steps_per_second %.3f\n", n->positions_per_s /
+	    ((double)n->spec.batch * n->spec.window));
 	if (n->have_share)
 		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
 		    "This block's share of the held-out bound, nats per byte.\n"

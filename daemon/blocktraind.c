@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +52,30 @@ node_meter(node *n, const char *addr, int kind, uint64_t in, uint64_t out)
 		n->client_in[kind] += in;
 		n->client_out[kind] += out;
 	}
+}
+
+void
+node_journal(node *n, const char *fmt, ...)
+{
+	char path[PR_PATH_LEN + 16], when[32];
+	time_t t = time(NULL);
+	struct tm tm;
+	va_list ap;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/journal", n->cfg.state_dir);
+	if ((f = fopen(path, "a")) == NULL) {
+		log_warn("journal %s", path);
+		return;
+	}
+	gmtime_r(&t, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	fprintf(f, "%s ", when);
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fputc('\n', f);
+	fclose(f);
 }
 
 /* Health of the peers: one status request each, with backoff on failure;
@@ -192,6 +217,8 @@ on_event(void *ctx, wk_event *ev)
 		log_info("block %d replica %d/%d: training from step %lld "
 		    "(round %lld) of %d", n->cfg.block, n->replica, n->replicas,
 		    (long long)ev->step, (long long)ev->round, n->spec.steps);
+		node_journal(n, "start step %lld round %lld checkpoint %s",
+		    (long long)ev->step, (long long)ev->round, n->etag);
 		break;
 	case WK_PROGRESS:
 		n->step = ev->step;
@@ -206,6 +233,9 @@ on_event(void *ctx, wk_event *ev)
 		    (long long)ev->step, ev->share);
 		break;
 	case WK_CHECKPOINT:
+		if (n->rounds != NULL && ev->round != n->ckpt_round)
+			node_journal(n, "round %lld done: step %lld checkpoint %s",
+			    (long long)ev->round - 1, (long long)ev->step, ev->etag);
 		install_checkpoint(n, ev);
 		log_debug("checkpoint at step %lld, round %lld, %zu bytes, "
 		    "sha256 %.16s...", (long long)ev->step, (long long)ev->round,

@@ -65,6 +65,10 @@ double node_now(void);
 void node_meter(node *n, const char *addr, int kind, uint64_t in,
     uint64_t out);
 int node_peer_of(const node *n, const char *addr);
+/* Appends one line to the state directory's journal of rounds: what each
+ * round did, for a person reading what happened after a crash. */
+void node_journal(node *n, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* api.c */
 void api_handle(void *ctx, const hs_request *req, hs_response *res);

@@ -286,6 +286,8 @@ apply(node *n, uint64_t members)
 	r->members = members;
 	log_info("round %" PRId64 ": averaged %d of %d replicas", r->round, m,
 	    n->replicas);
+	node_journal(n, "round %" PRId64 " members 0x%llx coordinator %d",
+	    r->round, (unsigned long long)members, coordinator(n));
 	worker_commit_round(n->worker, r->round, avg,
 	    (float)n->spec.outer_lr, NULL, 0);
 	drop_round(r);
@@ -319,6 +321,8 @@ on_checkpoint(void *ctx, hc_result *res)
 	log_info("round %" PRId64 ": left out or behind; adopting the "
 	    "checkpoint of %s (%zu bytes)", r->round,
 	    peer_addr(n, c->replica), res->body_len);
+	node_journal(n, "round %" PRId64 " left out: adopted the checkpoint of "
+	    "%s", r->round, peer_addr(n, c->replica));
 	worker_commit_round(n->worker, r->round, NULL, 0.0f, body,
 	    res->body_len);
 	drop_round(r);
