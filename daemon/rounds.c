@@ -118,14 +118,15 @@ rounds_init(node *n, char *err)
 static void
 on_timer_closed(uv_handle_t *h)
 {
-	round_state *r = ((node *)h->data)->rounds;
+	node *n = h->data;	/* h lives inside r: read it before r goes */
+	round_state *r = n->rounds;
 	int i;
 
+	n->rounds = NULL;
 	drop_round(r);
 	for (i = 0; i < MAX_REPLICAS; i++)
 		free(r->kept[i]);
 	free(r);
-	((node *)h->data)->rounds = NULL;
 }
 
 /* Closes the round timer; the state is freed once libuv lets go of it. */
