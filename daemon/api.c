@@ -221,8 +221,11 @@ metrics_text(node *n, size_t *outlen)
 		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
 		    "This block's share of the held-out bound, nats per byte.\n"
 		    "# TYPE blocktrain_heldout_share_nats gauge\n"
-		    "blocktrain_heldout_share_nats{step=\"%" PRId64 "\"} %.6f\n",
-		    n->share_step, n->share);
+		    "blocktrain_heldout_share_nats %.6f\n"
+		    "# HELP blocktrain_heldout_share_step Step at which the share "
+		    "was measured.\n# TYPE blocktrain_heldout_share_step gauge\n"
+		    "blocktrain_heldout_share_step %" PRId64 "\n", n->share,
+		    n->share_step);
 	metric(&b, &len, &cap, "# HELP blocktrain_bytes_total Bytes exchanged, "
 	    "by peer, direction and kind.\n# TYPE blocktrain_bytes_total "
 	    "counter\n");

@@ -437,8 +437,15 @@ setup(node *n, const char *conf, char *overrides[7], char *err)
 	if (overrides[5] != NULL)
 		snprintf(n->cfg.device, sizeof(n->cfg.device), "%s",
 		    overrides[5]);
-	if (overrides[6] != NULL)
-		n->cfg.threads = atoi(overrides[6]);
+	if (overrides[6] != NULL) {
+		char *end;
+		long t = strtol(overrides[6], &end, 10);
+
+		if (end == overrides[6] || *end || t < 0 || t > 256)
+			return kn_error(err, KN_EINVAL, "-t: threads is 0 (all "
+			    "cores) to 256, not '%s'", overrides[6]);
+		n->cfg.threads = (int)t;
+	}
 	if ((rc = sm_config_validate(&n->cfg, err)) != 0)
 		return rc;
 	if ((rc = pr_spec_load(&n->spec, n->cfg.spec, err)) != 0 ||
@@ -467,6 +474,11 @@ setup(node *n, const char *conf, char *overrides[7], char *err)
 	n->peers.v[n->self].self = 1;
 	n->replica = sm_peers_replica_index(&n->peers, n->self);
 	n->replicas = sm_peers_replicas(&n->peers, n->cfg.block);
+	if (n->replicas > 1 && n->spec.steps % n->spec.local_steps != 0)
+		return kn_error(err, KN_EINVAL, "[optim] steps (%d) must be a "
+		    "multiple of [sync] local_steps (%d) when a block has "
+		    "replicas, or the last steps would not be averaged",
+		    n->spec.steps, n->spec.local_steps);
 	if (sm_parse_hostport(n->cfg.advertise, (char[SM_HOST_LEN]){ 0 },
 	    SM_HOST_LEN, &port) != 0)
 		return kn_error(err, KN_EINVAL, "advertise: not host:port");
@@ -519,7 +531,9 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (!foreground) {
-		if (daemon(0, 0) != 0)
+		/* keep the working directory: the spec, the peer list (read
+		 * again on SIGHUP) and the state directory may be relative */
+		if (daemon(1, 0) != 0)
 			fatal("daemon");
 		log_init(0, verbose, "blocktraind");
 	}
@@ -549,6 +563,10 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	if (rounds_init(&n, err) != 0)
 		fatalx("%s", err);
+	if (n.spec.replicas != n.replicas)
+		log_warnx("the spec says %d replica(s) per block, the peer list "
+		    "gives block %d %d: the peer list is followed", n.spec.replicas,
+		    n.cfg.block, n.replicas);
 	log_info("run %s, block %d (replica %d of %d), listening on %s:%d",
 	    n.run_id, n.cfg.block, n.replica, n.replicas, n.cfg.listen_host,
 	    hs_server_port(n.http));

@@ -683,6 +683,12 @@ rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
 		progress(n);
 		return 1;
 	}
+	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0 &&
+	    strcmp(rest, "updates") != 0) {
+		hs_response_header(res, "Allow", "GET, HEAD");
+		reply(res, 405, "%s is not allowed on %s", req->method, req->path);
+		return 1;
+	}
 	if (strcmp(rest, "commit") == 0) {
 		json_t *o;
 		char *text;
