@@ -85,14 +85,16 @@ probe_done(void *ctx, hc_result *r)
 {
 	void **pair = ctx;
 	node *n = pair[0];
-	int i = (int)(intptr_t)pair[1];
+	/* by address: a SIGHUP may have renumbered the list meanwhile */
+	int i = sm_peers_find(&n->peers, pair[1]);
 	sm_peer *p;
 	json_t *root = NULL;
 	json_error_t jerr;
 	double t = node_now();
 
+	free(pair[1]);
 	free(pair);
-	if (n->stopping || i >= n->peers.n)
+	if (n->stopping || i < 0)
 		return;
 	p = &n->peers.v[i];
 	p->probing = 0;
@@ -165,8 +167,12 @@ probe_peers(node *n)
 		if ((pair = malloc(2 * sizeof(void *))) == NULL)
 			return;
 		pair[0] = n;
-		pair[1] = (void *)(intptr_t)i;
+		if ((pair[1] = strdup(p->addr)) == NULL) {
+			free(pair);
+			return;
+		}
 		if (hc_request(n->client, &o, probe_done, pair, err) != 0) {
+			free(pair[1]);
 			free(pair);
 			log_warnx("peer %s: %s", p->addr, err);
 			p->next_probe = t + 5;
@@ -359,10 +365,9 @@ on_hup(uv_signal_t *h, int sig)
 		sm_peers_free(&fresh);
 		return;
 	}
-	if (n->rounds != NULL && (sm_peers_replicas(&fresh, n->cfg.block) !=
-	    n->replicas || sm_peers_replica_index(&fresh, i) != n->replica)) {
+	if (!rounds_same_replicas(n, &fresh)) {
 		log_warnx("SIGHUP: the replicas of block %d changed; that needs "
-		    "a restart, keeping the old list", n->cfg.block);
+		    "a restart of them all, keeping the old list", n->cfg.block);
 		sm_peers_free(&fresh);
 		return;
 	}
@@ -370,7 +375,9 @@ on_hup(uv_signal_t *h, int sig)
 	for (j = 0; j < fresh.n; j++) {
 		int old = sm_peers_find(&n->peers, fresh.v[j].addr);
 
-		if (old >= 0 && !n->peers.v[old].probing) {
+		if (old >= 0) {
+			/* health, metering and a probe in flight (found again
+			 * by address when it completes) carry over */
 			sm_peer keep = n->peers.v[old];
 
 			keep.block = fresh.v[j].block;
@@ -378,11 +385,11 @@ on_hup(uv_signal_t *h, int sig)
 			fresh.v[j] = keep;
 		}
 		fresh.v[j].self = j == i;
-		fresh.v[j].probing = 0;
 	}
 	sm_peers_free(&n->peers);
 	n->peers = fresh;
 	n->self = i;
+	rounds_remap(n);
 	log_info("SIGHUP: peer list reloaded, %d peers", n->peers.n);
 }
 

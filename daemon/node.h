@@ -87,5 +87,10 @@ void rounds_on_update(node *n, wk_event *ev);
 int rounds_handle(node *n, const hs_request *req, hs_response *res,
     int block, int64_t round, const char *rest);
 void rounds_cron(node *n);
+/* SIGHUP: whether a new peer list keeps our block's replicas, the same
+ * addresses in the same order (the round protocol depends on it); and the
+ * replica map rebuilt once the new list is in place. */
+int rounds_same_replicas(const node *n, const sm_peer_list *fresh);
+void rounds_remap(node *n);
 
 #endif

@@ -139,6 +139,38 @@ rounds_free(node *n)
 	uv_close((uv_handle_t *)&n->rounds->timer, on_timer_closed);
 }
 
+int
+rounds_same_replicas(const node *n, const sm_peer_list *fresh)
+{
+	const round_state *r = n->rounds;
+	int i, k = 0;
+
+	if (r == NULL)
+		return sm_peers_replicas(fresh, n->cfg.block) == 1;
+	for (i = 0; i < fresh->n; i++) {
+		if (fresh->v[i].block != n->cfg.block)
+			continue;
+		if (k >= n->replicas || strcmp(fresh->v[i].addr,
+		    n->peers.v[r->rep_peer[k]].addr) != 0)
+			return 0;
+		k++;
+	}
+	return k == n->replicas;
+}
+
+void
+rounds_remap(node *n)
+{
+	round_state *r = n->rounds;
+	int i, k = 0;
+
+	if (r == NULL)
+		return;
+	for (i = 0; i < n->peers.n; i++)
+		if (n->peers.v[i].block == n->cfg.block)
+			r->rep_peer[k++] = i;
+}
+
 /* The coordinator: the lowest replica index that is up (we count). */
 static int
 coordinator(const node *n)
@@ -258,6 +290,25 @@ store_update(node *n, const char *buf, size_t len, int64_t round,
 }
 
 static void catch_up(node *n, int from);
+
+/* A replica that cannot be reached at all is down now, not at its next
+ * probe: the round moves on to the next coordinator at once.  A replica
+ * never seen yet stays worth waiting for (it may be starting). */
+static void
+mark_unreachable(node *n, int replica, const hc_result *res)
+{
+	sm_peer *p = &n->peers.v[n->rounds->rep_peer[replica]];
+
+	if (res->status != 0 || p->self || p->state == SM_PEER_DOWN)
+		return;
+	p->state = SM_PEER_DOWN;
+	p->failures++;
+	p->next_probe = node_now() + 1.0;
+	snprintf(p->why, sizeof(p->why), "%s", res->error ? res->error :
+	    "unreachable");
+	log_warnx("round: replica %d (%s) is unreachable: %s", replica, p->addr,
+	    p->why);
+}
 
 /* Members' updates in replica order, averaged, to the trainer thread. */
 static void
@@ -427,8 +478,9 @@ on_commit(void *ctx, hc_result *res)
 	if (r == NULL || n->stopping)
 		return;
 	r->polling = 0;
-	node_meter(n, peer_addr(n, coordinator(n)), SM_KIND_OTHER,
+	node_meter(n, peer_addr(n, c->replica), SM_KIND_OTHER,
 	    res->bytes_in, res->bytes_out);
+	mark_unreachable(n, c->replica, res);
 	if (r->round != c->round || !r->active)
 		return;
 	if (res->status == 409 || res->status == 410) {
