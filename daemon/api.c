@@ -13,12 +13,8 @@
 #include "daemon/log.h"
 #include "daemon/node.h"
 
-static void
-fail(hs_response *res, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void
-fail(hs_response *res, int code, const char *fmt, ...)
+void
+api_text(hs_response *res, int code, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -301,7 +297,7 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 	char etag[80];
 
 	if (n->ckpt == NULL) {
-		fail(res, 503, "no checkpoint yet: the block is starting");
+		api_text(res, 503, "no checkpoint yet: the block is starting");
 		return;
 	}
 	snprintf(etag, sizeof(etag), "\"%s\"", n->etag);
@@ -378,7 +374,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 
 		if (block != n->cfg.block) {
 			meter(res, req, SM_KIND_OTHER);
-			fail(res, 404, "this daemon serves block %d, not block %d",
+			api_text(res, 404, "this daemon serves block %d, not block %d",
 			    n->cfg.block, block);
 			return;
 		}
@@ -399,11 +395,11 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	}
 	meter(res, req, SM_KIND_OTHER);
 	n->client_errors++;
-	fail(res, 404, "no such resource: %s %s (see proto/PROTOCOL.md)",
+	api_text(res, 404, "no such resource: %s %s (see proto/PROTOCOL.md)",
 	    req->method, req->path);
 	return;
 not_allowed:
 	n->client_errors++;
 	hs_response_header(res, "Allow", "GET, HEAD");
-	fail(res, 405, "%s is not allowed on %s", req->method, req->path);
+	api_text(res, 405, "%s is not allowed on %s", req->method, req->path);
 }

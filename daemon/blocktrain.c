@@ -81,58 +81,94 @@ eval_offset(const corpus *c, const bt_eval_set *set, int n, int k)
 	return (size_t)((double)k * (double)(c->len - n - 1) / set->windows);
 }
 
-int
-bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
-    const bt_eval_set *set, double lo, double hi, double *share, char *err)
+/* One held-out case: window k of the set, noise level j (the causal LM
+ * has one case per window).  Fills one row of a batch. */
+struct eval_job {
+	const pr_spec *s;
+	const corpus *c;
+	const bt_eval_set *set;
+	double lo, hi;
+	int causal;
+};
+
+static void
+eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
+    float *w)
 {
-	int n = s->window, per = set->windows * set->strata;
+	int n = job->s->window, i;
+	int k = job->causal ? e : e / job->set->strata;
+	int j = job->causal ? 0 : e % job->set->strata;
+	size_t off = eval_offset(job->c, job->set, n, k);
+	const unsigned char *x = job->c->data + off;
+	kn_rng r;
+	double t;
+
+	if (job->causal) {
+		for (i = 0; i < n; i++) {
+			in[i] = x[i];
+			tg[i] = x[i + 1];
+			w[i] = 1.0f / (float)n;
+		}
+		return;
+	}
+	/* the same key for every model and interval: the draws are paired
+	 * across the models compared */
+	kn_rng_init(&r, 0x5eedULL, kn_rng_stream(TAG_EVAL, (uint64_t)k,
+	    (uint64_t)j, 0));
+	t = job->lo + (job->hi - job->lo) * (j + kn_rng_uniform(&r)) /
+	    job->set->strata;
+	if (t < BT_T_MIN)
+		t = BT_T_MIN;
+	for (i = 0; i < n; i++) {
+		int masked = kn_rng_uniform(&r) < t;
+
+		tg[i] = x[i];
+		in[i] = masked ? KN_MASK : tg[i];
+		w[i] = masked ? (float)(1.0 / (t * n)) : 0.0f;
+	}
+}
+
+/* Sum of the window losses over the cases, in batches the model takes. */
+static int
+eval_sum(kn_model *m, const struct eval_job *job, int cases, double *sum,
+    char *err)
+{
+	int n = job->s->window, e, b, rc = KN_OK;
 	int B = kn_model_max_batch(m) < 32 ? kn_model_max_batch(m) : 32;
 	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
 	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
-	double sum = 0.0;
-	int e, rc = KN_OK;
 
+	*sum = 0.0;
 	if (in == NULL || tg == NULL || w == NULL || wl == NULL) {
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (e = 0; e < per && rc == 0; e += B) {
-		int nb = per - e < B ? per - e : B, b, i;
+	for (e = 0; e < cases && rc == 0; e += B) {
+		int nb = cases - e < B ? cases - e : B;
+		kn_batch batch = { in, tg, w, nb };
 
-		for (b = 0; b < nb; b++) {
-			int k = (e + b) / set->strata, j = (e + b) % set->strata;
-			size_t off = eval_offset(c, set, n, k);
-			kn_rng r;
-			double t;
-
-			/* the same key for every model and interval: the
-			 * draws are paired across the models compared */
-			kn_rng_init(&r, 0x5eedULL, kn_rng_stream(TAG_EVAL,
-			    (uint64_t)k, (uint64_t)j, 0));
-			t = lo + (hi - lo) * (j + kn_rng_uniform(&r)) /
-			    set->strata;
-			if (t < BT_T_MIN)
-				t = BT_T_MIN;
-			for (i = 0; i < n; i++) {
-				size_t p = (size_t)b * n + i;
-				int masked = kn_rng_uniform(&r) < t;
-
-				tg[p] = c->data[off + i];
-				in[p] = masked ? KN_MASK : tg[p];
-				w[p] = masked ? (float)(1.0 / (t * n)) : 0.0f;
-			}
-		}
-		{
-			kn_batch batch = { in, tg, w, nb };
-
-			rc = kn_model_eval(m, &batch, wl, err);
-		}
+		for (b = 0; b < nb; b++)
+			eval_fill(job, e + b, in + (size_t)b * n, tg + (size_t)b * n,
+			    w + (size_t)b * n);
+		rc = kn_model_eval(m, &batch, wl, err);
 		for (b = 0; b < nb && rc == 0; b++)
-			sum += wl[b];
+			*sum += wl[b];
 	}
-	*share = (hi - lo) * sum / per;
 out:
 	free(in); free(tg); free(w); free(wl);
+	return rc;
+}
+
+int
+bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, double lo, double hi, double *share, char *err)
+{
+	struct eval_job job = { s, c, set, lo, hi, 0 };
+	int cases = set->windows * set->strata, rc;
+	double sum;
+
+	if ((rc = eval_sum(m, &job, cases, &sum, err)) == 0)
+		*share = (hi - lo) * sum / cases;
 	return rc;
 }
 
@@ -140,41 +176,12 @@ int
 bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err)
 {
-	int n = s->window, e, rc = KN_OK;
-	int B = kn_model_max_batch(m) < 32 ? kn_model_max_batch(m) : 32;
-	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
-	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
-	double sum = 0.0;
+	struct eval_job job = { s, c, set, 0.0, 1.0, 1 };
+	double sum;
+	int rc;
 
-	if (in == NULL || tg == NULL || w == NULL || wl == NULL) {
-		rc = kn_error(err, KN_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (e = 0; e < set->windows && rc == 0; e += B) {
-		int nb = set->windows - e < B ? set->windows - e : B, b, i;
-
-		for (b = 0; b < nb; b++) {
-			size_t off = eval_offset(c, set, n, e + b);
-
-			for (i = 0; i < n; i++) {
-				size_t p = (size_t)b * n + i;
-
-				in[p] = c->data[off + i];
-				tg[p] = c->data[off + i + 1];
-				w[p] = 1.0f / (float)n;
-			}
-		}
-		{
-			kn_batch batch = { in, tg, w, nb };
-
-			rc = kn_model_eval(m, &batch, wl, err);
-		}
-		for (b = 0; b < nb && rc == 0; b++)
-			sum += wl[b];
-	}
-	*nats = sum / set->windows;
-out:
-	free(in); free(tg); free(w); free(wl);
+	if ((rc = eval_sum(m, &job, set->windows, &sum, err)) == 0)
+		*nats = sum / set->windows;
 	return rc;
 }
 

@@ -74,6 +74,10 @@ void node_journal(node *n, const char *fmt, ...)
 void api_handle(void *ctx, const hs_request *req, hs_response *res);
 void api_on_exchange(void *ctx, const char *peer, const char *kind,
     size_t in, size_t out);
+/* A status with a one-line text/plain body: every error, and the short
+ * acknowledgements of the round exchange. */
+void api_text(hs_response *res, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /* The status as JSON text (malloc'd), for /v1/status and the log. */
 char *api_status_json(node *n, size_t *len);
 

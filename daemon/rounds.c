@@ -664,29 +664,6 @@ rounds_on_update(node *n, wk_event *ev)
 	progress(n);
 }
 
-static void
-reply(hs_response *res, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void
-reply(hs_response *res, int code, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	int len;
-
-	va_start(ap, fmt);
-	len = vsnprintf(msg, sizeof(msg) - 1, fmt, ap);
-	va_end(ap);
-	if (len < 0)
-		len = 0;
-	if (len > (int)sizeof(msg) - 2)
-		len = (int)sizeof(msg) - 2;
-	msg[len++] = '\n';
-	hs_response_status(res, code);
-	hs_response_body(res, "text/plain; charset=utf-8", msg, (size_t)len);
-}
-
 int
 rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
     int64_t round, const char *rest)
@@ -697,7 +674,7 @@ rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
 
 	(void)block;
 	if (r == NULL) {
-		reply(res, 404, "block %d has one replica: it exchanges no "
+		api_text(res, 404, "block %d has one replica: it exchanges no "
 		    "updates", n->cfg.block);
 		return 1;
 	}
@@ -706,29 +683,29 @@ rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
 
 		if (strcmp(req->method, "POST") != 0) {
 			hs_response_header(res, "Allow", "POST");
-			reply(res, 405, "updates are POSTed");
+			api_text(res, 405, "updates are POSTed");
 			return 1;
 		}
 		if (round < current || round <= r->committed_round) {
-			reply(res, 409, "round %" PRId64 " is over; this replica is "
+			api_text(res, 409, "round %" PRId64 " is over; this replica is "
 			    "at round %" PRId64 ": fetch the checkpoint", round,
 			    current);
 			return 1;
 		}
 		if (round > current) {
-			reply(res, 409, "this replica is behind, at round %" PRId64
+			api_text(res, 409, "this replica is behind, at round %" PRId64
 			    "; it will catch up", current);
 			return 1;
 		}
 		if (store_update(n, req->body, req->body_len, round, &rep,
 		    err) != 0) {
-			reply(res, strstr(err, "retry") ? 503 : 400,
+			api_text(res, strstr(err, "retry") ? 503 : 400,
 			    "update refused: %s", err);
 			return 1;
 		}
 		if (r->round < 0)
 			r->round = round;
-		reply(res, 202, "update of replica %d for round %" PRId64
+		api_text(res, 202, "update of replica %d for round %" PRId64
 		    " accepted", rep, round);
 		log_info("round %" PRId64 ": received the update of replica %d "
 		    "(%zu bytes)", round, rep, req->body_len);
@@ -738,7 +715,7 @@ rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
 	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0 &&
 	    strcmp(rest, "updates") != 0) {
 		hs_response_header(res, "Allow", "GET, HEAD");
-		reply(res, 405, "%s is not allowed on %s", req->method, req->path);
+		api_text(res, 405, "%s is not allowed on %s", req->method, req->path);
 		return 1;
 	}
 	if (strcmp(rest, "commit") == 0) {
@@ -761,17 +738,17 @@ rounds_handle(node *n, const hs_request *req, hs_response *res, int block,
 			return 1;
 		}
 		if (round < r->committed_round || round < n->round) {
-			reply(res, 410, "round %" PRId64 " is over; fetch the "
+			api_text(res, 410, "round %" PRId64 " is over; fetch the "
 			    "checkpoint", round);
 			return 1;
 		}
-		reply(res, 404, "round %" PRId64 " is not decided yet", round);
+		api_text(res, 404, "round %" PRId64 " is not decided yet", round);
 		return 1;
 	}
 	if (sscanf(rest, "updates/%d", &rep) == 1) {
 		if (round != r->committed_round || rep < 0 ||
 		    rep >= n->replicas || r->kept[rep] == NULL) {
-			reply(res, 404, "no update of replica %d for round %"
+			api_text(res, 404, "no update of replica %d for round %"
 			    PRId64 " here", rep, round);
 			return 1;
 		}
