@@ -117,6 +117,20 @@ probe_done(void *ctx, hc_result *r)
 	p->step = json_integer_value(json_object_get(root, "step"));
 	p->steps = json_integer_value(json_object_get(root, "steps"));
 	p->round = json_integer_value(json_object_get(root, "round"));
+	{
+		json_t *ck = json_object_get(root, "checkpoint");
+		const char *sha = json_string_value(json_object_get(ck, "sha256"));
+
+		/* replicas of our block must hold the same weights after the
+		 * same round: a difference means the round split */
+		if (p->block == n->cfg.block && sha != NULL && n->etag[0] &&
+		    strcmp(p->run_id, n->run_id) == 0 &&
+		    json_integer_value(json_object_get(ck, "round")) ==
+		    n->ckpt_round && n->ckpt_round > 0 &&
+		    json_integer_value(json_object_get(ck, "step")) ==
+		    n->ckpt_step && strcmp(sha, n->etag) != 0)
+			rounds_diverged(n, i, sha);
+	}
 	if (json_is_number(json_object_get(root, "heldout_share"))) {
 		p->share = json_number_value(json_object_get(root,
 		    "heldout_share"));

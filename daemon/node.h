@@ -96,5 +96,9 @@ void rounds_cron(node *n);
  * replica map rebuilt once the new list is in place. */
 int rounds_same_replicas(const node *n, const sm_peer_list *fresh);
 void rounds_remap(node *n);
+/* A replica of our block, at line peer, reports another checkpoint for
+ * the same step and round: two coordinators decided differently.  The
+ * replica of higher index adopts the other's weights at its next round. */
+void rounds_diverged(node *n, int peer, const char *their_sha256);
 
 #endif

@@ -50,6 +50,7 @@ struct round_state {
 	size_t kept_len[MAX_REPLICAS];
 	int polling, catching_up;
 	double next_poll;
+	int diverged_from;              /* replica to copy next round, or -1 */
 };
 
 static int
@@ -105,6 +106,7 @@ rounds_init(node *n, char *err)
 			r->rep_peer[k++] = i;
 	r->round = -1;
 	r->committed_round = -1;
+	r->diverged_from = -1;
 	/* known before our first update, so early ones from others fit */
 	r->count = kn_model_params_for(&(kn_model_shape){ n->spec.width,
 	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0 });
@@ -137,6 +139,25 @@ rounds_free(node *n)
 		return;
 	uv_timer_stop(&n->rounds->timer);
 	uv_close((uv_handle_t *)&n->rounds->timer, on_timer_closed);
+}
+
+void
+rounds_diverged(node *n, int peer, const char *their_sha256)
+{
+	round_state *r = n->rounds;
+	int k = sm_peers_replica_index(&n->peers, peer);
+
+	if (r == NULL || k >= n->replica || r->diverged_from >= 0)
+		return;
+	log_warnx("round %" PRId64 ": replica %d (%s) holds checkpoint %.16s... "
+	    "for the same step and round, ours is %.16s...: two coordinators "
+	    "decided differently; this replica adopts replica %d's weights at "
+	    "its next round", n->ckpt_round, k, n->peers.v[peer].addr,
+	    their_sha256, n->etag, k);
+	node_journal(n, "round %" PRId64 " diverged from replica %d (%.16s vs "
+	    "%.16s): adopting its checkpoint", n->ckpt_round, k, their_sha256,
+	    n->etag);
+	r->diverged_from = k;
 }
 
 int
@@ -633,6 +654,17 @@ rounds_on_update(node *n, wk_event *ev)
 	}
 	r->round = ev->round;
 	r->count = ev->count;
+	if (r->diverged_from >= 0) {
+		int from = r->diverged_from;
+
+		r->diverged_from = -1;
+		r->active = 1;
+		r->ready_at = node_now();
+		catch_up(n, from);
+		if (r->catching_up)
+			return;
+		r->active = 0;	/* could not ask: take part as usual */
+	}
 	snprintf(meta.run_id, sizeof(meta.run_id), "%s", n->run_id);
 	meta.block = n->cfg.block;
 	meta.round = ev->round;
