@@ -16,107 +16,14 @@
 #include <http_parser.h>
 #include <uv.h>
 
-#include "daemon/http_server.h"
+#include "daemon/http_server_private.h"
 
-#define HS_READ_LEN (64 * 1024)         /* one read from a socket */
-#define HS_SLICE_LEN (1024 * 1024)      /* body bytes per uv_write */
-#define HS_MAX_PIPELINE 8               /* responses in flight per conn */
 #define HS_LINGER_MS 2000               /* reading after our FIN */
-#define HS_PEER_LEN 64
-#define HS_KIND_LEN 32
-#define HS_MSG_LEN 192
 
-enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER };
 enum { HS_CB_NONE, HS_CB_URL, HS_CB_FIELD, HS_CB_VALUE };
-
-typedef struct hs_conn hs_conn;
-
-/* Offsets into hs_conn.hbuf, which holds "url\0name\0value\0name\0...". */
-struct hs_header {
-	size_t name, value;
-};
-
-/* One response being written: the head and the body in slices, each its
- * own uv_write, so every slice taken by the peer restarts the timer. */
-struct hs_out {
-	hs_conn *c;
-	char *head;
-	size_t head_len;
-	char *body;                     /* owned; NULL after HEAD */
-	size_t body_len;
-	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
-	char kind[HS_KIND_LEN];
-	int pending, failed;
-	uv_write_t reqs[];
-};
-
-struct hs_response {
-	int status;
-	char *headers;                  /* "Name: value\r\n" lines */
-	size_t headers_len, headers_cap;
-	char *content_type;
-	char *body;
-	size_t body_len;
-	char kind[HS_KIND_LEN];
-	int nomem;
-};
-
-struct hs_conn {
-	uv_tcp_t tcp;
-	uv_timer_t timer;
-	uv_shutdown_t shutdown_req;
-	hs_server *srv;
-	hs_conn *prev, *next;
-	char peer[HS_PEER_LEN];
-	http_parser parser;
-	int handles;                    /* of tcp and timer, still open */
-	int timer_kind;
-	int outs;                       /* responses in flight */
-	unsigned over_limit : 1;        /* accepted beyond max_connections */
-	unsigned in_message : 1;        /* a request is partly read */
-	unsigned finishing : 1;         /* close once written */
-	unsigned lingering : 1;
-	unsigned closing : 1;
-	unsigned eof : 1;
-	char *held;             /* unparsed bytes while the pipeline is full */
-	size_t held_len;
-	/* the request being read */
-	size_t req_in;                  /* bytes the parser consumed for it */
-	size_t header_bytes;
-	char *hbuf;
-	size_t hlen, hcap;
-	struct hs_header *hdrs;
-	size_t nhdrs, hdrs_cap;
-	int last_cb;
-	char *body;
-	size_t body_len, body_cap;
-	size_t continue_bytes;
-	int reject_status;
-	char reject_msg[HS_MSG_LEN];
-	int keep_alive, method, http_major, http_minor;
-};
-
-struct hs_server {
-	uv_loop_t *loop;
-	uv_tcp_t listener;
-	hs_config cfg;
-	hs_handler_fn handler;
-	void *ctx;
-	http_parser_settings settings;
-	hs_conn *conns;
-	int nconns, nover;              /* within and beyond the limit */
-	unsigned long accepted;
-	int listening, closing, listener_open;
-	void (*closed)(void *);
-	void *closed_arg;
-	char readbuf[HS_READ_LEN];
-	int readbuf_busy;
-};
 
 static const char hs_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-static void conn_close(hs_conn *c);
-static void conn_feed(hs_conn *c, const char *data, size_t len);
 static void conn_fail(hs_conn *c, int status, const char *msg);
 
 static void
@@ -132,8 +39,8 @@ set_err(char *err, const char *fmt, ...)
 }
 
 /* Appends n bytes to a growing buffer; -1 when out of memory. */
-static int
-buf_add(char **b, size_t *len, size_t *cap, const void *d, size_t n)
+int
+hs__buf_add(char **b, size_t *len, size_t *cap, const void *d, size_t n)
 {
 	if (*len + n > *cap) {
 		size_t ncap = *cap ? *cap : 256;
@@ -217,12 +124,12 @@ on_conn_timer(uv_timer_t *t)
 		    c->srv->cfg.request_timeout_ms);
 		conn_fail(c, 408, msg);
 	} else
-		conn_close(c);
+		hs__conn_close(c);
 }
 
 /* One timer per connection, armed for what the connection waits on. */
-static void
-conn_timer(hs_conn *c, int kind)
+void
+hs__conn_timer(hs_conn *c, int kind)
 {
 	const hs_config *cfg = &c->srv->cfg;
 
@@ -280,8 +187,8 @@ on_conn_closed(uv_handle_t *h)
 
 /* Pending writes and the shutdown request are cancelled by libuv before
  * the close callbacks run, so the connection is freed last. */
-static void
-conn_close(hs_conn *c)
+void
+hs__conn_close(hs_conn *c)
 {
 	if (c->closing)
 		return;
@@ -297,22 +204,20 @@ on_shutdown(uv_shutdown_t *req, int status)
 	hs_conn *c = req->data;
 
 	if (status < 0 && !c->closing)
-		conn_close(c);
+		hs__conn_close(c);
 }
 
-static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
 /* Everything is written: send our FIN, then read and drop what the peer
  * still sends until its FIN or the linger time, so that a close never
  * resets a response the peer has not read yet. */
-static void
-conn_linger(hs_conn *c)
+void
+hs__conn_linger(hs_conn *c)
 {
 	if (c->closing || c->lingering)
 		return;
 	if (c->eof) {
-		conn_close(c);
+		hs__conn_close(c);
 		return;
 	}
 	c->lingering = 1;
@@ -320,156 +225,12 @@ conn_linger(hs_conn *c)
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
 	    on_shutdown) < 0 ||
-	    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
-		conn_close(c);
+	    uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
+	    hs__on_read) < 0) {
+		hs__conn_close(c);
 		return;
 	}
-	conn_timer(c, HS_T_LINGER);
-}
-
-/* ---- writing responses ---- */
-
-static void
-out_done(struct hs_out *o)
-{
-	hs_conn *c = o->c;
-	hs_server *s = c->srv;
-
-	c->outs--;
-	if (s->cfg.on_exchange != NULL && !s->closing)
-		s->cfg.on_exchange(s->ctx, c->peer, o->kind, o->bytes_in,
-		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra);
-	if (o->failed)
-		conn_close(c);
-	free(o->head);
-	free(o->body);
-	free(o);
-	if (c->closing)
-		return;
-	if (c->finishing) {
-		if (c->outs == 0)
-			conn_linger(c);
-		return;
-	}
-	if (c->held != NULL && c->outs < HS_MAX_PIPELINE) {
-		char *held = c->held;
-		size_t len = c->held_len;
-
-		c->held = NULL;
-		c->held_len = 0;
-		conn_feed(c, held, len);
-		free(held);
-		if (c->closing || c->finishing || c->held != NULL)
-			return;
-		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc,
-		    on_read) < 0) {
-			conn_close(c);
-			return;
-		}
-	}
-	if (!c->in_message && c->timer_kind != HS_T_REQUEST)
-		conn_timer(c, HS_T_IDLE);
-}
-
-static void
-on_write(uv_write_t *req, int status)
-{
-	struct hs_out *o = req->data;
-
-	if (status < 0)
-		o->failed = 1;
-	else if (!o->c->closing && o->c->timer_kind == HS_T_IDLE)
-		conn_timer(o->c, HS_T_IDLE);    /* the peer is taking it */
-	if (--o->pending == 0)
-		out_done(o);
-}
-
-static const char *
-reason_phrase(int status)
-{
-	const char *r = http_status_str((enum http_status)status);
-
-	return r[0] == '<' ? "Status" : r;
-}
-
-/* Queues one response; takes body (malloc'd) in every case.  With
- * head_only the length is announced and the body not sent. */
-static void
-conn_send(hs_conn *c, int status, const char *content_type,
-    const char *headers, size_t headers_len, char *body, size_t body_len,
-    int head_only, int close, const char *kind)
-{
-	struct hs_out *o;
-	size_t slices, nreqs, i, off;
-	int no_body = status == 204 || status == 304;
-	int len;
-	char *head;
-
-	if (no_body || head_only) {
-		free(body);
-		body = NULL;
-	}
-	slices = body ? (body_len + HS_SLICE_LEN - 1) / HS_SLICE_LEN : 0;
-	nreqs = slices > 0 ? slices : 1;
-	o = calloc(1, sizeof(*o) + nreqs * sizeof(uv_write_t));
-	head = malloc(headers_len + 512 +
-	    (content_type ? strlen(content_type) : 0));
-	if (o == NULL || head == NULL) {
-		free(o);
-		free(head);
-		free(body);
-		conn_close(c);
-		return;
-	}
-	len = sprintf(head, "HTTP/1.1 %d %s\r\n", status,
-	    reason_phrase(status));
-	if (content_type != NULL && !no_body)
-		len += sprintf(head + len, "Content-Type: %s\r\n",
-		    content_type);
-	if (!no_body)
-		len += sprintf(head + len, "Content-Length: %zu\r\n",
-		    body_len);
-	memcpy(head + len, headers, headers_len);
-	len += (int)headers_len;
-	if (close)
-		len += sprintf(head + len, "Connection: close\r\n");
-	else if (c->http_major == 1 && c->http_minor == 0)
-		len += sprintf(head + len, "Connection: keep-alive\r\n");
-	len += sprintf(head + len, "\r\n");
-	o->c = c;
-	o->head = head;
-	o->head_len = (size_t)len;
-	o->body = body;
-	o->body_len = body ? body_len : 0;
-	o->bytes_in = c->req_in;
-	o->bytes_extra = c->continue_bytes;
-	snprintf(o->kind, sizeof(o->kind), "%s", kind);
-	c->outs++;
-	for (i = 0, off = 0; i < nreqs; i++) {
-		uv_buf_t bufs[2];
-		unsigned nb = 0;
-		size_t n = o->body_len - off;
-
-		if (i == 0)
-			bufs[nb++] = uv_buf_init(o->head,
-			    (unsigned)o->head_len);
-		if (n > HS_SLICE_LEN)
-			n = HS_SLICE_LEN;
-		if (n > 0)
-			bufs[nb++] = uv_buf_init(o->body + off, (unsigned)n);
-		off += n;
-		o->reqs[i].data = o;
-		if (uv_write(&o->reqs[i], (uv_stream_t *)&c->tcp, bufs, nb,
-		    on_write) < 0) {
-			o->failed = 1;
-			break;
-		}
-		o->pending++;
-	}
-	if (o->pending == 0)
-		out_done(o);
-	else if (o->failed)
-		conn_close(c);
+	hs__conn_timer(c, HS_T_LINGER);
 }
 
 /* The server answers by itself and closes: malformed or oversized
@@ -487,9 +248,9 @@ conn_fail(hs_conn *c, int status, const char *msg)
 	c->finishing = 1;
 	c->in_message = 0;
 	uv_read_stop((uv_stream_t *)&c->tcp);
-	conn_timer(c, HS_T_IDLE);
-	conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0, 0,
-	    1, "error");
+	hs__conn_timer(c, HS_T_IDLE);
+	hs__conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0,
+	    0, 1, "error");
 	request_reset(c);
 }
 
@@ -518,100 +279,6 @@ hs_request_take_body(const hs_request *req, size_t *len)
 	c->body_len = c->body_cap = 0;
 	return body;
 }
-
-int
-hs_response_status(hs_response *res, int code)
-{
-	if (code < 200 || code > 599)
-		return UV_EINVAL;
-	res->status = code;
-	return 0;
-}
-
-static int
-is_token(const char *s)
-{
-	static const char extra[] = "!#$%&'*+-.^_`|~";
-
-	if (*s == '\0')
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		    (*s >= '0' && *s <= '9') || strchr(extra, *s) != NULL))
-			return 0;
-	return 1;
-}
-
-int
-hs_response_header(hs_response *res, const char *name, const char *value)
-{
-	static const char *const own[] = { "Content-Length", "Content-Type",
-	    "Transfer-Encoding", "Connection" };
-	size_t i;
-
-	if (!is_token(name) || strpbrk(value, "\r\n") != NULL)
-		return UV_EINVAL;
-	for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
-		if (strcasecmp(name, own[i]) == 0)
-			return UV_EINVAL;
-	if (buf_add(&res->headers, &res->headers_len, &res->headers_cap,
-	    name, strlen(name)) < 0 ||
-	    buf_add(&res->headers, &res->headers_len, &res->headers_cap,
-	    ": ", 2) < 0 ||
-	    buf_add(&res->headers, &res->headers_len, &res->headers_cap,
-	    value, strlen(value)) < 0 ||
-	    buf_add(&res->headers, &res->headers_len, &res->headers_cap,
-	    "\r\n", 2) < 0) {
-		res->nomem = 1;
-		return UV_ENOMEM;
-	}
-	return 0;
-}
-
-int
-hs_response_body_owned(hs_response *res, const char *content_type,
-    void *body, size_t len)
-{
-	char *ct = NULL;
-
-	if (content_type != NULL && strpbrk(content_type, "\r\n") != NULL) {
-		free(body);
-		return UV_EINVAL;
-	}
-	if (content_type != NULL && (ct = strdup(content_type)) == NULL) {
-		free(body);
-		res->nomem = 1;
-		return UV_ENOMEM;
-	}
-	free(res->content_type);
-	free(res->body);
-	res->content_type = ct;
-	res->body = body;
-	res->body_len = body ? len : 0;
-	return 0;
-}
-
-int
-hs_response_body(hs_response *res, const char *content_type,
-    const void *body, size_t len)
-{
-	char *copy = malloc(len > 0 ? len : 1);
-
-	if (copy == NULL) {
-		res->nomem = 1;
-		return UV_ENOMEM;
-	}
-	if (len > 0)
-		memcpy(copy, body, len);
-	return hs_response_body_owned(res, content_type, copy, len);
-}
-
-void
-hs_response_meter(hs_response *res, const char *kind)
-{
-	snprintf(res->kind, sizeof(res->kind), "%s", kind ? kind : "");
-}
-
 /* A request is complete and the parser paused after it: run the handler
  * and queue its answer. */
 static void
@@ -648,11 +315,11 @@ conn_dispatch(hs_conn *c)
 		free(res.body);
 		res.body = strdup(res.nomem ? "out of memory building the "
 		    "response\n" : "the handler set no status\n");
-		conn_send(c, 500, "text/plain", "", 0, res.body,
+		hs__conn_send(c, 500, "text/plain", "", 0, res.body,
 		    res.body ? strlen(res.body) : 0, c->method == HTTP_HEAD,
 		    !c->keep_alive, "error");
 	} else
-		conn_send(c, res.status, res.content_type,
+		hs__conn_send(c, res.status, res.content_type,
 		    res.headers ? res.headers : "", res.headers_len, res.body,
 		    res.body_len, c->method == HTTP_HEAD, !c->keep_alive,
 		    res.kind[0] ? res.kind : "http");
@@ -666,14 +333,14 @@ conn_dispatch(hs_conn *c)
 	if (c->finishing) {
 		uv_read_stop((uv_stream_t *)&c->tcp);
 		if (c->timer_kind == HS_T_REQUEST)
-			conn_timer(c, HS_T_IDLE);
+			hs__conn_timer(c, HS_T_IDLE);
 	} else if (!c->in_message)
-		conn_timer(c, HS_T_IDLE);
+		hs__conn_timer(c, HS_T_IDLE);
 }
 
 /* Parses what arrived, answering each complete request in turn. */
-static void
-conn_feed(hs_conn *c, const char *data, size_t len)
+void
+hs__conn_feed(hs_conn *c, const char *data, size_t len)
 {
 	hs_server *s = c->srv;
 
@@ -685,7 +352,7 @@ conn_feed(hs_conn *c, const char *data, size_t len)
 			/* bounded: reading stops until responses drain */
 			c->held = malloc(len);
 			if (c->held == NULL) {
-				conn_close(c);
+				hs__conn_close(c);
 				return;
 			}
 			memcpy(c->held, data, len);
@@ -748,7 +415,7 @@ header_add(hs_conn *c, const char *at, size_t len, size_t overhead)
 		return reject(c, 431, "request headers exceed the limit of "
 		    "%zu bytes", max);
 	c->header_bytes += len;
-	if (buf_add(&c->hbuf, &c->hlen, &c->hcap, at, len) < 0)
+	if (hs__buf_add(&c->hbuf, &c->hlen, &c->hcap, at, len) < 0)
 		return nomem(c);
 	return 0;
 }
@@ -765,10 +432,10 @@ header_end(hs_conn *c)
 		    c->hbuf[c->hlen - 1] == '\t'))
 			c->hlen--;
 	if (c->last_cb != HS_CB_NONE || c->hlen == 0)
-		r = buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1);
+		r = hs__buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1);
 	if (r == 0 && c->last_cb == HS_CB_FIELD) {
 		c->hdrs[c->nhdrs - 1].value = c->hlen;  /* empty value */
-		r = buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1);
+		r = hs__buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1);
 	}
 	c->last_cb = HS_CB_NONE;
 	return r < 0 ? nomem(c) : 0;
@@ -783,7 +450,7 @@ on_message_begin(http_parser *p)
 	request_reset(c);
 	c->req_in = consumed_before;
 	c->in_message = 1;
-	conn_timer(c, HS_T_REQUEST);
+	hs__conn_timer(c, HS_T_REQUEST);
 	return 0;
 }
 
@@ -830,7 +497,7 @@ on_header_value(http_parser *p, const char *at, size_t len)
 	hs_conn *c = p->data;
 
 	if (c->last_cb != HS_CB_VALUE) {
-		if (buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1) < 0)
+		if (hs__buf_add(&c->hbuf, &c->hlen, &c->hcap, "", 1) < 0)
 			return nomem(c);
 		c->hdrs[c->nhdrs - 1].value = c->hlen;
 		c->last_cb = HS_CB_VALUE;
@@ -943,8 +610,8 @@ on_message_complete(http_parser *p)
 
 /* ---- reading ---- */
 
-static void
-on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+void
+hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	hs_conn *c = h->data;
 	hs_server *s = c->srv;
@@ -959,14 +626,14 @@ on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = buf->base ? HS_READ_LEN : 0;
 }
 
-static void
-on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+void
+hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
 	hs_conn *c = st->data;
 	hs_server *s = c->srv;
 
 	if (n > 0 && !c->lingering && !c->finishing && !c->closing)
-		conn_feed(c, buf->base, (size_t)n);
+		hs__conn_feed(c, buf->base, (size_t)n);
 	if (buf->base == s->readbuf)
 		s->readbuf_busy = 0;
 	else
@@ -977,7 +644,7 @@ on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	uv_read_stop(st);
 	c->eof = 1;
 	if (n != UV_EOF || c->lingering || c->in_message || c->outs == 0)
-		conn_close(c);
+		hs__conn_close(c);
 	else
 		c->finishing = 1;       /* answer what came, then close */
 }
@@ -1037,7 +704,7 @@ on_connection(uv_stream_t *listener, int status)
 	else
 		s->nconns++;
 	if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
-		conn_close(c);
+		hs__conn_close(c);
 		return;
 	}
 	s->accepted++;
@@ -1049,7 +716,7 @@ on_connection(uv_stream_t *listener, int status)
 		char msg[HS_MSG_LEN];
 
 		if (s->nover > s->cfg.max_connections) {
-			conn_close(c);  /* a flood: not even an answer */
+			hs__conn_close(c);  /* a flood: not even an answer */
 			return;
 		}
 		snprintf(msg, sizeof(msg), "too many connections (limit %d)",
@@ -1057,11 +724,12 @@ on_connection(uv_stream_t *listener, int status)
 		conn_fail(c, 503, msg);
 		return;
 	}
-	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
-		conn_close(c);
+	if (uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
+	    hs__on_read) < 0) {
+		hs__conn_close(c);
 		return;
 	}
-	conn_timer(c, HS_T_IDLE);
+	hs__conn_timer(c, HS_T_IDLE);
 }
 
 /* ---- the server ---- */
@@ -1175,6 +843,6 @@ hs_server_close(hs_server *s, void (*closed)(void *arg), void *arg)
 	s->closed = closed;
 	s->closed_arg = arg;
 	for (c = s->conns; c != NULL; c = c->next)
-		conn_close(c);
+		hs__conn_close(c);
 	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
 }

@@ -1,0 +1,269 @@
+/* The response side of the HTTP server: the hs_response_* setters, and the
+ * status line, headers and body written in slices with back-pressure. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <http_parser.h>
+#include <uv.h>
+
+#include "daemon/http_server_private.h"
+
+#define HS_SLICE_LEN (1024 * 1024)      /* body bytes per uv_write */
+
+/* One response being written: the head and the body in slices, each its
+ * own uv_write, so every slice taken by the peer restarts the timer. */
+struct hs_out {
+	hs_conn *c;
+	char *head;
+	size_t head_len;
+	char *body;                     /* owned; NULL after HEAD */
+	size_t body_len;
+	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
+	char kind[HS_KIND_LEN];
+	int pending, failed;
+	uv_write_t reqs[];
+};
+
+/* ---- writing responses ---- */
+
+static void
+out_done(struct hs_out *o)
+{
+	hs_conn *c = o->c;
+	hs_server *s = c->srv;
+
+	c->outs--;
+	if (s->cfg.on_exchange != NULL && !s->closing)
+		s->cfg.on_exchange(s->ctx, c->peer, o->kind, o->bytes_in,
+		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra);
+	if (o->failed)
+		hs__conn_close(c);
+	free(o->head);
+	free(o->body);
+	free(o);
+	if (c->closing)
+		return;
+	if (c->finishing) {
+		if (c->outs == 0)
+			hs__conn_linger(c);
+		return;
+	}
+	if (c->held != NULL && c->outs < HS_MAX_PIPELINE) {
+		char *held = c->held;
+		size_t len = c->held_len;
+
+		c->held = NULL;
+		c->held_len = 0;
+		hs__conn_feed(c, held, len);
+		free(held);
+		if (c->closing || c->finishing || c->held != NULL)
+			return;
+		if (uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
+		    hs__on_read) < 0) {
+			hs__conn_close(c);
+			return;
+		}
+	}
+	if (!c->in_message && c->timer_kind != HS_T_REQUEST)
+		hs__conn_timer(c, HS_T_IDLE);
+}
+
+static void
+on_write(uv_write_t *req, int status)
+{
+	struct hs_out *o = req->data;
+
+	if (status < 0)
+		o->failed = 1;
+	else if (!o->c->closing && o->c->timer_kind == HS_T_IDLE)
+		hs__conn_timer(o->c, HS_T_IDLE);    /* the peer is taking it */
+	if (--o->pending == 0)
+		out_done(o);
+}
+
+static const char *
+reason_phrase(int status)
+{
+	const char *r = http_status_str((enum http_status)status);
+
+	return r[0] == '<' ? "Status" : r;
+}
+
+/* Queues one response; takes body (malloc'd) in every case.  With
+ * head_only the length is announced and the body not sent. */
+void
+hs__conn_send(hs_conn *c, int status, const char *content_type,
+    const char *headers, size_t headers_len, char *body, size_t body_len,
+    int head_only, int close, const char *kind)
+{
+	struct hs_out *o;
+	size_t slices, nreqs, i, off;
+	int no_body = status == 204 || status == 304;
+	int len;
+	char *head;
+
+	if (no_body || head_only) {
+		free(body);
+		body = NULL;
+	}
+	slices = body ? (body_len + HS_SLICE_LEN - 1) / HS_SLICE_LEN : 0;
+	nreqs = slices > 0 ? slices : 1;
+	o = calloc(1, sizeof(*o) + nreqs * sizeof(uv_write_t));
+	head = malloc(headers_len + 512 +
+	    (content_type ? strlen(content_type) : 0));
+	if (o == NULL || head == NULL) {
+		free(o);
+		free(head);
+		free(body);
+		hs__conn_close(c);
+		return;
+	}
+	len = sprintf(head, "HTTP/1.1 %d %s\r\n", status,
+	    reason_phrase(status));
+	if (content_type != NULL && !no_body)
+		len += sprintf(head + len, "Content-Type: %s\r\n",
+		    content_type);
+	if (!no_body)
+		len += sprintf(head + len, "Content-Length: %zu\r\n",
+		    body_len);
+	memcpy(head + len, headers, headers_len);
+	len += (int)headers_len;
+	if (close)
+		len += sprintf(head + len, "Connection: close\r\n");
+	else if (c->http_major == 1 && c->http_minor == 0)
+		len += sprintf(head + len, "Connection: keep-alive\r\n");
+	len += sprintf(head + len, "\r\n");
+	o->c = c;
+	o->head = head;
+	o->head_len = (size_t)len;
+	o->body = body;
+	o->body_len = body ? body_len : 0;
+	o->bytes_in = c->req_in;
+	o->bytes_extra = c->continue_bytes;
+	snprintf(o->kind, sizeof(o->kind), "%s", kind);
+	c->outs++;
+	for (i = 0, off = 0; i < nreqs; i++) {
+		uv_buf_t bufs[2];
+		unsigned nb = 0;
+		size_t n = o->body_len - off;
+
+		if (i == 0)
+			bufs[nb++] = uv_buf_init(o->head,
+			    (unsigned)o->head_len);
+		if (n > HS_SLICE_LEN)
+			n = HS_SLICE_LEN;
+		if (n > 0)
+			bufs[nb++] = uv_buf_init(o->body + off, (unsigned)n);
+		off += n;
+		o->reqs[i].data = o;
+		if (uv_write(&o->reqs[i], (uv_stream_t *)&c->tcp, bufs, nb,
+		    on_write) < 0) {
+			o->failed = 1;
+			break;
+		}
+		o->pending++;
+	}
+	if (o->pending == 0)
+		out_done(o);
+	else if (o->failed)
+		hs__conn_close(c);
+}
+
+/* ---- building a response, in the handler ---- */
+
+int
+hs_response_status(hs_response *res, int code)
+{
+	if (code < 200 || code > 599)
+		return UV_EINVAL;
+	res->status = code;
+	return 0;
+}
+
+static int
+is_token(const char *s)
+{
+	static const char extra[] = "!#$%&'*+-.^_`|~";
+
+	if (*s == '\0')
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		    (*s >= '0' && *s <= '9') || strchr(extra, *s) != NULL))
+			return 0;
+	return 1;
+}
+
+int
+hs_response_header(hs_response *res, const char *name, const char *value)
+{
+	static const char *const own[] = { "Content-Length", "Content-Type",
+	    "Transfer-Encoding", "Connection" };
+	size_t i;
+
+	if (!is_token(name) || strpbrk(value, "\r\n") != NULL)
+		return UV_EINVAL;
+	for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (strcasecmp(name, own[i]) == 0)
+			return UV_EINVAL;
+	if (hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    name, strlen(name)) < 0 ||
+	    hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    ": ", 2) < 0 ||
+	    hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    value, strlen(value)) < 0 ||
+	    hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    "\r\n", 2) < 0) {
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	return 0;
+}
+
+int
+hs_response_body_owned(hs_response *res, const char *content_type,
+    void *body, size_t len)
+{
+	char *ct = NULL;
+
+	if (content_type != NULL && strpbrk(content_type, "\r\n") != NULL) {
+		free(body);
+		return UV_EINVAL;
+	}
+	if (content_type != NULL && (ct = strdup(content_type)) == NULL) {
+		free(body);
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	free(res->content_type);
+	free(res->body);
+	res->content_type = ct;
+	res->body = body;
+	res->body_len = body ? len : 0;
+	return 0;
+}
+
+int
+hs_response_body(hs_response *res, const char *content_type,
+    const void *body, size_t len)
+{
+	char *copy = malloc(len > 0 ? len : 1);
+
+	if (copy == NULL) {
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	if (len > 0)
+		memcpy(copy, body, len);
+	return hs_response_body_owned(res, content_type, copy, len);
+}
+
+void
+hs_response_meter(hs_response *res, const char *kind)
+{
+	snprintf(res->kind, sizeof(res->kind), "%s", kind ? kind : "");
+}

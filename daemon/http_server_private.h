@@ -1,0 +1,115 @@
+/* Internals shared by http_server.c (connections, parsing, timeouts) and
+ * http_response.c (the hs_response_* setters, formatting and writing). */
+#ifndef HS_HTTP_SERVER_PRIVATE_H
+#define HS_HTTP_SERVER_PRIVATE_H
+
+#include <stddef.h>
+
+#include <http_parser.h>
+#include <uv.h>
+
+#include "daemon/http_server.h"
+
+#define HS_READ_LEN (64 * 1024)         /* one read from a socket */
+#define HS_MAX_PIPELINE 8               /* responses in flight per conn */
+#define HS_PEER_LEN 64
+#define HS_KIND_LEN 32
+#define HS_MSG_LEN 192
+
+enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER };
+
+typedef struct hs_conn hs_conn;
+
+/* Offsets into hs_conn.hbuf, which holds "url\0name\0value\0name\0...". */
+struct hs_header {
+	size_t name, value;
+};
+
+struct hs_response {
+	int status;
+	char *headers;                  /* "Name: value\r\n" lines */
+	size_t headers_len, headers_cap;
+	char *content_type;
+	char *body;
+	size_t body_len;
+	char kind[HS_KIND_LEN];
+	int nomem;
+};
+
+struct hs_conn {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_shutdown_t shutdown_req;
+	hs_server *srv;
+	hs_conn *prev, *next;
+	char peer[HS_PEER_LEN];
+	http_parser parser;
+	int handles;                    /* of tcp and timer, still open */
+	int timer_kind;
+	int outs;                       /* responses in flight */
+	unsigned over_limit : 1;        /* accepted beyond max_connections */
+	unsigned in_message : 1;        /* a request is partly read */
+	unsigned finishing : 1;         /* close once written */
+	unsigned lingering : 1;
+	unsigned closing : 1;
+	unsigned eof : 1;
+	char *held;             /* unparsed bytes while the pipeline is full */
+	size_t held_len;
+	/* the request being read */
+	size_t req_in;                  /* bytes the parser consumed for it */
+	size_t header_bytes;
+	char *hbuf;
+	size_t hlen, hcap;
+	struct hs_header *hdrs;
+	size_t nhdrs, hdrs_cap;
+	int last_cb;
+	char *body;
+	size_t body_len, body_cap;
+	size_t continue_bytes;
+	int reject_status;
+	char reject_msg[HS_MSG_LEN];
+	int keep_alive, method, http_major, http_minor;
+};
+
+struct hs_server {
+	uv_loop_t *loop;
+	uv_tcp_t listener;
+	hs_config cfg;
+	hs_handler_fn handler;
+	void *ctx;
+	http_parser_settings settings;
+	hs_conn *conns;
+	int nconns, nover;              /* within and beyond the limit */
+	unsigned long accepted;
+	int listening, closing, listener_open;
+	void (*closed)(void *);
+	void *closed_arg;
+	char readbuf[HS_READ_LEN];
+	int readbuf_busy;
+};
+/* http_server.c */
+
+/* Appends n bytes to a growing buffer; -1 when out of memory. */
+int hs__buf_add(char **b, size_t *len, size_t *cap, const void *d,
+    size_t n);
+/* Arms the connection's one timer for what it waits on (HS_T_*). */
+void hs__conn_timer(hs_conn *c, int kind);
+/* Closes both handles; the connection is freed once libuv is done. */
+void hs__conn_close(hs_conn *c);
+/* Everything is written: our FIN, then drop input until the peer's. */
+void hs__conn_linger(hs_conn *c);
+/* Parses what arrived, answering each complete request in turn. */
+void hs__conn_feed(hs_conn *c, const char *data, size_t len);
+/* The connection's read callbacks, for uv_read_start. */
+void hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+
+/* http_response.c */
+
+/* Queues one response; takes body (malloc'd) in every case.  With
+ * head_only the length is announced and the body not sent. */
+void hs__conn_send(hs_conn *c, int status, const char *content_type,
+    const char *headers, size_t headers_len, char *body, size_t body_len,
+    int head_only, int close, const char *kind);
+
+#endif
