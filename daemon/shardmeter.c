@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -618,25 +619,36 @@ cmd_eval(int argc, char **argv)
 		return 1;
 	}
 	if (json) {
-		printf("{\"run_id\":\"%s\",\"split\":\"%s\",\"windows\":%d,"
-		    "\"strata\":%d,\"blocktrain_nats_per_byte\":%.6f,"
-		    "\"blocktrain_bits_per_byte\":%.6f,\"shares\":[", a.run_id,
-		    split, set.windows, set.strata, total, total / M_LN2);
-		for (b = 0; b < a.spec.blocks; b++)
-			printf("%s{\"block\":%d,\"lo\":%.6g,\"hi\":%.6g,"
-			    "\"share\":%.6f}", b ? "," : "", b + 1,
-			    a.spec.cuts[b], a.spec.cuts[b + 1], shares[b]);
-		printf("]");
+		json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:f,s:f}", "run_id",
+		    a.run_id, "split", split, "windows", set.windows, "strata",
+		    set.strata, "blocktrain_nats_per_byte", total,
+		    "blocktrain_bits_per_byte", total / M_LN2);
+		json_t *arr = json_array(), *e2e = json_array();
+		char *text;
+
+		for (b = 0; b < a.spec.blocks; b++) {
+			json_array_append_new(arr, json_pack("{s:i,s:f,s:f,s:f}",
+			    "block", b + 1, "lo", a.spec.cuts[b], "hi",
+			    a.spec.cuts[b + 1], "share", shares[b]));
+			json_array_append_new(e2e, json_real(eshares[b]));
+		}
+		json_object_set_new(o, "shares", arr);
 		if (have_e2e) {
-			printf(",\"e2e_nats_per_byte\":%.6f,\"e2e_shares\":[",
-			    etotal);
-			for (b = 0; b < a.spec.blocks; b++)
-				printf("%s%.6f", b ? "," : "", eshares[b]);
-			printf("]");
+			json_object_set_new(o, "e2e_nats_per_byte",
+			    json_real(etotal));
+			json_object_set_new(o, "e2e_shares", e2e);
+		} else {
+			json_decref(e2e);
 		}
 		if (have_causal)
-			printf(",\"causal_nats_per_byte\":%.6f", causal);
-		printf("}\n");
+			json_object_set_new(o, "causal_nats_per_byte",
+			    json_real(causal));
+		text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+		json_decref(o);
+		if (text == NULL)
+			return 1;
+		printf("%s\n", text);
+		free(text);
 		return 0;
 	}
 	printf("held-out bound on %s (%s), %d windows x %d noise levels per "
