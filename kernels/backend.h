@@ -81,6 +81,14 @@ struct kn_backend {
 	    const float *dout, const float *qkv, const float *att,
 	    int B, int T, int C, int NH, int causal);
 
+	/* Causal attention of T new positions pos0..pos0+T-1 of one
+	 * sequence, decoding with a KV cache: their k and v (from qkv
+	 * (T,3C)) are first written to rows pos0.. of kcache and vcache
+	 * (window, C), then position pos0+i attends to cache rows
+	 * 0..pos0+i.  scores (NH, T, pos0+T) is work space; out (T,C). */
+	void (*attention_decode)(float *out, float *kcache, float *vcache,
+	    float *scores, const float *qkv, int pos0, int T, int C, int NH);
+
 	/* tanh-approximation GELU, as GPT-2 and torch's gelu(approximate=
 	 * "tanh"); exact erf GELU would cost a libm call per element. */
 	void (*gelu_forward)(float *out, const float *inp, size_t n);

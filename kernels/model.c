@@ -76,6 +76,8 @@ struct kn_model {
 	size_t num_params;
 	float *params, *grads, *m, *v;
 	int t;                          /* AdamW steps taken */
+	int inference;                  /* no gradients, optimizer or backward */
+	int act_layers;                 /* L, or 1 when layers share buffers */
 	struct acts a;
 	void *act_block;                /* all activations, one allocation */
 	float *host_losses;             /* (N) */
@@ -169,12 +171,15 @@ carve(struct carve *c, size_t count)
 	return p;
 }
 
+/* L is the number of layers whose activations are kept: all of them for
+ * training, one for inference, where each layer overwrites the last. */
 static void
-layout_acts(struct acts *a, struct carve *c, const kn_model_shape *s, int B)
+layout_acts(struct acts *a, struct carve *c, const kn_model_shape *s, int B,
+    int inference)
 {
-	size_t d = (size_t)s->width, L = (size_t)s->layers;
+	size_t d = (size_t)s->width, L = inference ? 1 : (size_t)s->layers;
 	size_t n = (size_t)s->window, N = (size_t)B * n;
-	size_t h = (size_t)s->heads;
+	size_t h = (size_t)s->heads, bw = inference ? 0 : 1;
 
 	a->input = carve(c, N);
 	a->target = carve(c, N);
@@ -200,19 +205,19 @@ layout_acts(struct acts *a, struct carve *c, const kn_model_shape *s, int B)
 	a->lnf_rstd = carve(c, N);
 	a->logits = carve(c, N * KN_VOCAB_OUT);
 	a->losses = carve(c, N);
-	a->dres = carve(c, N * d);
-	a->dln = carve(c, N * d);
-	a->datty = carve(c, N * d);
-	a->dqkv = carve(c, N * 3 * d);
-	a->dfch = carve(c, N * 4 * d);
-	a->datt = carve(c, (size_t)B * h * n * n);
+	a->dres = carve(c, bw * N * d);
+	a->dln = carve(c, bw * N * d);
+	a->datty = carve(c, bw * N * d);
+	a->dqkv = carve(c, bw * N * 3 * d);
+	a->dfch = carve(c, bw * N * 4 * d);
+	a->datt = carve(c, bw * (size_t)B * h * n * n);
 	a->u = carve(c, N);
 	a->picked = carve(c, N);
 }
 
-int
-kn_model_create(kn_model **out, const kn_model_shape *shape,
-    const kn_backend *be, int max_batch, char *err)
+static int
+model_create(kn_model **out, const kn_model_shape *shape,
+    const kn_backend *be, int max_batch, int inference, char *err)
 {
 	kn_model *m;
 	int64_t shapes[P_COUNT][3];
@@ -230,6 +235,8 @@ kn_model_create(kn_model **out, const kn_model_shape *shape,
 	m->shape = *shape;
 	m->be = be;
 	m->max_batch = max_batch;
+	m->inference = inference;
+	m->act_layers = inference ? 1 : shape->layers;
 	size_table(shape, shapes, ndims);
 	for (i = 0; i < P_COUNT; i++) {
 		kn_tensor *t = &m->tensors[i];
@@ -243,27 +250,54 @@ kn_model_create(kn_model **out, const kn_model_shape *shape,
 	}
 	m->num_params = np = off;
 	m->params = be->alloc(np * sizeof(float));
-	m->grads = be->alloc(np * sizeof(float));
-	m->m = be->alloc(np * sizeof(float));
-	m->v = be->alloc(np * sizeof(float));
-	layout_acts(&m->a, &c, shape, max_batch);
+	if (!inference) {
+		m->grads = be->alloc(np * sizeof(float));
+		m->m = be->alloc(np * sizeof(float));
+		m->v = be->alloc(np * sizeof(float));
+	}
+	layout_acts(&m->a, &c, shape, max_batch, inference);
 	m->act_block = be->alloc(c.used);
 	m->host_losses = calloc((size_t)max_batch * shape->window,
 	    sizeof(float));
-	if (m->params == NULL || m->grads == NULL || m->m == NULL ||
-	    m->v == NULL || m->act_block == NULL || m->host_losses == NULL) {
+	if (m->params == NULL || (!inference && (m->grads == NULL ||
+	    m->m == NULL || m->v == NULL)) || m->act_block == NULL ||
+	    m->host_losses == NULL) {
 		kn_model_free(m);
 		return kn_error(err, KN_ENOMEM, "cannot allocate %.1f MiB of "
-		    "%s memory for the model", (4.0 * 4 * np + c.used) / 1048576.0,
-		    be->name);
+		    "%s memory for the model", ((inference ? 4.0 : 16.0) * np +
+		    c.used) / 1048576.0, be->name);
 	}
 	c.base = m->act_block;
 	c.used = 0;
-	layout_acts(&m->a, &c, shape, max_batch);
+	layout_acts(&m->a, &c, shape, max_batch, inference);
 	for (i = 0; i < P_COUNT; i++)
 		m->tensors[i].data = m->params + m->tensors[i].offset;
 	*out = m;
 	return KN_OK;
+}
+
+int
+kn_model_create(kn_model **out, const kn_model_shape *shape,
+    const kn_backend *be, int max_batch, char *err)
+{
+	return model_create(out, shape, be, max_batch, 0, err);
+}
+
+int
+kn_model_create_inference(kn_model **out, const kn_model_shape *shape,
+    const kn_backend *be, int max_batch, char *err)
+{
+	return model_create(out, shape, be, max_batch, 1, err);
+}
+
+size_t
+kn_model_inference_bytes(const kn_model_shape *shape, int max_batch)
+{
+	struct carve c = { NULL, 0 };
+	struct acts a;
+
+	layout_acts(&a, &c, shape, max_batch, 1);
+	return kn_model_params_for(shape) * sizeof(float) + c.used;
 }
 
 void
@@ -272,9 +306,11 @@ kn_model_free(kn_model *m)
 	if (m == NULL)
 		return;
 	m->be->free(m->params);
-	m->be->free(m->grads);
-	m->be->free(m->m);
-	m->be->free(m->v);
+	if (m->grads != NULL) {
+		m->be->free(m->grads);
+		m->be->free(m->m);
+		m->be->free(m->v);
+	}
 	m->be->free(m->act_block);
 	free(m->host_losses);
 	free(m);
@@ -317,6 +353,12 @@ void
 kn_model_get_opt_state(const kn_model *m, float *host_m, float *host_v,
     int *t)
 {
+	if (m->inference) {
+		memset(host_m, 0, m->num_params * sizeof(float));
+		memset(host_v, 0, m->num_params * sizeof(float));
+		*t = 0;
+		return;
+	}
 	m->be->download(host_m, m->m, m->num_params * sizeof(float));
 	m->be->download(host_v, m->v, m->num_params * sizeof(float));
 	*t = m->t;
@@ -326,6 +368,8 @@ void
 kn_model_set_opt_state(kn_model *m, const float *host_m, const float *host_v,
     int t)
 {
+	if (m->inference)
+		return;
 	m->be->upload(m->m, host_m, m->num_params * sizeof(float));
 	m->be->upload(m->v, host_v, m->num_params * sizeof(float));
 	m->t = t;
@@ -363,8 +407,10 @@ kn_model_init(kn_model *m, uint64_t seed)
 	}
 	m->be->upload(m->params, host, m->num_params * sizeof(float));
 	free(host);
-	m->be->zero(m->m, m->num_params * sizeof(float));
-	m->be->zero(m->v, m->num_params * sizeof(float));
+	if (!m->inference) {
+		m->be->zero(m->m, m->num_params * sizeof(float));
+		m->be->zero(m->v, m->num_params * sizeof(float));
+	}
 	m->t = 0;
 }
 
@@ -411,18 +457,20 @@ forward(kn_model *m, int B)
 	    p + m->tensors[P_WPE].offset, N, n, d);
 	x = a->encoded;
 	for (l = 0; l < L; l++) {
-		float *ln1 = LAYER(a->ln1, l, Nd), *qkv = LAYER(a->qkv, l, 3 * Nd);
-		float *atty = LAYER(a->atty, l, Nd), *att = LAYER(a->att, l, attsz);
-		float *attproj = LAYER(a->attproj, l, Nd);
-		float *resid2 = LAYER(a->resid2, l, Nd), *ln2 = LAYER(a->ln2, l, Nd);
-		float *fch = LAYER(a->fch, l, 4 * Nd);
-		float *fch_gelu = LAYER(a->fch_gelu, l, 4 * Nd);
-		float *fcproj = LAYER(a->fcproj, l, Nd);
-		float *resid3 = LAYER(a->resid3, l, Nd);
+		/* activations of layer l live in slot la; weights in layer l */
+		int la = l % m->act_layers;
+		float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
+		float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
+		float *attproj = LAYER(a->attproj, la, Nd);
+		float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
+		float *fch = LAYER(a->fch, la, 4 * Nd);
+		float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
+		float *fcproj = LAYER(a->fcproj, la, Nd);
+		float *resid3 = LAYER(a->resid3, la, Nd);
 		size_t dd = (size_t)d * d;
 
-		be->layernorm_forward(ln1, LAYER(a->ln1_mean, l, N),
-		    LAYER(a->ln1_rstd, l, N), x,
+		be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
+		    LAYER(a->ln1_rstd, la, N), x,
 		    p + m->tensors[P_LN1W].offset + (size_t)l * d,
 		    p + m->tensors[P_LN1B].offset + (size_t)l * d, N, d);
 		be->matmul_forward(qkv, ln1,
@@ -435,8 +483,8 @@ forward(kn_model *m, int B)
 		    p + m->tensors[P_ATTPROJW].offset + l * dd,
 		    p + m->tensors[P_ATTPROJB].offset + (size_t)l * d, N, d, d);
 		be->residual_forward(resid2, x, attproj, Nd);
-		be->layernorm_forward(ln2, LAYER(a->ln2_mean, l, N),
-		    LAYER(a->ln2_rstd, l, N), resid2,
+		be->layernorm_forward(ln2, LAYER(a->ln2_mean, la, N),
+		    LAYER(a->ln2_rstd, la, N), resid2,
 		    p + m->tensors[P_LN2W].offset + (size_t)l * d,
 		    p + m->tensors[P_LN2B].offset + (size_t)l * d, N, d);
 		be->matmul_forward(fch, ln2,
@@ -546,6 +594,9 @@ kn_model_backward(kn_model *m, const kn_batch *batch, float *loss, char *err)
 	size_t N = (size_t)B * m->shape.window, i;
 	double sum = 0.0;
 
+	if (m->inference)
+		return kn_error(err, KN_EINVAL, "an inference model has no "
+		    "gradients: create it with kn_model_create to train");
 	rc = check_batch(m, batch->input, batch->target, batch->weight, B, err);
 	if (rc != 0)
 		return rc;
@@ -571,8 +622,11 @@ kn_model_update(kn_model *m, const kn_adamw *opt, float lr, float *grad_norm)
 {
 	const kn_backend *be = m->be;
 	size_t split = m->tensors[P_FIRST_UNDECAYED].offset;
-	float norm = (float)sqrt(be->sumsq(m->grads, m->num_params));
-	float gscale = 1.0f;
+	float norm, gscale = 1.0f;
+
+	if (m->inference)
+		return;
+	norm = (float)sqrt(be->sumsq(m->grads, m->num_params));
 
 	if (opt->clip > 0.0f && norm > opt->clip)
 		gscale = opt->clip / norm;
@@ -656,4 +710,232 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
 	    temp);
 	m->be->download(out, m->a.picked, N * sizeof(int32_t));
 	return m->be->status(err);
+}
+
+/* Decoding with KV caches (the causal LM at inference): a cache holds k
+ * and v of every layer for one sequence, in backend memory. */
+struct kn_kv {
+	const kn_backend *be;
+	int layers, window, width;
+	float *buf;                     /* (L, 2, n, d): k then v per layer */
+	int len;                        /* positions cached */
+};
+
+size_t
+kn_kv_bytes(const kn_model_shape *s)
+{
+	return (size_t)2 * s->layers * s->window * s->width * sizeof(float);
+}
+
+int
+kn_kv_create(kn_kv **out, const kn_model *m, char *err)
+{
+	kn_kv *kv = calloc(1, sizeof(*kv));
+
+	*out = NULL;
+	if (kv == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	kv->be = m->be;
+	kv->layers = m->shape.layers;
+	kv->window = m->shape.window;
+	kv->width = m->shape.width;
+	if ((kv->buf = m->be->alloc(kn_kv_bytes(&m->shape))) == NULL) {
+		free(kv);
+		return kn_error(err, KN_ENOMEM, "cannot allocate a KV cache of "
+		    "%.1f MiB", kn_kv_bytes(&m->shape) / 1048576.0);
+	}
+	*out = kv;
+	return KN_OK;
+}
+
+void
+kn_kv_free(kn_kv *kv)
+{
+	if (kv == NULL)
+		return;
+	kv->be->free(kv->buf);
+	free(kv);
+}
+
+int
+kn_kv_len(const kn_kv *kv)
+{
+	return kv->len;
+}
+
+static int
+check_decode(const kn_model *m, const kn_decode_seq *seqs, int R,
+    const int32_t *sym, int *rows, char *err)
+{
+	int r, i, total = 0;
+
+	if (!m->shape.causal)
+		return kn_error(err, KN_EINVAL, "decoding needs a causal model");
+	if (R <= 0)
+		return kn_error(err, KN_EINVAL, "nothing to decode");
+	for (r = 0; r < R; r++) {
+		const kn_decode_seq *q = &seqs[r];
+
+		if (q->kv == NULL || q->kv->layers != m->shape.layers ||
+		    q->kv->width != m->shape.width ||
+		    q->kv->window != m->shape.window)
+			return kn_error(err, KN_EINVAL, "sequence %d: the cache "
+			    "is not of this model", r);
+		if (q->count <= 0 || q->pos0 != q->kv->len ||
+		    q->pos0 + q->count > m->shape.window)
+			return kn_error(err, KN_EINVAL, "sequence %d: positions "
+			    "%d..%d do not follow the %d cached in a window of %d",
+			    r, q->pos0, q->pos0 + q->count - 1, q->kv->len,
+			    m->shape.window);
+		total += q->count;
+	}
+	if (total > m->max_batch * m->shape.window)
+		return kn_error(err, KN_EINVAL, "%d positions in one pass; "
+		    "this model takes %d", total,
+		    m->max_batch * m->shape.window);
+	for (i = 0; sym != NULL && i < total; i++)
+		if (sym[i] < 0 || sym[i] >= KN_VOCAB_OUT)
+			return kn_error(err, KN_EINVAL, "decoding symbol %d is "
+			    "not a byte", sym[i]);
+	*rows = total;
+	return KN_OK;
+}
+
+/* The layers of forward(), on rows that belong to several sequences: the
+ * per-row ops run once over all rows (one batched GEMM per weight), the
+ * attention once per sequence against its cache. */
+int
+kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
+    const int32_t *sym, float *hidden, const float *u, float temp,
+    int32_t *picked, char *err)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, L = m->shape.layers, h = m->shape.heads;
+	int N = 0, l, r, rc, off;
+	const float *p = m->params;
+	const float *x;
+	size_t Nd, dd = (size_t)d * d;
+
+	if ((rc = check_decode(m, seqs, R, sym, &N, err)) != 0)
+		return rc;
+	Nd = (size_t)N * d;
+	if (sym != NULL) {
+		be->upload(a->input, sym, (size_t)N * sizeof(int32_t));
+		for (r = 0, off = 0; r < R; off += seqs[r].count, r++)
+			be->embed_forward(a->encoded + (size_t)off * d,
+			    a->input + off, p + m->tensors[P_WTE].offset,
+			    p + m->tensors[P_WPE].offset +
+			    (size_t)seqs[r].pos0 * d, seqs[r].count,
+			    seqs[r].count, d);
+	} else
+		be->upload(a->encoded, hidden, Nd * sizeof(float));
+	x = a->encoded;
+	for (l = 0; l < L; l++) {
+		int la = l % m->act_layers;
+		float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
+		float *atty = LAYER(a->atty, la, Nd);
+		float *attproj = LAYER(a->attproj, la, Nd);
+		float *resid2 = LAYER(a->resid2, la, Nd);
+		float *ln2 = LAYER(a->ln2, la, Nd);
+		float *fch = LAYER(a->fch, la, 4 * Nd);
+		float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
+		float *fcproj = LAYER(a->fcproj, la, Nd);
+		float *resid3 = LAYER(a->resid3, la, Nd);
+
+		be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
+		    LAYER(a->ln1_rstd, la, N), x,
+		    p + m->tensors[P_LN1W].offset + (size_t)l * d,
+		    p + m->tensors[P_LN1B].offset + (size_t)l * d, N, d);
+		be->matmul_forward(qkv, ln1,
+		    p + m->tensors[P_QKVW].offset + l * 3 * dd,
+		    p + m->tensors[P_QKVB].offset + (size_t)l * 3 * d, N, d,
+		    3 * d);
+		for (r = 0, off = 0; r < R; off += seqs[r].count, r++) {
+			float *k = seqs[r].kv->buf + (size_t)l * 2 *
+			    m->shape.window * d;
+
+			be->attention_decode(atty + (size_t)off * d, k,
+			    k + (size_t)m->shape.window * d, a->att,
+			    qkv + (size_t)off * 3 * d, seqs[r].pos0,
+			    seqs[r].count, d, h);
+		}
+		be->matmul_forward(attproj, atty,
+		    p + m->tensors[P_ATTPROJW].offset + l * dd,
+		    p + m->tensors[P_ATTPROJB].offset + (size_t)l * d, N, d, d);
+		be->residual_forward(resid2, x, attproj, Nd);
+		be->layernorm_forward(ln2, LAYER(a->ln2_mean, la, N),
+		    LAYER(a->ln2_rstd, la, N), resid2,
+		    p + m->tensors[P_LN2W].offset + (size_t)l * d,
+		    p + m->tensors[P_LN2B].offset + (size_t)l * d, N, d);
+		be->matmul_forward(fch, ln2,
+		    p + m->tensors[P_FCW].offset + l * 4 * dd,
+		    p + m->tensors[P_FCB].offset + (size_t)l * 4 * d, N, d,
+		    4 * d);
+		be->gelu_forward(fch_gelu, fch, 4 * Nd);
+		be->matmul_forward(fcproj, fch_gelu,
+		    p + m->tensors[P_FCPROJW].offset + l * 4 * dd,
+		    p + m->tensors[P_FCPROJB].offset + (size_t)l * d, N, 4 * d,
+		    d);
+		be->residual_forward(resid3, resid2, fcproj, Nd);
+		x = resid3;
+	}
+	for (r = 0; r < R; r++)
+		seqs[r].kv->len += seqs[r].count;
+	if (picked == NULL) {
+		be->download(hidden, x, Nd * sizeof(float));
+		return be->status(err);
+	}
+	/* the head only where a byte is picked: each sequence's last row */
+	for (r = 0, off = 0; r < R; off += seqs[r].count, r++)
+		be->copy(a->lnf + (size_t)r * d, x + (size_t)(off +
+		    seqs[r].count - 1) * d, (size_t)d * sizeof(float));
+	/* ln1's first slot is free once the layers are done */
+	be->layernorm_forward(a->ln1, a->lnf_mean, a->lnf_rstd, a->lnf,
+	    p + m->tensors[P_LNFW].offset, p + m->tensors[P_LNFB].offset, R, d);
+	be->matmul_forward(a->logits, a->ln1,
+	    p + m->tensors[P_HEADW].offset, p + m->tensors[P_HEADB].offset, R,
+	    d, KN_VOCAB_OUT);
+	be->upload(a->u, u, (size_t)R * sizeof(float));
+	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
+	be->download(picked, a->picked, (size_t)R * sizeof(int32_t));
+	return be->status(err);
+}
+
+int
+kn_model_copy_layers(kn_model *dst, const kn_model *src, int first,
+    char *err)
+{
+	const kn_model_shape *ds = &dst->shape, *ss = &src->shape;
+	float *from, *to;
+	int i;
+
+	if (ds->width != ss->width || ds->heads != ss->heads ||
+	    ds->window != ss->window || ds->causal != ss->causal ||
+	    first < 0 || first + ds->layers > ss->layers)
+		return kn_error(err, KN_EINVAL, "layers %d..%d of a %d-layer "
+		    "model do not fit a %d-layer slice of the same width",
+		    first, first + ds->layers - 1, ss->layers, ds->layers);
+	from = malloc(src->num_params * sizeof(float));
+	to = malloc(dst->num_params * sizeof(float));
+	if (from == NULL || to == NULL) {
+		free(from);
+		free(to);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	kn_model_get_params(src, from);
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *st = &src->tensors[i], *dt = &dst->tensors[i];
+		/* per-layer tensors are (L, ...): a slice of whole layers */
+		int per_layer = i >= P_QKVW && i <= P_FCPROJB && i != P_HEADW;
+		size_t n = kn_tensor_numel(dt);
+		size_t skip = per_layer ? n / (size_t)ds->layers * first : 0;
+
+		memcpy(to + dt->offset, from + st->offset + skip,
+		    n * sizeof(float));
+	}
+	dst->be->upload(dst->params, to, dst->num_params * sizeof(float));
+	free(from);
+	free(to);
+	return KN_OK;
 }

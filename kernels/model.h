@@ -46,6 +46,13 @@ typedef struct kn_model kn_model;
  * activations for up to max_batch windows on be.  Returns 0 or KN_E*. */
 int kn_model_create(kn_model **out, const kn_model_shape *shape,
     const kn_backend *be, int max_batch, char *err);
+/* The same for forward passes only: no gradients, no optimizer state, and
+ * one layer's activations reused by every layer, so a model far too large
+ * to train here can still be served.  Backward and update refuse it. */
+int kn_model_create_inference(kn_model **out, const kn_model_shape *shape,
+    const kn_backend *be, int max_batch, char *err);
+/* Bytes such a model takes on its backend. */
+size_t kn_model_inference_bytes(const kn_model_shape *shape, int max_batch);
 void kn_model_free(kn_model *m);
 int kn_model_check_shape(const kn_model_shape *shape, char *err);
 
@@ -102,5 +109,40 @@ int kn_model_forward(kn_model *m, const int32_t *input, int B,
  * the uniforms u (B*n, host), into out (B*n, host). */
 int kn_model_predict(kn_model *m, const int32_t *input, int B,
     const float *u, float temp, int32_t *out, char *err);
+
+/* Decoding the causal LM with a KV cache, for the autoregressive baseline
+ * (one traversal per byte) and for splitting the LM by layers over hosts:
+ * a host runs its layers on the new positions and hands the hidden states
+ * on.  A cache holds k and v of every layer of m for one sequence. */
+typedef struct kn_kv kn_kv;
+
+int kn_kv_create(kn_kv **out, const kn_model *m, char *err);
+void kn_kv_free(kn_kv *kv);
+/* Positions cached so far; bytes one cache takes for a shape. */
+int kn_kv_len(const kn_kv *kv);
+size_t kn_kv_bytes(const kn_model_shape *s);
+
+typedef struct {
+	kn_kv *kv;
+	int pos0;       /* first new position: the cache's length */
+	int count;      /* new positions */
+} kn_decode_seq;
+
+/* One pass of m's layers over the new positions of R sequences, rows in
+ * sequence order (sum of count rows of width d).  The input is sym (bytes,
+ * embedded at their positions) or, when sym is NULL, hidden (host).  With
+ * picked NULL the output hidden states go to hidden; otherwise the final
+ * LayerNorm and the head run on each sequence's last row and picked[r]
+ * receives a byte sampled at temperature temp with the uniform u[r].
+ * The caches grow by count. */
+int kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
+    const int32_t *sym, float *hidden, const float *u, float temp,
+    int32_t *picked, char *err);
+
+/* Copies layers first..first+L-1 of src (L = dst's layers), with the
+ * embeddings, the final LayerNorm and the head, into dst: a host's slice
+ * of a model split by layers. */
+int kn_model_copy_layers(kn_model *dst, const kn_model *src, int first,
+    char *err);
 
 #endif

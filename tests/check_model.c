@@ -288,6 +288,172 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* Decoding with a KV cache gives the causal forward pass's logits: the
+ * prompt in one pass, then one position at a time. */
+START_TEST(test_decode_matches_forward)
+{
+	kn_model_shape s = { .width = 32, .heads = 4, .layers = 3,
+	    .window = 24, .causal = 1 };
+	kn_model *m, *inf;
+	kn_kv *kv;
+	char err[KN_ERR_LEN];
+	int32_t in[24], picked;
+	float *logits = malloc(24 * 256 * sizeof(float)), u = 0.5f;
+	float hidden[24 * 32];
+	kn_decode_seq q;
+	int i, p, agree = 0;
+
+	ck_assert_int_eq(kn_model_create(&m, &s, kn_cpu_backend(), 1, err), 0);
+	ck_assert_int_eq(kn_model_create_inference(&inf, &s, kn_cpu_backend(),
+	    1, err), 0);
+	kn_model_init(m, 11);
+	{
+		float *host = malloc(kn_model_num_params(m) * sizeof(float));
+
+		kn_model_get_params(m, host);
+		ck_assert_int_eq(kn_model_set_params(inf, host, err), 0);
+		free(host);
+	}
+	for (i = 0; i < 24; i++)
+		in[i] = "The quick brown fox jump"[i];
+	ck_assert_int_eq(kn_model_forward(m, in, 1, logits, err), 0);
+	ck_assert_int_eq(kn_kv_create(&kv, inf, err), 0);
+	q.kv = kv;
+	q.pos0 = 0;
+	q.count = 5;
+	for (p = 5; p <= 24; p++) {
+		/* greedy: the argmax of the full pass's row p-1 */
+		int best = 0, c;
+
+		for (c = 1; c < 256; c++)
+			if (logits[(p - 1) * 256 + c] > logits[(p - 1) * 256 + best])
+				best = c;
+		ck_assert_int_eq(kn_model_decode(inf, &q, 1, in + q.pos0, NULL,
+		    &u, 0.0f, &picked, err), 0);
+		agree += picked == best;
+		q.pos0 = p;
+		q.count = 1;
+		if (p == 24)
+			break;
+	}
+	ck_assert_int_eq(kn_kv_len(kv), 24);
+	ck_assert_int_eq(agree, 20);
+	/* a position past the window, or one that skips the cache, is
+	 * refused */
+	q.pos0 = 24;
+	ck_assert_int_ne(kn_model_decode(inf, &q, 1, in, NULL, &u, 0.0f,
+	    &picked, err), 0);
+	kn_kv_free(kv);
+	/* hidden states out of the layers: finite, and the same for a
+	 * model cut in two and run one half after the other */
+	{
+		kn_model_shape a = s, b = s;
+		kn_model *lo, *hi;
+		kn_kv *k1, *k2, *k3;
+		float h2[24 * 32];
+		int32_t pa, pb;
+
+		a.layers = 1;
+		b.layers = 2;
+		ck_assert_int_eq(kn_model_create_inference(&lo, &a,
+		    kn_cpu_backend(), 1, err), 0);
+		ck_assert_int_eq(kn_model_create_inference(&hi, &b,
+		    kn_cpu_backend(), 1, err), 0);
+		ck_assert_int_eq(kn_model_copy_layers(lo, inf, 0, err), 0);
+		ck_assert_int_eq(kn_model_copy_layers(hi, inf, 1, err), 0);
+		ck_assert_int_ne(kn_model_copy_layers(hi, inf, 2, err), 0);
+		ck_assert_int_eq(kn_kv_create(&k1, inf, err), 0);
+		ck_assert_int_eq(kn_kv_create(&k2, lo, err), 0);
+		ck_assert_int_eq(kn_kv_create(&k3, hi, err), 0);
+		for (p = 0; p < 24; p += 8) {
+			kn_decode_seq w = { k1, p, 8 }, x = { k2, p, 8 };
+			kn_decode_seq y = { k3, p, 8 };
+
+			ck_assert_int_eq(kn_model_decode(inf, &w, 1, in + p,
+			    NULL, &u, 0.7f, &pa, err), 0);
+			ck_assert_int_eq(kn_model_decode(lo, &x, 1, in + p,
+			    hidden, NULL, 0, NULL, err), 0);
+			memcpy(h2, hidden, sizeof(hidden));
+			ck_assert_int_eq(kn_model_decode(hi, &y, 1, NULL, h2,
+			    &u, 0.7f, &pb, err), 0);
+			ck_assert_int_eq(pa, pb);
+		}
+		kn_kv_free(k1); kn_kv_free(k2); kn_kv_free(k3);
+		kn_model_free(lo);
+		kn_model_free(hi);
+	}
+	kn_model_free(m);
+	kn_model_free(inf);
+	free(logits);
+}
+END_TEST
+
+/* A window's prediction does not depend on the other windows of its
+ * batch, nor a row of a decoding pass on the other sequences': a server
+ * batches requests without changing anyone's output. */
+START_TEST(test_batch_invariance)
+{
+	kn_model_shape s = { .width = 48, .heads = 4, .layers = 2,
+	    .window = 40, .causal = 0 }, cs = s;
+	kn_model *m, *c;
+	char err[KN_ERR_LEN];
+	int32_t in[5 * 40], one[40], all[5 * 40];
+	float u[5 * 40], hid1[4 * 48], hidall[9 * 48];
+	kn_kv *kv[3], *kw[3];
+	int i, b;
+
+	ck_assert_int_eq(kn_model_create_inference(&m, &s, kn_cpu_backend(), 5,
+	    err), 0);
+	kn_model_init(m, 3);
+	for (i = 0; i < 5 * 40; i++) {
+		in[i] = i % 7 == 0 ? KN_MASK : 'a' + (i * 13) % 26;
+		u[i] = (float)((i * 37) % 100) / 100.0f;
+	}
+	ck_assert_int_eq(kn_model_predict(m, in, 5, u, 0.9f, all, err), 0);
+	for (b = 0; b < 5; b++) {
+		ck_assert_int_eq(kn_model_predict(m, in + b * 40, 1, u + b * 40,
+		    0.9f, one, err), 0);
+		ck_assert_mem_eq(one, all + b * 40, sizeof(one));
+	}
+	cs.causal = 1;
+	ck_assert_int_eq(kn_model_create_inference(&c, &cs, kn_cpu_backend(),
+	    2, err), 0);
+	kn_model_init(c, 4);
+	for (b = 0; b < 3; b++) {
+		ck_assert_int_eq(kn_kv_create(&kv[b], c, err), 0);
+		ck_assert_int_eq(kn_kv_create(&kw[b], c, err), 0);
+	}
+	{
+		/* three sequences of 2, 3 and 4 new positions together, and
+		 * each alone */
+		kn_decode_seq q[3] = { { kv[0], 0, 2 }, { kv[1], 0, 3 },
+		    { kv[2], 0, 4 } };
+		int32_t sym[9];
+		int off = 0;
+
+		for (i = 0; i < 9; i++)
+			sym[i] = 'k' + i;
+		ck_assert_int_eq(kn_model_decode(c, q, 3, sym, hidall, NULL, 0,
+		    NULL, err), 0);
+		for (b = 0; b < 3; b++) {
+			kn_decode_seq w = { kw[b], 0, q[b].count };
+
+			ck_assert_int_eq(kn_model_decode(c, &w, 1, sym + off,
+			    hid1, NULL, 0, NULL, err), 0);
+			ck_assert_mem_eq(hid1, hidall + off * 48,
+			    (size_t)w.count * 48 * sizeof(float));
+			off += w.count;
+		}
+	}
+	for (b = 0; b < 3; b++) {
+		kn_kv_free(kv[b]);
+		kn_kv_free(kw[b]);
+	}
+	kn_model_free(m);
+	kn_model_free(c);
+}
+END_TEST
+
 static Suite *
 model_suite(void)
 {
@@ -300,6 +466,8 @@ model_suite(void)
 	tcase_add_test(tc, test_determinism);
 	tcase_add_test(tc, test_loss_falls);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_decode_matches_forward);
+	tcase_add_test(tc, test_batch_invariance);
 	suite_add_tcase(s, tc);
 	return s;
 }

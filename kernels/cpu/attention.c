@@ -94,3 +94,53 @@ kn_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
 
 	kn_pool_run(B * NH, att_backward_task, &j);
 }
+
+/* Decoding with a KV cache: the T new positions' k and v join the cache,
+ * then each new position attends to every cached position up to itself.
+ * The products are the same serial GEMMs and softmax as the full pass, so
+ * a position's output matches what attention_forward gives it. */
+struct dec_job {
+	float *out, *kcache, *vcache, *scores;
+	const float *qkv;
+	int pos0, T, C, NH;
+};
+
+static void
+att_decode_task(void *ctx, int h, int thread)
+{
+	struct dec_job *j = ctx;
+	int C = j->C, hs = C / j->NH, L = j->pos0 + j->T, i;
+	float *att = j->scores + (size_t)h * j->T * L;
+	float scale = 1.0f / sqrtf((float)hs);
+
+	(void)thread;
+	kn_gemm_serial(0, 1, j->T, L, hs, 1.0f, j->qkv + (size_t)h * hs,
+	    3 * C, j->kcache + (size_t)h * hs, C, 0.0f, att, L);
+	for (i = 0; i < j->T; i++) {
+		float *row = att + (size_t)i * L;
+		int n = j->pos0 + i + 1;
+
+		kn_cpu_softmax_row(row, n, scale);
+		if (n < L)
+			memset(row + n, 0, (size_t)(L - n) * sizeof(float));
+	}
+	kn_gemm_serial(0, 0, j->T, hs, L, 1.0f, att, L,
+	    j->vcache + (size_t)h * hs, C, 0.0f, j->out + (size_t)h * hs, C);
+}
+
+void
+kn_cpu_attention_decode(float *out, float *kcache, float *vcache,
+    float *scores, const float *qkv, int pos0, int T, int C, int NH)
+{
+	struct dec_job j = { out, kcache, vcache, scores, qkv, pos0, T, C,
+	    NH };
+	int i;
+
+	for (i = 0; i < T; i++) {
+		memcpy(kcache + (size_t)(pos0 + i) * C,
+		    qkv + (size_t)i * 3 * C + C, (size_t)C * sizeof(float));
+		memcpy(vcache + (size_t)(pos0 + i) * C,
+		    qkv + (size_t)i * 3 * C + 2 * C, (size_t)C * sizeof(float));
+	}
+	kn_pool_run(NH, att_decode_task, &j);
+}

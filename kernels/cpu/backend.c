@@ -75,6 +75,7 @@ static const kn_backend cpu_backend = {
 	.matmul_backward = kn_cpu_matmul_backward,
 	.attention_forward = kn_cpu_attention_forward,
 	.attention_backward = kn_cpu_attention_backward,
+	.attention_decode = kn_cpu_attention_decode,
 	.gelu_forward = kn_cpu_gelu_forward,
 	.gelu_backward = kn_cpu_gelu_backward,
 	.residual_forward = kn_cpu_residual_forward,

@@ -37,6 +37,8 @@ void kn_cpu_attention_forward(float *out, float *att, const float *qkv,
 void kn_cpu_attention_backward(float *dqkv, float *scratch,
     const float *dout, const float *qkv, const float *att, int B, int T,
     int C, int NH, int causal);
+void kn_cpu_attention_decode(float *out, float *kcache, float *vcache,
+    float *scores, const float *qkv, int pos0, int T, int C, int NH);
 void kn_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void kn_cpu_gelu_backward(float *dinp, const float *inp, const float *dout,
     size_t n);

@@ -150,3 +150,64 @@ attention_backward(float *dqkv, float *scratch, const float *dout,
 }
 
 }  /* namespace kn_cuda */
+
+/* Decoding: scores (NH*T, L) hold q.k of the T new positions against the
+ * L = pos0 + T cached keys; new position i sees keys up to pos0 + i. */
+static __global__ void
+softmax_decode_kernel(float *att, int rows, int T, int L, int pos0,
+    float scale)
+{
+	int lane = threadIdx.x % 32;
+	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	float *x;
+	float mx = -INFINITY, sum = 0.0f, inv;
+	int len;
+
+	if (row >= rows)
+		return;
+	x = att + (size_t)row * L;
+	len = pos0 + row % T + 1;
+	for (int j = lane; j < len; j += 32)
+		mx = fmaxf(mx, x[j] * scale);
+	mx = kn__warp_max(mx);
+	for (int j = lane; j < len; j += 32) {
+		float e = expf(x[j] * scale - mx);
+
+		x[j] = e;
+		sum += e;
+	}
+	inv = 1.0f / kn__warp_sum(sum);
+	for (int j = lane; j < L; j += 32)
+		x[j] = j < len ? x[j] * inv : 0.0f;
+}
+
+namespace kn_cuda {
+
+void
+attention_decode(float *out, float *kcache, float *vcache, float *scores,
+    const float *qkv, int pos0, int T, int C, int NH)
+{
+	const int block = 256, per_block = block / 32;
+	int hs = C / NH, L = pos0 + T, rows = NH * T;
+	float scale = 1.0f / sqrtf((float)hs);
+	size_t row = (size_t)C * sizeof(float);
+	head_strides sq = { 0, hs }, sc = { 0, hs };
+	head_strides ss = { 0, (long long)T * L }, so = { 0, hs };
+
+	if (T <= 0)
+		return;
+	/* the new keys and values join the cache: T rows of C floats each */
+	KN_CUDA(cudaMemcpy2DAsync(kcache + (size_t)pos0 * C, row, qkv + C,
+	    3 * row, row, T, cudaMemcpyDeviceToDevice, kn__cuda_stream));
+	KN_CUDA(cudaMemcpy2DAsync(vcache + (size_t)pos0 * C, row, qkv + 2 * C,
+	    3 * row, row, T, cudaMemcpyDeviceToDevice, kn__cuda_stream));
+	heads_gemm(false, true, T, L, hs, 1.0f, qkv, 3 * C, sq, kcache, C, sc,
+	    0.0f, scores, L, ss, 1, NH);
+	softmax_decode_kernel<<<(rows + per_block - 1) / per_block, block, 0,
+	    kn__cuda_stream>>>(scores, rows, T, L, pos0, scale);
+	KN_LAUNCHED("softmax_decode_kernel");
+	heads_gemm(false, false, T, hs, L, 1.0f, scores, L, ss, vcache, C, sc,
+	    0.0f, out, C, so, 1, NH);
+}
+
+}

@@ -181,6 +181,7 @@ static const kn_backend cuda_backend = {
 	kn_cuda::matmul_backward,
 	kn_cuda::attention_forward,
 	kn_cuda::attention_backward,
+	kn_cuda::attention_decode,
 	kn_cuda::gelu_forward,
 	kn_cuda::gelu_backward,
 	kn_cuda::residual_forward,

@@ -87,6 +87,9 @@ void attention_backward(float *dqkv, float *scratch,
     const float *dout, const float *qkv, const float *att,
     int B, int T, int C, int NH, int causal);
 
+void attention_decode(float *out, float *kcache, float *vcache,
+    float *scores, const float *qkv, int pos0, int T, int C, int NH);
+
 void gelu_forward(float *out, const float *inp, size_t n);
 void gelu_backward(float *dinp, const float *inp, const float *dout,
     size_t n);
