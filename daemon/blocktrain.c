@@ -205,12 +205,59 @@ bt_time_of(const pr_spec *s, int k, int block, int j)
 }
 
 int
+bt_step_draw(const pr_spec *s, int k, int block, int j, uint64_t seed,
+    float *u, double *p, double *next)
+{
+	int n = s->window;
+	double t = bt_time_of(s, k, block, j);
+
+	if (j >= bt_steps_of(s, k, block))
+		return 0;
+	*next = bt_time_of(s, k, block, j + 1);
+	*p = (t - *next) / t;
+	/* u[0..n) decide who is unmasked, u[n..2n) pick the byte */
+	kn_rng_fill_uniform(u, (size_t)2 * n, seed,
+	    kn_rng_stream(TAG_GEN, (uint64_t)block, (uint64_t)j, 0));
+	return 1;
+}
+
+/* The last step of block 1 (next = 0) decides every position left. */
+static int
+step_unmasks(int32_t sym, float u, double p, double next)
+{
+	return sym == KN_MASK && (next <= 0.0 || u < p);
+}
+
+int
+bt_step_unmasks(const int32_t *seq, int n, int fixed, const float *u,
+    double p, double next)
+{
+	int i, count = 0;
+
+	for (i = fixed; i < n; i++)
+		count += step_unmasks(seq[i], u[i], p, next);
+	return count;
+}
+
+void
+bt_step_apply(int32_t *seq, int n, int fixed, const float *u, double p,
+    double next, const int32_t *picked)
+{
+	int i;
+
+	for (i = fixed; i < n; i++)
+		if (step_unmasks(seq[i], u[i], p, next))
+			seq[i] = picked[i];
+}
+
+int
 bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
     int32_t *seq, int fixed, float temp, uint64_t seed, char *err)
 {
-	int n = s->window, count = bt_steps_of(s, k, block), j, i, rc;
+	int n = s->window, j, rc;
 	int32_t *picked = malloc((size_t)n * 4);
 	float *u = malloc((size_t)2 * n * 4);
+	double p, next;
 
 	if (picked == NULL || u == NULL) {
 		free(picked);
@@ -218,38 +265,41 @@ bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
 	rc = KN_OK;
-	for (j = 0; j < count && rc == 0; j++) {
-		double t = bt_time_of(s, k, block, j);
-		double next = bt_time_of(s, k, block, j + 1);
-		double p = (t - next) / t;
-		int any = 0;
-
-		for (i = fixed; i < n; i++)
-			any |= seq[i] == KN_MASK;
-		if (!any)
-			break;
-		/* u[0..n) decide who is unmasked, u[n..2n) pick the byte */
-		kn_rng_fill_uniform(u, (size_t)2 * n, seed,
-		    kn_rng_stream(TAG_GEN, (uint64_t)block, (uint64_t)j, 0));
+	for (j = 0; rc == 0 && bt_step_draw(s, k, block, j, seed, u, &p,
+	    &next); j++) {
+		/* a step that unmasks nothing needs no forward pass: what it
+		 * would predict is thrown away */
+		if (bt_step_unmasks(seq, n, fixed, u, p, next) == 0)
+			continue;
 		rc = kn_model_predict(m, seq, 1, u + n, temp, picked, err);
-		for (i = fixed; i < n && rc == 0; i++)
-			if (seq[i] == KN_MASK && (next <= 0.0 || u[i] < p))
-				seq[i] = picked[i];
+		if (rc == 0)
+			bt_step_apply(seq, n, fixed, u, p, next, picked);
 	}
 	free(picked);
 	free(u);
 	return rc;
 }
 
+float
+bt_ar_uniform(uint64_t seed, int n, int pos, float *scratch)
+{
+	/* the draw of the byte at pos, as the full-window pass had it */
+	kn_rng_fill_uniform(scratch, (size_t)n, seed,
+	    kn_rng_stream(TAG_AR, (uint64_t)pos, 0, 0));
+	return scratch[pos - 1];
+}
+
 int
 bt_generate_ar(kn_model *m, int32_t *seq, int fixed, int end, float temp,
     uint64_t seed, char *err)
 {
-	int n = kn_model_get_shape(m)->window, p, i, rc = KN_OK;
-	int32_t *picked = malloc((size_t)n * 4), *in = malloc((size_t)n * 4);
-	float *u = malloc((size_t)n * 4);
+	int n = kn_model_get_shape(m)->window, p, rc;
+	float *scratch = malloc((size_t)n * 4), u;
+	kn_kv *kv = NULL;
+	kn_decode_seq q;
+	int32_t picked;
 
-	if (picked == NULL || in == NULL || u == NULL) {
+	if (scratch == NULL) {
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -259,18 +309,24 @@ bt_generate_ar(kn_model *m, int32_t *seq, int fixed, int end, float temp,
 		    n);
 		goto out;
 	}
+	if ((rc = kn_kv_create(&kv, m, err)) != 0)
+		goto out;
+	/* the prompt in one pass, then one position per byte, each seeing
+	 * the cache of those before */
+	q.kv = kv;
+	q.pos0 = 0;
+	q.count = fixed;
 	for (p = fixed; p < end && rc == 0; p++) {
-		/* positions at and after p are hidden by the causal mask;
-		 * fill them with a byte so the input is valid */
-		for (i = 0; i < n; i++)
-			in[i] = i < p ? seq[i] : 0;
-		kn_rng_fill_uniform(u, (size_t)n, seed,
-		    kn_rng_stream(TAG_AR, (uint64_t)p, 0, 0));
-		rc = kn_model_predict(m, in, 1, u, temp, picked, err);
+		u = bt_ar_uniform(seed, n, p, scratch);
+		rc = kn_model_decode(m, &q, 1, seq + q.pos0, NULL, &u, temp,
+		    &picked, err);
 		if (rc == 0)
-			seq[p] = picked[p - 1];
+			seq[p] = picked;
+		q.pos0 = p;
+		q.count = 1;
 	}
 out:
-	free(picked); free(in); free(u);
+	kn_kv_free(kv);
+	free(scratch);
 	return rc;
 }

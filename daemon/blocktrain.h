@@ -72,8 +72,26 @@ double bt_time_of(const pr_spec *s, int k, int block, int j);
 int bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
     int32_t *seq, int fixed, float temp, uint64_t seed, char *err);
 
+/* bt_denoise_block one step at a time, for a server that batches the
+ * steps of many requests into one forward pass.  step_draw() fills u (2n
+ * floats) with step j's draws and gives its unmasking probability p and
+ * end level next; it returns 0 when block b has no step j.  unmasks()
+ * counts the positions step j decides (no forward pass is needed when it
+ * is 0); apply() writes the picked bytes (a prediction made with the
+ * uniforms u + n) to them. */
+int bt_step_draw(const pr_spec *s, int k, int block, int j, uint64_t seed,
+    float *u, double *p, double *next);
+int bt_step_unmasks(const int32_t *seq, int n, int fixed, const float *u,
+    double p, double next);
+void bt_step_apply(int32_t *seq, int n, int fixed, const float *u, double p,
+    double next, const int32_t *picked);
+
 /* Autoregressive generation with the causal LM: fills seq[fixed..end)
- * one byte at a time. */
+ * one byte at a time, the prompt in one pass and then one position per
+ * byte against a KV cache (kn_model_decode).  The byte at position pos is
+ * sampled with bt_ar_uniform(seed, window, pos, scratch of window floats),
+ * so a pipeline that splits the LM by layers draws the same numbers. */
+float bt_ar_uniform(uint64_t seed, int n, int pos, float *scratch);
 int bt_generate_ar(kn_model *m, int32_t *seq, int fixed, int end,
     float temp, uint64_t seed, char *err);
 
