@@ -1,0 +1,338 @@
+/* Pipeline frames: one flat msgpack map per frame, with the keys of its
+ * type only, decoded strictly (format in proto/PROTOCOL.md). */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "kernels/error.h"
+#include "proto/msgpack_strict.h"
+#include "proto/pipeline.h"
+
+#define PL_MAGIC "ShardMeter pipeline"
+#define PL_MAX_OBJECTS 64
+#define PL_MAX_WINDOW 65536
+
+static const struct pr_mp_format frame_format = {
+	PL_MAGIC, "pipeline frame", "not a ShardMeter pipeline frame",
+	"the frame is damaged", PR_PIPELINE_VERSION, 2, PL_MAX_OBJECTS
+};
+
+static const char *const type_names[PL_NTYPES] = {
+	"gen", "bt", "ar", "tok", "out", "err", "end"
+};
+
+enum {
+	K_MAGIC, K_VERSION, K_TYPE, K_ID, K_MODE, K_LENGTH, K_STEPS, K_TEMP,
+	K_SEED, K_FIXED, K_END, K_BLOCK, K_POS, K_COUNT, K_WIDTH, K_BYTE,
+	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_NKEYS
+};
+
+static const char *const key_names[K_NKEYS] = {
+	"magic", "version", "type", "id", "mode", "length", "steps",
+	"temperature", "seed", "fixed", "end", "block", "pos", "count",
+	"width", "byte", "data", "mask", "compute_us", "hops", "traversals",
+	"message"
+};
+
+/* The keys of each type after magic, version, type and id, in the order
+ * they are written; -1 ends a list. */
+static const int type_keys[PL_NTYPES][14] = {
+	[PL_GEN] = { K_MODE, K_LENGTH, K_STEPS, K_TEMP, K_SEED, K_DATA, -1 },
+	[PL_BT] = { K_STEPS, K_TEMP, K_SEED, K_FIXED, K_END, K_BLOCK, K_DATA,
+	    K_MASK, K_COMPUTE, K_HOPS, -1 },
+	[PL_AR] = { K_TEMP, K_SEED, K_FIXED, K_END, K_POS, K_COUNT, K_WIDTH,
+	    K_DATA, K_COMPUTE, K_HOPS, -1 },
+	[PL_TOK] = { K_POS, K_BYTE, K_COMPUTE, K_HOPS, -1 },
+	[PL_OUT] = { K_DATA, K_COMPUTE, K_HOPS, K_TRAV, -1 },
+	[PL_ERR] = { K_MESSAGE, -1 },
+	[PL_END] = { -1 },
+};
+
+const char *
+pl_type_name(pl_type t)
+{
+	return t < PL_NTYPES ? type_names[t] : "?";
+}
+
+const char *
+pl_mode_name(pl_mode m)
+{
+	return m == PL_MODE_AR ? "ar" : "blocktrain";
+}
+
+int
+pl_mode_parse(const char *s, pl_mode *m)
+{
+	if (strcmp(s, "blocktrain") == 0)
+		*m = PL_MODE_BT;
+	else if (strcmp(s, "ar") == 0)
+		*m = PL_MODE_AR;
+	else
+		return KN_EINVAL;
+	return KN_OK;
+}
+
+void
+pl_frame_clear(pl_frame *f)
+{
+	free(f->data);
+	free(f->mask);
+	memset(f, 0, sizeof(*f));
+}
+
+uint32_t
+pl_frame_length(const unsigned char h[PL_HEADER])
+{
+	return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 |
+	    (uint32_t)h[2] << 8 | h[3];
+}
+
+static uint64_t
+uint_field(const pl_frame *f, int k)
+{
+	switch (k) {
+	case K_MODE: return (uint64_t)f->mode;
+	case K_LENGTH: return (uint64_t)f->length;
+	case K_STEPS: return (uint64_t)f->steps;
+	case K_SEED: return f->seed;
+	case K_FIXED: return (uint64_t)f->fixed;
+	case K_END: return (uint64_t)f->end;
+	case K_BLOCK: return (uint64_t)f->block;
+	case K_POS: return (uint64_t)f->pos;
+	case K_COUNT: return (uint64_t)f->count;
+	case K_WIDTH: return (uint64_t)f->width;
+	case K_BYTE: return (uint64_t)f->byte;
+	case K_COMPUTE: return f->compute_us;
+	case K_HOPS: return (uint64_t)f->hops;
+	case K_TRAV: return (uint64_t)f->traversals;
+	default: return 0;
+	}
+}
+
+int
+pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	const int *keys;
+	int n = 0, i, rc = 0;
+	size_t body;
+
+	*buf = NULL;
+	if (f->type >= PL_NTYPES)
+		return kn_error(err, KN_EINVAL, "no such frame type %d",
+		    (int)f->type);
+	keys = type_keys[f->type];
+	while (keys[n] >= 0)
+		n++;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	/* room for the length, filled in at the end */
+	rc |= msgpack_sbuffer_write(&sb, "\0\0\0\0", PL_HEADER);
+	rc |= msgpack_pack_map(&pk, (size_t)n + 4);
+	rc |= pr_mp_pack_key(&pk, "magic");
+	rc |= msgpack_pack_str_with_body(&pk, PL_MAGIC, strlen(PL_MAGIC));
+	rc |= pr_mp_pack_key(&pk, "version");
+	rc |= msgpack_pack_uint64(&pk, PR_PIPELINE_VERSION);
+	rc |= pr_mp_pack_key(&pk, "type");
+	rc |= msgpack_pack_str_with_body(&pk, type_names[f->type],
+	    strlen(type_names[f->type]));
+	rc |= pr_mp_pack_key(&pk, "id");
+	rc |= msgpack_pack_uint64(&pk, f->id);
+	for (i = 0; i < n; i++) {
+		int k = keys[i];
+
+		rc |= pr_mp_pack_key(&pk, key_names[k]);
+		if (k == K_TEMP)
+			rc |= msgpack_pack_double(&pk, f->temperature);
+		else if (k == K_DATA)
+			rc |= msgpack_pack_bin_with_body(&pk, f->data,
+			    f->data_len);
+		else if (k == K_MASK)
+			rc |= msgpack_pack_bin_with_body(&pk, f->mask,
+			    f->mask_len);
+		else if (k == K_MESSAGE)
+			rc |= msgpack_pack_str_with_body(&pk, f->message,
+			    strlen(f->message));
+		else
+			rc |= msgpack_pack_uint64(&pk, uint_field(f, k));
+	}
+	body = sb.size - PL_HEADER;
+	if (rc != 0 || body > PL_FRAME_MAX) {
+		msgpack_sbuffer_destroy(&sb);
+		return kn_error(err, rc ? KN_ENOMEM : KN_EINVAL, rc ? "out of "
+		    "memory" : "frame of %zu bytes is over the limit", body);
+	}
+	sb.data[0] = (char)(body >> 24);
+	sb.data[1] = (char)(body >> 16);
+	sb.data[2] = (char)(body >> 8);
+	sb.data[3] = (char)body;
+	*buf = sb.data;
+	*len = sb.size;
+	return KN_OK;
+}
+
+static int
+get_int(const msgpack_object *o, uint64_t max, int *v, const char *field,
+    char *err)
+{
+	uint64_t u;
+	int rc = pr_mp_get_uint(o, max, &u, "pipeline frame", field, err);
+
+	if (rc == 0)
+		*v = (int)u;
+	return rc;
+}
+
+static int
+get_bin(const msgpack_object *o, unsigned char **out, size_t *len,
+    const char *field, char *err)
+{
+	if (o->type != MSGPACK_OBJECT_BIN)
+		return kn_error(err, KN_EINVAL, "pipeline frame field '%s' must "
+		    "be bytes (msgpack bin)", field);
+	*len = o->via.bin.size;
+	if ((*out = malloc(*len ? *len : 1)) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	memcpy(*out, o->via.bin.ptr, *len);
+	return KN_OK;
+}
+
+static int
+decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
+{
+	const char *name = key_names[k];
+	int mode;
+
+	switch (k) {
+	case K_MODE:
+		if (get_int(o, 1, &mode, name, err) != 0)
+			return KN_EINVAL;
+		f->mode = (pl_mode)mode;
+		return KN_OK;
+	case K_LENGTH: return get_int(o, PL_MAX_WINDOW, &f->length, name, err);
+	case K_STEPS: return get_int(o, 1 << 20, &f->steps, name, err);
+	case K_SEED: return pr_mp_get_uint(o, UINT64_MAX, &f->seed,
+	    "pipeline frame", name, err);
+	case K_FIXED: return get_int(o, PL_MAX_WINDOW, &f->fixed, name, err);
+	case K_END: return get_int(o, PL_MAX_WINDOW, &f->end, name, err);
+	case K_BLOCK: return get_int(o, 4096, &f->block, name, err);
+	case K_POS: return get_int(o, PL_MAX_WINDOW, &f->pos, name, err);
+	case K_COUNT: return get_int(o, PL_MAX_WINDOW, &f->count, name, err);
+	case K_WIDTH: return get_int(o, 1 << 16, &f->width, name, err);
+	case K_BYTE: return get_int(o, 255, &f->byte, name, err);
+	case K_COMPUTE: return pr_mp_get_uint(o, UINT64_MAX, &f->compute_us,
+	    "pipeline frame", name, err);
+	case K_HOPS: return get_int(o, 1 << 30, &f->hops, name, err);
+	case K_TRAV: return get_int(o, 1 << 30, &f->traversals, name, err);
+	case K_TEMP:
+		if (o->type != MSGPACK_OBJECT_FLOAT64 &&
+		    o->type != MSGPACK_OBJECT_FLOAT32)
+			return kn_error(err, KN_EINVAL, "pipeline frame field "
+			    "'temperature' must be a float");
+		f->temperature = o->via.f64;
+		if (!(f->temperature >= 0.0 && f->temperature <= 100.0))
+			return kn_error(err, KN_EINVAL, "temperature must be "
+			    "from 0 to 100");
+		return KN_OK;
+	case K_DATA: return get_bin(o, &f->data, &f->data_len, name, err);
+	case K_MASK: return get_bin(o, &f->mask, &f->mask_len, name, err);
+	case K_MESSAGE:
+		if (o->type != MSGPACK_OBJECT_STR)
+			return kn_error(err, KN_EINVAL, "pipeline frame field "
+			    "'message' must be a string");
+		pr_mp_printable(f->message, sizeof(f->message), o->via.str.ptr,
+		    o->via.str.size);
+		return KN_OK;
+	}
+	return kn_error(err, KN_EINVAL, "pipeline frame: no field %d", k);
+}
+
+/* What a well-formed frame of each type must also satisfy. */
+static int
+check_frame(const pl_frame *f, char *err)
+{
+	switch (f->type) {
+	case PL_GEN:
+		if (f->length < 1 || f->steps < 1)
+			return kn_error(err, KN_EINVAL, "a request needs a length "
+			    "and steps of at least 1");
+		break;
+	case PL_BT:
+		if (f->data_len != f->mask_len || f->data_len == 0 ||
+		    f->fixed > f->end || (size_t)f->end > f->data_len ||
+		    f->block < 1 || f->steps < 1)
+			return kn_error(err, KN_EINVAL, "a BlockTrain frame needs "
+			    "as many mask flags as symbols and fixed <= end <= "
+			    "window, block >= 1");
+		for (size_t i = 0; i < f->mask_len; i++)
+			if (f->mask[i] > 1)
+				return kn_error(err, KN_EINVAL, "mask flags are 0 "
+				    "or 1");
+		break;
+	case PL_AR:
+		if (f->count < 1 || f->width < 1 || f->data_len !=
+		    (size_t)f->count * f->width * 4 || f->pos + f->count >
+		    f->end || f->fixed < 1 || f->fixed > f->end)
+			return kn_error(err, KN_EINVAL, "an autoregressive frame "
+			    "needs count x width x 4 bytes of hidden states and "
+			    "pos + count <= end");
+		if (pr_mp_first_nonfinite_le(f->data, f->data_len / 4) >= 0)
+			return kn_error(err, KN_EINVAL, "hidden states are not "
+			    "finite");
+		break;
+	default:
+		break;
+	}
+	return KN_OK;
+}
+
+int
+pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
+{
+	msgpack_unpacked up;
+	const msgpack_object *root, *vals[18], *t;
+	const char *keys[18];
+	int rc, n = 0, i, k;
+
+	memset(f, 0, sizeof(*f));
+	msgpack_unpacked_init(&up);
+	rc = pr_mp_open(body, len, &frame_format, NULL, &up, &root, err);
+	if (rc != 0)
+		goto out;
+	t = pr_mp_map_get(root, "type");
+	for (k = 0; k < PL_NTYPES && t != NULL; k++)
+		if (pr_mp_str_is(t, type_names[k]))
+			break;
+	if (t == NULL || k == PL_NTYPES) {
+		rc = kn_error(err, KN_EINVAL, "pipeline frame has no known "
+		    "'type'");
+		goto out;
+	}
+	f->type = (pl_type)k;
+	keys[n++] = "magic";
+	keys[n++] = "version";
+	keys[n++] = "type";
+	keys[n++] = "id";
+	for (i = 0; type_keys[f->type][i] >= 0; i++)
+		keys[n++] = key_names[type_keys[f->type][i]];
+	if ((rc = pr_mp_collect_fields(root, keys, n, vals, "pipeline frame",
+	    err)) != 0)
+		goto out;
+	if ((rc = pr_mp_get_uint(vals[3], UINT64_MAX, &f->id,
+	    "pipeline frame", "id", err)) != 0)
+		goto out;
+	for (i = 0; type_keys[f->type][i] >= 0 && rc == 0; i++)
+		rc = decode_field(f, type_keys[f->type][i], vals[4 + i], err);
+	if (rc == 0)
+		rc = check_frame(f, err);
+out:
+	msgpack_unpacked_destroy(&up);
+	if (rc != 0)
+		pl_frame_clear(f);
+	return rc;
+}

@@ -1,0 +1,72 @@
+/* The inference pipeline's frames (DESIGN sections 2 and 5): direct TCP
+ * between the hosts and from clients, each frame a 4-byte big-endian
+ * length and one msgpack map (proto/PROTOCOL.md, "Pipeline").  Encoding
+ * and strict decoding only: the daemon moves the bytes, kernels/ reads
+ * the hidden states. */
+#ifndef PR_PIPELINE_H
+#define PR_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PR_PIPELINE_VERSION 1
+#define PL_HEADER 4
+/* Frames are bounded before they are read: the default and the hard cap
+ * of the length a host accepts. */
+#define PL_FRAME_DEFAULT ((size_t)16 << 20)
+#define PL_FRAME_MAX ((size_t)1 << 30)
+#define PL_MSG_LEN 256
+
+typedef enum {
+	PL_GEN = 0,     /* client -> entry host: a request */
+	PL_BT,          /* host -> next host: a BlockTrain sequence */
+	PL_AR,          /* host -> next host: hidden states of the causal LM */
+	PL_TOK,         /* last host -> entry: the byte one traversal emits */
+	PL_OUT,         /* entry -> client (and exit -> entry): the result */
+	PL_ERR,         /* an error for the request id */
+	PL_END,         /* entry -> the ring: request over, free its state */
+	PL_NTYPES
+} pl_type;
+
+typedef enum { PL_MODE_BT = 0, PL_MODE_AR = 1 } pl_mode;
+
+typedef struct {
+	pl_type type;
+	uint64_t id;
+	pl_mode mode;                   /* gen */
+	int length, steps;              /* gen: output bytes, denoising steps */
+	double temperature;             /* gen, bt, ar */
+	uint64_t seed;                  /* gen, bt, ar */
+	int fixed, end;                 /* bt, ar: prompt length, prompt+output */
+	int block;                      /* bt: the next block to run, 1-based */
+	int pos, count, width;          /* ar: first position, rows, d; tok: pos */
+	int byte;                       /* tok */
+	/* gen: the prompt; bt: the window's symbols (a byte each, 0 where
+	 * masked); out: the output bytes; ar: hidden states, count x width
+	 * little-endian float32.  Owned by the frame. */
+	unsigned char *data;
+	size_t data_len;
+	unsigned char *mask;            /* bt: one flag per position, 1 masked */
+	size_t mask_len;
+	uint64_t compute_us;            /* compute spent on the way so far */
+	int hops;                       /* host-to-host frames so far */
+	int traversals;                 /* out: traversals of the hosts */
+	char message[PL_MSG_LEN];       /* err */
+} pl_frame;
+
+const char *pl_type_name(pl_type t);
+const char *pl_mode_name(pl_mode m);
+int pl_mode_parse(const char *s, pl_mode *m);
+
+/* Frees what the frame owns and zeroes it. */
+void pl_frame_clear(pl_frame *f);
+/* Header and body in one malloc'd buffer (caller frees). */
+int pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err);
+/* The body length from a 4-byte header. */
+uint32_t pl_frame_length(const unsigned char hdr[PL_HEADER]);
+/* Decodes one body (without its header) into f, strictly: the fields of
+ * its type and no others, each of its type and range, no trailing bytes.
+ * On failure f is left cleared. */
+int pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err);
+
+#endif
