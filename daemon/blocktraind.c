@@ -18,6 +18,7 @@
 
 #include "daemon/log.h"
 #include "daemon/node.h"
+#include "daemon/serve.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
@@ -420,6 +421,8 @@ usage(FILE *f)
 	    "  -n        check the configuration, spec and peer list, "
 	    "and exit\n"
 	    "  -v        more detail in the log\n"
+	    "  -S        serve the inference pipeline instead "
+	    "(blocktraind -S -h)\n"
 	    "  -l, -b, -s, -p, -r, -D, -t   override listen, block, "
 	    "state_dir, peers, spec,\n"
 	    "            device, threads\n"
@@ -518,6 +521,9 @@ main(int argc, char **argv)
 	hs_config hcfg;
 	wk_opts wo;
 
+	for (ch = 1; ch < argc; ch++)
+		if (strcmp(argv[ch], "-S") == 0)
+			return sv_main(argc, argv);
 	while ((ch = getopt(argc, argv, "c:dfnvl:b:s:p:r:D:t:h")) != -1) {
 		switch (ch) {
 		case 'c': conf = optarg; conf_given = 1; break;

@@ -28,6 +28,13 @@ sm_config_defaults(sm_config *c)
 	c->checkpoint_every = 100;
 	snprintf(c->update_encoding, sizeof(c->update_encoding), "f32");
 	c->peer_timeout_ms = 5000;
+	snprintf(c->pipeline_hosts, sizeof(c->pipeline_hosts),
+	    "/etc/blocktrain/pipeline");
+	c->pipeline_timeout_ms = 10000;
+	c->pipeline_max_frame = (size_t)16 << 20;
+	c->pipeline_batch = 16;
+	c->pipeline_cache_mb = 1024;
+	c->pipeline_idle_s = 60;
 }
 
 int
@@ -150,6 +157,29 @@ on_key(void *user, const char *sec, const char *key, const char *v)
 		    sizeof(c->update_encoding));
 	if (strcmp(key, "peer_timeout_ms") == 0)
 		return int_value(x, key, v, 100, 600000, &c->peer_timeout_ms);
+	if (strcmp(key, "pipeline_listen") == 0)
+		return str_value(x, key, v, c->pipeline_listen,
+		    sizeof(c->pipeline_listen));
+	if (strcmp(key, "pipeline_hosts") == 0)
+		return str_value(x, key, v, c->pipeline_hosts,
+		    sizeof(c->pipeline_hosts));
+	if (strcmp(key, "pipeline_timeout_ms") == 0)
+		return int_value(x, key, v, 100, 3600000,
+		    &c->pipeline_timeout_ms);
+	if (strcmp(key, "pipeline_max_frame") == 0) {
+		int mb;
+
+		if (!int_value(x, key, v, 1, 1024, &mb))
+			return 0;
+		c->pipeline_max_frame = (size_t)mb << 20;
+		return 1;
+	}
+	if (strcmp(key, "pipeline_batch") == 0)
+		return int_value(x, key, v, 1, 256, &c->pipeline_batch);
+	if (strcmp(key, "pipeline_cache_mb") == 0)
+		return int_value(x, key, v, 1, 1 << 20, &c->pipeline_cache_mb);
+	if (strcmp(key, "pipeline_idle_s") == 0)
+		return int_value(x, key, v, 1, 86400, &c->pipeline_idle_s);
 	if (strcmp(key, "max_body") == 0) {
 		char *end;
 		unsigned long long n = strtoull(v, &end, 10);

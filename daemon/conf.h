@@ -26,6 +26,14 @@ typedef struct {
 	char update_encoding[8];        /* f32 | f16 | bf16 */
 	size_t max_body;                /* bytes; 0: derived from the model */
 	int peer_timeout_ms;
+	/* the inference pipeline (blocktraind -S) */
+	char pipeline_listen[SM_HOST_LEN + 8];  /* host:port; "": first match */
+	char pipeline_hosts[PR_PATH_LEN];
+	int pipeline_timeout_ms;        /* a request's wait for progress */
+	size_t pipeline_max_frame;      /* bytes */
+	int pipeline_batch;             /* windows per forward pass */
+	int pipeline_cache_mb;          /* KV caches in all */
+	int pipeline_idle_s;            /* an unused KV cache is evicted */
 } sm_config;
 
 void sm_config_defaults(sm_config *c);

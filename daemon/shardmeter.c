@@ -21,6 +21,8 @@
 #include "kernels/rng.h"
 #include "daemon/blocktrain.h"
 #include "daemon/cluster.h"
+#include "daemon/pipeline_client.h"
+#include "daemon/pipeline_hosts.h"
 #include "daemon/train.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
@@ -686,6 +688,54 @@ print_sequence(const int32_t *seq, int n)
 	putchar('\n');
 }
 
+/* generate --peers: one request to the pipeline's entry host. */
+static int
+generate_remote(const char *peers, const char *prompt, int length, int steps,
+    float temp, unsigned long long seed, int ar, int timeout_ms, int verbose)
+{
+	char err[PR_ERR_LEN];
+	ph_list hosts;
+	pc_request req = { 0 };
+	pc_result res;
+	double t0;
+	size_t i;
+
+	if (ph_load(&hosts, peers, err) != 0) {
+		fprintf(stderr, "shardmeter generate: %s\n", err);
+		return 2;
+	}
+	req.mode = ar ? PL_MODE_AR : PL_MODE_BT;
+	req.prompt = prompt;
+	req.prompt_len = strlen(prompt);
+	req.length = length;
+	req.steps = steps;
+	req.temperature = temp;
+	req.seed = seed;
+	t0 = now();
+	if (pc_generate(hosts.v[0].addr, &req, &res, timeout_ms, err) != 0) {
+		fprintf(stderr, "shardmeter generate: %s\n", err);
+		return 1;
+	}
+	if (!res.ok) {
+		fprintf(stderr, "shardmeter generate: the pipeline says: %s\n",
+		    res.error);
+		pc_result_clear(&res);
+		return 1;
+	}
+	fwrite(prompt, 1, strlen(prompt), stdout);
+	for (i = 0; i < res.len; i++)
+		putchar(res.output[i]);
+	putchar('\n');
+	if (verbose)
+		fprintf(stderr, "shardmeter generate: %zu bytes in %.1f ms, %d "
+		    "traversal%s of %d hosts, %.1f ms of compute on them\n",
+		    res.len, (now() - t0) * 1e3, res.traversals,
+		    res.traversals == 1 ? "" : "s", hosts.n,
+		    res.compute_us / 1e3);
+	pc_result_clear(&res);
+	return 0;
+}
+
 /* generate: the BlockTrain traversal in one process (or causal AR). */
 static int
 cmd_generate(int argc, char **argv)
@@ -697,10 +747,15 @@ cmd_generate(int argc, char **argv)
 		{ "temperature", required_argument, NULL, 't' },
 		{ "seed", required_argument, NULL, 'x' },
 		{ "mode", required_argument, NULL, 'o' },
+		{ "peers", required_argument, NULL, 'P' },
+		{ "timeout", required_argument, NULL, 'w' },
+		{ "verbose", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct run_args a = { 0 };
 	int length = -1, steps = 64, ch, rc, b, n, plen, ar = 0;
+	int timeout_ms = 30000, verbose = 0;
+	const char *peers = NULL;
 	float temp = 1.0f;
 	unsigned long long seed = 1;
 	const char *prompt;
@@ -748,16 +803,35 @@ cmd_generate(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'P': peers = optarg; break;
+		case 'v': verbose = 1; break;
+		case 'w':
+			if (parse_int_arg("generate", "timeout", optarg, 1,
+			    86400000, &timeout_ms))
+				return 2;
+			break;
 		case 'h':
 			printf("usage: shardmeter generate --spec FILE --dir DIR "
 			    "[--length M] [--steps K]\n"
 			    "         [--temperature T] [--seed X] [--mode "
 			    "blocktrain|ar] \"PROMPT\"\n"
+			    "       shardmeter generate --peers HOSTS [--length M] "
+			    "[--steps K] [--timeout MS]\n"
+			    "         [--temperature T] [--seed X] [--mode "
+			    "blocktrain|ar] [--verbose] \"PROMPT\"\n"
+			    "With --peers, asks the pipeline of running daemons "
+			    "(blocktraind -S) whose\nhost list is HOSTS: the "
+			    "request goes to its first host, the entry; M\n"
+			    "defaults to 64 there, and an answer that does not "
+			    "come in MS ms (default\n30000) is an error.  "
+			    "--verbose adds the latency and the hosts' compute\n"
+			    "time on stderr.\n"
 			    "Continues PROMPT by M bytes (default: to the end of "
 			    "the window).  blocktrain\nruns the K denoising "
 			    "steps (default 64) through blocks T..1 in one\n"
 			    "process; ar samples the causal LM one byte at a "
-			    "time.  The same seed gives\nthe same output.\n");
+			    "time.  The same seed gives\nthe same output, in one "
+			    "process or through the pipeline.\n");
 			return 0;
 		default:
 			return 2;
@@ -769,6 +843,9 @@ cmd_generate(int argc, char **argv)
 		return 2;
 	}
 	prompt = argv[optind];
+	if (peers != NULL)
+		return generate_remote(peers, prompt, length < 0 ? 64 : length,
+		    steps, temp, seed, ar, timeout_ms, verbose);
 	if ((rc = open_run(&a, "generate", 1)) != 0)
 		return rc;
 	n = a.spec.window;

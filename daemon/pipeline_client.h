@@ -1,0 +1,53 @@
+/* The C client of the inference pipeline: connects to the entry host,
+ * sends requests (several may be in flight on one connection, told apart
+ * by id) and reads their answers, each with a bounded wait.  Used by
+ * `shardmeter generate --peers`, the tests and scripts/bench/pipeline. */
+#ifndef SM_PIPELINE_CLIENT_H
+#define SM_PIPELINE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/pipeline.h"
+
+typedef struct pc_conn pc_conn;
+
+/* Beside the KN_E* codes: no answer within the wait. */
+#define PC_ETIMEDOUT (-6)
+
+typedef struct {
+	pl_mode mode;
+	const char *prompt;
+	size_t prompt_len;
+	int length;             /* output bytes */
+	int steps;              /* denoising steps (blocktrain) */
+	double temperature;
+	uint64_t seed;
+} pc_request;
+
+typedef struct {
+	uint64_t id;
+	int ok;                 /* 0: error says why */
+	unsigned char *output;  /* length bytes, malloc'd */
+	size_t len;
+	char error[PL_MSG_LEN];
+	uint64_t compute_us;    /* compute on the hosts, summed */
+	int hops;               /* frames between hosts and client */
+	int traversals;
+	size_t frame_bytes;     /* the answer's frame on the wire */
+} pc_result;
+
+/* addr is host:port (a name or a numeric address). */
+int pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err);
+void pc_close(pc_conn *c);
+/* Sends r under a new id (in *id). */
+int pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err);
+/* The next answer, whatever its id; PC_ETIMEDOUT when none comes within
+ * timeout_ms, KN_EIO when the host closed the connection. */
+int pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err);
+void pc_result_clear(pc_result *res);
+/* One request on a connection of its own. */
+int pc_generate(const char *addr, const pc_request *r, pc_result *res,
+    int timeout_ms, char *err);
+
+#endif

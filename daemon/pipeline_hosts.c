@@ -1,0 +1,225 @@
+/* Parsing the pipeline's host list. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/pipeline_hosts.h"
+#include "kernels/error.h"
+#include "kernels/model.h"
+
+static int
+parse_blocks(const char *s, int *hi, int *lo)
+{
+	char *end;
+	long a = strtol(s, &end, 10), b = a;
+
+	if (end == s || a < 1 || a > PR_MAX_BLOCKS)
+		return KN_EINVAL;
+	if (*end == '-') {
+		const char *t = end + 1;
+
+		b = strtol(t, &end, 10);
+		if (end == t || b < 1 || b > PR_MAX_BLOCKS)
+			return KN_EINVAL;
+	}
+	if (*end != '\0')
+		return KN_EINVAL;
+	*hi = (int)(a > b ? a : b);
+	*lo = (int)(a > b ? b : a);
+	return KN_OK;
+}
+
+static int
+parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
+    char *err)
+{
+	char *save = NULL, *t;
+	kn_model_shape s;
+
+	pl->seed = 1;
+	for (t = strtok_r(rest, " \t", &save); t != NULL;
+	    t = strtok_r(NULL, " \t", &save)) {
+		char *eq = strchr(t, '='), *end;
+		unsigned long long v;
+
+		if (eq == NULL)
+			return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is "
+			    "not key=value", path, lineno, t);
+		*eq = '\0';
+		errno = 0;
+		v = strtoull(eq + 1, &end, 10);
+		if (errno || end == eq + 1 || *end || (strcmp(t, "seed") != 0 &&
+		    v > 1000000))
+			return kn_error(err, KN_EINVAL, "%.150s:%d: %s=%.40s is "
+			    "not a count", path, lineno, t, eq + 1);
+		if (strcmp(t, "width") == 0)
+			pl->width = (int)v;
+		else if (strcmp(t, "heads") == 0)
+			pl->heads = (int)v;
+		else if (strcmp(t, "layers") == 0)
+			pl->layers_per_block = (int)v;
+		else if (strcmp(t, "window") == 0)
+			pl->window = (int)v;
+		else if (strcmp(t, "blocks") == 0)
+			pl->blocks = (int)v;
+		else if (strcmp(t, "seed") == 0)
+			pl->seed = v;
+		else
+			return kn_error(err, KN_EINVAL, "%.150s:%d: unknown shape "
+			    "key '%.40s' (width, heads, layers, window, blocks, "
+			    "seed)", path, lineno, t);
+	}
+	s = (kn_model_shape){ pl->width, pl->heads, pl->layers_per_block,
+	    pl->window, 0 };
+	if (pl->blocks < 1 || pl->blocks > PR_MAX_BLOCKS ||
+	    kn_model_check_shape(&s, err) != 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: a logical shape needs "
+		    "width, heads (dividing width), layers, window and blocks "
+		    "(1 to %d), each positive", path, lineno, PR_MAX_BLOCKS);
+	pl->logical = 1;
+	return KN_OK;
+}
+
+static int
+parse_host(ph_host *h, char *line, const char *path, int lineno, char *err)
+{
+	char *tok[3], *save = NULL, *t;
+	int n = 0;
+
+	for (t = strtok_r(line, " \t", &save); t != NULL && n < 3;
+	    t = strtok_r(NULL, " \t", &save))
+		tok[n++] = t;
+	if (n != 2)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'host:port "
+		    "BLOCKS' (BLOCKS: 4, or 4-3 for two blocks)", path, lineno);
+	memset(h, 0, sizeof(*h));
+	if (sm_parse_hostport(tok[0], h->host, sizeof(h->host), &h->port) != 0
+	    || h->port == 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is not "
+		    "host:port", path, lineno, tok[0]);
+	snprintf(h->addr, sizeof(h->addr), "%s", tok[0]);
+	if (parse_blocks(tok[1], &h->block_hi, &h->block_lo) != 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: blocks '%.20s' are "
+		    "not B or B-C with blocks from 1 to %d", path, lineno,
+		    tok[1], PR_MAX_BLOCKS);
+	return KN_OK;
+}
+
+int
+ph_load(ph_list *pl, const char *path, char *err)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024];
+	int lineno = 0, rc = KN_OK, i, expect;
+
+	memset(pl, 0, sizeof(*pl));
+	if (f == NULL)
+		return kn_error(err, KN_EIO, "cannot open pipeline host list "
+		    "%s: %s", path, strerror(errno));
+	while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+		char *s = line, *hash = strchr(line, '#');
+		size_t len;
+
+		lineno++;
+		if (hash != NULL)
+			*hash = '\0';
+		len = strlen(s);
+		while (len > 0 && isspace((unsigned char)s[len - 1]))
+			s[--len] = '\0';
+		while (isspace((unsigned char)*s))
+			s++;
+		if (*s == '\0')
+			continue;
+		if (strncmp(s, "shape", 5) == 0 && (s[5] == ' ' ||
+		    s[5] == '\t')) {
+			rc = pl->logical ? kn_error(err, KN_EINVAL, "%.150s:%d: "
+			    "a second shape line", path, lineno) :
+			    parse_shape(pl, s + 6, path, lineno, err);
+			continue;
+		}
+		if (pl->n == PH_MAX_HOSTS) {
+			rc = kn_error(err, KN_EINVAL, "%.150s:%d: more than %d "
+			    "hosts", path, lineno, PH_MAX_HOSTS);
+			break;
+		}
+		if ((rc = parse_host(&pl->v[pl->n], s, path, lineno, err)) != 0)
+			break;
+		/* traversal order: each host takes over where the last ended */
+		expect = pl->n == 0 ? pl->v[0].block_hi :
+		    pl->v[pl->n - 1].block_lo - 1;
+		if (pl->v[pl->n].block_hi != expect)
+			rc = kn_error(err, KN_EINVAL, "%.150s:%d: this host "
+			    "should start at block %d: hosts are listed in "
+			    "traversal order, the last block first", path, lineno,
+			    expect);
+		for (i = 0; rc == 0 && i < pl->n; i++)
+			if (strcmp(pl->v[i].addr, pl->v[pl->n].addr) == 0)
+				rc = kn_error(err, KN_EINVAL, "%.150s:%d: %s is "
+				    "listed twice", path, lineno, pl->v[i].addr);
+		if (rc == 0)
+			pl->n++;
+	}
+	fclose(f);
+	if (rc == 0 && pl->n == 0)
+		rc = kn_error(err, KN_EINVAL, "%.150s: no hosts", path);
+	if (rc == 0 && pl->v[pl->n - 1].block_lo != 1)
+		rc = kn_error(err, KN_EINVAL, "%.150s: the last host must serve "
+		    "block 1 (it ends at block %d)", path,
+		    pl->v[pl->n - 1].block_lo);
+	if (rc == 0 && pl->logical && pl->v[0].block_hi != pl->blocks)
+		rc = kn_error(err, KN_EINVAL, "%.150s: the shape has %d blocks, "
+		    "the hosts serve %d", path, pl->blocks, pl->v[0].block_hi);
+	if (rc == 0 && pl->logical)
+		rc = ph_assign(pl, pl->blocks, pl->layers_per_block, err);
+	return rc;
+}
+
+int
+ph_assign(ph_list *pl, int blocks, int layers_per_block, char *err)
+{
+	int total = blocks * layers_per_block, i;
+
+	if (pl->v[0].block_hi != blocks)
+		return kn_error(err, KN_EINVAL, "the host list serves %d blocks, "
+		    "the run has %d", pl->v[0].block_hi, blocks);
+	if (total < pl->n)
+		return kn_error(err, KN_EINVAL, "%d causal layers cannot be split "
+		    "over %d hosts", total, pl->n);
+	for (i = 0; i < pl->n; i++) {
+		pl->v[i].layer_lo = i * total / pl->n;
+		pl->v[i].layer_hi = (i + 1) * total / pl->n;
+	}
+	return KN_OK;
+}
+
+void
+ph_logical_spec(const ph_list *pl, pr_spec *s)
+{
+	int b;
+
+	pr_spec_defaults(s);
+	s->blocks = pl->blocks;
+	s->width = pl->width;
+	s->heads = pl->heads;
+	s->layers_per_block = pl->layers_per_block;
+	s->window = pl->window;
+	s->seed = pl->seed;
+	for (b = 0; b <= s->blocks; b++)
+		s->cuts[b] = (double)b / s->blocks;
+	s->equal_cuts = 1;
+}
+
+int
+ph_find(const ph_list *pl, const char *addr)
+{
+	int i;
+
+	for (i = 0; i < pl->n; i++)
+		if (strcmp(pl->v[i].addr, addr) == 0)
+			return i;
+	return -1;
+}

@@ -1,0 +1,44 @@
+/* The pipeline's host list: which host serves which blocks, in traversal
+ * order (the first line is the entry host that takes client requests),
+ * and optionally a logical shape served with seeded random weights.
+ * Read by blocktraind -S and by `shardmeter generate --peers`; the format
+ * is in blocktrain.conf(5) and proto/PROTOCOL.md. */
+#ifndef SM_PIPELINE_HOSTS_H
+#define SM_PIPELINE_HOSTS_H
+
+#include "daemon/conf.h"
+#include "proto/spec.h"
+
+#define PH_MAX_HOSTS 64
+
+typedef struct {
+	char host[SM_HOST_LEN];
+	int port;
+	char addr[SM_HOST_LEN + 8];     /* as written */
+	int block_hi, block_lo;         /* blocks served, 1-based, hi >= lo */
+	int layer_lo, layer_hi;         /* causal LM layers [lo, hi) served */
+} ph_host;
+
+typedef struct {
+	ph_host v[PH_MAX_HOSTS];
+	int n;
+	/* "shape width=W heads=H layers=L window=N blocks=T [seed=S]" */
+	int logical;
+	int width, heads, layers_per_block, window, blocks;
+	unsigned long long seed;
+} ph_list;
+
+/* Reads path and checks that the blocks run from T down to 1, each on one
+ * host; the causal LM's T x L layers are then split evenly over the hosts
+ * in the same order.  blocks and layers_per_block are the run's (from its
+ * spec) unless the file gives a logical shape.  0 or KN_E* with
+ * "file:line: reason" in err. */
+int ph_load(ph_list *pl, const char *path, char *err);
+/* Fills layer ranges for a model of T blocks of L layers. */
+int ph_assign(ph_list *pl, int blocks, int layers_per_block, char *err);
+/* The spec a logical shape stands for: defaults, its shape, equal cuts. */
+void ph_logical_spec(const ph_list *pl, pr_spec *s);
+/* Index of the host whose address is addr, or -1. */
+int ph_find(const ph_list *pl, const char *addr);
+
+#endif

@@ -1,0 +1,1100 @@
+/* The pipeline host's event loop: connections and their frames, the
+ * link to the next host, and the entry host's requests with their
+ * deadlines.  Compute runs on the thread of serve_compute.c; nothing here
+ * reads a float. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "daemon/conf.h"
+#include "daemon/log.h"
+#include "daemon/pipeline_hosts.h"
+#include "daemon/serve.h"
+#include "daemon/serve_compute.h"
+#include "kernels/error.h"
+#include "kernels/pool.h"
+#include "proto/pipeline.h"
+
+#define CRON_MS 100
+/* An unfinished frame may sit this long before its connection goes. */
+#define PARTIAL_S 10.0
+/* Bytes waiting to be written to one connection before it is dropped:
+ * a client that does not read must not hold the host's memory. */
+#define WRITE_BACKLOG ((size_t)256 << 20)
+#define LINK_QUEUE 65536
+#define RECONNECT_S 0.5
+
+typedef struct sv sv;
+
+typedef struct conn {
+	sv *s;
+	uv_tcp_t tcp;
+	int outbound;                   /* our link to the next host */
+	int up;                         /* connected (outbound) */
+	unsigned char hdr[PL_HEADER];
+	size_t hdr_got;
+	char *body;
+	size_t body_len, body_got;
+	double partial_since;           /* 0: between frames */
+	int closing;
+	char peer[64];
+	struct conn *next;
+} conn;
+
+/* A frame waiting for the link to the next host to come up. */
+typedef struct queued {
+	uint64_t id;
+	char *buf;
+	size_t len;
+	struct queued *next;
+} queued;
+
+/* A request at the entry host, from its arrival to its answer. */
+typedef struct request {
+	uint64_t id;                    /* on the ring */
+	uint64_t client_id;             /* the client's own */
+	conn *client;                   /* NULL once the client has gone */
+	pl_mode mode;
+	int fixed, end, steps;
+	double temperature;
+	uint64_t seed;
+	unsigned char *seq;             /* ar: the window so far */
+	double deadline;
+	uint64_t compute_us;
+	int hops, traversals;
+	struct request *next;
+} request;
+
+struct sv {
+	uv_loop_t *loop;
+	sm_config cfg;
+	pr_spec spec;
+	char run_id[PR_RUN_ID_LEN];
+	ph_list hosts;
+	int self, entry, exit_host;
+	const kn_backend *be;
+	sc *compute;
+	uv_tcp_t listener;
+	uv_timer_t cron;
+	uv_signal_t sigterm, sigint;
+	conn *conns;
+	conn *link;                     /* to the next host, or NULL */
+	double link_retry;
+	queued *q_head, *q_tail;
+	int q_len;
+	request *requests;
+	int inflight;
+	uint64_t next_id;
+	int stopping, closing_handles;
+	int trimmed;                    /* memory given back since idle */
+	uint64_t served, failed;
+};
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Writing --------------------------------------------------------------- */
+
+typedef struct {
+	uv_write_t req;
+	char *buf;
+} wreq;
+
+static void
+on_written(uv_write_t *w, int status)
+{
+	wreq *r = (wreq *)w;
+
+	(void)status;	/* a failed write shows up as a read error too */
+	free(r->buf);
+	free(r);
+}
+
+static void conn_close(conn *c, const char *why);
+
+/* Takes buf. */
+static int
+conn_write(conn *c, char *buf, size_t len)
+{
+	wreq *r;
+	uv_buf_t b = uv_buf_init(buf, (unsigned)len);
+
+	if (c->closing || uv_stream_get_write_queue_size(
+	    (uv_stream_t *)&c->tcp) > WRITE_BACKLOG) {
+		free(buf);
+		if (!c->closing)
+			conn_close(c, "it does not read what it is sent");
+		return -1;
+	}
+	if ((r = malloc(sizeof(*r))) == NULL) {
+		free(buf);
+		return -1;
+	}
+	r->buf = buf;
+	if (uv_write(&r->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+		free(buf);
+		free(r);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+conn_send(conn *c, const pl_frame *f)
+{
+	char *buf, err[KN_ERR_LEN];
+	size_t len;
+
+	if (pl_frame_encode(f, &buf, &len, err) != 0) {
+		log_warnx("pipeline: cannot encode a %s frame: %s",
+		    pl_type_name(f->type), err);
+		return -1;
+	}
+	return conn_write(c, buf, len);
+}
+
+static void
+send_error(conn *c, uint64_t id, const char *msg)
+{
+	pl_frame f = { .type = PL_ERR, .id = id };
+
+	snprintf(f.message, sizeof(f.message), "%s", msg);
+	conn_send(c, &f);
+}
+
+/* The entry's requests ------------------------------------------------- */
+
+static request *
+request_find(sv *s, uint64_t id)
+{
+	request *r;
+
+	for (r = s->requests; r != NULL; r = r->next)
+		if (r->id == id)
+			return r;
+	return NULL;
+}
+
+static void link_send_frame(sv *s, const pl_frame *f);
+
+/* The KV caches of an autoregressive request go, here and on the ring. */
+static void
+request_end_ring(sv *s, request *r)
+{
+	pl_frame f = { .type = PL_END, .id = r->id };
+	sc_job *job;
+
+	if (r->mode != PL_MODE_AR)
+		return;
+	job = sc_job_new(SC_END);
+	job->in.id = r->id;
+	sc_submit(s->compute, job);
+	if (s->hosts.n > 1 && s->link != NULL && s->link->up)
+		link_send_frame(s, &f);
+}
+
+static void
+request_remove(sv *s, request *r)
+{
+	request **p;
+
+	for (p = &s->requests; *p != NULL; p = &(*p)->next)
+		if (*p == r) {
+			*p = r->next;
+			break;
+		}
+	s->inflight--;
+	free(r->seq);
+	free(r);
+}
+
+static void
+request_fail(sv *s, request *r, const char *msg)
+{
+	if (r->client != NULL)
+		send_error(r->client, r->client_id, msg);
+	log_info("pipeline: request %llu failed: %s",
+	    (unsigned long long)r->id, msg);
+	s->failed++;
+	request_end_ring(s, r);
+	request_remove(s, r);
+}
+
+static void
+request_answer(sv *s, request *r, const unsigned char *data, size_t len)
+{
+	pl_frame f = { .type = PL_OUT, .id = r->client_id };
+
+	f.data = (unsigned char *)data;
+	f.data_len = len;
+	f.compute_us = r->compute_us;
+	/* with the client's request and this answer */
+	f.hops = r->hops + 2;
+	f.traversals = r->traversals;
+	if (r->client != NULL)
+		conn_send(r->client, &f);
+	s->served++;
+	request_end_ring(s, r);
+	request_remove(s, r);
+}
+
+/* Every request in flight is lost with the link it went out on. */
+static void
+requests_fail_all(sv *s, const char *msg)
+{
+	while (s->requests != NULL)
+		request_fail(s, s->requests, msg);
+}
+
+/* The link to the next host -------------------------------------------- */
+
+static void link_connect(sv *s);
+
+static void
+queue_drop_all(sv *s, const char *why)
+{
+	queued *q, *next;
+
+	for (q = s->q_head; q != NULL; q = next) {
+		request *r = s->entry ? request_find(s, q->id) : NULL;
+
+		next = q->next;
+		if (r != NULL) {
+			char msg[PL_MSG_LEN];
+
+			snprintf(msg, sizeof(msg), "the next host %s is down: "
+			    "%.150s", s->hosts.v[(s->self + 1) % s->hosts.n].addr,
+			    why);
+			request_fail(s, r, msg);
+		}
+		free(q->buf);
+		free(q);
+	}
+	s->q_head = s->q_tail = NULL;
+	s->q_len = 0;
+}
+
+static void
+link_send_frame(sv *s, const pl_frame *f)
+{
+	char *buf, err[KN_ERR_LEN];
+	size_t len;
+	queued *q;
+
+	if (pl_frame_encode(f, &buf, &len, err) != 0) {
+		log_warnx("pipeline: cannot encode a %s frame: %s",
+		    pl_type_name(f->type), err);
+		return;
+	}
+	if (s->link != NULL && s->link->up) {
+		conn_write(s->link, buf, len);
+		return;
+	}
+	/* down or coming up: the frame waits for the connection */
+	if (s->q_len >= LINK_QUEUE || (q = malloc(sizeof(*q))) == NULL) {
+		request *r = s->entry ? request_find(s, f->id) : NULL;
+
+		free(buf);
+		if (r != NULL)
+			request_fail(s, r, "the link to the next host is "
+			    "congested");
+		return;
+	}
+	q->id = f->id;
+	q->buf = buf;
+	q->len = len;
+	q->next = NULL;
+	if (s->q_tail != NULL)
+		s->q_tail->next = q;
+	else
+		s->q_head = q;
+	s->q_tail = q;
+	s->q_len++;
+	if (s->link == NULL)
+		link_connect(s);
+}
+
+/* Frames in ------------------------------------------------------------- */
+
+static void route(sv *s, pl_frame *f);
+
+static void
+on_compute_done(void *ctx, sc_job *job)
+{
+	sv *s = ctx;
+
+	if (!s->stopping)
+		route(s, &job->out);
+	sc_job_free(job);
+}
+
+/* The entry takes a client's request: checks it and starts the first
+ * traversal on its own block or layers. */
+static void
+handle_gen(sv *s, conn *c, pl_frame *f)
+{
+	int n = s->spec.window, plen = (int)f->data_len, i;
+	char msg[PL_MSG_LEN];
+	request *r;
+	sc_job *job;
+
+	if (!s->entry) {
+		snprintf(msg, sizeof(msg), "this host is not the entry; send "
+		    "requests to %.150s", s->hosts.v[0].addr);
+		send_error(c, f->id, msg);
+		return;
+	}
+	if (!sc_serves(s->compute, f->mode)) {
+		snprintf(msg, sizeof(msg), "mode %s is not served here (see the "
+		    "host's log)", pl_mode_name(f->mode));
+		send_error(c, f->id, msg);
+		return;
+	}
+	if (plen + f->length > n || (f->mode == PL_MODE_AR && plen < 1)) {
+		snprintf(msg, sizeof(msg), "the prompt (%d bytes) and the output "
+		    "(%d) must fit the window of %d bytes%s", plen, f->length, n,
+		    f->mode == PL_MODE_AR ? ", with a prompt of at least one "
+		    "byte in ar mode" : "");
+		send_error(c, f->id, msg);
+		return;
+	}
+	if ((r = calloc(1, sizeof(*r))) == NULL ||
+	    (r->seq = calloc((size_t)n, 1)) == NULL) {
+		free(r);
+		send_error(c, f->id, "out of memory");
+		return;
+	}
+	r->id = s->next_id++;
+	r->client_id = f->id;
+	r->client = c;
+	r->mode = f->mode;
+	r->fixed = plen;
+	r->end = plen + f->length;
+	r->steps = f->steps;
+	r->temperature = f->temperature;
+	r->seed = f->seed;
+	memcpy(r->seq, f->data, (size_t)plen);
+	r->deadline = now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	r->next = s->requests;
+	s->requests = r;
+	s->inflight++;
+	s->trimmed = 0;
+	if (f->mode == PL_MODE_BT) {
+		job = sc_job_new(SC_BT);
+		job->in.type = PL_BT;
+		job->in.data = calloc((size_t)n, 1);
+		job->in.mask = malloc((size_t)n);
+		if (job->in.data == NULL || job->in.mask == NULL) {
+			sc_job_free(job);
+			request_fail(s, r, "out of memory");
+			return;
+		}
+		job->in.data_len = job->in.mask_len = (size_t)n;
+		memcpy(job->in.data, f->data, (size_t)plen);
+		/* the whole rest of the window starts masked, as in one
+		 * process: the positions after the output are context too */
+		for (i = 0; i < n; i++)
+			job->in.mask[i] = i >= plen;
+		job->in.block = s->spec.blocks;
+	} else {
+		job = sc_job_new(SC_AR);
+		job->in.type = PL_AR;
+		job->in.pos = 0;
+		job->in.count = plen;
+		job->sym = malloc((size_t)plen * sizeof(int32_t));
+		if (job->sym == NULL) {
+			sc_job_free(job);
+			request_fail(s, r, "out of memory");
+			return;
+		}
+		for (i = 0; i < plen; i++)
+			job->sym[i] = f->data[i];
+	}
+	job->in.id = r->id;
+	job->in.steps = r->steps;
+	job->in.temperature = r->temperature;
+	job->in.seed = r->seed;
+	job->in.fixed = r->fixed;
+	job->in.end = r->end;
+	sc_submit(s->compute, job);
+}
+
+/* The byte of one autoregressive traversal, back at the entry. */
+static void
+handle_tok(sv *s, pl_frame *f)
+{
+	request *r = request_find(s, f->id);
+	sc_job *job;
+
+	if (r == NULL)
+		return;		/* it failed or timed out meanwhile */
+	r->compute_us += f->compute_us;
+	r->hops += f->hops;
+	r->traversals++;
+	/* traversal k (from 1) emits the byte at fixed + k - 1 */
+	if (f->pos != r->fixed + r->traversals - 1 || f->pos >= r->end) {
+		request_fail(s, r, "the pipeline answered out of order");
+		return;
+	}
+	r->seq[f->pos] = (unsigned char)f->byte;
+	if (f->pos + 1 == r->end) {
+		request_answer(s, r, r->seq + r->fixed,
+		    (size_t)(r->end - r->fixed));
+		return;
+	}
+	if (r->client == NULL) {
+		request_fail(s, r, "the client has gone");
+		return;
+	}
+	r->deadline = now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	job = sc_job_new(SC_AR);
+	job->in.type = PL_AR;
+	job->in.id = r->id;
+	job->in.pos = f->pos;
+	job->in.count = 1;
+	job->in.temperature = r->temperature;
+	job->in.seed = r->seed;
+	job->in.fixed = r->fixed;
+	job->in.end = r->end;
+	job->sym = malloc(sizeof(int32_t));
+	if (job->sym == NULL) {
+		sc_job_free(job);
+		request_fail(s, r, "out of memory");
+		return;
+	}
+	job->sym[0] = f->byte;
+	sc_submit(s->compute, job);
+}
+
+/* Where a frame goes, whether it arrived or this host made it. */
+static void
+route(sv *s, pl_frame *f)
+{
+	request *r;
+	int last = s->self == s->hosts.n - 1;
+
+	switch (f->type) {
+	case PL_BT:
+	case PL_AR:
+		link_send_frame(s, f);
+		break;
+	case PL_TOK:
+		if (s->entry)
+			handle_tok(s, f);
+		else
+			link_send_frame(s, f);
+		break;
+	case PL_OUT:
+		if (!s->entry) {
+			link_send_frame(s, f);
+			break;
+		}
+		if ((r = request_find(s, f->id)) != NULL) {
+			r->compute_us += f->compute_us;
+			r->hops += f->hops;
+			r->traversals += f->traversals;
+			request_answer(s, r, f->data, f->data_len);
+		}
+		break;
+	case PL_ERR:
+		if (!s->entry) {
+			link_send_frame(s, f);
+			break;
+		}
+		if ((r = request_find(s, f->id)) != NULL)
+			request_fail(s, r, f->message);
+		break;
+	case PL_END:
+		if (!s->entry && !last)
+			link_send_frame(s, f);
+		break;
+	default:
+		break;
+	}
+}
+
+static void
+dispatch(sv *s, conn *c, pl_frame *f)
+{
+	sc_job *job;
+
+	switch (f->type) {
+	case PL_GEN:
+		handle_gen(s, c, f);
+		pl_frame_clear(f);
+		return;
+	case PL_BT:
+	case PL_AR:
+		if (s->entry && f->type == PL_BT) {
+			/* the ring never brings BlockTrain back to block T */
+			send_error(c, f->id, "a BlockTrain frame reached the "
+			    "entry host");
+			pl_frame_clear(f);
+			return;
+		}
+		job = sc_job_new(f->type == PL_BT ? SC_BT : SC_AR);
+		job->in = *f;	/* the job takes what the frame owns */
+		memset(f, 0, sizeof(*f));
+		sc_submit(s->compute, job);
+		return;
+	case PL_END:
+		job = sc_job_new(SC_END);
+		job->in.id = f->id;
+		sc_submit(s->compute, job);
+		route(s, f);
+		break;
+	default:
+		route(s, f);
+		break;
+	}
+	pl_frame_clear(f);
+}
+
+/* Connections ------------------------------------------------------------ */
+
+static void
+on_conn_closed(uv_handle_t *h)
+{
+	conn *c = h->data;
+	sv *s = c->s;
+	conn **p;
+
+	for (p = &s->conns; *p != NULL; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	free(c->body);
+	free(c);
+}
+
+static void
+conn_close(conn *c, const char *why)
+{
+	sv *s = c->s;
+	request *r;
+
+	if (c->closing)
+		return;
+	c->closing = 1;
+	if (why != NULL)
+		log_info("pipeline: closing %s%s: %s", c->outbound ? "the link "
+		    "to " : "", c->peer, why);
+	for (r = s->requests; r != NULL; r = r->next)
+		if (r->client == c)
+			r->client = NULL;
+	if (c == s->link) {
+		s->link = NULL;
+		s->link_retry = now();
+		if (!s->stopping && s->entry) {
+			char msg[PL_MSG_LEN];
+
+			snprintf(msg, sizeof(msg), "lost the connection to the "
+			    "next host %s: %.100s", c->peer, why ? why : "closed");
+			requests_fail_all(s, msg);
+		}
+		queue_drop_all(s, why ? why : "closed");
+	}
+	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void
+on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	static char slab[65536];	/* the loop reads one buffer at a time */
+
+	(void)h;
+	(void)hint;
+	*buf = uv_buf_init(slab, sizeof(slab));
+}
+
+/* Feeds bytes to the frame reader of c; returns -1 when c was closed. */
+static int
+conn_feed(conn *c, const char *p, size_t n)
+{
+	sv *s = c->s;
+	char err[KN_ERR_LEN];
+
+	while (n > 0 && !c->closing) {
+		if (c->partial_since == 0)
+			c->partial_since = now();
+		if (c->hdr_got < PL_HEADER) {
+			size_t k = PL_HEADER - c->hdr_got < n ?
+			    PL_HEADER - c->hdr_got : n;
+
+			memcpy(c->hdr + c->hdr_got, p, k);
+			c->hdr_got += k;
+			p += k;
+			n -= k;
+			if (c->hdr_got < PL_HEADER)
+				break;
+			/* bounded before a byte of the body is kept */
+			c->body_len = pl_frame_length(c->hdr);
+			if (c->body_len == 0 ||
+			    c->body_len > s->cfg.pipeline_max_frame) {
+				snprintf(err, sizeof(err), "a frame of %zu bytes "
+				    "(the limit is %zu)", c->body_len,
+				    s->cfg.pipeline_max_frame);
+				conn_close(c, err);
+				return -1;
+			}
+			if ((c->body = malloc(c->body_len)) == NULL) {
+				conn_close(c, "out of memory");
+				return -1;
+			}
+			c->body_got = 0;
+		}
+		{
+			size_t k = c->body_len - c->body_got < n ?
+			    c->body_len - c->body_got : n;
+			pl_frame f;
+
+			memcpy(c->body + c->body_got, p, k);
+			c->body_got += k;
+			p += k;
+			n -= k;
+			if (c->body_got < c->body_len)
+				break;
+			c->hdr_got = 0;
+			c->partial_since = 0;
+			if (pl_frame_decode(c->body, c->body_len, &f, err) != 0) {
+				free(c->body);
+				c->body = NULL;
+				conn_close(c, err);
+				return -1;
+			}
+			free(c->body);
+			c->body = NULL;
+			dispatch(s, c, &f);
+		}
+	}
+	return 0;
+}
+
+static void
+on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	conn *c = st->data;
+
+	if (nread < 0) {
+		conn_close(c, nread == UV_EOF ? (c->hdr_got ? "closed in the "
+		    "middle of a frame" : c->outbound ? "closed" : NULL) :
+		    uv_strerror((int)nread));
+		return;
+	}
+	conn_feed(c, buf->base, (size_t)nread);
+}
+
+static conn *
+conn_new(sv *s, int outbound)
+{
+	conn *c = calloc(1, sizeof(*c));
+
+	if (c == NULL)
+		return NULL;
+	c->s = s;
+	c->outbound = outbound;
+	uv_tcp_init(s->loop, &c->tcp);
+	c->tcp.data = c;
+	uv_tcp_nodelay(&c->tcp, 1);
+	c->next = s->conns;
+	s->conns = c;
+	return c;
+}
+
+static void
+on_connection(uv_stream_t *server, int status)
+{
+	sv *s = server->data;
+	conn *c;
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	if (status < 0 || s->stopping || (c = conn_new(s, 0)) == NULL)
+		return;
+	if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+		conn_close(c, NULL);
+		return;
+	}
+	uv_tcp_nodelay(&c->tcp, 1);
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+		char ip[48] = "?";
+		int port = 0;
+
+		if (ss.ss_family == AF_INET) {
+			uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		} else if (ss.ss_family == AF_INET6) {
+			uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		}
+		snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
+	}
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+typedef struct {
+	uv_connect_t req;
+	sv *s;
+	conn *c;
+} creq;
+
+static void
+on_link_connected(uv_connect_t *req, int status)
+{
+	creq *r = (creq *)req;
+	sv *s = r->s;
+	conn *c = r->c;
+	queued *q, *next;
+
+	free(r);
+	if (c->closing)
+		return;
+	if (status < 0) {
+		conn_close(c, uv_strerror(status));
+		return;
+	}
+	c->up = 1;
+	log_info("pipeline: connected to the next host %s", c->peer);
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+	for (q = s->q_head; q != NULL; q = next) {
+		next = q->next;
+		conn_write(c, q->buf, q->len);
+		free(q);
+	}
+	s->q_head = s->q_tail = NULL;
+	s->q_len = 0;
+}
+
+static void
+link_connect(sv *s)
+{
+	const ph_host *h = &s->hosts.v[(s->self + 1) % s->hosts.n];
+	struct sockaddr_storage sa;
+	creq *r;
+	conn *c;
+
+	if (s->link != NULL || s->stopping || s->hosts.n < 2)
+		return;
+	if (uv_ip4_addr(h->host, h->port, (struct sockaddr_in *)&sa) != 0 &&
+	    uv_ip6_addr(h->host, h->port, (struct sockaddr_in6 *)&sa) != 0) {
+		log_warnx("pipeline: the next host %s is not a numeric address",
+		    h->addr);
+		return;
+	}
+	if ((c = conn_new(s, 1)) == NULL || (r = malloc(sizeof(*r))) == NULL) {
+		if (c != NULL)
+			conn_close(c, NULL);
+		return;
+	}
+	snprintf(c->peer, sizeof(c->peer), "%s", h->addr);
+	s->link = c;
+	r->s = s;
+	r->c = c;
+	if (uv_tcp_connect(&r->req, &c->tcp, (struct sockaddr *)&sa,
+	    on_link_connected) != 0) {
+		free(r);
+		conn_close(c, "cannot connect");
+	}
+}
+
+/* Housekeeping: deadlines, stalled frames, the link, idle memory. */
+static void
+on_cron(uv_timer_t *t)
+{
+	sv *s = t->data;
+	double tnow = now();
+	request *r, *next;
+	conn *c, *cn;
+
+	for (r = s->requests; r != NULL; r = next) {
+		next = r->next;
+		if (tnow > r->deadline) {
+			char msg[PL_MSG_LEN];
+
+			snprintf(msg, sizeof(msg), "timed out: no progress from "
+			    "the pipeline in %d ms (after %d traversals); a host "
+			    "may be down or overloaded", s->cfg.pipeline_timeout_ms,
+			    r->traversals);
+			request_fail(s, r, msg);
+		}
+	}
+	for (c = s->conns; c != NULL; c = cn) {
+		cn = c->next;
+		if (!c->closing && c->partial_since > 0 &&
+		    tnow - c->partial_since > PARTIAL_S)
+			conn_close(c, "a frame left unfinished");
+	}
+	if (s->link == NULL && s->hosts.n > 1 &&
+	    tnow - s->link_retry > RECONNECT_S) {
+		s->link_retry = tnow;
+		link_connect(s);
+	}
+	if (s->inflight == 0 && !s->trimmed) {
+		int count;
+		size_t bytes;
+
+		sc_cache_usage(s->compute, &count, &bytes);
+		if (count == 0) {
+			/* back to the idle footprint once the work is done */
+			malloc_trim(0);
+			s->trimmed = 1;
+		}
+	}
+}
+
+/* Start-up and shut-down ------------------------------------------------- */
+
+static void
+on_handle_closed(uv_handle_t *h)
+{
+	sv *s = h->data;
+
+	s->closing_handles--;
+}
+
+static void
+on_compute_closed(void *arg)
+{
+	sv *s = arg;
+
+	s->closing_handles--;
+}
+
+static void
+shutdown_host(sv *s)
+{
+	conn *c, *next;
+
+	if (s->stopping)
+		return;
+	s->stopping = 1;
+	log_info("pipeline: stopping (%llu requests served, %llu failed)",
+	    (unsigned long long)s->served, (unsigned long long)s->failed);
+	while (s->requests != NULL)
+		request_fail(s, s->requests, "the host is shutting down");
+	queue_drop_all(s, "shutting down");
+	for (c = s->conns; c != NULL; c = next) {
+		next = c->next;
+		conn_close(c, NULL);
+	}
+	s->closing_handles = 5;
+	uv_close((uv_handle_t *)&s->listener, on_handle_closed);
+	uv_close((uv_handle_t *)&s->cron, on_handle_closed);
+	uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);
+	uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
+	sc_stop(s->compute, on_compute_closed, s);
+}
+
+static void
+on_signal(uv_signal_t *h, int sig)
+{
+	(void)sig;
+	shutdown_host(h->data);
+}
+
+static void
+usage(FILE *f)
+{
+	fprintf(f, "usage: blocktraind -S [-dfnv] [-c file] [-L host:port] "
+	    "[-P hosts] [-s dir]\n"
+	    "                  [-r spec] [-D auto|cpu|cuda] [-t threads]\n"
+	    "Serves the inference pipeline: this host's blocks and its slice "
+	    "of the causal\nLM, over direct TCP (proto/PROTOCOL.md).\n"
+	    "  -S        serve the pipeline instead of training\n"
+	    "  -c file   configuration (default /etc/blocktrain/"
+	    "blocktrain.conf)\n"
+	    "  -L addr   pipeline address of this host, as the host list "
+	    "writes it\n"
+	    "  -P hosts  pipeline host list (pipeline_hosts)\n"
+	    "  -s dir    the checkpoints (block-B.ckpt, causal.ckpt; "
+	    "state_dir)\n"
+	    "  -r spec   the run spec (not needed with a logical shape)\n"
+	    "  -d, -f    stay in the foreground, log to stderr\n"
+	    "  -n        check the configuration and the host list, and exit\n"
+	    "  -v        more detail in the log\n"
+	    "See blocktraind(8) and blocktrain.conf(5).\n");
+}
+
+static int
+setup(sv *s, const char *conf, char *const ov[6], char *err)
+{
+	int rc, i;
+
+	sm_config_defaults(&s->cfg);
+	if (conf != NULL && (rc = sm_config_load(&s->cfg, conf, err)) != 0)
+		return rc;
+	if (ov[0] != NULL)
+		snprintf(s->cfg.pipeline_listen, sizeof(s->cfg.pipeline_listen),
+		    "%s", ov[0]);
+	if (ov[1] != NULL)
+		snprintf(s->cfg.pipeline_hosts, sizeof(s->cfg.pipeline_hosts),
+		    "%s", ov[1]);
+	if (ov[2] != NULL)
+		snprintf(s->cfg.state_dir, sizeof(s->cfg.state_dir), "%s", ov[2]);
+	if (ov[3] != NULL)
+		snprintf(s->cfg.spec, sizeof(s->cfg.spec), "%s", ov[3]);
+	if (ov[4] != NULL)
+		snprintf(s->cfg.device, sizeof(s->cfg.device), "%s", ov[4]);
+	if (ov[5] != NULL) {
+		char *end;
+		long t = strtol(ov[5], &end, 10);
+
+		if (end == ov[5] || *end || t < 0 || t > 256)
+			return kn_error(err, KN_EINVAL, "-t: threads is 0 (all "
+			    "cores) to 256, not '%s'", ov[5]);
+		s->cfg.threads = (int)t;
+	}
+	if ((rc = sm_config_validate(&s->cfg, err)) != 0 ||
+	    (rc = ph_load(&s->hosts, s->cfg.pipeline_hosts, err)) != 0)
+		return rc;
+	if (s->hosts.logical) {
+		ph_logical_spec(&s->hosts, &s->spec);
+		snprintf(s->run_id, sizeof(s->run_id), "logical");
+	} else {
+		if ((rc = pr_spec_load(&s->spec, s->cfg.spec, err)) != 0 ||
+		    (rc = pr_spec_run_id(&s->spec, s->run_id, err)) != 0)
+			return rc;
+		if ((rc = ph_assign(&s->hosts, s->spec.blocks,
+		    s->spec.layers_per_block, err)) != 0)
+			return rc;
+	}
+	if (s->cfg.pipeline_listen[0] == '\0')
+		return kn_error(err, KN_EINVAL, "no pipeline address: give -L "
+		    "host:port or pipeline_listen, as %s lists this host",
+		    s->cfg.pipeline_hosts);
+	if ((s->self = ph_find(&s->hosts, s->cfg.pipeline_listen)) < 0)
+		return kn_error(err, KN_EINVAL, "%s is not in the pipeline host "
+		    "list %s", s->cfg.pipeline_listen, s->cfg.pipeline_hosts);
+	s->entry = s->self == 0;
+	s->exit_host = s->hosts.v[s->self].block_lo == 1;
+	for (i = 0; i < s->hosts.n; i++)
+		if (s->hosts.v[i].layer_hi <= s->hosts.v[i].layer_lo)
+			return kn_error(err, KN_EINVAL, "host %s gets no causal "
+			    "layers", s->hosts.v[i].addr);
+	return KN_OK;
+}
+
+int
+sv_main(int argc, char **argv)
+{
+	static sv s;
+	char err[PR_ERR_LEN], note[2 * KN_ERR_LEN + 64], desc[256];
+	char *ov[6] = { NULL };
+	const char *conf = "/etc/blocktrain/blocktrain.conf";
+	int foreground = 0, check_only = 0, verbose = 0, ch, conf_given = 0;
+	kn_backend_kind kind;
+	struct sockaddr_storage sa;
+	const ph_host *me;
+	sc_opts so;
+
+	optind = 1;
+	while ((ch = getopt(argc, argv, "Sc:dfnvL:P:s:r:D:t:h")) != -1) {
+		switch (ch) {
+		case 'S': break;
+		case 'c': conf = optarg; conf_given = 1; break;
+		case 'd': case 'f': foreground = 1; break;
+		case 'n': check_only = 1; break;
+		case 'v': verbose++; break;
+		case 'L': ov[0] = optarg; break;
+		case 'P': ov[1] = optarg; break;
+		case 's': ov[2] = optarg; break;
+		case 'r': ov[3] = optarg; break;
+		case 'D': ov[4] = optarg; break;
+		case 't': ov[5] = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	log_init(1, verbose, "blocktraind");
+	if (!conf_given && access(conf, F_OK) != 0)
+		conf = NULL;
+	if (setup(&s, conf, ov, err) != 0)
+		fatalx("%s", err);
+	me = &s.hosts.v[s.self];
+	if (check_only) {
+		printf("configuration OK: pipeline host %d of %d (%s), blocks "
+		    "%d-%d, causal layers %d-%d, %s\n", s.self + 1, s.hosts.n,
+		    s.entry ? "entry" : "inner", me->block_hi, me->block_lo,
+		    me->layer_lo, me->layer_hi - 1, s.hosts.logical ?
+		    "logical shape, random weights" : s.run_id);
+		return 0;
+	}
+	if (uv_ip4_addr(me->host, me->port, (struct sockaddr_in *)&sa) != 0 &&
+	    uv_ip6_addr(me->host, me->port, (struct sockaddr_in6 *)&sa) != 0)
+		fatalx("pipeline address %s is not numeric", me->addr);
+	if (!foreground) {
+		if (daemon(1, 0) != 0)
+			fatal("daemon");
+		log_init(0, verbose, "blocktraind");
+	}
+	kn_backend_parse(s.cfg.device, &kind);
+	if (kn_pool_init(s.cfg.threads, err) != 0 ||
+	    (s.be = kn_backend_get(kind, note, err)) == NULL)
+		fatalx("%s", err);
+	if (note[0])
+		log_info("%s", note);
+	kn_backend_describe(s.be, desc, sizeof(desc));
+	s.loop = uv_default_loop();
+	s.next_id = ((uint64_t)getpid() << 32) ^ ((uint64_t)time(NULL) << 20);
+	so = (sc_opts){
+		.spec = &s.spec, .run_id = s.run_id, .dir = s.cfg.state_dir,
+		.logical = s.hosts.logical, .block_hi = me->block_hi,
+		.block_lo = me->block_lo, .layer_lo = me->layer_lo,
+		.layer_hi = me->layer_hi, .ar_first = s.entry,
+		.ar_last = s.self == s.hosts.n - 1,
+		.max_batch = s.cfg.pipeline_batch,
+		.cache_bytes = (size_t)s.cfg.pipeline_cache_mb << 20,
+		.idle_s = s.cfg.pipeline_idle_s, .be = s.be,
+	};
+	if (sc_start(&s.compute, s.loop, &so, on_compute_done, &s, note,
+	    sizeof(note), err) != 0)
+		fatalx("%s", err);
+	if (note[0])
+		log_warnx("pipeline: %s", note);
+	uv_tcp_init(s.loop, &s.listener);
+	s.listener.data = &s;
+	if (uv_tcp_bind(&s.listener, (struct sockaddr *)&sa, 0) != 0 ||
+	    uv_listen((uv_stream_t *)&s.listener, 256, on_connection) != 0)
+		fatalx("cannot listen on %s", me->addr);
+	uv_timer_init(s.loop, &s.cron);
+	s.cron.data = &s;
+	uv_timer_start(&s.cron, on_cron, CRON_MS, CRON_MS);
+	uv_signal_init(s.loop, &s.sigterm);
+	uv_signal_init(s.loop, &s.sigint);
+	s.sigterm.data = s.sigint.data = &s;
+	uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&s.sigint, on_signal, SIGINT);
+	signal(SIGPIPE, SIG_IGN);
+	link_connect(&s);
+	log_info("pipeline host %d of %d listening on %s: blocks %d-%d, "
+	    "causal layers %d-%d of %d, %s; next %s; %s", s.self + 1,
+	    s.hosts.n, me->addr, me->block_hi, me->block_lo, me->layer_lo,
+	    me->layer_hi - 1, s.spec.blocks * s.spec.layers_per_block,
+	    s.hosts.logical ? "logical shape with random weights" : "trained",
+	    s.hosts.n > 1 ? s.hosts.v[(s.self + 1) % s.hosts.n].addr : "none",
+	    desc);
+	uv_run(s.loop, UV_RUN_DEFAULT);
+	uv_loop_close(s.loop);
+	kn_pool_shutdown();
+	return 0;
+}
