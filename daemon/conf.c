@@ -160,6 +160,9 @@ on_key(void *user, const char *sec, const char *key, const char *v)
 	if (strcmp(key, "pipeline_listen") == 0)
 		return str_value(x, key, v, c->pipeline_listen,
 		    sizeof(c->pipeline_listen));
+	if (strcmp(key, "pipeline_next") == 0)
+		return str_value(x, key, v, c->pipeline_next,
+		    sizeof(c->pipeline_next));
 	if (strcmp(key, "pipeline_hosts") == 0)
 		return str_value(x, key, v, c->pipeline_hosts,
 		    sizeof(c->pipeline_hosts));

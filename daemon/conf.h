@@ -29,6 +29,7 @@ typedef struct {
 	/* the inference pipeline (blocktraind -S) */
 	char pipeline_listen[SM_HOST_LEN + 8];  /* host:port; "": first match */
 	char pipeline_hosts[PR_PATH_LEN];
+	char pipeline_next[SM_HOST_LEN + 8];    /* "": as the list says */
 	int pipeline_timeout_ms;        /* a request's wait for progress */
 	size_t pipeline_max_frame;      /* bytes */
 	int pipeline_batch;             /* windows per forward pass */

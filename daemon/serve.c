@@ -785,16 +785,21 @@ static void
 link_connect(sv *s)
 {
 	const ph_host *h = &s->hosts.v[(s->self + 1) % s->hosts.n];
+	const char *addr = s->cfg.pipeline_next[0] ? s->cfg.pipeline_next :
+	    h->addr;
+	char host[SM_HOST_LEN];
+	int port;
 	struct sockaddr_storage sa;
 	creq *r;
 	conn *c;
 
 	if (s->link != NULL || s->stopping || s->hosts.n < 2)
 		return;
-	if (uv_ip4_addr(h->host, h->port, (struct sockaddr_in *)&sa) != 0 &&
-	    uv_ip6_addr(h->host, h->port, (struct sockaddr_in6 *)&sa) != 0) {
-		log_warnx("pipeline: the next host %s is not a numeric address",
-		    h->addr);
+	if (sm_parse_hostport(addr, host, sizeof(host), &port) != 0 ||
+	    (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
+	    uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa) != 0)) {
+		log_warnx("pipeline: the next host %s is not a numeric "
+		    "host:port", addr);
 		return;
 	}
 	if ((c = conn_new(s, 1)) == NULL || (r = malloc(sizeof(*r))) == NULL) {
@@ -802,7 +807,7 @@ link_connect(sv *s)
 			conn_close(c, NULL);
 		return;
 	}
-	snprintf(c->peer, sizeof(c->peer), "%s", h->addr);
+	snprintf(c->peer, sizeof(c->peer), "%.63s", addr);
 	s->link = c;
 	r->s = s;
 	r->c = c;
@@ -912,8 +917,8 @@ static void
 usage(FILE *f)
 {
 	fprintf(f, "usage: blocktraind -S [-dfnv] [-c file] [-L host:port] "
-	    "[-P hosts] [-s dir]\n"
-	    "                  [-r spec] [-D auto|cpu|cuda] [-t threads]\n"
+	    "[-N host:port]\n"
+	    "                  [-P hosts] [-s dir] [-r spec] [-D auto|cpu|cuda] [-t threads]\n"
 	    "Serves the inference pipeline: this host's blocks and its slice "
 	    "of the causal\nLM, over direct TCP (proto/PROTOCOL.md).\n"
 	    "  -S        serve the pipeline instead of training\n"
@@ -922,6 +927,8 @@ usage(FILE *f)
 	    "  -L addr   pipeline address of this host, as the host list "
 	    "writes it\n"
 	    "  -P hosts  pipeline host list (pipeline_hosts)\n"
+	    "  -N addr   reach the next host at addr instead (pipeline_next: "
+	    "a relay, NAT)\n"
 	    "  -s dir    the checkpoints (block-B.ckpt, causal.ckpt; "
 	    "state_dir)\n"
 	    "  -r spec   the run spec (not needed with a logical shape)\n"
@@ -932,7 +939,7 @@ usage(FILE *f)
 }
 
 static int
-setup(sv *s, const char *conf, char *const ov[6], char *err)
+setup(sv *s, const char *conf, char *const ov[7], char *err)
 {
 	int rc, i;
 
@@ -942,6 +949,9 @@ setup(sv *s, const char *conf, char *const ov[6], char *err)
 	if (ov[0] != NULL)
 		snprintf(s->cfg.pipeline_listen, sizeof(s->cfg.pipeline_listen),
 		    "%s", ov[0]);
+	if (ov[6] != NULL)
+		snprintf(s->cfg.pipeline_next, sizeof(s->cfg.pipeline_next),
+		    "%s", ov[6]);
 	if (ov[1] != NULL)
 		snprintf(s->cfg.pipeline_hosts, sizeof(s->cfg.pipeline_hosts),
 		    "%s", ov[1]);
@@ -995,7 +1005,7 @@ sv_main(int argc, char **argv)
 {
 	static sv s;
 	char err[PR_ERR_LEN], note[2 * KN_ERR_LEN + 64], desc[256];
-	char *ov[6] = { NULL };
+	char *ov[7] = { NULL };
 	const char *conf = "/etc/blocktrain/blocktrain.conf";
 	int foreground = 0, check_only = 0, verbose = 0, ch, conf_given = 0;
 	kn_backend_kind kind;
@@ -1004,7 +1014,7 @@ sv_main(int argc, char **argv)
 	sc_opts so;
 
 	optind = 1;
-	while ((ch = getopt(argc, argv, "Sc:dfnvL:P:s:r:D:t:h")) != -1) {
+	while ((ch = getopt(argc, argv, "Sc:dfnvL:N:P:s:r:D:t:h")) != -1) {
 		switch (ch) {
 		case 'S': break;
 		case 'c': conf = optarg; conf_given = 1; break;
@@ -1012,6 +1022,7 @@ sv_main(int argc, char **argv)
 		case 'n': check_only = 1; break;
 		case 'v': verbose++; break;
 		case 'L': ov[0] = optarg; break;
+		case 'N': ov[6] = optarg; break;
 		case 'P': ov[1] = optarg; break;
 		case 's': ov[2] = optarg; break;
 		case 'r': ov[3] = optarg; break;
