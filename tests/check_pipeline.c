@@ -1,0 +1,293 @@
+/* Pipeline frames (proto/pipeline.c) and the pipeline host list
+ * (daemon/pipeline_hosts.c): round trips, and every kind of bad frame or
+ * list refused with its own message. */
+#include "config.h"
+
+#include <check.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/pipeline_hosts.h"
+#include "kernels/error.h"
+#include "proto/pipeline.h"
+
+/* Encodes f and decodes the body back into g. */
+static int
+round_trip(const pl_frame *f, pl_frame *g, char *err)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	ck_assert_int_eq(pl_frame_encode(f, &buf, &len, err), 0);
+	ck_assert_uint_eq(pl_frame_length((unsigned char *)buf), len - 4);
+	rc = pl_frame_decode(buf + 4, len - 4, g, err);
+	free(buf);
+	return rc;
+}
+
+START_TEST(test_round_trip)
+{
+	unsigned char seq[8] = "ab\0\0\0\0\0\0", mask[8] = { 0, 0, 1, 1, 1, 1,
+	    1, 1 };
+	float hidden[6] = { 1.5f, -2, 0, 3, 4, 5 };
+	pl_frame f = { .type = PL_BT, .id = 77, .steps = 64,
+	    .temperature = 0.8, .seed = 1ULL << 60, .fixed = 2, .end = 6,
+	    .block = 3, .data = seq, .data_len = 8, .mask = mask, .mask_len = 8,
+	    .compute_us = 1234, .hops = 2 }, g;
+	char err[KN_ERR_LEN];
+
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_int_eq(g.type, PL_BT);
+	ck_assert_uint_eq(g.id, 77);
+	ck_assert_int_eq(g.steps, 64);
+	ck_assert(g.temperature == 0.8);
+	ck_assert_uint_eq(g.seed, 1ULL << 60);
+	ck_assert_int_eq(g.block, 3);
+	ck_assert_int_eq(g.end, 6);
+	ck_assert_mem_eq(g.data, seq, 8);
+	ck_assert_mem_eq(g.mask, mask, 8);
+	ck_assert_uint_eq(g.compute_us, 1234);
+	pl_frame_clear(&g);
+
+	f = (pl_frame){ .type = PL_AR, .id = 5, .temperature = 1, .seed = 9,
+	    .fixed = 3, .end = 10, .pos = 3, .count = 2, .width = 3,
+	    .data = (unsigned char *)hidden, .data_len = sizeof(hidden) };
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_int_eq(g.count, 2);
+	ck_assert_mem_eq(g.data, hidden, sizeof(hidden));
+	pl_frame_clear(&g);
+
+	f = (pl_frame){ .type = PL_GEN, .id = 1, .mode = PL_MODE_AR,
+	    .length = 16, .steps = 8, .temperature = 0, .seed = 3,
+	    .data = (unsigned char *)"hi", .data_len = 2 };
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_int_eq(g.mode, PL_MODE_AR);
+	ck_assert_uint_eq(g.data_len, 2);
+	pl_frame_clear(&g);
+
+	f = (pl_frame){ .type = PL_ERR, .id = 4 };
+	snprintf(f.message, sizeof(f.message), "host \x01 down");
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_str_eq(g.message, "host ? down");
+	f = (pl_frame){ .type = PL_END, .id = 4 };
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_int_eq(g.type, PL_END);
+}
+END_TEST
+
+/* A map written by hand: n key/value pairs after magic and version. */
+static size_t
+pack(char *out, size_t cap, const char *magic, int nkv, const char **keys,
+    const int64_t *vals, const char *trailer, size_t tlen)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	size_t len;
+	int i;
+
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, (size_t)nkv + 2);
+	msgpack_pack_str_with_body(&pk, "magic", 5);
+	msgpack_pack_str_with_body(&pk, magic, strlen(magic));
+	msgpack_pack_str_with_body(&pk, "version", 7);
+	msgpack_pack_uint64(&pk, 1);
+	for (i = 0; i < nkv; i++) {
+		msgpack_pack_str_with_body(&pk, keys[i], strlen(keys[i]));
+		if (strcmp(keys[i], "type") == 0)
+			msgpack_pack_str_with_body(&pk, "end", 3);
+		else
+			msgpack_pack_int64(&pk, vals[i]);
+	}
+	if (trailer != NULL)
+		msgpack_sbuffer_write(&sb, trailer, tlen);
+	len = sb.size < cap ? sb.size : cap;
+	memcpy(out, sb.data, len);
+	msgpack_sbuffer_destroy(&sb);
+	return len;
+}
+
+START_TEST(test_bad_frames)
+{
+	const char *keys[] = { "type", "id", "extra" };
+	const int64_t vals[] = { 0, 5, 1 }, neg[] = { 0, -5 };
+	char buf[512], err[KN_ERR_LEN];
+	pl_frame g;
+	size_t len;
+	unsigned char seq[4] = { 'a', 0, 0, 0 }, mask[4] = { 0, 1, 2, 1 };
+	pl_frame f = { .type = PL_BT, .id = 1, .steps = 4, .temperature = 1,
+	    .fixed = 1, .end = 4, .block = 1, .data = seq, .data_len = 4,
+	    .mask = mask, .mask_len = 4 };
+	float nan_hidden[2] = { 1.0f, 0.0f };
+
+	len = pack(buf, sizeof(buf), "ShardMeter pipeline", 2, keys, vals,
+	    NULL, 0);
+	ck_assert_int_eq(pl_frame_decode(buf, len, &g, err), 0);
+	ck_assert_int_eq(g.type, PL_END);
+	/* trailing bytes */
+	len = pack(buf, sizeof(buf), "ShardMeter pipeline", 2, keys, vals,
+	    "\x01", 1);
+	ck_assert_int_ne(pl_frame_decode(buf, len, &g, err), 0);
+	/* a field of no type of frame */
+	len = pack(buf, sizeof(buf), "ShardMeter pipeline", 3, keys, vals,
+	    NULL, 0);
+	ck_assert_int_ne(pl_frame_decode(buf, len, &g, err), 0);
+	/* a field missing */
+	len = pack(buf, sizeof(buf), "ShardMeter pipeline", 1, keys, vals,
+	    NULL, 0);
+	ck_assert_int_ne(pl_frame_decode(buf, len, &g, err), 0);
+	/* a negative id */
+	len = pack(buf, sizeof(buf), "ShardMeter pipeline", 2, keys, neg,
+	    NULL, 0);
+	ck_assert_int_ne(pl_frame_decode(buf, len, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "'id'"));
+	/* another format's magic */
+	len = pack(buf, sizeof(buf), "ShardMeter update", 2, keys, vals,
+	    NULL, 0);
+	ck_assert_int_ne(pl_frame_decode(buf, len, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "not a ShardMeter pipeline"));
+	/* truncated, and not msgpack at all */
+	len = pack(buf, sizeof(buf), "ShardMeter pipeline", 2, keys, vals,
+	    NULL, 0);
+	ck_assert_int_ne(pl_frame_decode(buf, len - 1, &g, err), 0);
+	ck_assert_int_ne(pl_frame_decode("\xc1\xc1\xc1", 3, &g, err), 0);
+	ck_assert_int_ne(pl_frame_decode("", 0, &g, err), 0);
+	/* a mask flag that is not 0 or 1, and masks of the wrong count */
+	len = 0;
+	{
+		char *b;
+		size_t l;
+
+		ck_assert_int_eq(pl_frame_encode(&f, &b, &l, err), 0);
+		ck_assert_int_ne(pl_frame_decode(b + 4, l - 4, &g, err), 0);
+		ck_assert_ptr_nonnull(strstr(err, "mask flags"));
+		free(b);
+		mask[2] = 1;
+		f.mask_len = 3;
+		ck_assert_int_eq(pl_frame_encode(&f, &b, &l, err), 0);
+		ck_assert_int_ne(pl_frame_decode(b + 4, l - 4, &g, err), 0);
+		free(b);
+		/* hidden states: not finite, or not count x width */
+		nan_hidden[1] = 0.0f / 0.0f;
+		f = (pl_frame){ .type = PL_AR, .id = 2, .temperature = 1,
+		    .fixed = 1, .end = 4, .pos = 0, .count = 1, .width = 2,
+		    .data = (unsigned char *)nan_hidden, .data_len = 8 };
+		ck_assert_int_eq(pl_frame_encode(&f, &b, &l, err), 0);
+		ck_assert_int_ne(pl_frame_decode(b + 4, l - 4, &g, err), 0);
+		ck_assert_ptr_nonnull(strstr(err, "not finite"));
+		free(b);
+		nan_hidden[1] = 2.0f;
+		f.width = 3;
+		ck_assert_int_eq(pl_frame_encode(&f, &b, &l, err), 0);
+		ck_assert_int_ne(pl_frame_decode(b + 4, l - 4, &g, err), 0);
+		free(b);
+		/* a temperature out of range */
+		f = (pl_frame){ .type = PL_GEN, .id = 1, .length = 4,
+		    .steps = 4, .temperature = -1 };
+		ck_assert_int_eq(pl_frame_encode(&f, &b, &l, err), 0);
+		ck_assert_int_ne(pl_frame_decode(b + 4, l - 4, &g, err), 0);
+		free(b);
+	}
+	(void)len;
+}
+END_TEST
+
+static char tmpdir[64];
+
+static const char *
+write_list(const char *text)
+{
+	static char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/hosts", tmpdir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+START_TEST(test_host_list)
+{
+	ph_list pl;
+	char err[PR_ERR_LEN];
+
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/check_pipeline.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(ph_load(&pl, write_list("# ring\n127.0.0.1:1 4\n"
+	    "127.0.0.1:2 3\n127.0.0.1:3 2-1\n"), err), 0);
+	ck_assert_int_eq(pl.n, 3);
+	ck_assert_int_eq(pl.v[2].block_hi, 2);
+	ck_assert_int_eq(pl.v[2].block_lo, 1);
+	ck_assert_int_eq(ph_assign(&pl, 4, 2, err), 0);
+	/* 8 causal layers over 3 hosts: 2, 3, 3 */
+	ck_assert_int_eq(pl.v[0].layer_lo, 0);
+	ck_assert_int_eq(pl.v[0].layer_hi, 2);
+	ck_assert_int_eq(pl.v[2].layer_hi, 8);
+	ck_assert_int_ne(ph_assign(&pl, 5, 2, err), 0);
+	ck_assert_int_eq(ph_find(&pl, "127.0.0.1:2"), 1);
+	ck_assert_int_eq(ph_find(&pl, "127.0.0.1:9"), -1);
+	/* out of traversal order, a gap, block 1 missing, a host twice */
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 1\n"
+	    "127.0.0.1:2 2\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "traversal order"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 4\n"
+	    "127.0.0.1:2 2-1\n"), err), 0);
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 3\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "block 1"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:1 1\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "twice"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1 2\n"), err), 0);
+	ck_assert_int_ne(ph_load(&pl, "/nonexistent/hosts", err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "cannot open"));
+	/* a logical shape */
+	ck_assert_int_eq(ph_load(&pl, write_list("shape width=64 heads=4 "
+	    "layers=2 window=32 blocks=2 seed=9\n127.0.0.1:1 2\n"
+	    "127.0.0.1:2 1\n"), err), 0);
+	ck_assert(pl.logical);
+	ck_assert_int_eq(pl.v[1].layer_lo, 2);
+	ck_assert_int_eq(pl.v[1].layer_hi, 4);
+	{
+		pr_spec s;
+
+		ph_logical_spec(&pl, &s);
+		ck_assert_int_eq(s.width, 64);
+		ck_assert_int_eq(s.blocks, 2);
+		ck_assert(s.cuts[1] == 0.5);
+	}
+	ck_assert_int_ne(ph_load(&pl, write_list("shape width=64 heads=5 "
+	    "layers=2 window=32 blocks=2\n127.0.0.1:1 2-1\n"), err), 0);
+	ck_assert_int_ne(ph_load(&pl, write_list("shape width=64 heads=4 "
+	    "layers=2 window=32 blocks=3\n127.0.0.1:1 2-1\n"), err), 0);
+	ck_assert_int_ne(ph_load(&pl, write_list("shape width=64 colour=4\n"
+	    "127.0.0.1:1 1\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "unknown shape key"));
+	unlink(write_list(""));
+	rmdir(tmpdir);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("pipeline");
+	TCase *tc = tcase_create("frames");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_bad_frames);
+	tcase_add_test(tc, test_host_list);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
