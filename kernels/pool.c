@@ -14,6 +14,18 @@
 #include "kernels/pool.h"
 
 #define KN_POOL_MAX 256
+/* A worker that just finished a job, and a caller waiting for its
+ * workers, poll this many times before they sleep on the condition
+ * variable: a forward pass of a small model is dozens of short jobs in a
+ * row, and a wake-up through the kernel costs more than such a job. */
+#define KN_POOL_SPIN 20000
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 static struct {
 	pthread_mutex_t lock;
@@ -24,13 +36,14 @@ static struct {
 	int started;               /* kn_pool_init has run */
 	int nworkers;              /* started worker threads */
 	unsigned long generation;  /* bumped per job */
+	atomic_ulong published;    /* generation, for workers that poll */
 	int quit;
 	/* the job in flight */
 	kn_pool_fn fn;
 	void *ctx;
 	int ntasks;
 	atomic_int next;
-	int busy;                  /* workers still inside the job */
+	atomic_int busy;           /* workers still inside the job */
 	pthread_mutex_t run_lock;  /* one job at a time from outside */
 } pool = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -62,6 +75,16 @@ pool_worker(void *arg)
 	self_thread = thread;
 	pthread_mutex_lock(&pool.lock);
 	for (;;) {
+		if (!pool.quit && pool.generation == seen) {
+			int spin;
+
+			pthread_mutex_unlock(&pool.lock);
+			for (spin = 0; spin < KN_POOL_SPIN &&
+			    atomic_load_explicit(&pool.published,
+			    memory_order_acquire) == seen; spin++)
+				cpu_relax();
+			pthread_mutex_lock(&pool.lock);
+		}
 		while (!pool.quit && pool.generation == seen)
 			pthread_cond_wait(&pool.start, &pool.lock);
 		if (pool.quit)
@@ -194,8 +217,10 @@ kn_pool_run(int ntasks, kn_pool_fn fn, void *ctx)
 	pool.ctx = ctx;
 	pool.ntasks = ntasks;
 	atomic_store(&pool.next, 0);
-	pool.busy = pool.nworkers;
+	atomic_store(&pool.busy, pool.nworkers);
 	pool.generation++;
+	atomic_store_explicit(&pool.published, pool.generation,
+	    memory_order_release);
 	pthread_cond_broadcast(&pool.start);
 	pthread_mutex_unlock(&pool.lock);
 
@@ -203,6 +228,8 @@ kn_pool_run(int ntasks, kn_pool_fn fn, void *ctx)
 	pool_take(0);
 	in_task = 0;
 
+	for (t = 0; t < KN_POOL_SPIN && atomic_load(&pool.busy) > 0; t++)
+		cpu_relax();
 	pthread_mutex_lock(&pool.lock);
 	while (pool.busy > 0)
 		pthread_cond_wait(&pool.done, &pool.lock);
