@@ -229,54 +229,46 @@ step_unmasks(int32_t sym, float u, double p, double next)
 }
 
 int
-bt_step_unmasks(const int32_t *seq, int n, int fixed, const float *u,
-    double p, double next)
+bt_step_positions(const int32_t *seq, int n, int fixed, const float *u,
+    double p, double next, int32_t *pos)
 {
 	int i, count = 0;
 
 	for (i = fixed; i < n; i++)
-		count += step_unmasks(seq[i], u[i], p, next);
-	return count;
-}
-
-void
-bt_step_apply(int32_t *seq, int n, int fixed, const float *u, double p,
-    double next, const int32_t *picked)
-{
-	int i;
-
-	for (i = fixed; i < n; i++)
 		if (step_unmasks(seq[i], u[i], p, next))
-			seq[i] = picked[i];
+			pos[count++] = i;
+	return count;
 }
 
 int
 bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
     int32_t *seq, int fixed, float temp, uint64_t seed, char *err)
 {
-	int n = s->window, j, rc;
-	int32_t *picked = malloc((size_t)n * 4);
-	float *u = malloc((size_t)2 * n * 4);
+	int n = s->window, j, r, count, rc;
+	int32_t *picked = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
+	float *u = malloc((size_t)2 * n * 4), *upick = malloc((size_t)n * 4);
 	double p, next;
 
-	if (picked == NULL || u == NULL) {
-		free(picked);
-		free(u);
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	}
-	rc = KN_OK;
+	rc = picked == NULL || pos == NULL || u == NULL || upick == NULL ?
+	    kn_error(err, KN_ENOMEM, "out of memory") : KN_OK;
 	for (j = 0; rc == 0 && bt_step_draw(s, k, block, j, seed, u, &p,
 	    &next); j++) {
-		/* a step that unmasks nothing needs no forward pass: what it
-		 * would predict is thrown away */
-		if (bt_step_unmasks(seq, n, fixed, u, p, next) == 0)
+		/* only the positions this step unmasks are predicted; a step
+		 * that unmasks none needs no forward pass */
+		if ((count = bt_step_positions(seq, n, fixed, u, p, next,
+		    pos)) == 0)
 			continue;
-		rc = kn_model_predict(m, seq, 1, u + n, temp, picked, err);
-		if (rc == 0)
-			bt_step_apply(seq, n, fixed, u, p, next, picked);
+		for (r = 0; r < count; r++)
+			upick[r] = u[n + pos[r]];
+		rc = kn_model_predict_at(m, seq, 1, pos, count, upick, temp,
+		    picked, err);
+		for (r = 0; r < count && rc == 0; r++)
+			seq[pos[r]] = picked[r];
 	}
 	free(picked);
+	free(pos);
 	free(u);
+	free(upick);
 	return rc;
 }
 

@@ -75,16 +75,14 @@ int bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
 /* bt_denoise_block one step at a time, for a server that batches the
  * steps of many requests into one forward pass.  step_draw() fills u (2n
  * floats) with step j's draws and gives its unmasking probability p and
- * end level next; it returns 0 when block b has no step j.  unmasks()
- * counts the positions step j decides (no forward pass is needed when it
- * is 0); apply() writes the picked bytes (a prediction made with the
- * uniforms u + n) to them. */
+ * end level next; it returns 0 when block b has no step j.  positions()
+ * lists in pos (n) the positions step j unmasks and returns their count:
+ * a step of none needs no forward pass.  Position i takes the byte
+ * predicted there with the uniform u[n + i]. */
 int bt_step_draw(const pr_spec *s, int k, int block, int j, uint64_t seed,
     float *u, double *p, double *next);
-int bt_step_unmasks(const int32_t *seq, int n, int fixed, const float *u,
-    double p, double next);
-void bt_step_apply(int32_t *seq, int n, int fixed, const float *u, double p,
-    double next, const int32_t *picked);
+int bt_step_positions(const int32_t *seq, int n, int fixed, const float *u,
+    double p, double next, int32_t *pos);
 
 /* Autoregressive generation with the causal LM: fills seq[fixed..end)
  * one byte at a time, the prompt in one pass and then one position per

@@ -26,6 +26,8 @@ struct bt_state {
 	int block;              /* 1-based, running now */
 	int j;                  /* its step */
 	double p, next;
+	int32_t *pos;           /* positions the step unmasks (n) */
+	int npos;
 	int taken;              /* in this round's forward passes */
 	struct bt_state *next_active;
 };
@@ -126,6 +128,7 @@ bt_free(struct bt_state *st)
 {
 	free(st->seq);
 	free(st->u);
+	free(st->pos);
 	free(st);
 }
 
@@ -195,7 +198,8 @@ bt_begin(sc *c, sc_job *job)
 	}
 	if ((st = calloc(1, sizeof(*st))) == NULL ||
 	    (st->seq = malloc((size_t)n * sizeof(int32_t))) == NULL ||
-	    (st->u = malloc((size_t)2 * n * sizeof(float))) == NULL) {
+	    (st->u = malloc((size_t)2 * n * sizeof(float))) == NULL ||
+	    (st->pos = malloc((size_t)n * sizeof(int32_t))) == NULL) {
 		if (st != NULL)
 			bt_free(st);
 		fail(job, "", "out of memory");
@@ -222,8 +226,8 @@ bt_advance(sc *c, struct bt_state *st)
 	for (;;) {
 		if (bt_step_draw(&c->spec, in->steps, st->block - 1, st->j,
 		    in->seed, st->u, &st->p, &st->next)) {
-			if (bt_step_unmasks(st->seq, n, in->fixed, st->u, st->p,
-			    st->next) > 0)
+			if ((st->npos = bt_step_positions(st->seq, n, in->fixed,
+			    st->u, st->p, st->next, st->pos)) > 0)
 				return 0;
 			st->j++;
 			continue;
@@ -243,6 +247,7 @@ bt_round(sc *c)
 	int n = c->spec.window, B = c->o.max_batch < 256 ? c->o.max_batch : 256;
 	struct bt_state **prev, *st, *group[256];
 	int32_t *in = malloc((size_t)B * n * sizeof(int32_t));
+	int32_t *rows = malloc((size_t)B * n * sizeof(int32_t));
 	int32_t *picked = malloc((size_t)B * n * sizeof(int32_t));
 	float *u = malloc((size_t)B * n * sizeof(float));
 	char err[KN_ERR_LEN];
@@ -257,9 +262,9 @@ bt_round(sc *c)
 		} else
 			prev = &st->next_active;
 	}
-	while (in != NULL && picked != NULL && u != NULL) {
+	while (in != NULL && rows != NULL && picked != NULL && u != NULL) {
 		struct bt_state *lead = NULL;
-		int g = 0, k, rc;
+		int g = 0, k, r, R = 0, rc;
 		uint64_t us;
 		double t0;
 
@@ -275,25 +280,30 @@ bt_round(sc *c)
 				st->taken = 1;
 				group[g++] = st;
 			}
-		for (k = 0; k < g; k++) {
-			memcpy(in + (size_t)k * n, group[k]->seq,
-			    (size_t)n * sizeof(int32_t));
-			memcpy(u + (size_t)k * n, group[k]->u + n,
-			    (size_t)n * sizeof(float));
-		}
-		t0 = now();
-		rc = kn_model_predict(c->blocks[lead->block], in, g, u,
-		    (float)lead->job->in.temperature, picked, err);
-		us = (uint64_t)((now() - t0) * 1e6);
+		/* one batch of windows; the head only where a byte is picked */
 		for (k = 0; k < g; k++) {
 			st = group[k];
+			memcpy(in + (size_t)k * n, st->seq,
+			    (size_t)n * sizeof(int32_t));
+			for (r = 0; r < st->npos; r++, R++) {
+				rows[R] = k * n + st->pos[r];
+				u[R] = st->u[n + st->pos[r]];
+			}
+		}
+		t0 = now();
+		rc = kn_model_predict_at(c->blocks[lead->block], in, g, rows, R,
+		    u, (float)lead->job->in.temperature, picked, err);
+		us = (uint64_t)((now() - t0) * 1e6);
+		for (k = 0, R = 0; k < g; k++) {
+			st = group[k];
 			st->job->compute_us += us;
-			if (rc == 0) {
-				bt_step_apply(st->seq, n, st->job->in.fixed, st->u,
-				    st->p, st->next, picked + (size_t)k * n);
-				st->j++;
-			} else
+			if (rc != 0) {
 				fail(st->job, "BlockTrain step failed: ", err);
+				continue;
+			}
+			for (r = 0; r < st->npos; r++, R++)
+				st->seq[st->pos[r]] = picked[R];
+			st->j++;
 		}
 	}
 	for (prev = &c->active; (st = *prev) != NULL;) {
@@ -307,7 +317,7 @@ bt_round(sc *c)
 		} else
 			prev = &st->next_active;
 	}
-	free(in); free(picked); free(u);
+	free(in); free(rows); free(picked); free(u);
 }
 
 /* Autoregressive ------------------------------------------------------ */

@@ -441,9 +441,10 @@ check_batch(const kn_model *m, const int32_t *input, const int32_t *target,
 
 #define LAYER(base, l, per) ((base) + (size_t)(l) * (per))
 
-/* The forward pass up to the logits, on the batch already uploaded. */
-static void
-forward(kn_model *m, int B)
+/* The layers of the forward pass on the batch already uploaded; returns
+ * the residual stream after the last layer (N, d). */
+static const float *
+forward_layers(kn_model *m, int B)
 {
 	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
@@ -499,9 +500,20 @@ forward(kn_model *m, int B)
 		be->residual_forward(resid3, resid2, fcproj, Nd);
 		x = resid3;
 	}
-	be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x,
+	return x;
+}
+
+/* The forward pass up to the logits. */
+static void
+forward(kn_model *m, int B)
+{
+	const float *p = m->params, *x = forward_layers(m, B);
+	struct acts *a = &m->a;
+	int d = m->shape.width, N = B * m->shape.window;
+
+	m->be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x,
 	    p + m->tensors[P_LNFW].offset, p + m->tensors[P_LNFB].offset, N, d);
-	be->matmul_forward(a->logits, a->lnf, p + m->tensors[P_HEADW].offset,
+	m->be->matmul_forward(a->logits, a->lnf, p + m->tensors[P_HEADW].offset,
 	    p + m->tensors[P_HEADB].offset, N, d, KN_VOCAB_OUT);
 }
 
@@ -710,6 +722,42 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
 	    temp);
 	m->be->download(out, m->a.picked, N * sizeof(int32_t));
 	return m->be->status(err);
+}
+
+int
+kn_model_predict_at(kn_model *m, const int32_t *input, int B,
+    const int32_t *rows, int R, const float *u, float temp, int32_t *out,
+    char *err)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	const float *p = m->params, *x;
+	int d = m->shape.width, N = B * m->shape.window, r, rc;
+
+	if ((rc = check_batch(m, input, NULL, NULL, B, err)) != 0)
+		return rc;
+	for (r = 0; r < R; r++)
+		if (rows[r] < 0 || rows[r] >= N || (r > 0 &&
+		    rows[r] <= rows[r - 1]))
+			return kn_error(err, KN_EINVAL, "prediction rows must "
+			    "increase within the batch's %d positions", N);
+	if (R == 0)
+		return KN_OK;
+	upload_batch(m, input, NULL, NULL, B);
+	x = forward_layers(m, B);
+	/* the final LayerNorm, head and sampling act on each row alone, so
+	 * the rows wanted are gathered first and the rest never computed */
+	for (r = 0; r < R; r++)
+		be->copy(a->ln1 + (size_t)r * d, x + (size_t)rows[r] * d,
+		    (size_t)d * sizeof(float));
+	be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->ln1,
+	    p + m->tensors[P_LNFW].offset, p + m->tensors[P_LNFB].offset, R, d);
+	be->matmul_forward(a->logits, a->lnf, p + m->tensors[P_HEADW].offset,
+	    p + m->tensors[P_HEADB].offset, R, d, KN_VOCAB_OUT);
+	be->upload(a->u, u, (size_t)R * sizeof(float));
+	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
+	be->download(out, a->picked, (size_t)R * sizeof(int32_t));
+	return be->status(err);
 }
 
 /* Decoding with KV caches (the causal LM at inference): a cache holds k

@@ -110,6 +110,14 @@ int kn_model_forward(kn_model *m, const int32_t *input, int B,
 int kn_model_predict(kn_model *m, const int32_t *input, int B,
     const float *u, float temp, int32_t *out, char *err);
 
+/* kn_model_predict for some positions only: rows (R, increasing) index
+ * the B*n positions, u (R) their uniforms, out (R) their symbols; the
+ * head runs on those rows alone.  Each gets what kn_model_predict gives
+ * it. */
+int kn_model_predict_at(kn_model *m, const int32_t *input, int B,
+    const int32_t *rows, int R, const float *u, float temp, int32_t *out,
+    char *err);
+
 /* Decoding the causal LM with a KV cache, for the autoregressive baseline
  * (one traversal per byte) and for splitting the LM by layers over hosts:
  * a host runs its layers on the new positions and hands the hidden states

@@ -415,6 +415,21 @@ START_TEST(test_batch_invariance)
 		    0.9f, one, err), 0);
 		ck_assert_mem_eq(one, all + b * 40, sizeof(one));
 	}
+	{
+		/* some rows only: what the whole prediction gives them */
+		int32_t rows[4] = { 3, 41, 77, 199 }, some[4];
+		float us[4];
+
+		for (i = 0; i < 4; i++)
+			us[i] = u[rows[i]];
+		ck_assert_int_eq(kn_model_predict_at(m, in, 5, rows, 4, us, 0.9f,
+		    some, err), 0);
+		for (i = 0; i < 4; i++)
+			ck_assert_int_eq(some[i], all[rows[i]]);
+		rows[2] = 20;
+		ck_assert_int_ne(kn_model_predict_at(m, in, 5, rows, 4, us, 0.9f,
+		    some, err), 0);
+	}
 	cs.causal = 1;
 	ck_assert_int_eq(kn_model_create_inference(&c, &cs, kn_cpu_backend(),
 	    2, err), 0);
