@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,14 @@
 
 #define KN_POOL_MAX 256
 /* A worker that just finished a job, and a caller waiting for its
- * workers, poll this many times before they sleep on the condition
- * variable: a forward pass of a small model is dozens of short jobs in a
- * row, and a wake-up through the kernel costs more than such a job. */
-#define KN_POOL_SPIN 20000
+ * workers, poll before they sleep on the condition variable: a forward
+ * pass of a small model is dozens of short jobs in a row, and a wake-up
+ * through the kernel costs more than such a job.  After the first polls
+ * each one yields the CPU, so a poller never holds a core that another
+ * thread or process could use (pipeline hosts share one machine in the
+ * testbed). */
+#define KN_POOL_SPIN 2000
+#define KN_POOL_YIELDS 200
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -53,6 +58,15 @@ static struct {
 	.nthreads = 1,
 };
 
+static void
+poll_pause(int i)
+{
+	if (i < KN_POOL_SPIN)
+		cpu_relax();
+	else
+		sched_yield();
+}
+
 static _Thread_local int in_task;
 static _Thread_local int self_thread;  /* 0 for the caller */
 
@@ -79,10 +93,10 @@ pool_worker(void *arg)
 			int spin;
 
 			pthread_mutex_unlock(&pool.lock);
-			for (spin = 0; spin < KN_POOL_SPIN &&
+			for (spin = 0; spin < KN_POOL_SPIN + KN_POOL_YIELDS &&
 			    atomic_load_explicit(&pool.published,
 			    memory_order_acquire) == seen; spin++)
-				cpu_relax();
+				poll_pause(spin);
 			pthread_mutex_lock(&pool.lock);
 		}
 		while (!pool.quit && pool.generation == seen)
@@ -228,8 +242,9 @@ kn_pool_run(int ntasks, kn_pool_fn fn, void *ctx)
 	pool_take(0);
 	in_task = 0;
 
-	for (t = 0; t < KN_POOL_SPIN && atomic_load(&pool.busy) > 0; t++)
-		cpu_relax();
+	for (t = 0; t < KN_POOL_SPIN + KN_POOL_YIELDS &&
+	    atomic_load(&pool.busy) > 0; t++)
+		poll_pause(t);
 	pthread_mutex_lock(&pool.lock);
 	while (pool.busy > 0)
 		pthread_cond_wait(&pool.done, &pool.lock);
