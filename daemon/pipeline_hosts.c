@@ -50,6 +50,13 @@ parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
 			return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is "
 			    "not key=value", path, lineno, t);
 		*eq = '\0';
+		if (strcmp(t, "storage") == 0) {
+			if (strcmp(eq + 1, "f16") != 0 && strcmp(eq + 1, "f32") != 0)
+				return kn_error(err, KN_EINVAL, "%.150s:%d: storage "
+				    "is f32 or f16, not '%.20s'", path, lineno, eq + 1);
+			pl->f16 = strcmp(eq + 1, "f16") == 0;
+			continue;
+		}
 		errno = 0;
 		v = strtoull(eq + 1, &end, 10);
 		if (errno || end == eq + 1 || *end || (strcmp(t, "seed") != 0 &&
@@ -71,7 +78,7 @@ parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
 		else
 			return kn_error(err, KN_EINVAL, "%.150s:%d: unknown shape "
 			    "key '%.40s' (width, heads, layers, window, blocks, "
-			    "seed)", path, lineno, t);
+			    "seed, storage)", path, lineno, t);
 	}
 	s = (kn_model_shape){ pl->width, pl->heads, pl->layers_per_block,
 	    pl->window, 0 };

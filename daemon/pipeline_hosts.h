@@ -7,6 +7,7 @@
 #define SM_PIPELINE_HOSTS_H
 
 #include "daemon/conf.h"
+#include "kernels/model.h"
 #include "proto/spec.h"
 
 #define PH_MAX_HOSTS 64
@@ -22,10 +23,12 @@ typedef struct {
 typedef struct {
 	ph_host v[PH_MAX_HOSTS];
 	int n;
-	/* "shape width=W heads=H layers=L window=N blocks=T [seed=S]" */
+	/* "shape width=W heads=H layers=L window=N blocks=T [seed=S]
+	 * [storage=f32|f16]" */
 	int logical;
 	int width, heads, layers_per_block, window, blocks;
 	unsigned long long seed;
+	int f16;                        /* weights in fp16 storage */
 } ph_list;
 
 /* Reads path and checks that the blocks run from T down to 1, each on one

@@ -1069,7 +1069,9 @@ sv_main(int argc, char **argv)
 	s.next_id = ((uint64_t)getpid() << 32) ^ ((uint64_t)time(NULL) << 20);
 	so = (sc_opts){
 		.spec = &s.spec, .run_id = s.run_id, .dir = s.cfg.state_dir,
-		.logical = s.hosts.logical, .block_hi = me->block_hi,
+		.logical = s.hosts.logical,
+		.storage = s.hosts.f16 ? KN_STORE_F16 : KN_STORE_F32,
+		.block_hi = me->block_hi,
 		.block_lo = me->block_lo, .layer_lo = me->layer_lo,
 		.layer_hi = me->layer_hi, .ar_first = s.entry,
 		.ar_last = s.self == s.hosts.n - 1,
@@ -1101,7 +1103,8 @@ sv_main(int argc, char **argv)
 	    "causal layers %d-%d of %d, %s; next %s; %s", s.self + 1,
 	    s.hosts.n, me->addr, me->block_hi, me->block_lo, me->layer_lo,
 	    me->layer_hi - 1, s.spec.blocks * s.spec.layers_per_block,
-	    s.hosts.logical ? "logical shape with random weights" : "trained",
+	    s.hosts.logical ? s.hosts.f16 ? "logical shape with random fp16 "
+	    "weights" : "logical shape with random weights" : "trained",
 	    s.hosts.n > 1 ? s.hosts.v[(s.self + 1) % s.hosts.n].addr : "none",
 	    desc);
 	uv_run(s.loop, UV_RUN_DEFAULT);

@@ -654,7 +654,7 @@ load_models(sc *c, char *note, size_t notelen, char *err)
 	for (b = o->block_lo; b <= o->block_hi; b++) {
 		if (o->logical) {
 			rc = kn_model_create_inference(&c->blocks[b], &bs, o->be,
-			    o->max_batch, err);
+			    o->max_batch, o->storage, err);
 			if (rc == 0)
 				kn_model_init(c->blocks[b], c->spec.seed * 1000003u +
 				    (uint64_t)b);
@@ -675,7 +675,7 @@ load_models(sc *c, char *note, size_t notelen, char *err)
 	cs.layers = o->layer_hi - o->layer_lo;
 	if (o->logical) {
 		if ((rc = kn_model_create_inference(&c->causal, &cs, o->be,
-		    o->max_batch, err)) != 0)
+		    o->max_batch, o->storage, err)) != 0)
 			return rc;
 		kn_model_init(c->causal, c->spec.seed * 1000003u + 7777u +
 		    (uint64_t)o->layer_lo);
@@ -686,7 +686,7 @@ load_models(sc *c, char *note, size_t notelen, char *err)
 		    0, o->be, 1, why);
 		if (rc == 0) {
 			rc = kn_model_create_inference(&c->causal, &cs, o->be,
-			    o->max_batch, err);
+			    o->max_batch, KN_STORE_F32, err);
 			if (rc == 0 && (rc = kn_model_copy_layers(c->causal, full,
 			    o->layer_lo, err)) != 0) {
 				kn_model_free(c->causal);

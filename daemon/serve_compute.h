@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "kernels/backend.h"
+#include "kernels/model.h"
 #include "proto/pipeline.h"
 #include "proto/spec.h"
 
@@ -37,6 +38,7 @@ typedef struct {
 	const char *run_id;
 	const char *dir;        /* checkpoints; NULL with a logical shape */
 	int logical;            /* seeded random weights */
+	kn_storage storage;     /* of a logical shape's weights */
 	int block_hi, block_lo; /* 1-based */
 	int layer_lo, layer_hi; /* causal layers [lo, hi) */
 	int ar_first, ar_last;  /* embeds the bytes / runs the head */

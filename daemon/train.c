@@ -169,7 +169,9 @@ sm_load_model(kn_model **out, const pr_spec *s, const char *run_id,
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", run_id);
 	expect.block = kind == BT_BLOCK ? block : 0;
 	snprintf(expect.kind, sizeof(expect.kind), "%s", bt_kind_name(kind));
-	if ((rc = kn_model_create(out, &shape, be, max_batch, err)) != 0)
+	/* forward passes only: no gradients or optimizer state */
+	if ((rc = kn_model_create_inference(out, &shape, be, max_batch,
+	    KN_STORE_F32, err)) != 0)
 		return rc;
 	if ((rc = load_params(*out, path, &expect, NULL, err)) != 0) {
 		kn_model_free(*out);

@@ -70,6 +70,17 @@ struct kn_backend {
 	    const float *dout, const float *inp, const float *w,
 	    int N, int C, int OC);
 
+	/* matmul_forward with the weights w (OC,C) in IEEE fp16 storage.
+	 * The CPU widens a slice of w at a time to fp32 in scratch and runs
+	 * the same GEMM on it (the result is the fp32 op's on the widened
+	 * weights); CUDA narrows inp to fp16 in scratch and runs an fp16
+	 * GEMM with fp32 accumulation.  scratch: matmul_f16_scratch(N, C,
+	 * OC) bytes, for these sizes and any smaller. */
+	void (*matmul_forward_f16)(float *out, const float *inp,
+	    const uint16_t *w, const float *bias, void *scratch, int N, int C,
+	    int OC);
+	size_t (*matmul_f16_scratch)(int N, int C, int OC);
+
 	/* Multi-head self-attention without projections.  qkv (N,3C) holds
 	 * q, k, v side by side; head h uses columns [h*hs, (h+1)*hs) of each,
 	 * hs = C/NH.  att (B,NH,T,T) keeps the softmax probabilities for the

@@ -9,34 +9,10 @@
 #include <string.h>
 
 #include "kernels/error.h"
+#include "kernels/convert.h"
 #include "kernels/model.h"
+#include "kernels/model_private.h"
 #include "kernels/rng.h"
-
-/* Parameter tensors in buffer order.  The decayed ones (matrices and
- * embeddings) come first so that AdamW is two calls: one with weight decay,
- * one without (biases and LayerNorm). */
-enum {
-	P_WTE,          /* (257, d) */
-	P_WPE,          /* (n, d) */
-	P_QKVW,         /* (L, 3d, d) */
-	P_ATTPROJW,     /* (L, d, d) */
-	P_FCW,          /* (L, 4d, d) */
-	P_FCPROJW,      /* (L, d, 4d) */
-	P_HEADW,        /* (256, d) */
-	P_LN1W,         /* (L, d) */
-	P_LN1B,         /* (L, d) */
-	P_QKVB,         /* (L, 3d) */
-	P_ATTPROJB,     /* (L, d) */
-	P_LN2W,         /* (L, d) */
-	P_LN2B,         /* (L, d) */
-	P_FCB,          /* (L, 4d) */
-	P_FCPROJB,      /* (L, d) */
-	P_LNFW,         /* (d) */
-	P_LNFB,         /* (d) */
-	P_HEADB,        /* (256) */
-	P_COUNT
-};
-#define P_FIRST_UNDECAYED P_LN1W
 
 static const char *const param_names[P_COUNT] = {
 	"wte", "wpe", "qkv_w", "attproj_w", "fc_w", "fcproj_w", "head_w",
@@ -44,44 +20,6 @@ static const char *const param_names[P_COUNT] = {
 	"fcproj_b", "lnf_w", "lnf_b", "head_b",
 };
 
-/* Activations of one forward pass, per layer where it says (L, ...). */
-struct acts {
-	int32_t *input, *target;        /* (N) */
-	float *weight;                  /* (N) */
-	float *encoded;                 /* (N, d) */
-	float *ln1, *ln1_mean, *ln1_rstd;       /* (L, N, d), (L, N) x2 */
-	float *qkv;                     /* (L, N, 3d) */
-	float *atty;                    /* (L, N, d) */
-	float *att;                     /* (L, B, h, n, n) */
-	float *attproj;                 /* (L, N, d) */
-	float *resid2;                  /* (L, N, d) */
-	float *ln2, *ln2_mean, *ln2_rstd;       /* (L, N, d), (L, N) x2 */
-	float *fch, *fch_gelu;          /* (L, N, 4d) */
-	float *fcproj;                  /* (L, N, d) */
-	float *resid3;                  /* (L, N, d) */
-	float *lnf, *lnf_mean, *lnf_rstd;       /* (N, d), (N) x2 */
-	float *logits;                  /* (N, 256) */
-	float *losses;                  /* (N) */
-	/* backward work space */
-	float *dres, *dln, *datty, *dqkv, *dfch, *datt;
-	float *u;                       /* (N) uniforms for sampling */
-	int32_t *picked;                /* (N) */
-};
-
-struct kn_model {
-	kn_model_shape shape;
-	const kn_backend *be;
-	int max_batch;
-	kn_tensor tensors[P_COUNT];
-	size_t num_params;
-	float *params, *grads, *m, *v;
-	int t;                          /* AdamW steps taken */
-	int inference;                  /* no gradients, optimizer or backward */
-	int act_layers;                 /* L, or 1 when layers share buffers */
-	struct acts a;
-	void *act_block;                /* all activations, one allocation */
-	float *host_losses;             /* (N) */
-};
 
 int
 kn_model_check_shape(const kn_model_shape *s, char *err)
@@ -215,14 +153,22 @@ layout_acts(struct acts *a, struct carve *c, const kn_model_shape *s, int B,
 	a->picked = carve(c, N);
 }
 
+/* Elements of the four layer matrices, which fp16 storage holds. */
+static size_t
+matrix_elems(const kn_model *m)
+{
+	return m->tensors[P_HEADW].offset - m->tensors[P_QKVW].offset;
+}
+
 static int
 model_create(kn_model **out, const kn_model_shape *shape,
-    const kn_backend *be, int max_batch, int inference, char *err)
+    const kn_backend *be, int max_batch, int inference, kn_storage storage,
+    char *err)
 {
 	kn_model *m;
 	int64_t shapes[P_COUNT][3];
 	int ndims[P_COUNT], i, k, rc;
-	size_t off = 0, np;
+	size_t off = 0, np, nm = 0, stage = 0, bytes;
 	struct carve c = { NULL, 0 };
 
 	*out = NULL;
@@ -230,12 +176,16 @@ model_create(kn_model **out, const kn_model_shape *shape,
 		return rc;
 	if (max_batch <= 0)
 		return kn_error(err, KN_EINVAL, "batch must be positive");
+	if (storage == KN_STORE_F16 && !inference)
+		return kn_error(err, KN_EINVAL, "fp16 storage is for serving: "
+		    "training keeps fp32 weights");
 	if ((m = calloc(1, sizeof(*m))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	m->shape = *shape;
 	m->be = be;
 	m->max_batch = max_batch;
 	m->inference = inference;
+	m->storage = storage;
 	m->act_layers = inference ? 1 : shape->layers;
 	size_table(shape, shapes, ndims);
 	for (i = 0; i < P_COUNT; i++) {
@@ -249,7 +199,16 @@ model_create(kn_model **out, const kn_model_shape *shape,
 		off += kn_tensor_numel(t);
 	}
 	m->num_params = np = off;
-	m->params = be->alloc(np * sizeof(float));
+	if (storage == KN_STORE_F16) {
+		/* the matrices in fp16, the rest (embeddings, head, vectors)
+		 * in fp32 at the same offsets less the matrices' room */
+		nm = matrix_elems(m);
+		stage = be->matmul_f16_scratch((int)((size_t)max_batch *
+		    shape->window), 4 * shape->width, 4 * shape->width);
+		m->params16 = be->alloc(nm * sizeof(uint16_t));
+		m->stage = be->alloc(stage);
+	}
+	m->params = be->alloc((np - nm) * sizeof(float));
 	if (!inference) {
 		m->grads = be->alloc(np * sizeof(float));
 		m->m = be->alloc(np * sizeof(float));
@@ -259,19 +218,28 @@ model_create(kn_model **out, const kn_model_shape *shape,
 	m->act_block = be->alloc(c.used);
 	m->host_losses = calloc((size_t)max_batch * shape->window,
 	    sizeof(float));
+	bytes = (np - nm) * 4 + nm * 2 + stage + c.used +
+	    (inference ? 0 : 12 * np);
 	if (m->params == NULL || (!inference && (m->grads == NULL ||
 	    m->m == NULL || m->v == NULL)) || m->act_block == NULL ||
-	    m->host_losses == NULL) {
+	    m->host_losses == NULL || (nm > 0 && (m->params16 == NULL ||
+	    m->stage == NULL))) {
 		kn_model_free(m);
 		return kn_error(err, KN_ENOMEM, "cannot allocate %.1f MiB of "
-		    "%s memory for the model", ((inference ? 4.0 : 16.0) * np +
-		    c.used) / 1048576.0, be->name);
+		    "%s memory for the model", bytes / 1048576.0, be->name);
 	}
 	c.base = m->act_block;
 	c.used = 0;
 	layout_acts(&m->a, &c, shape, max_batch, inference);
-	for (i = 0; i < P_COUNT; i++)
-		m->tensors[i].data = m->params + m->tensors[i].offset;
+	for (i = 0; i < P_COUNT; i++) {
+		size_t o = m->tensors[i].offset;
+
+		if (nm > 0 && KN_IS_MATRIX(i))
+			m->w16[i] = m->params16 + (o - m->tensors[P_QKVW].offset);
+		else
+			m->w[i] = m->params + (nm > 0 && i > P_FCPROJW ? o - nm : o);
+		m->tensors[i].data = m->w[i];
+	}
 	*out = m;
 	return KN_OK;
 }
@@ -280,24 +248,27 @@ int
 kn_model_create(kn_model **out, const kn_model_shape *shape,
     const kn_backend *be, int max_batch, char *err)
 {
-	return model_create(out, shape, be, max_batch, 0, err);
+	return model_create(out, shape, be, max_batch, 0, KN_STORE_F32, err);
 }
 
 int
 kn_model_create_inference(kn_model **out, const kn_model_shape *shape,
-    const kn_backend *be, int max_batch, char *err)
+    const kn_backend *be, int max_batch, kn_storage storage, char *err)
 {
-	return model_create(out, shape, be, max_batch, 1, err);
+	return model_create(out, shape, be, max_batch, 1, storage, err);
 }
 
 size_t
-kn_model_inference_bytes(const kn_model_shape *shape, int max_batch)
+kn_model_inference_bytes(const kn_model_shape *shape, int max_batch,
+    kn_storage storage)
 {
 	struct carve c = { NULL, 0 };
 	struct acts a;
+	size_t np = kn_model_params_for(shape), d = (size_t)shape->width;
+	size_t nm = storage == KN_STORE_F16 ? 12 * d * d * shape->layers : 0;
 
 	layout_acts(&a, &c, shape, max_batch, 1);
-	return kn_model_params_for(shape) * sizeof(float) + c.used;
+	return (np - nm) * sizeof(float) + nm * sizeof(uint16_t) + c.used;
 }
 
 void
@@ -310,6 +281,10 @@ kn_model_free(kn_model *m)
 		m->be->free(m->grads);
 		m->be->free(m->m);
 		m->be->free(m->v);
+	}
+	if (m->params16 != NULL) {
+		m->be->free(m->params16);
+		m->be->free(m->stage);
 	}
 	m->be->free(m->act_block);
 	free(m->host_losses);
@@ -331,22 +306,83 @@ kn_model_tensors(const kn_model *m, int *count)
 	return m->tensors;
 }
 
+/* Values are moved in pieces of this many: fp16 storage converts
+ * through a host buffer that never holds a whole model. */
+#define PIECE ((size_t)1 << 20)
+
 void
 kn_model_get_params(const kn_model *m, float *host)
 {
-	m->be->download(host, m->params, m->num_params * sizeof(float));
+	uint16_t *half;
+	size_t k, n;
+	int i;
+
+	if (m->params16 == NULL) {
+		m->be->download(host, m->params, m->num_params * sizeof(float));
+		return;
+	}
+	if ((half = malloc(PIECE * sizeof(uint16_t))) == NULL)
+		return;
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+
+		n = kn_tensor_numel(t);
+		if (m->w16[i] == NULL) {
+			m->be->download(host + t->offset, m->w[i], n * 4);
+			continue;
+		}
+		for (k = 0; k < n; k += PIECE) {
+			size_t len = n - k < PIECE ? n - k : PIECE;
+
+			m->be->download(half, m->w16[i] + k, len * 2);
+			kn_f16_to_f32(host + t->offset + k, half, len);
+		}
+	}
+	free(half);
+}
+
+/* Values of tensor i from element first on, from host, into the model. */
+static int
+put_values(kn_model *m, int i, size_t first, const float *host, size_t len,
+    uint16_t *half, char *err)
+{
+	if (m->w16[i] == NULL) {
+		m->be->upload(m->w[i] + first, host, len * sizeof(float));
+		return KN_OK;
+	}
+	kn_f32_to_f16(half, host, len);
+	if (kn_f16_first_nonfinite(half, len) >= 0)
+		return kn_error(err, KN_ENUM, "%s: a value is beyond the fp16 "
+		    "range", m->tensors[i].name);
+	m->be->upload(m->w16[i] + first, half, len * sizeof(uint16_t));
+	return KN_OK;
 }
 
 int
 kn_model_set_params(kn_model *m, const float *host, char *err)
 {
 	long bad = kn_first_nonfinite(host, m->num_params);
+	uint16_t *half;
+	size_t k, n;
+	int i, rc = KN_OK;
 
 	if (bad >= 0)
 		return kn_error(err, KN_ENUM, "parameter %ld is not finite",
 		    bad);
-	m->be->upload(m->params, host, m->num_params * sizeof(float));
-	return KN_OK;
+	if (m->params16 == NULL) {
+		m->be->upload(m->params, host, m->num_params * sizeof(float));
+		return KN_OK;
+	}
+	if ((half = malloc(PIECE * sizeof(uint16_t))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < P_COUNT && rc == 0; i++) {
+		n = kn_tensor_numel(&m->tensors[i]);
+		for (k = 0; k < n && rc == 0; k += PIECE)
+			rc = put_values(m, i, k, host + m->tensors[i].offset + k,
+			    n - k < PIECE ? n - k : PIECE, half, err);
+	}
+	free(half);
+	return rc;
 }
 
 void
@@ -378,35 +414,47 @@ kn_model_set_opt_state(kn_model *m, const float *host_m, const float *host_v,
 void
 kn_model_init(kn_model *m, uint64_t seed)
 {
-	float *host = malloc(m->num_params * sizeof(float));
+	float *piece = malloc(PIECE * sizeof(float));
+	uint16_t *half = malloc(PIECE * sizeof(uint16_t));
 	float proj_std = 0.02f / sqrtf(2.0f * (float)m->shape.layers);
+	char err[KN_ERR_LEN];
+	size_t k, n, len, j;
 	int i;
 
-	if (host == NULL)
+	if (piece == NULL || half == NULL) {
+		free(piece);
+		free(half);
 		return;
+	}
+	/* tensor by tensor, a piece at a time: element k of tensor i is
+	 * drawn at index k of stream i whatever the piece */
 	for (i = 0; i < P_COUNT; i++) {
-		kn_tensor *t = &m->tensors[i];
-		float *x = host + t->offset;
-		size_t n = kn_tensor_numel(t);
-
-		switch (i) {
-		case P_WTE: case P_WPE: case P_QKVW: case P_FCW: case P_HEADW:
-			kn_rng_fill_normal(x, n, 0.0f, 0.02f, seed, (uint64_t)i);
-			break;
-		case P_ATTPROJW: case P_FCPROJW:
-			kn_rng_fill_normal(x, n, 0.0f, proj_std, seed,
-			    (uint64_t)i);
-			break;
-		case P_LN1W: case P_LN2W: case P_LNFW:
-			for (size_t k = 0; k < n; k++)
-				x[k] = 1.0f;
-			break;
-		default:
-			memset(x, 0, n * sizeof(float));
+		n = kn_tensor_numel(&m->tensors[i]);
+		for (k = 0; k < n; k += PIECE) {
+			len = n - k < PIECE ? n - k : PIECE;
+			switch (i) {
+			case P_WTE: case P_WPE: case P_QKVW: case P_FCW:
+			case P_HEADW:
+				kn_rng_fill_normal_from(piece, len, 0.0f, 0.02f,
+				    seed, (uint64_t)i, k);
+				break;
+			case P_ATTPROJW: case P_FCPROJW:
+				kn_rng_fill_normal_from(piece, len, 0.0f, proj_std,
+				    seed, (uint64_t)i, k);
+				break;
+			case P_LN1W: case P_LN2W: case P_LNFW:
+				for (j = 0; j < len; j++)
+					piece[j] = 1.0f;
+				break;
+			default:
+				memset(piece, 0, len * sizeof(float));
+			}
+			/* GPT-2 draws are far inside the fp16 range */
+			put_values(m, i, k, piece, len, half, err);
 		}
 	}
-	m->be->upload(m->params, host, m->num_params * sizeof(float));
-	free(host);
+	free(piece);
+	free(half);
 	if (!m->inference) {
 		m->be->zero(m->m, m->num_params * sizeof(float));
 		m->be->zero(m->v, m->num_params * sizeof(float));
@@ -414,8 +462,8 @@ kn_model_init(kn_model *m, uint64_t seed)
 	m->t = 0;
 }
 
-static int
-check_batch(const kn_model *m, const int32_t *input, const int32_t *target,
+int
+kn__model_check_batch(const kn_model *m, const int32_t *input, const int32_t *target,
     const float *weight, int B, char *err)
 {
 	size_t N = (size_t)B * m->shape.window, i;
@@ -439,82 +487,105 @@ check_batch(const kn_model *m, const int32_t *input, const int32_t *target,
 	return KN_OK;
 }
 
-#define LAYER(base, l, per) ((base) + (size_t)(l) * (per))
+/* out = inp . W^T + bias for layer l's matrix i, from either storage. */
+static void
+linear(kn_model *m, int i, int l, float *out, const float *inp,
+    const float *bias, int N, int C, int OC)
+{
+	size_t per = (size_t)OC * C;
 
-/* The layers of the forward pass on the batch already uploaded; returns
- * the residual stream after the last layer (N, d). */
-static const float *
-forward_layers(kn_model *m, int B)
+	if (m->w16[i] != NULL)
+		m->be->matmul_forward_f16(out, inp, m->w16[i] + l * per, bias,
+		    m->stage, N, C, OC);
+	else
+		m->be->matmul_forward(out, inp, m->w[i] + l * per, bias, N, C,
+		    OC);
+}
+
+const float *
+kn__model_layer(kn_model *m, int l, const float *x, int N,
+    const struct kn__attn *at)
 {
 	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
-	int d = m->shape.width, L = m->shape.layers, n = m->shape.window;
-	int h = m->shape.heads, N = B * n, l;
-	size_t Nd = (size_t)N * d, attsz = (size_t)B * h * n * n;
-	const float *p = m->params;
+	int d = m->shape.width, n = m->shape.window, h = m->shape.heads, r, off;
+	/* activations of layer l live in slot la */
+	int la = l % m->act_layers;
+	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * n * n;
+	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
+	float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
+	float *attproj = LAYER(a->attproj, la, Nd);
+	float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
+	float *fch = LAYER(a->fch, la, 4 * Nd);
+	float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
+	float *fcproj = LAYER(a->fcproj, la, Nd);
+	float *resid3 = LAYER(a->resid3, la, Nd);
+
+	be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
+	    LAYER(a->ln1_rstd, la, N), x, m->w[P_LN1W] + (size_t)l * d,
+	    m->w[P_LN1B] + (size_t)l * d, N, d);
+	linear(m, P_QKVW, l, qkv, ln1, m->w[P_QKVB] + (size_t)l * 3 * d, N, d,
+	    3 * d);
+	if (at->seqs == NULL)
+		be->attention_forward(atty, att, qkv, at->B, n, d, h,
+		    m->shape.causal);
+	else
+		/* each sequence against its own cache; a->att is work space */
+		for (r = 0, off = 0; r < at->R; off += at->seqs[r].count, r++) {
+			float *k = kn__kv_layer(at->seqs[r].kv, l);
+
+			be->attention_decode(atty + (size_t)off * d, k,
+			    k + (size_t)n * d, a->att, qkv + (size_t)off * 3 * d,
+			    at->seqs[r].pos0, at->seqs[r].count, d, h);
+		}
+	linear(m, P_ATTPROJW, l, attproj, atty, m->w[P_ATTPROJB] +
+	    (size_t)l * d, N, d, d);
+	be->residual_forward(resid2, x, attproj, Nd);
+	be->layernorm_forward(ln2, LAYER(a->ln2_mean, la, N),
+	    LAYER(a->ln2_rstd, la, N), resid2, m->w[P_LN2W] + (size_t)l * d,
+	    m->w[P_LN2B] + (size_t)l * d, N, d);
+	linear(m, P_FCW, l, fch, ln2, m->w[P_FCB] + (size_t)l * 4 * d, N, d,
+	    4 * d);
+	be->gelu_forward(fch_gelu, fch, 4 * Nd);
+	linear(m, P_FCPROJW, l, fcproj, fch_gelu, m->w[P_FCPROJB] +
+	    (size_t)l * d, N, 4 * d, d);
+	be->residual_forward(resid3, resid2, fcproj, Nd);
+	return resid3;
+}
+
+const float *
+kn__model_forward_layers(kn_model *m, int B)
+{
+	struct kn__attn at = { B, NULL, 0 };
+	int n = m->shape.window, N = B * n, l;
 	const float *x;
 
-	be->embed_forward(a->encoded, a->input, p + m->tensors[P_WTE].offset,
-	    p + m->tensors[P_WPE].offset, N, n, d);
-	x = a->encoded;
-	for (l = 0; l < L; l++) {
-		/* activations of layer l live in slot la; weights in layer l */
-		int la = l % m->act_layers;
-		float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
-		float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
-		float *attproj = LAYER(a->attproj, la, Nd);
-		float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
-		float *fch = LAYER(a->fch, la, 4 * Nd);
-		float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
-		float *fcproj = LAYER(a->fcproj, la, Nd);
-		float *resid3 = LAYER(a->resid3, la, Nd);
-		size_t dd = (size_t)d * d;
-
-		be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
-		    LAYER(a->ln1_rstd, la, N), x,
-		    p + m->tensors[P_LN1W].offset + (size_t)l * d,
-		    p + m->tensors[P_LN1B].offset + (size_t)l * d, N, d);
-		be->matmul_forward(qkv, ln1,
-		    p + m->tensors[P_QKVW].offset + l * 3 * dd,
-		    p + m->tensors[P_QKVB].offset + (size_t)l * 3 * d, N, d,
-		    3 * d);
-		be->attention_forward(atty, att, qkv, B, n, d, h,
-		    m->shape.causal);
-		be->matmul_forward(attproj, atty,
-		    p + m->tensors[P_ATTPROJW].offset + l * dd,
-		    p + m->tensors[P_ATTPROJB].offset + (size_t)l * d, N, d, d);
-		be->residual_forward(resid2, x, attproj, Nd);
-		be->layernorm_forward(ln2, LAYER(a->ln2_mean, la, N),
-		    LAYER(a->ln2_rstd, la, N), resid2,
-		    p + m->tensors[P_LN2W].offset + (size_t)l * d,
-		    p + m->tensors[P_LN2B].offset + (size_t)l * d, N, d);
-		be->matmul_forward(fch, ln2,
-		    p + m->tensors[P_FCW].offset + l * 4 * dd,
-		    p + m->tensors[P_FCB].offset + (size_t)l * 4 * d, N, d,
-		    4 * d);
-		be->gelu_forward(fch_gelu, fch, 4 * Nd);
-		be->matmul_forward(fcproj, fch_gelu,
-		    p + m->tensors[P_FCPROJW].offset + l * 4 * dd,
-		    p + m->tensors[P_FCPROJB].offset + (size_t)l * d, N, 4 * d,
-		    d);
-		be->residual_forward(resid3, resid2, fcproj, Nd);
-		x = resid3;
-	}
+	m->be->embed_forward(m->a.encoded, m->a.input, m->w[P_WTE],
+	    m->w[P_WPE], N, n, m->shape.width);
+	x = m->a.encoded;
+	for (l = 0; l < m->shape.layers; l++)
+		x = kn__model_layer(m, l, x, N, &at);
 	return x;
+}
+
+void
+kn__model_head(kn_model *m, const float *x, int N)
+{
+	struct acts *a = &m->a;
+	int d = m->shape.width;
+
+	m->be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x,
+	    m->w[P_LNFW], m->w[P_LNFB], N, d);
+	m->be->matmul_forward(a->logits, a->lnf, m->w[P_HEADW], m->w[P_HEADB],
+	    N, d, KN_VOCAB_OUT);
 }
 
 /* The forward pass up to the logits. */
 static void
 forward(kn_model *m, int B)
 {
-	const float *p = m->params, *x = forward_layers(m, B);
-	struct acts *a = &m->a;
-	int d = m->shape.width, N = B * m->shape.window;
-
-	m->be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x,
-	    p + m->tensors[P_LNFW].offset, p + m->tensors[P_LNFB].offset, N, d);
-	m->be->matmul_forward(a->logits, a->lnf, p + m->tensors[P_HEADW].offset,
-	    p + m->tensors[P_HEADB].offset, N, d, KN_VOCAB_OUT);
+	kn__model_head(m, kn__model_forward_layers(m, B),
+	    B * m->shape.window);
 }
 
 static void
@@ -586,8 +657,8 @@ backward(kn_model *m, int B)
 	    g + m->tensors[P_WPE].offset, a->dres, a->input, N, n, d);
 }
 
-static void
-upload_batch(kn_model *m, const int32_t *input, const int32_t *target,
+void
+kn__model_upload_batch(kn_model *m, const int32_t *input, const int32_t *target,
     const float *weight, int B)
 {
 	size_t N = (size_t)B * m->shape.window;
@@ -609,10 +680,10 @@ kn_model_backward(kn_model *m, const kn_batch *batch, float *loss, char *err)
 	if (m->inference)
 		return kn_error(err, KN_EINVAL, "an inference model has no "
 		    "gradients: create it with kn_model_create to train");
-	rc = check_batch(m, batch->input, batch->target, batch->weight, B, err);
+	rc = kn__model_check_batch(m, batch->input, batch->target, batch->weight, B, err);
 	if (rc != 0)
 		return rc;
-	upload_batch(m, batch->input, batch->target, batch->weight, B);
+	kn__model_upload_batch(m, batch->input, batch->target, batch->weight, B);
 	m->be->zero(m->grads, m->num_params * sizeof(float));
 	forward(m, B);
 	m->be->xent_forward_backward(m->a.losses, m->a.logits, m->a.logits,
@@ -671,10 +742,10 @@ kn_model_eval(kn_model *m, const kn_batch *batch, float *window_loss,
 	int B = batch->B, b, i, n = m->shape.window, rc;
 	size_t N = (size_t)B * n;
 
-	rc = check_batch(m, batch->input, batch->target, batch->weight, B, err);
+	rc = kn__model_check_batch(m, batch->input, batch->target, batch->weight, B, err);
 	if (rc != 0)
 		return rc;
-	upload_batch(m, batch->input, batch->target, batch->weight, B);
+	kn__model_upload_batch(m, batch->input, batch->target, batch->weight, B);
 	forward(m, B);
 	m->be->xent_forward_backward(m->a.losses, NULL, m->a.logits,
 	    m->a.target, m->a.weight, (int)N, KN_VOCAB_OUT, 1.0f);
@@ -695,11 +766,11 @@ int
 kn_model_forward(kn_model *m, const int32_t *input, int B, float *logits,
     char *err)
 {
-	int rc = check_batch(m, input, NULL, NULL, B, err);
+	int rc = kn__model_check_batch(m, input, NULL, NULL, B, err);
 
 	if (rc != 0)
 		return rc;
-	upload_batch(m, input, NULL, NULL, B);
+	kn__model_upload_batch(m, input, NULL, NULL, B);
 	forward(m, B);
 	m->be->download(logits, m->a.logits,
 	    (size_t)B * m->shape.window * KN_VOCAB_OUT * sizeof(float));
@@ -711,11 +782,11 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
     float temp, int32_t *out, char *err)
 {
 	size_t N = (size_t)B * m->shape.window;
-	int rc = check_batch(m, input, NULL, NULL, B, err);
+	int rc = kn__model_check_batch(m, input, NULL, NULL, B, err);
 
 	if (rc != 0)
 		return rc;
-	upload_batch(m, input, NULL, NULL, B);
+	kn__model_upload_batch(m, input, NULL, NULL, B);
 	forward(m, B);
 	m->be->upload(m->a.u, u, N * sizeof(float));
 	m->be->sample(m->a.picked, m->a.logits, m->a.u, (int)N, KN_VOCAB_OUT,
@@ -724,266 +795,3 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
 	return m->be->status(err);
 }
 
-int
-kn_model_predict_at(kn_model *m, const int32_t *input, int B,
-    const int32_t *rows, int R, const float *u, float temp, int32_t *out,
-    char *err)
-{
-	const kn_backend *be = m->be;
-	struct acts *a = &m->a;
-	const float *p = m->params, *x;
-	int d = m->shape.width, N = B * m->shape.window, r, rc;
-
-	if ((rc = check_batch(m, input, NULL, NULL, B, err)) != 0)
-		return rc;
-	for (r = 0; r < R; r++)
-		if (rows[r] < 0 || rows[r] >= N || (r > 0 &&
-		    rows[r] <= rows[r - 1]))
-			return kn_error(err, KN_EINVAL, "prediction rows must "
-			    "increase within the batch's %d positions", N);
-	if (R == 0)
-		return KN_OK;
-	upload_batch(m, input, NULL, NULL, B);
-	x = forward_layers(m, B);
-	/* the final LayerNorm, head and sampling act on each row alone, so
-	 * the rows wanted are gathered first and the rest never computed */
-	for (r = 0; r < R; r++)
-		be->copy(a->ln1 + (size_t)r * d, x + (size_t)rows[r] * d,
-		    (size_t)d * sizeof(float));
-	be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->ln1,
-	    p + m->tensors[P_LNFW].offset, p + m->tensors[P_LNFB].offset, R, d);
-	be->matmul_forward(a->logits, a->lnf, p + m->tensors[P_HEADW].offset,
-	    p + m->tensors[P_HEADB].offset, R, d, KN_VOCAB_OUT);
-	be->upload(a->u, u, (size_t)R * sizeof(float));
-	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
-	be->download(out, a->picked, (size_t)R * sizeof(int32_t));
-	return be->status(err);
-}
-
-/* Decoding with KV caches (the causal LM at inference): a cache holds k
- * and v of every layer for one sequence, in backend memory. */
-struct kn_kv {
-	const kn_backend *be;
-	int layers, window, width;
-	float *buf;                     /* (L, 2, n, d): k then v per layer */
-	int len;                        /* positions cached */
-};
-
-size_t
-kn_kv_bytes(const kn_model_shape *s)
-{
-	return (size_t)2 * s->layers * s->window * s->width * sizeof(float);
-}
-
-int
-kn_kv_create(kn_kv **out, const kn_model *m, char *err)
-{
-	kn_kv *kv = calloc(1, sizeof(*kv));
-
-	*out = NULL;
-	if (kv == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	kv->be = m->be;
-	kv->layers = m->shape.layers;
-	kv->window = m->shape.window;
-	kv->width = m->shape.width;
-	if ((kv->buf = m->be->alloc(kn_kv_bytes(&m->shape))) == NULL) {
-		free(kv);
-		return kn_error(err, KN_ENOMEM, "cannot allocate a KV cache of "
-		    "%.1f MiB", kn_kv_bytes(&m->shape) / 1048576.0);
-	}
-	*out = kv;
-	return KN_OK;
-}
-
-void
-kn_kv_free(kn_kv *kv)
-{
-	if (kv == NULL)
-		return;
-	kv->be->free(kv->buf);
-	free(kv);
-}
-
-int
-kn_kv_len(const kn_kv *kv)
-{
-	return kv->len;
-}
-
-static int
-check_decode(const kn_model *m, const kn_decode_seq *seqs, int R,
-    const int32_t *sym, int *rows, char *err)
-{
-	int r, i, total = 0;
-
-	if (!m->shape.causal)
-		return kn_error(err, KN_EINVAL, "decoding needs a causal model");
-	if (R <= 0)
-		return kn_error(err, KN_EINVAL, "nothing to decode");
-	for (r = 0; r < R; r++) {
-		const kn_decode_seq *q = &seqs[r];
-
-		if (q->kv == NULL || q->kv->layers != m->shape.layers ||
-		    q->kv->width != m->shape.width ||
-		    q->kv->window != m->shape.window)
-			return kn_error(err, KN_EINVAL, "sequence %d: the cache "
-			    "is not of this model", r);
-		if (q->count <= 0 || q->pos0 != q->kv->len ||
-		    q->pos0 + q->count > m->shape.window)
-			return kn_error(err, KN_EINVAL, "sequence %d: positions "
-			    "%d..%d do not follow the %d cached in a window of %d",
-			    r, q->pos0, q->pos0 + q->count - 1, q->kv->len,
-			    m->shape.window);
-		total += q->count;
-	}
-	if (total > m->max_batch * m->shape.window)
-		return kn_error(err, KN_EINVAL, "%d positions in one pass; "
-		    "this model takes %d", total,
-		    m->max_batch * m->shape.window);
-	for (i = 0; sym != NULL && i < total; i++)
-		if (sym[i] < 0 || sym[i] >= KN_VOCAB_OUT)
-			return kn_error(err, KN_EINVAL, "decoding symbol %d is "
-			    "not a byte", sym[i]);
-	*rows = total;
-	return KN_OK;
-}
-
-/* The layers of forward(), on rows that belong to several sequences: the
- * per-row ops run once over all rows (one batched GEMM per weight), the
- * attention once per sequence against its cache. */
-int
-kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
-    const int32_t *sym, float *hidden, const float *u, float temp,
-    int32_t *picked, char *err)
-{
-	const kn_backend *be = m->be;
-	struct acts *a = &m->a;
-	int d = m->shape.width, L = m->shape.layers, h = m->shape.heads;
-	int N = 0, l, r, rc, off;
-	const float *p = m->params;
-	const float *x;
-	size_t Nd, dd = (size_t)d * d;
-
-	if ((rc = check_decode(m, seqs, R, sym, &N, err)) != 0)
-		return rc;
-	Nd = (size_t)N * d;
-	if (sym != NULL) {
-		be->upload(a->input, sym, (size_t)N * sizeof(int32_t));
-		for (r = 0, off = 0; r < R; off += seqs[r].count, r++)
-			be->embed_forward(a->encoded + (size_t)off * d,
-			    a->input + off, p + m->tensors[P_WTE].offset,
-			    p + m->tensors[P_WPE].offset +
-			    (size_t)seqs[r].pos0 * d, seqs[r].count,
-			    seqs[r].count, d);
-	} else
-		be->upload(a->encoded, hidden, Nd * sizeof(float));
-	x = a->encoded;
-	for (l = 0; l < L; l++) {
-		int la = l % m->act_layers;
-		float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
-		float *atty = LAYER(a->atty, la, Nd);
-		float *attproj = LAYER(a->attproj, la, Nd);
-		float *resid2 = LAYER(a->resid2, la, Nd);
-		float *ln2 = LAYER(a->ln2, la, Nd);
-		float *fch = LAYER(a->fch, la, 4 * Nd);
-		float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
-		float *fcproj = LAYER(a->fcproj, la, Nd);
-		float *resid3 = LAYER(a->resid3, la, Nd);
-
-		be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
-		    LAYER(a->ln1_rstd, la, N), x,
-		    p + m->tensors[P_LN1W].offset + (size_t)l * d,
-		    p + m->tensors[P_LN1B].offset + (size_t)l * d, N, d);
-		be->matmul_forward(qkv, ln1,
-		    p + m->tensors[P_QKVW].offset + l * 3 * dd,
-		    p + m->tensors[P_QKVB].offset + (size_t)l * 3 * d, N, d,
-		    3 * d);
-		for (r = 0, off = 0; r < R; off += seqs[r].count, r++) {
-			float *k = seqs[r].kv->buf + (size_t)l * 2 *
-			    m->shape.window * d;
-
-			be->attention_decode(atty + (size_t)off * d, k,
-			    k + (size_t)m->shape.window * d, a->att,
-			    qkv + (size_t)off * 3 * d, seqs[r].pos0,
-			    seqs[r].count, d, h);
-		}
-		be->matmul_forward(attproj, atty,
-		    p + m->tensors[P_ATTPROJW].offset + l * dd,
-		    p + m->tensors[P_ATTPROJB].offset + (size_t)l * d, N, d, d);
-		be->residual_forward(resid2, x, attproj, Nd);
-		be->layernorm_forward(ln2, LAYER(a->ln2_mean, la, N),
-		    LAYER(a->ln2_rstd, la, N), resid2,
-		    p + m->tensors[P_LN2W].offset + (size_t)l * d,
-		    p + m->tensors[P_LN2B].offset + (size_t)l * d, N, d);
-		be->matmul_forward(fch, ln2,
-		    p + m->tensors[P_FCW].offset + l * 4 * dd,
-		    p + m->tensors[P_FCB].offset + (size_t)l * 4 * d, N, d,
-		    4 * d);
-		be->gelu_forward(fch_gelu, fch, 4 * Nd);
-		be->matmul_forward(fcproj, fch_gelu,
-		    p + m->tensors[P_FCPROJW].offset + l * 4 * dd,
-		    p + m->tensors[P_FCPROJB].offset + (size_t)l * d, N, 4 * d,
-		    d);
-		be->residual_forward(resid3, resid2, fcproj, Nd);
-		x = resid3;
-	}
-	for (r = 0; r < R; r++)
-		seqs[r].kv->len += seqs[r].count;
-	if (picked == NULL) {
-		be->download(hidden, x, Nd * sizeof(float));
-		return be->status(err);
-	}
-	/* the head only where a byte is picked: each sequence's last row */
-	for (r = 0, off = 0; r < R; off += seqs[r].count, r++)
-		be->copy(a->lnf + (size_t)r * d, x + (size_t)(off +
-		    seqs[r].count - 1) * d, (size_t)d * sizeof(float));
-	/* ln1's first slot is free once the layers are done */
-	be->layernorm_forward(a->ln1, a->lnf_mean, a->lnf_rstd, a->lnf,
-	    p + m->tensors[P_LNFW].offset, p + m->tensors[P_LNFB].offset, R, d);
-	be->matmul_forward(a->logits, a->ln1,
-	    p + m->tensors[P_HEADW].offset, p + m->tensors[P_HEADB].offset, R,
-	    d, KN_VOCAB_OUT);
-	be->upload(a->u, u, (size_t)R * sizeof(float));
-	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
-	be->download(picked, a->picked, (size_t)R * sizeof(int32_t));
-	return be->status(err);
-}
-
-int
-kn_model_copy_layers(kn_model *dst, const kn_model *src, int first,
-    char *err)
-{
-	const kn_model_shape *ds = &dst->shape, *ss = &src->shape;
-	float *from, *to;
-	int i;
-
-	if (ds->width != ss->width || ds->heads != ss->heads ||
-	    ds->window != ss->window || ds->causal != ss->causal ||
-	    first < 0 || first + ds->layers > ss->layers)
-		return kn_error(err, KN_EINVAL, "layers %d..%d of a %d-layer "
-		    "model do not fit a %d-layer slice of the same width",
-		    first, first + ds->layers - 1, ss->layers, ds->layers);
-	from = malloc(src->num_params * sizeof(float));
-	to = malloc(dst->num_params * sizeof(float));
-	if (from == NULL || to == NULL) {
-		free(from);
-		free(to);
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	}
-	kn_model_get_params(src, from);
-	for (i = 0; i < P_COUNT; i++) {
-		const kn_tensor *st = &src->tensors[i], *dt = &dst->tensors[i];
-		/* per-layer tensors are (L, ...): a slice of whole layers */
-		int per_layer = i >= P_QKVW && i <= P_FCPROJB && i != P_HEADW;
-		size_t n = kn_tensor_numel(dt);
-		size_t skip = per_layer ? n / (size_t)ds->layers * first : 0;
-
-		memcpy(to + dt->offset, from + st->offset + skip,
-		    n * sizeof(float));
-	}
-	dst->be->upload(dst->params, to, dst->num_params * sizeof(float));
-	free(from);
-	free(to);
-	return KN_OK;
-}

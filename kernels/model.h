@@ -40,6 +40,11 @@ typedef struct {
 	float clip;             /* global gradient-norm clip; <= 0: none */
 } kn_adamw;
 
+/* How a served model keeps its weights: fp32, or the layer matrices in
+ * IEEE fp16 (half the memory; the CPU computes in fp32 from them, CUDA
+ * runs fp16 GEMMs with fp32 accumulation).  Training is fp32 only. */
+typedef enum { KN_STORE_F32 = 0, KN_STORE_F16 } kn_storage;
+
 typedef struct kn_model kn_model;
 
 /* Checks the shape, allocates parameters, gradients, optimizer state and
@@ -50,9 +55,10 @@ int kn_model_create(kn_model **out, const kn_model_shape *shape,
  * one layer's activations reused by every layer, so a model far too large
  * to train here can still be served.  Backward and update refuse it. */
 int kn_model_create_inference(kn_model **out, const kn_model_shape *shape,
-    const kn_backend *be, int max_batch, char *err);
-/* Bytes such a model takes on its backend. */
-size_t kn_model_inference_bytes(const kn_model_shape *shape, int max_batch);
+    const kn_backend *be, int max_batch, kn_storage storage, char *err);
+/* Bytes such a model takes on its backend, scratch aside. */
+size_t kn_model_inference_bytes(const kn_model_shape *shape, int max_batch,
+    kn_storage storage);
 void kn_model_free(kn_model *m);
 int kn_model_check_shape(const kn_model_shape *shape, char *err);
 

@@ -119,6 +119,27 @@ kn_rng_fill_normal(float *x, size_t n, float mean, float std, uint64_t seed,
 }
 
 void
+kn_rng_fill_normal_from(float *x, size_t n, float mean, float std,
+    uint64_t seed, uint64_t stream, size_t first)
+{
+	uint32_t w[4];
+	size_t i;
+
+	/* element g is half of block g / 2, as kn_rng_fill_normal has it */
+	for (i = 0; i < n;) {
+		size_t g = first + i;
+
+		philox_block(seed, stream, g / 2, w);
+		if (g % 2 == 0) {
+			x[i++] = mean + std * box_muller(w[0], w[1]);
+			if (i < n)
+				x[i++] = mean + std * box_muller(w[2], w[3]);
+		} else
+			x[i++] = mean + std * box_muller(w[2], w[3]);
+	}
+}
+
+void
 kn_rng_fill_uniform(float *x, size_t n, uint64_t seed, uint64_t stream)
 {
 	uint32_t w[4];

@@ -36,6 +36,10 @@ void kn_rng_fill_normal(float *x, size_t n, float mean, float std,
     uint64_t seed, uint64_t stream);
 void kn_rng_fill_uniform(float *x, size_t n, uint64_t seed,
     uint64_t stream);
+/* Elements first .. first + n - 1 of kn_rng_fill_normal's fill, for a
+ * tensor filled a piece at a time. */
+void kn_rng_fill_normal_from(float *x, size_t n, float mean, float std,
+    uint64_t seed, uint64_t stream, size_t first);
 
 /* Folds several identifiers (block, replica, step, ...) into one stream id,
  * so that callers key their draws by meaning instead of by hand-made

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/convert.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "kernels/rng.h"
@@ -435,6 +436,87 @@ START_TEST(test_attention)
 }
 END_TEST
 
+/* Decoding: T new positions against a cache of pos0 earlier ones. */
+START_TEST(test_attention_decode)
+{
+	static const struct { int n, pos0, T, C, NH; } cases[] = {
+		{ 64, 0, 16, 128, 4 }, { 64, 16, 1, 128, 4 }, { 40, 39, 1, 48, 6 },
+		{ 300, 100, 7, 64, 2 }
+	};
+	char what[160];
+	size_t k;
+
+	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int n = cases[k].n, pos0 = cases[k].pos0, T = cases[k].T;
+		int C = cases[k].C, NH = cases[k].NH;
+		uint64_t seed = 900 + k;
+		struct pair qkv = pair_uniform((size_t)T * 3 * C, -2, 2, seed);
+		struct pair kc = pair_normal((size_t)n * C, 0, 1, seed + 1);
+		struct pair vc = pair_normal((size_t)n * C, 0, 1, seed + 2);
+		struct pair sc = pair_const((size_t)NH * T * (pos0 + T), 7.0f);
+		struct pair out = pair_const((size_t)T * C, 7.0f);
+
+		cpu->attention_decode(out.c, kc.c, vc.c, sc.c, qkv.c, pos0, T, C,
+		    NH);
+		gpu->attention_decode(out.g, kc.g, vc.g, sc.g, qkv.g, pos0, T, C,
+		    NH);
+		snprintf(what, sizeof(what), "attention_decode out n=%d pos0=%d "
+		    "T=%d C=%d NH=%d", n, pos0, T, C, NH);
+		expect_close(what, &out, (size_t)T * C, TOL_GEMM);
+		snprintf(what, sizeof(what), "attention_decode kcache n=%d "
+		    "pos0=%d T=%d", n, pos0, T);
+		expect_close(what, &kc, (size_t)n * C, TOL_EXACT);
+		snprintf(what, sizeof(what), "attention_decode vcache n=%d "
+		    "pos0=%d T=%d", n, pos0, T);
+		expect_close(what, &vc, (size_t)n * C, TOL_EXACT);
+		pair_free(&qkv); pair_free(&kc); pair_free(&vc);
+		pair_free(&sc); pair_free(&out);
+	}
+}
+END_TEST
+
+/* fp16 weights: the CPU widens them, CUDA also narrows the activations,
+ * so they agree to fp16's precision of the inputs, not fp32's. */
+START_TEST(test_matmul_f16)
+{
+	static const struct { int N, C, OC; } cases[] = {
+		{ 16 * 72, 512, 1536 }, { 1, 2048, 8192 }, { 7, 13, 5 }
+	};
+	char what[128];
+	size_t k;
+
+	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int N = cases[k].N, C = cases[k].C, OC = cases[k].OC;
+		size_t nw = (size_t)OC * C;
+		float *wf = malloc(nw * sizeof(float));
+		uint16_t *wh = malloc(nw * sizeof(uint16_t));
+		struct pair inp = pair_normal((size_t)N * C, 0, 1, 700 + k);
+		struct pair bias = pair_normal((size_t)OC, 0, 1, 800 + k);
+		struct pair out = pair_const((size_t)N * OC, 7.0f);
+		struct pair w, scratch;
+		size_t sb = cpu->matmul_f16_scratch(N, C, OC);
+
+		if (gpu->matmul_f16_scratch(N, C, OC) > sb)
+			sb = gpu->matmul_f16_scratch(N, C, OC);
+		kn_rng_fill_normal(wf, nw, 0, 0.05f, 600 + k, 2);
+		kn_f32_to_f16(wh, wf, nw);
+		w = pair_new(wh, nw * sizeof(uint16_t));
+		scratch = pair_new(NULL, sb);
+		cpu->matmul_forward_f16(out.c, inp.c, w.c, bias.c, scratch.c, N,
+		    C, OC);
+		gpu->matmul_forward_f16(out.g, inp.g, w.g, bias.g, scratch.g, N,
+		    C, OC);
+		snprintf(what, sizeof(what), "matmul_forward_f16 N=%d C=%d OC=%d",
+		    N, C, OC);
+		expect_close(what, &out, (size_t)N * OC, 5e-3);
+		pair_free(&inp); pair_free(&bias); pair_free(&out);
+		pair_free(&w); pair_free(&scratch);
+		free(wf);
+		free(wh);
+	}
+}
+END_TEST
+
 START_TEST(test_gelu)
 {
 	static const size_t sizes[] = { (size_t)32 * 128 * 1024, 1001, 1 };
@@ -771,6 +853,8 @@ parity_suite(void)
 	tcase_add_test(tc, test_layernorm);
 	tcase_add_test(tc, test_matmul);
 	tcase_add_test(tc, test_attention);
+	tcase_add_test(tc, test_attention_decode);
+	tcase_add_test(tc, test_matmul_f16);
 	tcase_add_test(tc, test_gelu);
 	tcase_add_test(tc, test_residual_scale);
 	tcase_add_test(tc, test_sumsq);

@@ -11,6 +11,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
+#include "kernels/convert.h"
 #include "kernels/model.h"
 #include "kernels/pool.h"
 #include "kernels/rng.h"
@@ -305,7 +306,7 @@ START_TEST(test_decode_matches_forward)
 
 	ck_assert_int_eq(kn_model_create(&m, &s, kn_cpu_backend(), 1, err), 0);
 	ck_assert_int_eq(kn_model_create_inference(&inf, &s, kn_cpu_backend(),
-	    1, err), 0);
+	    1, KN_STORE_F32, err), 0);
 	kn_model_init(m, 11);
 	{
 		float *host = malloc(kn_model_num_params(m) * sizeof(float));
@@ -356,9 +357,9 @@ START_TEST(test_decode_matches_forward)
 		a.layers = 1;
 		b.layers = 2;
 		ck_assert_int_eq(kn_model_create_inference(&lo, &a,
-		    kn_cpu_backend(), 1, err), 0);
+		    kn_cpu_backend(), 1, KN_STORE_F32, err), 0);
 		ck_assert_int_eq(kn_model_create_inference(&hi, &b,
-		    kn_cpu_backend(), 1, err), 0);
+		    kn_cpu_backend(), 1, KN_STORE_F32, err), 0);
 		ck_assert_int_eq(kn_model_copy_layers(lo, inf, 0, err), 0);
 		ck_assert_int_eq(kn_model_copy_layers(hi, inf, 1, err), 0);
 		ck_assert_int_ne(kn_model_copy_layers(hi, inf, 2, err), 0);
@@ -403,7 +404,7 @@ START_TEST(test_batch_invariance)
 	int i, b;
 
 	ck_assert_int_eq(kn_model_create_inference(&m, &s, kn_cpu_backend(), 5,
-	    err), 0);
+	    KN_STORE_F32, err), 0);
 	kn_model_init(m, 3);
 	for (i = 0; i < 5 * 40; i++) {
 		in[i] = i % 7 == 0 ? KN_MASK : 'a' + (i * 13) % 26;
@@ -432,7 +433,7 @@ START_TEST(test_batch_invariance)
 	}
 	cs.causal = 1;
 	ck_assert_int_eq(kn_model_create_inference(&c, &cs, kn_cpu_backend(),
-	    2, err), 0);
+	    2, KN_STORE_F32, err), 0);
 	kn_model_init(c, 4);
 	for (b = 0; b < 3; b++) {
 		ck_assert_int_eq(kn_kv_create(&kv[b], c, err), 0);
@@ -469,6 +470,108 @@ START_TEST(test_batch_invariance)
 }
 END_TEST
 
+/* fp16 storage: the model of the weights rounded to fp16, whatever the
+ * storage, gives the same predictions and decodes; values past the fp16
+ * range are refused. */
+START_TEST(test_f16_storage)
+{
+	kn_model_shape s = { .width = 64, .heads = 4, .layers = 2,
+	    .window = 24, .causal = 0 }, cs = s;
+	kn_model *h, *f;
+	char err[KN_ERR_LEN];
+	size_t np, i;
+	float *p, *back, u[2 * 24];
+	uint16_t *half;
+	int32_t in[2 * 24], oh[2 * 24], of[2 * 24];
+
+	ck_assert_int_eq(kn_model_create_inference(&h, &s, kn_cpu_backend(), 2,
+	    KN_STORE_F16, err), 0);
+	ck_assert_int_eq(kn_model_create_inference(&f, &s, kn_cpu_backend(), 2,
+	    KN_STORE_F32, err), 0);
+	np = kn_model_num_params(h);
+	kn_model_init(h, 5);
+	p = malloc(np * sizeof(float));
+	back = malloc(np * sizeof(float));
+	half = malloc(np * sizeof(uint16_t));
+	kn_model_get_params(h, p);
+	/* an fp32 init, its matrices rounded to fp16, the rest exact */
+	kn_model_init(f, 5);
+	kn_model_get_params(f, back);
+	{
+		const kn_tensor *t;
+		int count, k;
+
+		t = kn_model_tensors(f, &count);
+		for (k = 0; k < count; k++) {
+			size_t n = kn_tensor_numel(&t[k]);
+			float *x = back + t[k].offset;
+
+			if (strcmp(t[k].name, "qkv_w") == 0 ||
+			    strcmp(t[k].name, "attproj_w") == 0 ||
+			    strcmp(t[k].name, "fc_w") == 0 ||
+			    strcmp(t[k].name, "fcproj_w") == 0) {
+				kn_f32_to_f16(half, x, n);
+				kn_f16_to_f32(x, half, n);
+			}
+		}
+	}
+	ck_assert_mem_eq(p, back, np * sizeof(float));
+	ck_assert_int_eq(kn_model_set_params(f, p, err), 0);
+	for (i = 0; i < 2 * 24; i++) {
+		in[i] = i % 3 ? KN_MASK : 'a' + (int)i % 26;
+		u[i] = (float)((i * 41) % 100) / 100.0f;
+	}
+	ck_assert_int_eq(kn_model_predict(h, in, 2, u, 0.8f, oh, err), 0);
+	ck_assert_int_eq(kn_model_predict(f, in, 2, u, 0.8f, of, err), 0);
+	ck_assert_mem_eq(oh, of, sizeof(oh));
+	/* a value past 65504 does not fit fp16 storage */
+	p[kn_model_tensors(h, &(int){ 0 })[2].offset] = 1e6f;
+	ck_assert_int_ne(kn_model_set_params(h, p, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "fp16"));
+	kn_model_free(h);
+	kn_model_free(f);
+	/* decoding the causal LM from fp16 storage */
+	cs.causal = 1;
+	ck_assert_int_eq(kn_model_create_inference(&h, &cs, kn_cpu_backend(),
+	    1, KN_STORE_F16, err), 0);
+	ck_assert_int_eq(kn_model_create_inference(&f, &cs, kn_cpu_backend(),
+	    1, KN_STORE_F32, err), 0);
+	kn_model_init(h, 6);
+	kn_model_get_params(h, p);
+	ck_assert_int_eq(kn_model_set_params(f, p, err), 0);
+	{
+		kn_kv *k1, *k2;
+		kn_decode_seq q1, q2;
+		int32_t a, b, sym[24];
+		float uu = 0.3f;
+		int pos;
+
+		for (pos = 0; pos < 24; pos++)
+			sym[pos] = 'A' + pos;
+		ck_assert_int_eq(kn_kv_create(&k1, h, err), 0);
+		ck_assert_int_eq(kn_kv_create(&k2, f, err), 0);
+		for (pos = 0; pos < 24; pos += 6) {
+			q1 = (kn_decode_seq){ k1, pos, 6 };
+			q2 = (kn_decode_seq){ k2, pos, 6 };
+			ck_assert_int_eq(kn_model_decode(h, &q1, 1, sym + pos, NULL,
+			    &uu, 0.9f, &a, err), 0);
+			ck_assert_int_eq(kn_model_decode(f, &q2, 1, sym + pos, NULL,
+			    &uu, 0.9f, &b, err), 0);
+			ck_assert_int_eq(a, b);
+		}
+		kn_kv_free(k1);
+		kn_kv_free(k2);
+	}
+	ck_assert_uint_lt(kn_model_inference_bytes(&cs, 1, KN_STORE_F16),
+	    kn_model_inference_bytes(&cs, 1, KN_STORE_F32));
+	kn_model_free(h);
+	kn_model_free(f);
+	free(p);
+	free(back);
+	free(half);
+}
+END_TEST
+
 static Suite *
 model_suite(void)
 {
@@ -483,6 +586,7 @@ model_suite(void)
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_decode_matches_forward);
 	tcase_add_test(tc, test_batch_invariance);
+	tcase_add_test(tc, test_f16_storage);
 	suite_add_tcase(s, tc);
 	return s;
 }

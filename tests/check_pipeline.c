@@ -265,6 +265,13 @@ START_TEST(test_host_list)
 	    "layers=2 window=32 blocks=2\n127.0.0.1:1 2-1\n"), err), 0);
 	ck_assert_int_ne(ph_load(&pl, write_list("shape width=64 heads=4 "
 	    "layers=2 window=32 blocks=3\n127.0.0.1:1 2-1\n"), err), 0);
+	ck_assert_int_eq(ph_load(&pl, write_list("shape width=64 heads=4 "
+	    "layers=2 window=32 blocks=1 storage=f16\n127.0.0.1:1 1\n"), err),
+	    0);
+	ck_assert(pl.f16);
+	ck_assert_int_ne(ph_load(&pl, write_list("shape width=64 heads=4 "
+	    "layers=2 window=32 blocks=1 storage=f8\n127.0.0.1:1 1\n"), err),
+	    0);
 	ck_assert_int_ne(ph_load(&pl, write_list("shape width=64 colour=4\n"
 	    "127.0.0.1:1 1\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "unknown shape key"));

@@ -52,6 +52,24 @@ START_TEST(test_fill_is_keyed)
 }
 END_TEST
 
+/* A tensor filled a piece at a time gets the values of one fill. */
+START_TEST(test_fill_in_pieces)
+{
+	float whole[1001], piece[1001];
+	size_t first, len;
+
+	kn_rng_fill_normal(whole, 1001, 0.5f, 2.0f, 9, 4);
+	for (first = 0; first < 1001; first += len) {
+		len = first % 2 ? 37 : 64;
+		if (first + len > 1001)
+			len = 1001 - first;
+		kn_rng_fill_normal_from(piece + first, len, 0.5f, 2.0f, 9, 4,
+		    first);
+	}
+	ck_assert_mem_eq(whole, piece, sizeof(whole));
+}
+END_TEST
+
 START_TEST(test_moments)
 {
 	size_t n = 200000, i;
@@ -92,6 +110,7 @@ main(void)
 	tcase_add_test(tc, test_philox_kat);
 	tcase_add_test(tc, test_fill_is_keyed);
 	tcase_add_test(tc, test_moments);
+	tcase_add_test(tc, test_fill_in_pieces);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -32,6 +32,10 @@ void kn_cpu_matmul_forward(float *out, const float *inp, const float *w,
 void kn_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
     const float *dout, const float *inp, const float *w, int N, int C,
     int OC);
+void kn_cpu_matmul_forward_f16(float *out, const float *inp,
+    const uint16_t *w, const float *bias, void *scratch, int N, int C,
+    int OC);
+size_t kn_cpu_matmul_f16_scratch(int N, int C, int OC);
 void kn_cpu_attention_forward(float *out, float *att, const float *qkv,
     int B, int T, int C, int NH, int causal);
 void kn_cpu_attention_backward(float *dqkv, float *scratch,

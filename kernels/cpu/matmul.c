@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "kernels/convert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/pool.h"
@@ -73,4 +74,61 @@ kn_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
 	kn_gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
 	if (dbias != NULL)
 		kn_pool_run((OC + BIAS_COLS - 1) / BIAS_COLS, dbias_task, &j);
+}
+
+/* The fp16-storage layer: each task widens the weights of a few output
+ * columns into its own slice of scratch, small enough to stay in cache
+ * while its GEMM reads it, so the fp32 copy of a matrix never exists
+ * whole. */
+#define F16_SLICE 65536         /* floats a task widens at a time */
+
+static int
+f16_cols(int C)
+{
+	int cols = F16_SLICE / C;
+
+	return cols < 16 ? 16 : cols;
+}
+
+size_t
+kn_cpu_matmul_f16_scratch(int N, int C, int OC)
+{
+	(void)N;
+	(void)OC;
+	return (size_t)kn_pool_threads() * f16_cols(C) * C * sizeof(float);
+}
+
+struct f16_job {
+	float *out, *scratch;
+	const float *inp;
+	const uint16_t *w;
+	int N, C, OC, cols;
+	float beta;
+};
+
+static void
+f16_task(void *ctx, int task, int thread)
+{
+	struct f16_job *j = ctx;
+	int o0 = task * j->cols;
+	int o1 = o0 + j->cols < j->OC ? o0 + j->cols : j->OC;
+	float *wf = j->scratch + (size_t)thread * j->cols * j->C;
+
+	kn_f16_to_f32(wf, j->w + (size_t)o0 * j->C, (size_t)(o1 - o0) * j->C);
+	kn_gemm_serial(0, 1, j->N, o1 - o0, j->C, 1.0f, j->inp, j->C, wf, j->C,
+	    j->beta, j->out + o0, j->OC);
+}
+
+void
+kn_cpu_matmul_forward_f16(float *out, const float *inp, const uint16_t *w,
+    const float *bias, void *scratch, int N, int C, int OC)
+{
+	struct bias_job b = { .out = out, .bias = bias, .N = N, .OC = OC };
+	struct f16_job j = { out, scratch, inp, w, N, C, OC, f16_cols(C),
+	    bias ? 1.0f : 0.0f };
+
+	if (bias != NULL)
+		kn_pool_run((N + KN_CPU_ROWS_PER_TASK - 1) /
+		    KN_CPU_ROWS_PER_TASK, bias_fill_task, &b);
+	kn_pool_run((OC + j.cols - 1) / j.cols, f16_task, &j);
 }

@@ -179,6 +179,8 @@ static const kn_backend cuda_backend = {
 	kn_cuda::layernorm_backward,
 	kn_cuda::matmul_forward,
 	kn_cuda::matmul_backward,
+	kn_cuda::matmul_forward_f16,
+	kn_cuda::matmul_f16_scratch,
 	kn_cuda::attention_forward,
 	kn_cuda::attention_backward,
 	kn_cuda::attention_decode,

@@ -1,6 +1,8 @@
 /* The fully connected layer on the GPU, the port of kernels/cpu/matmul.c:
  * every product is a cuBLAS SGEMM (through kn__gemm, which maps row-major
  * to cuBLAS's column-major), the bias and its gradient are small kernels. */
+#include <cuda_fp16.h>
+
 #include "kernels/cuda/common.cuh"
 
 /* dbias: as layernorm's dw, a block sums COL_X columns over all rows. */
@@ -41,7 +43,47 @@ matmul_backward_bias_kernel(float *dbias, const float *dout, int N, int OC)
 		dbias[o] += part[0][tx];
 }
 
+/* The activations narrowed to fp16 for an fp16 GEMM. */
+static __global__ void
+to_half_kernel(__half *dst, const float *src, size_t n)
+{
+	for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+	    k += (size_t)gridDim.x * blockDim.x)
+		dst[k] = __float2half_rn(src[k]);
+}
+
 namespace kn_cuda {
+
+size_t
+matmul_f16_scratch(int N, int C, int OC)
+{
+	(void)OC;
+	return (size_t)N * C * sizeof(__half);
+}
+
+/* out (N,OC) = inp (N,C) . w^T with w (OC,C) in fp16: in cuBLAS's
+ * column-major terms out^T = w^T' . inp^T, fp16 inputs, fp32 sums. */
+void
+matmul_forward_f16(float *out, const float *inp, const uint16_t *w,
+    const float *bias, void *scratch, int N, int C, int OC)
+{
+	const unsigned block = 256;
+	const float one = 1.0f, zero = 0.0f;
+	__half *ih = (__half *)scratch;
+	size_t n = (size_t)N * C;
+
+	to_half_kernel<<<kn__cuda_blocks(n, block), block, 0,
+	    kn__cuda_stream>>>(ih, inp, n);
+	KN_LAUNCHED("to_half_kernel");
+	KN_CUBLAS(cublasGemmEx(kn__cuda_blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N,
+	    C, &one, w, CUDA_R_16F, C, ih, CUDA_R_16F, C, &zero, out,
+	    CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	if (bias == NULL)
+		return;
+	add_bias_kernel<<<kn__cuda_blocks((size_t)N * OC, block), block, 0,
+	    kn__cuda_stream>>>(out, bias, N, OC);
+	KN_LAUNCHED("add_bias_kernel");
+}
 
 void
 matmul_forward(float *out, const float *inp, const float *w,

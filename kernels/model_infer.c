@@ -1,0 +1,234 @@
+/* Serving the block model: predictions at some positions only, decoding
+ * the causal LM with KV caches (batched over sequences), a host's slice
+ * of a model split by layers.  The layers themselves are model.c's. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/error.h"
+#include "kernels/model.h"
+#include "kernels/model_private.h"
+
+/* The final LayerNorm, the head and sampling act on each row alone: the
+ * R rows of x wanted are gathered (into ln1's first slot, free once the
+ * layers are done) and the rest never computed.  out[r] is the symbol
+ * sampled for row rows[r] with u[r]. */
+static int
+head_sample(kn_model *m, const float *x, const int32_t *rows, int R,
+    const float *u, float temp, int32_t *out, char *err)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, r;
+
+	for (r = 0; r < R; r++)
+		be->copy(a->ln1 + (size_t)r * d, x + (size_t)rows[r] * d,
+		    (size_t)d * sizeof(float));
+	kn__model_head(m, a->ln1, R);
+	be->upload(a->u, u, (size_t)R * sizeof(float));
+	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
+	be->download(out, a->picked, (size_t)R * sizeof(int32_t));
+	return be->status(err);
+}
+
+int
+kn_model_predict_at(kn_model *m, const int32_t *input, int B,
+    const int32_t *rows, int R, const float *u, float temp, int32_t *out,
+    char *err)
+{
+	int N = B * m->shape.window, r, rc;
+
+	if ((rc = kn__model_check_batch(m, input, NULL, NULL, B, err)) != 0)
+		return rc;
+	for (r = 0; r < R; r++)
+		if (rows[r] < 0 || rows[r] >= N || (r > 0 &&
+		    rows[r] <= rows[r - 1]))
+			return kn_error(err, KN_EINVAL, "prediction rows must "
+			    "increase within the batch's %d positions", N);
+	if (R == 0)
+		return KN_OK;
+	kn__model_upload_batch(m, input, NULL, NULL, B);
+	return head_sample(m, kn__model_forward_layers(m, B), rows, R, u, temp,
+	    out, err);
+}
+
+/* A cache holds k and v of every layer for one sequence, in backend
+ * memory. */
+struct kn_kv {
+	const kn_backend *be;
+	int layers, window, width;
+	float *buf;                     /* (L, 2, n, d): k then v per layer */
+	int len;                        /* positions cached */
+};
+
+size_t
+kn_kv_bytes(const kn_model_shape *s)
+{
+	return (size_t)2 * s->layers * s->window * s->width * sizeof(float);
+}
+
+int
+kn_kv_create(kn_kv **out, const kn_model *m, char *err)
+{
+	kn_kv *kv = calloc(1, sizeof(*kv));
+
+	*out = NULL;
+	if (kv == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	kv->be = m->be;
+	kv->layers = m->shape.layers;
+	kv->window = m->shape.window;
+	kv->width = m->shape.width;
+	if ((kv->buf = m->be->alloc(kn_kv_bytes(&m->shape))) == NULL) {
+		free(kv);
+		return kn_error(err, KN_ENOMEM, "cannot allocate a KV cache of "
+		    "%.1f MiB", kn_kv_bytes(&m->shape) / 1048576.0);
+	}
+	*out = kv;
+	return KN_OK;
+}
+
+void
+kn_kv_free(kn_kv *kv)
+{
+	if (kv == NULL)
+		return;
+	kv->be->free(kv->buf);
+	free(kv);
+}
+
+int
+kn_kv_len(const kn_kv *kv)
+{
+	return kv->len;
+}
+
+float *
+kn__kv_layer(kn_kv *kv, int l)
+{
+	return kv->buf + (size_t)l * 2 * kv->window * kv->width;
+}
+
+static int
+check_decode(const kn_model *m, const kn_decode_seq *seqs, int R,
+    const int32_t *sym, int *rows, char *err)
+{
+	int r, i, total = 0;
+
+	if (!m->shape.causal)
+		return kn_error(err, KN_EINVAL, "decoding needs a causal model");
+	if (R <= 0)
+		return kn_error(err, KN_EINVAL, "nothing to decode");
+	for (r = 0; r < R; r++) {
+		const kn_decode_seq *q = &seqs[r];
+
+		if (q->kv == NULL || q->kv->layers != m->shape.layers ||
+		    q->kv->width != m->shape.width ||
+		    q->kv->window != m->shape.window)
+			return kn_error(err, KN_EINVAL, "sequence %d: the cache "
+			    "is not of this model", r);
+		if (q->count <= 0 || q->pos0 != q->kv->len ||
+		    q->pos0 + q->count > m->shape.window)
+			return kn_error(err, KN_EINVAL, "sequence %d: positions "
+			    "%d..%d do not follow the %d cached in a window of %d",
+			    r, q->pos0, q->pos0 + q->count - 1, q->kv->len,
+			    m->shape.window);
+		total += q->count;
+	}
+	if (total > m->max_batch * m->shape.window)
+		return kn_error(err, KN_EINVAL, "%d positions in one pass; "
+		    "this model takes %d", total,
+		    m->max_batch * m->shape.window);
+	for (i = 0; sym != NULL && i < total; i++)
+		if (sym[i] < 0 || sym[i] >= KN_VOCAB_OUT)
+			return kn_error(err, KN_EINVAL, "decoding symbol %d is "
+			    "not a byte", sym[i]);
+	*rows = total;
+	return KN_OK;
+}
+
+/* The layers of the forward pass on rows that belong to several
+ * sequences: the per-row ops run once over all rows (one batched GEMM per
+ * weight), the attention once per sequence against its cache. */
+int
+kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
+    const int32_t *sym, float *hidden, const float *u, float temp,
+    int32_t *picked, char *err)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	struct kn__attn at = { 0, seqs, R };
+	int d = m->shape.width, N = 0, l, r, rc, off;
+	int32_t *last;
+	const float *x;
+
+	if ((rc = check_decode(m, seqs, R, sym, &N, err)) != 0)
+		return rc;
+	if (sym != NULL) {
+		be->upload(a->input, sym, (size_t)N * sizeof(int32_t));
+		for (r = 0, off = 0; r < R; off += seqs[r].count, r++)
+			be->embed_forward(a->encoded + (size_t)off * d,
+			    a->input + off, m->w[P_WTE], m->w[P_WPE] +
+			    (size_t)seqs[r].pos0 * d, seqs[r].count,
+			    seqs[r].count, d);
+	} else
+		be->upload(a->encoded, hidden, (size_t)N * d * sizeof(float));
+	x = a->encoded;
+	for (l = 0; l < m->shape.layers; l++)
+		x = kn__model_layer(m, l, x, N, &at);
+	for (r = 0; r < R; r++)
+		seqs[r].kv->len += seqs[r].count;
+	if (picked == NULL) {
+		be->download(hidden, x, (size_t)N * d * sizeof(float));
+		return be->status(err);
+	}
+	/* a byte from each sequence's last row */
+	if ((last = malloc((size_t)R * sizeof(int32_t))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (r = 0, off = 0; r < R; r++) {
+		off += seqs[r].count;
+		last[r] = off - 1;
+	}
+	rc = head_sample(m, x, last, R, u, temp, picked, err);
+	free(last);
+	return rc;
+}
+
+int
+kn_model_copy_layers(kn_model *dst, const kn_model *src, int first,
+    char *err)
+{
+	const kn_model_shape *ds = &dst->shape, *ss = &src->shape;
+	float *from, *to;
+	int i, rc;
+
+	if (ds->width != ss->width || ds->heads != ss->heads ||
+	    ds->window != ss->window || ds->causal != ss->causal ||
+	    first < 0 || first + ds->layers > ss->layers)
+		return kn_error(err, KN_EINVAL, "layers %d..%d of a %d-layer "
+		    "model do not fit a %d-layer slice of the same width",
+		    first, first + ds->layers - 1, ss->layers, ds->layers);
+	from = malloc(src->num_params * sizeof(float));
+	to = malloc(dst->num_params * sizeof(float));
+	if (from == NULL || to == NULL) {
+		free(from);
+		free(to);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	kn_model_get_params(src, from);
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *st = &src->tensors[i], *dt = &dst->tensors[i];
+		/* per-layer tensors are (L, ...): a slice of whole layers */
+		int per_layer = i >= P_QKVW && i <= P_FCPROJB && i != P_HEADW;
+		size_t n = kn_tensor_numel(dt);
+		size_t skip = per_layer ? n / (size_t)ds->layers * first : 0;
+
+		memcpy(to + dt->offset, from + st->offset + skip,
+		    n * sizeof(float));
+	}
+	rc = kn_model_set_params(dst, to, err);
+	free(from);
+	free(to);
+	return rc;
+}
