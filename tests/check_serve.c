@@ -341,6 +341,70 @@ START_TEST(test_kill_middle_host)
 }
 END_TEST
 
+/* A host that stops answering (SIGSTOP: its connections stay up) makes
+ * the request time out within pipeline_timeout_ms; SIGCONT, and the next
+ * request succeeds. */
+START_TEST(test_stalled_host_times_out)
+{
+	pc_request r = request_for(PL_MODE_BT, "St", 10, 3);
+	pc_result res;
+	char err[KN_ERR_LEN];
+	double t0;
+
+	start_ring(0, 0);
+	kill(host_pid[2], SIGSTOP);
+	t0 = now();
+	ck_assert_int_eq(pc_generate(entry, &r, &res, 10000, err), 0);
+	ck_assert(!res.ok);
+	ck_assert_ptr_nonnull(strstr(res.error, "timed out"));
+	/* the timeout is 3 s, checked every 0.1 s */
+	ck_assert_msg(now() - t0 >= 2.9 && now() - t0 < 4.0, "error after "
+	    "%.2f s", now() - t0);
+	pc_result_clear(&res);
+	kill(host_pid[2], SIGCONT);
+	wait_ring(10);
+	check_same(PL_MODE_BT, "St", 10, 3);
+	check_same(PL_MODE_AR, "St", 10, 3);
+}
+END_TEST
+
+/* Many requests in flight on one connection, answered by id. */
+START_TEST(test_many_on_one_connection)
+{
+	pc_conn *c;
+	pc_request r[6];
+	pc_result res;
+	uint64_t id[6];
+	char err[KN_ERR_LEN], expect[6][64];
+	int i, k, seen = 0;
+
+	start_ring(0, 0);
+	ck_assert_int_eq(pc_connect(&c, entry, 2000, err), 0);
+	for (i = 0; i < 6; i++) {
+		pl_mode mode = i % 2 ? PL_MODE_AR : PL_MODE_BT;
+
+		r[i] = request_for(mode, "Id ", 6 + i, 40 + (uint64_t)i);
+		single_process(mode, "Id ", 6 + i, 40 + (uint64_t)i, expect[i],
+		    sizeof(expect[i]));
+	}
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(pc_send(c, &r[i], &id[i], err), 0);
+	for (k = 0; k < 6; k++) {
+		ck_assert_int_eq(pc_recv(c, &res, 10000, err), 0);
+		ck_assert_msg(res.ok, "%s", res.error);
+		for (i = 0; i < 6 && id[i] != res.id; i++)
+			;
+		ck_assert_int_lt(i, 6);
+		ck_assert(!(seen & 1 << i));
+		seen |= 1 << i;
+		ck_assert_uint_eq(res.len, strlen(expect[i]));
+		ck_assert_mem_eq(res.output, expect[i], res.len);
+		pc_result_clear(&res);
+	}
+	pc_close(c);
+}
+END_TEST
+
 static int
 raw_connect(void)
 {
@@ -373,9 +437,15 @@ START_TEST(test_bad_frames)
 	char err[KN_ERR_LEN], expect[64];
 	int fd;
 
+	pc_request inflight = request_for(PL_MODE_AR, "go ", 30, 9);
+	char expect_ar[64];
+
 	start_ring(0, 0);
 	single_process(PL_MODE_BT, "ok ", 8, 4, expect, sizeof(expect));
+	single_process(PL_MODE_AR, "go ", 30, 9, expect_ar, sizeof(expect_ar));
 	ck_assert_int_eq(pc_connect(&good, entry, 2000, err), 0);
+	/* a request in flight while the bad frames arrive */
+	ck_assert_int_eq(pc_send(good, &inflight, NULL, err), 0);
 	/* oversized: closed on the header alone */
 	fd = raw_connect();
 	ck_assert_int_eq(write(fd, "\x7f\xff\xff\xff", 4), 4);
@@ -395,6 +465,11 @@ START_TEST(test_bad_frames)
 	fd = raw_connect();
 	ck_assert_int_eq(write(fd, "\0\0\0\x64" "abc", 7), 7);
 	close(fd);
+	ck_assert_int_eq(pc_recv(good, &res, 5000, err), 0);
+	ck_assert_msg(res.ok, "%s", res.error);
+	ck_assert_uint_eq(res.len, 30);
+	ck_assert_mem_eq(res.output, expect_ar, 30);
+	pc_result_clear(&res);
 	/* a request with the prompt and output over the window is answered
 	 * with an error, and the connection stays */
 	r.length = 60;
@@ -595,6 +670,8 @@ main(void)
 	tcase_add_test(tc, test_same_as_one_process);
 	tcase_add_test(tc, test_kill_middle_host);
 	tcase_add_test(tc, test_bad_frames);
+	tcase_add_test(tc, test_stalled_host_times_out);
+	tcase_add_test(tc, test_many_on_one_connection);
 	tcase_add_test(tc, test_64_clients);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
