@@ -713,7 +713,7 @@ sc_start(sc **out, uv_loop_t *loop, const sc_opts *o,
     char *err)
 {
 	sc *c = calloc(1, sizeof(*c));
-	int rc;
+	int rc = KN_OK;
 	uint32_t one = 1;
 
 	*out = NULL;
@@ -730,10 +730,11 @@ sc_start(sc **out, uv_loop_t *loop, const sc_opts *o,
 	c->ctx = ctx;
 	if (c->o.max_batch < 1)
 		c->o.max_batch = 1;
-	if ((c->ar_scratch = malloc((size_t)c->spec.window * 4)) == NULL ||
-	    (rc = load_models(c, note, notelen, err)) != 0) {
-		if (c->ar_scratch == NULL)
-			rc = kn_error(err, KN_ENOMEM, "out of memory");
+	if ((c->ar_scratch = malloc((size_t)c->spec.window * 4)) == NULL)
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+	else
+		rc = load_models(c, note, notelen, err);
+	if (rc != 0) {
 		for (int b = 0; b <= PR_MAX_BLOCKS; b++)
 			kn_model_free(c->blocks[b]);
 		kn_model_free(c->causal);

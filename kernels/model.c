@@ -463,8 +463,8 @@ kn_model_init(kn_model *m, uint64_t seed)
 }
 
 int
-kn__model_check_batch(const kn_model *m, const int32_t *input, const int32_t *target,
-    const float *weight, int B, char *err)
+kn__model_check_batch(const kn_model *m, const int32_t *input,
+    const int32_t *target, const float *weight, int B, char *err)
 {
 	size_t N = (size_t)B * m->shape.window, i;
 
@@ -658,8 +658,8 @@ backward(kn_model *m, int B)
 }
 
 void
-kn__model_upload_batch(kn_model *m, const int32_t *input, const int32_t *target,
-    const float *weight, int B)
+kn__model_upload_batch(kn_model *m, const int32_t *input,
+    const int32_t *target, const float *weight, int B)
 {
 	size_t N = (size_t)B * m->shape.window;
 
@@ -680,10 +680,12 @@ kn_model_backward(kn_model *m, const kn_batch *batch, float *loss, char *err)
 	if (m->inference)
 		return kn_error(err, KN_EINVAL, "an inference model has no "
 		    "gradients: create it with kn_model_create to train");
-	rc = kn__model_check_batch(m, batch->input, batch->target, batch->weight, B, err);
+	rc = kn__model_check_batch(m, batch->input, batch->target,
+	    batch->weight, B, err);
 	if (rc != 0)
 		return rc;
-	kn__model_upload_batch(m, batch->input, batch->target, batch->weight, B);
+	kn__model_upload_batch(m, batch->input, batch->target,
+	    batch->weight, B);
 	m->be->zero(m->grads, m->num_params * sizeof(float));
 	forward(m, B);
 	m->be->xent_forward_backward(m->a.losses, m->a.logits, m->a.logits,
@@ -742,10 +744,12 @@ kn_model_eval(kn_model *m, const kn_batch *batch, float *window_loss,
 	int B = batch->B, b, i, n = m->shape.window, rc;
 	size_t N = (size_t)B * n;
 
-	rc = kn__model_check_batch(m, batch->input, batch->target, batch->weight, B, err);
+	rc = kn__model_check_batch(m, batch->input, batch->target,
+	    batch->weight, B, err);
 	if (rc != 0)
 		return rc;
-	kn__model_upload_batch(m, batch->input, batch->target, batch->weight, B);
+	kn__model_upload_batch(m, batch->input, batch->target,
+	    batch->weight, B);
 	forward(m, B);
 	m->be->xent_forward_backward(m->a.losses, NULL, m->a.logits,
 	    m->a.target, m->a.weight, (int)N, KN_VOCAB_OUT, 1.0f);
