@@ -2,6 +2,7 @@
  * daemon's configuration should stop it at start, not be ignored. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -67,6 +68,22 @@ sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 	host[n] = '\0';
 	*port = (int)p;
 	return KN_OK;
+}
+
+char *
+sm_list_line(char *line)
+{
+	char *s = line, *hash = strchr(line, '#');
+	size_t len;
+
+	if (hash != NULL)
+		*hash = '\0';
+	len = strlen(s);
+	while (len > 0 && isspace((unsigned char)s[len - 1]))
+		s[--len] = '\0';
+	while (isspace((unsigned char)*s))
+		s++;
+	return s;
 }
 
 struct cfg_ctx {

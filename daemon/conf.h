@@ -44,5 +44,8 @@ int sm_config_load(sm_config *c, const char *path, char *err);
 /* Parses "host:port" ("[v6]:port" too) into its parts. */
 int sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 int sm_config_validate(const sm_config *c, char *err);
+/* A line of a list file (peer list, pipeline host list) without its '#'
+ * comment and surrounding blanks, in place: "" for nothing. */
+char *sm_list_line(char *line);
 
 #endif

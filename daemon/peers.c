@@ -70,17 +70,9 @@ sm_peers_load(sm_peer_list *pl, const char *path, char *err)
 		return kn_error(err, KN_EIO, "cannot open peer list %s: %s", path,
 		    strerror(errno));
 	while (fgets(line, sizeof(line), f) != NULL) {
-		char *s = line, *hash = strchr(line, '#');
-		size_t len;
+		char *s = sm_list_line(line);
 
 		lineno++;
-		if (hash != NULL)
-			*hash = '\0';
-		len = strlen(s);
-		while (len > 0 && isspace((unsigned char)s[len - 1]))
-			s[--len] = '\0';
-		while (isspace((unsigned char)*s))
-			s++;
 		if (*s == '\0')
 			continue;
 		if (pl->n == cap) {

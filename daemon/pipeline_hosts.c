@@ -1,7 +1,6 @@
 /* Parsing the pipeline's host list. */
 #include "config.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,17 +127,9 @@ ph_load(ph_list *pl, const char *path, char *err)
 		return kn_error(err, KN_EIO, "cannot open pipeline host list "
 		    "%s: %s", path, strerror(errno));
 	while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
-		char *s = line, *hash = strchr(line, '#');
-		size_t len;
+		char *s = sm_list_line(line);
 
 		lineno++;
-		if (hash != NULL)
-			*hash = '\0';
-		len = strlen(s);
-		while (len > 0 && isspace((unsigned char)s[len - 1]))
-			s[--len] = '\0';
-		while (isspace((unsigned char)*s))
-			s++;
 		if (*s == '\0')
 			continue;
 		if (strncmp(s, "shape", 5) == 0 && (s[5] == ' ' ||

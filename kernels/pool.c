@@ -22,8 +22,8 @@
  * each one yields the CPU, so a poller never holds a core that another
  * thread or process could use (pipeline hosts share one machine in the
  * testbed). */
-#define KN_POOL_SPIN 2000
-#define KN_POOL_YIELDS 200
+#define KN_POOL_SPIN 100
+#define KN_POOL_YIELDS 400
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -324,7 +324,9 @@ START_TEST(test_kill_middle_host)
 	rc = pc_recv(c, &res, 10000, err);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_msg(!res.ok, "the request survived its host");
-	ck_assert_msg(now() - t0 < 3.5, "error after %.2f s", now() - t0);
+	/* within the 3 s timeout (the entry fails it when its link drops);
+	 * the slack is for a loaded machine, not for the design */
+	ck_assert_msg(now() - t0 < 5.0, "error after %.2f s", now() - t0);
 	ck_assert_ptr_nonnull(strstr(res.error, "127.0.0.1"));
 	pc_result_clear(&res);
 	/* the entry is still up and says at once that the ring is broken */
@@ -357,8 +359,9 @@ START_TEST(test_stalled_host_times_out)
 	ck_assert_int_eq(pc_generate(entry, &r, &res, 10000, err), 0);
 	ck_assert(!res.ok);
 	ck_assert_ptr_nonnull(strstr(res.error, "timed out"));
-	/* the timeout is 3 s, checked every 0.1 s */
-	ck_assert_msg(now() - t0 >= 2.9 && now() - t0 < 4.0, "error after "
+	/* not before the 3 s timeout, and soon after it (checked every
+	 * 0.1 s; the slack is for a loaded machine) */
+	ck_assert_msg(now() - t0 >= 2.9 && now() - t0 < 5.0, "error after "
 	    "%.2f s", now() - t0);
 	pc_result_clear(&res);
 	kill(host_pid[2], SIGCONT);
@@ -649,6 +652,12 @@ START_TEST(test_64_clients)
 	for (i = 0; i < HOSTS; i++) {
 		fprintf(stderr, "# host %d: %ld KiB idle, %ld KiB after %d "
 		    "clients\n", i + 1, idle[i], after[i], CLIENTS);
+#if defined(__SANITIZE_ADDRESS__)
+		/* AddressSanitizer keeps freed memory in quarantine, so the
+		 * resident size says nothing here; its leak check at the
+		 * hosts' exit covers what they failed to free */
+		continue;
+#endif
 		ck_assert_msg(after[i] <= idle[i] + idle[i] / 20 + 1024,
 		    "host %d holds %ld KiB after the clients, %ld idle", i + 1,
 		    after[i], idle[i]);

@@ -35,11 +35,13 @@ heads_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
 			    beta, C + b * sc.b, ldc, sc.h, nh);
 }
 
-/* att (rows,T) holds q.k; it becomes softmax(scale * q.k) over the keys a
- * query may see, 0 elsewhere.  One warp per row; row % T is the query's
- * position. */
+/* att (rows, L) holds q.k; it becomes softmax(scale * q.k) over the keys
+ * a query may see, 0 elsewhere.  One warp per row; row % T is the query's
+ * position among the T queries, which come after pos0 cached ones (a full
+ * pass: L = T, pos0 = 0). */
 static __global__ void
-softmax_forward_kernel(float *att, int rows, int T, float scale, int causal)
+softmax_forward_kernel(float *att, int rows, int T, int L, int pos0,
+    float scale, int causal)
 {
 	int lane = threadIdx.x % 32;
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -49,8 +51,8 @@ softmax_forward_kernel(float *att, int rows, int T, float scale, int causal)
 
 	if (row >= rows)
 		return;
-	x = att + (size_t)row * T;
-	len = causal ? row % T + 1 : T;
+	x = att + (size_t)row * L;
+	len = causal ? pos0 + row % T + 1 : L;
 	for (int j = lane; j < len; j += 32)
 		mx = fmaxf(mx, x[j] * scale);
 	mx = kn__warp_max(mx);
@@ -61,7 +63,7 @@ softmax_forward_kernel(float *att, int rows, int T, float scale, int causal)
 		sum += e;
 	}
 	inv = 1.0f / kn__warp_sum(sum);
-	for (int j = lane; j < T; j += 32)
+	for (int j = lane; j < L; j += 32)
 		x[j] = j < len ? x[j] * inv : 0.0f;
 }
 
@@ -110,7 +112,7 @@ attention_forward(float *out, float *att, const float *qkv, int B, int T,
 	heads_gemm(false, true, T, T, hs, 1.0f, q, 3 * C, sqkv, k, 3 * C, sqkv,
 	    0.0f, att, T, satt, B, NH);
 	softmax_forward_kernel<<<(rows + per_block - 1) / per_block, block,
-	    0, kn__cuda_stream>>>(att, rows, T, scale, causal);
+	    0, kn__cuda_stream>>>(att, rows, T, T, 0, scale, causal);
 	KN_LAUNCHED("softmax_forward_kernel");
 	/* out (T,hs) = att (T,T) . v (T,hs), into columns h*hs of out */
 	heads_gemm(false, false, T, hs, T, 1.0f, att, T, satt, v, 3 * C, sqkv,
@@ -151,36 +153,6 @@ attention_backward(float *dqkv, float *scratch, const float *dout,
 
 }  /* namespace kn_cuda */
 
-/* Decoding: scores (NH*T, L) hold q.k of the T new positions against the
- * L = pos0 + T cached keys; new position i sees keys up to pos0 + i. */
-static __global__ void
-softmax_decode_kernel(float *att, int rows, int T, int L, int pos0,
-    float scale)
-{
-	int lane = threadIdx.x % 32;
-	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-	float *x;
-	float mx = -INFINITY, sum = 0.0f, inv;
-	int len;
-
-	if (row >= rows)
-		return;
-	x = att + (size_t)row * L;
-	len = pos0 + row % T + 1;
-	for (int j = lane; j < len; j += 32)
-		mx = fmaxf(mx, x[j] * scale);
-	mx = kn__warp_max(mx);
-	for (int j = lane; j < len; j += 32) {
-		float e = expf(x[j] * scale - mx);
-
-		x[j] = e;
-		sum += e;
-	}
-	inv = 1.0f / kn__warp_sum(sum);
-	for (int j = lane; j < L; j += 32)
-		x[j] = j < len ? x[j] * inv : 0.0f;
-}
-
 namespace kn_cuda {
 
 void
@@ -203,9 +175,9 @@ attention_decode(float *out, float *kcache, float *vcache, float *scores,
 	    3 * row, row, T, cudaMemcpyDeviceToDevice, kn__cuda_stream));
 	heads_gemm(false, true, T, L, hs, 1.0f, qkv, 3 * C, sq, kcache, C, sc,
 	    0.0f, scores, L, ss, 1, NH);
-	softmax_decode_kernel<<<(rows + per_block - 1) / per_block, block, 0,
-	    kn__cuda_stream>>>(scores, rows, T, L, pos0, scale);
-	KN_LAUNCHED("softmax_decode_kernel");
+	softmax_forward_kernel<<<(rows + per_block - 1) / per_block, block, 0,
+	    kn__cuda_stream>>>(scores, rows, T, L, pos0, scale, 1);
+	KN_LAUNCHED("softmax_forward_kernel");
 	heads_gemm(false, false, T, hs, L, 1.0f, scores, L, ss, vcache, C, sc,
 	    0.0f, out, C, so, 1, NH);
 }
