@@ -726,6 +726,7 @@ generate_remote(const char *peers, const char *prompt, int length, int steps,
 	for (i = 0; i < res.len; i++)
 		putchar(res.output[i]);
 	putchar('\n');
+	fflush(stdout);
 	if (verbose)
 		fprintf(stderr, "shardmeter generate: %zu bytes in %.1f ms, %d "
 		    "traversal%s of %d hosts, %.1f ms of compute on them\n",
