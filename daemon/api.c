@@ -64,7 +64,7 @@ static json_t *
 peers_json(node *n)
 {
 	json_t *arr = json_array();
-	double t = node_now();
+	double t = kn_now();
 	int i;
 
 	for (i = 0; i < n->peers.n; i++) {
@@ -134,7 +134,7 @@ api_status_json(node *n, size_t *len)
 	    "step", (json_int_t)n->ckpt_step, "round",
 	    (json_int_t)n->ckpt_round, "bytes", (json_int_t)n->ckpt_len,
 	    "sha256", n->etag));
-	json_object_set_new(o, "uptime_s", json_real(node_now() - n->started));
+	json_object_set_new(o, "uptime_s", json_real(kn_now() - n->started));
 	json_object_set_new(o, "backend", json_string(n->backend_desc));
 	for (i = 0; i < n->peers.n; i++)
 		for (k = 0; k < SM_KINDS; k++) {

@@ -19,19 +19,11 @@
 #include "daemon/log.h"
 #include "daemon/node.h"
 #include "daemon/serve.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
 #define CRON_MS 1000
-
-double
-node_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int
 node_peer_of(const node *n, const char *addr)
@@ -91,7 +83,7 @@ probe_done(void *ctx, hc_result *r)
 	sm_peer *p;
 	json_t *root = NULL;
 	json_error_t jerr;
-	double t = node_now();
+	double t = kn_now();
 
 	free(pair[1]);
 	free(pair);
@@ -161,7 +153,7 @@ probe_done(void *ctx, hc_result *r)
 static void
 probe_peers(node *n)
 {
-	double t = node_now();
+	double t = kn_now();
 	int i;
 
 	for (i = 0; i < n->peers.n; i++) {
@@ -574,7 +566,7 @@ main(int argc, char **argv)
 	kn_backend_describe(n.be, n.backend_desc, sizeof(n.backend_desc));
 	log_info("%s", n.backend_desc);
 	n.loop = uv_default_loop();
-	n.started = node_now();
+	n.started = kn_now();
 	n.state = "starting";
 	hs_config_defaults(&hcfg);
 	hcfg.max_body_bytes = n.cfg.max_body ? n.cfg.max_body :

@@ -15,6 +15,7 @@
 #include "daemon/peers.h"
 #include "daemon/worker.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "proto/spec.h"
 
 typedef struct round_state round_state;
@@ -60,7 +61,6 @@ typedef struct node {
 	round_state *rounds;
 } node;
 
-double node_now(void);
 /* Accounts a transfer with the peer whose address is addr (or a client). */
 void node_meter(node *n, const char *addr, int kind, uint64_t in,
     uint64_t out);

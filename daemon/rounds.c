@@ -324,7 +324,7 @@ mark_unreachable(node *n, int replica, const hc_result *res)
 		return;
 	p->state = SM_PEER_DOWN;
 	p->failures++;
-	p->next_probe = node_now() + 1.0;
+	p->next_probe = kn_now() + 1.0;
 	snprintf(p->why, sizeof(p->why), "%s", res->error ? res->error :
 	    "unreachable");
 	log_warnx("round: replica %d (%s) is unreachable: %s", replica, p->addr,
@@ -573,7 +573,7 @@ static void
 progress(node *n)
 {
 	round_state *r = n->rounds;
-	double t = node_now();
+	double t = kn_now();
 	int k = coordinator(n), i, have = 0, waiting = 0;
 	uint64_t members = 0;
 
@@ -659,7 +659,7 @@ rounds_on_update(node *n, wk_event *ev)
 
 		r->diverged_from = -1;
 		r->active = 1;
-		r->ready_at = node_now();
+		r->ready_at = kn_now();
 		catch_up(n, from);
 		if (r->catching_up)
 			return;
@@ -686,7 +686,7 @@ rounds_on_update(node *n, wk_event *ev)
 		return;
 	}
 	r->active = 1;
-	r->ready_at = node_now();
+	r->ready_at = kn_now();
 	r->mine = buf;
 	r->mine_len = len;
 	memset(r->pushed, 0, sizeof(r->pushed));

@@ -17,6 +17,7 @@
 #include "daemon/log.h"
 #include "daemon/pipeline_hosts.h"
 #include "daemon/serve_private.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 
@@ -28,15 +29,6 @@
 #define LINK_QUEUE 65536
 #define RECONNECT_S 0.5
 
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Writing --------------------------------------------------------------- */
 
@@ -318,7 +310,7 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 	r->temperature = f->temperature;
 	r->seed = f->seed;
 	memcpy(r->seq, f->data, (size_t)plen);
-	r->deadline = now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
 	r->next = s->requests;
 	s->requests = r;
 	s->inflight++;
@@ -390,7 +382,7 @@ handle_tok(sv *s, pl_frame *f)
 		request_fail(s, r, "the client has gone");
 		return;
 	}
-	r->deadline = now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
 	job = sc_job_new(SC_AR);
 	job->in.type = PL_AR;
 	job->in.id = r->id;
@@ -529,7 +521,7 @@ conn_close(conn *c, const char *why)
 			r->client = NULL;
 	if (c == s->link) {
 		s->link = NULL;
-		s->link_retry = now();
+		s->link_retry = kn_now();
 		if (!s->stopping && s->entry) {
 			char msg[PL_MSG_LEN];
 
@@ -561,7 +553,7 @@ conn_feed(conn *c, const char *p, size_t n)
 
 	while (n > 0 && !c->closing) {
 		if (c->partial_since == 0)
-			c->partial_since = now();
+			c->partial_since = kn_now();
 		if (c->hdr_got < PL_HEADER) {
 			size_t k = PL_HEADER - c->hdr_got < n ?
 			    PL_HEADER - c->hdr_got : n;
@@ -752,7 +744,7 @@ void
 sv_on_cron(uv_timer_t *t)
 {
 	sv *s = t->data;
-	double tnow = now();
+	double tnow = kn_now();
 	request *r, *next;
 	conn *c, *cn;
 

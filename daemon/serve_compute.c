@@ -15,6 +15,7 @@
 #include "daemon/log.h"
 #include "daemon/serve_compute.h"
 #include "daemon/train.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
 
@@ -64,15 +65,6 @@ struct sc {
 	void (*closed)(void *);
 	void *closed_arg;
 };
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 sc_job *
 sc_job_new(sc_kind kind)
@@ -290,10 +282,10 @@ bt_round(sc *c)
 				u[R] = st->u[n + st->pos[r]];
 			}
 		}
-		t0 = now();
+		t0 = kn_now();
 		rc = kn_model_predict_at(c->blocks[lead->block], in, g, rows, R,
 		    u, (float)lead->job->in.temperature, picked, err);
-		us = (uint64_t)((now() - t0) * 1e6);
+		us = (uint64_t)((kn_now() - t0) * 1e6);
 		for (k = 0, R = 0; k < g; k++) {
 			st = group[k];
 			st->job->compute_us += us;
@@ -407,7 +399,7 @@ cache_for(sc *c, sc_job *job)
 		    "as idle, or the host restarted)");
 		return NULL;
 	}
-	e->used = now();
+	e->used = kn_now();
 	return e;
 }
 
@@ -495,12 +487,12 @@ ar_pass(sc *c, sc_job **jobs, int nj)
 	}
 	if (nl == 0)
 		goto out;
-	t0 = now();
+	t0 = kn_now();
 	rc = kn_model_decode(c->causal, seqs, nl, c->o.ar_first ? sym : NULL,
 	    hidden, u, (float)live[0]->in.temperature, c->o.ar_last ? picked :
 	    NULL, err);
 	for (k = 0, r = 0; k < nl; r += live[k]->in.count, k++) {
-		live[k]->compute_us += (uint64_t)((now() - t0) * 1e6);
+		live[k]->compute_us += (uint64_t)((kn_now() - t0) * 1e6);
 		if (rc != 0) {
 			fail(live[k], "decoding failed: ", err);
 			cache_drop(c, live[k]->in.id);
@@ -619,7 +611,7 @@ run(void *arg)
 		if (c->active != NULL)
 			bt_round(c);
 		if (c->caches != NULL)
-			cache_evict_idle(c, now());
+			cache_evict_idle(c, kn_now());
 	}
 	return NULL;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "kernels/pool.h"
@@ -26,15 +27,6 @@
 #include "daemon/train.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int
 read_file(const char *path, char **data, size_t *len)
@@ -139,7 +131,7 @@ cmd_demo(int argc, char **argv)
 	input = malloc(N * 4);
 	target = malloc(N * 4);
 	weight = malloc(N * 4);
-	t0 = now();
+	t0 = kn_now();
 	for (step = 0; step < steps; step++) {
 		kn_batch batch = { input, target, weight, B };
 		kn_rng r;
@@ -166,7 +158,7 @@ cmd_demo(int argc, char **argv)
 		if (step == 0)
 			first = loss;
 		if (step % 10 == 0 || step == steps - 1) {
-			double el = now() - t0;
+			double el = kn_now() - t0;
 
 			printf("\rstep %d/%d  loss %.3f nats/byte  %.0f "
 			    "positions/s  ETA %.0fs   ", step + 1, steps, loss,
@@ -176,7 +168,7 @@ cmd_demo(int argc, char **argv)
 		}
 	}
 	printf("\ndemo: loss %.3f -> %.3f nats/byte in %.1fs\n", first, loss,
-	    now() - t0);
+	    kn_now() - t0);
 	free(input); free(target); free(weight); free(text);
 	kn_model_free(m);
 	kn_pool_shutdown();
@@ -491,7 +483,7 @@ cmd_train(int argc, char **argv)
 	o.be = a.be;
 	o.progress = !quiet;
 	o.stop = &stop_requested;
-	t0 = now();
+	t0 = kn_now();
 	if (sm_train(&o, err) != 0) {
 		fprintf(stderr, "shardmeter train: %s\n", err);
 		return 1;
@@ -499,10 +491,10 @@ cmd_train(int argc, char **argv)
 	if (!quiet) {
 		if (kind == BT_BLOCK)
 			fprintf(stderr, "shardmeter train: block %d done in "
-			    "%.1fs\n", block, now() - t0);
+			    "%.1fs\n", block, kn_now() - t0);
 		else
 			fprintf(stderr, "shardmeter train: %s reference done in "
-			    "%.1fs\n", bt_kind_name(kind), now() - t0);
+			    "%.1fs\n", bt_kind_name(kind), kn_now() - t0);
 	}
 	kn_pool_shutdown();
 	return stop_requested ? 130 : 0;
@@ -711,7 +703,7 @@ generate_remote(const char *peers, const char *prompt, int length, int steps,
 	req.steps = steps;
 	req.temperature = temp;
 	req.seed = seed;
-	t0 = now();
+	t0 = kn_now();
 	if (pc_generate(hosts.v[0].addr, &req, &res, timeout_ms, err) != 0) {
 		fprintf(stderr, "shardmeter generate: %s\n", err);
 		return 1;
@@ -730,7 +722,7 @@ generate_remote(const char *peers, const char *prompt, int length, int steps,
 	if (verbose)
 		fprintf(stderr, "shardmeter generate: %zu bytes in %.1f ms, %d "
 		    "traversal%s of %d hosts, %.1f ms of compute on them\n",
-		    res.len, (now() - t0) * 1e3, res.traversals,
+		    res.len, (kn_now() - t0) * 1e3, res.traversals,
 		    res.traversals == 1 ? "" : "s", hosts.n,
 		    res.compute_us / 1e3);
 	pc_result_clear(&res);

@@ -15,19 +15,11 @@
 #include <unistd.h>
 
 #include "daemon/train.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "kernels/rng.h"
 #include "proto/checkpoint.h"
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int
 sm_model_path(char *buf, size_t len, const char *dir, bt_kind kind,
@@ -283,7 +275,7 @@ sm_trainer_open(sm_trainer **out, const sm_train_opts *o, char *err)
 	if (t->step == 0)
 		fprintf(t->csv, "step,loss,lr,grad_norm,positions_per_s,"
 		    "elapsed_s\n");
-	t->t0 = now();
+	t->t0 = kn_now();
 	t->step0 = t->step;
 	*out = t;
 	return KN_OK;
@@ -309,7 +301,7 @@ sm_trainer_step(sm_trainer *t, float *loss, char *err)
 		return rc;
 	kn_model_update(t->m, &opt, (float)lr, &gnorm);
 	t->step++;
-	el = now() - t->t0;
+	el = kn_now() - t->t0;
 	fprintf(t->csv, "%lld,%.6f,%.6g,%.5f,%.1f,%.3f\n", (long long)t->step,
 	    *loss, lr, gnorm, sm_trainer_positions_per_s(t), el);
 	return KN_OK;
@@ -318,7 +310,7 @@ sm_trainer_step(sm_trainer *t, float *loss, char *err)
 double
 sm_trainer_positions_per_s(const sm_trainer *t)
 {
-	double el = now() - t->t0;
+	double el = kn_now() - t->t0;
 
 	return el > 0 ? (double)t->o.spec->batch * t->o.spec->window *
 	    (double)(t->step - t->step0) / el : 0.0;
@@ -349,7 +341,7 @@ int
 sm_train(const sm_train_opts *o, char *err)
 {
 	sm_trainer *t;
-	double t0 = now(), last_print = -1;
+	double t0 = kn_now(), last_print = -1;
 	int64_t start;
 	float loss = 0;
 	int rc;
@@ -364,7 +356,7 @@ sm_train(const sm_train_opts *o, char *err)
 			break;
 		if ((rc = sm_trainer_step(t, &loss, err)) != 0)
 			goto out;
-		el = now() - t0;
+		el = kn_now() - t0;
 		if (o->progress && (el - last_print > 0.5 ||
 		    t->step == o->steps)) {
 			progress_line(o, t->step, loss,

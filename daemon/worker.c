@@ -9,6 +9,7 @@
 
 #include "daemon/worker.h"
 #include "kernels/average.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "proto/checkpoint.h"
@@ -33,15 +34,6 @@ struct worker {
 	void (*closed)(void *);
 	void *closed_arg;
 };
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void
 worker_event_free(wk_event *ev)
@@ -255,7 +247,7 @@ worker_main(void *arg)
 			goto out;
 		}
 		step = sm_trainer_steps(t);
-		if (now() - last_progress > 0.2 || step == o->train.steps) {
+		if (kn_now() - last_progress > 0.2 || step == o->train.steps) {
 			wk_event *ev = event(WK_PROGRESS);
 
 			ev->step = step;
@@ -263,7 +255,7 @@ worker_main(void *arg)
 			ev->loss = loss;
 			ev->positions_per_s = sm_trainer_positions_per_s(t);
 			post(w, ev);
-			last_progress = now();
+			last_progress = kn_now();
 		}
 		if (have_valid && o->eval_every > 0 &&
 		    step % o->eval_every == 0) {

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/clock.h"
 #include "kernels/model.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
@@ -33,15 +34,6 @@ static const char *daemon_bin, *tool;
 static char dir[64];
 static int base_port;
 static pid_t pids[MAXD + 1];
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 write_file(const char *name, const char *text)
@@ -121,12 +113,12 @@ static int
 stop(int i)
 {
 	int status = -1;
-	double t0 = now();
+	double t0 = kn_now();
 
 	if (pids[i] <= 0)
 		return 0;
 	kill(pids[i], SIGTERM);
-	while (now() - t0 < 15) {
+	while (kn_now() - t0 < 15) {
 		if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
 			pids[i] = 0;
 			return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
@@ -219,14 +211,14 @@ status_is(int i, const char *state)
 static void
 wait_done(int n, double limit)
 {
-	double t0 = now();
+	double t0 = kn_now();
 	int i, all;
 
 	do {
 		usleep(100000);
 		for (all = 1, i = 0; i < n; i++)
 			all &= status_is(i, "done");
-	} while (!all && now() - t0 < limit);
+	} while (!all && kn_now() - t0 < limit);
 	ck_assert_msg(all, "daemons not done after %.0fs", limit);
 }
 
@@ -482,8 +474,8 @@ START_TEST(test_kill_replica)
 	write_peers(2, block_of);
 	start(0, 1);
 	start(1, 1);
-	t0 = now();
-	while (status_int(0, "round") < 3 && now() - t0 < 60)
+	t0 = kn_now();
+	while (status_int(0, "round") < 3 && kn_now() - t0 < 60)
 		usleep(50000);
 	ck_assert_int_ge(status_int(0, "round"), 3);
 	/* the coordinator dies in the middle of a round: the survivor must
@@ -492,11 +484,11 @@ START_TEST(test_kill_replica)
 	waitpid(pids[0], NULL, 0);
 	pids[0] = 0;
 	r1 = status_int(1, "round");
-	t0 = now();
-	while (status_int(1, "round") < r1 + 1 && now() - t0 < 10)
+	t0 = kn_now();
+	while (status_int(1, "round") < r1 + 1 && kn_now() - t0 < 10)
 		usleep(20000);
 	{
-		double took = now() - t0;
+		double took = kn_now() - t0;
 
 		fprintf(stderr, "# kill: the survivor closed round %lld %.2fs "
 		    "after the coordinator died (deadline 3s)\n", r1, took);
@@ -504,18 +496,18 @@ START_TEST(test_kill_replica)
 		ck_assert_msg(took < 3.0, "round took %.2fs", took);
 	}
 	r1 = status_int(1, "round");
-	t0 = now();
-	while (status_int(1, "round") < r1 + 1 && now() - t0 < 10)
+	t0 = kn_now();
+	while (status_int(1, "round") < r1 + 1 && kn_now() - t0 < 10)
 		usleep(20000);
 	ck_assert_int_ge(status_int(1, "round"), r1 + 1);
 	/* back from its checkpoint, it rejoins */
 	start(0, 1);
-	t0 = now();
+	t0 = kn_now();
 	do {
 		usleep(100000);
 		r0 = status_int(0, "round");
 		r1 = status_int(1, "round");
-	} while ((r0 < 0 || r0 + 1 < r1 || r0 <= 4) && now() - t0 < 30);
+	} while ((r0 < 0 || r0 + 1 < r1 || r0 <= 4) && kn_now() - t0 < 30);
 	snprintf(path, sizeof(path), "%s/log0", dir);
 	f = fopen(path, "r");
 	while (fgets(line, sizeof(line), f) != NULL) {
@@ -531,9 +523,9 @@ START_TEST(test_kill_replica)
 	ck_assert_msg(r0 >= 0 && r0 + 1 >= r1, "restarted replica at round "
 	    "%lld, the other at %lld", r0, r1);
 	/* and takes part again: a later round averages both */
-	t0 = now();
+	t0 = kn_now();
 	r1 = status_int(1, "round");
-	while (status_int(1, "round") < r1 + 2 && now() - t0 < 20)
+	while (status_int(1, "round") < r1 + 2 && kn_now() - t0 < 20)
 		usleep(50000);
 	ck_assert_int_eq(stop(0), 0);
 	ck_assert_int_eq(stop(1), 0);

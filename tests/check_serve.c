@@ -23,6 +23,7 @@
 #include "daemon/pipeline_client.h"
 #include "daemon/train.h"
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "proto/spec.h"
@@ -35,15 +36,6 @@ static char dir[64];
 static int base_port;
 static pid_t host_pid[HOSTS], relay_pid[HOSTS];
 static char entry[32];
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 write_file(const char *name, const char *text)
@@ -194,13 +186,13 @@ request_for(pl_mode mode, const char *prompt, int length, uint64_t seed)
 static void
 wait_ring(double limit)
 {
-	double t0 = now();
+	double t0 = kn_now();
 	pc_request r = request_for(PL_MODE_BT, "a", 4, 1);
 	pc_result res;
 	char err[KN_ERR_LEN];
 	int ok = 0;
 
-	while (!ok && now() - t0 < limit) {
+	while (!ok && kn_now() - t0 < limit) {
 		if (pc_generate(entry, &r, &res, 2000, err) == 0 && res.ok)
 			ok = 1;
 		else
@@ -319,14 +311,14 @@ START_TEST(test_kill_middle_host)
 	ck_assert_int_eq(pc_connect(&c, entry, 2000, err), 0);
 	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
 	usleep(400000);
-	t0 = now();
+	t0 = kn_now();
 	stop_pid(&host_pid[1], SIGKILL);
 	rc = pc_recv(c, &res, 10000, err);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_msg(!res.ok, "the request survived its host");
 	/* within the 3 s timeout (the entry fails it when its link drops);
 	 * the slack is for a loaded machine, not for the design */
-	ck_assert_msg(now() - t0 < 5.0, "error after %.2f s", now() - t0);
+	ck_assert_msg(kn_now() - t0 < 5.0, "error after %.2f s", kn_now() - t0);
 	ck_assert_ptr_nonnull(strstr(res.error, "127.0.0.1"));
 	pc_result_clear(&res);
 	/* the entry is still up and says at once that the ring is broken */
@@ -355,14 +347,14 @@ START_TEST(test_stalled_host_times_out)
 
 	start_ring(0, 0);
 	kill(host_pid[2], SIGSTOP);
-	t0 = now();
+	t0 = kn_now();
 	ck_assert_int_eq(pc_generate(entry, &r, &res, 10000, err), 0);
 	ck_assert(!res.ok);
 	ck_assert_ptr_nonnull(strstr(res.error, "timed out"));
 	/* not before the 3 s timeout, and soon after it (checked every
 	 * 0.1 s; the slack is for a loaded machine) */
-	ck_assert_msg(now() - t0 >= 2.9 && now() - t0 < 5.0, "error after "
-	    "%.2f s", now() - t0);
+	ck_assert_msg(kn_now() - t0 >= 2.9 && kn_now() - t0 < 5.0, "error after "
+	    "%.2f s", kn_now() - t0);
 	pc_result_clear(&res);
 	kill(host_pid[2], SIGCONT);
 	wait_ring(10);
@@ -637,7 +629,7 @@ START_TEST(test_64_clients)
 	ck_assert_int_eq(ok, CLIENTS);
 	/* back to the idle footprint within a few seconds: every KV cache
 	 * freed, buffers given back */
-	t0 = now();
+	t0 = kn_now();
 	for (;;) {
 		int back = 1;
 
@@ -645,7 +637,7 @@ START_TEST(test_64_clients)
 			after[i] = rss_kib(host_pid[i]);
 			back &= after[i] <= idle[i] + idle[i] / 20 + 1024;
 		}
-		if (back || now() - t0 > 10)
+		if (back || kn_now() - t0 > 10)
 			break;
 		usleep(200000);
 	}

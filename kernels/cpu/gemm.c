@@ -11,6 +11,7 @@
 
 #include <cblas.h>
 
+#include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
@@ -216,15 +217,6 @@ gemm_dispatch(int parallel, int transA, int transB, int M, int N, int K,
 static int stats_on;
 static kn_gemm_stats stats;
 
-static double
-stats_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void
 kn_gemm_stats_enable(int on)
 {
@@ -248,12 +240,12 @@ kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
     const float *A, int lda, const float *B, int ldb, float beta,
     float *C, int ldc)
 {
-	double t0 = stats_on ? stats_now() : 0.0;
+	double t0 = stats_on ? kn_now() : 0.0;
 
 	gemm_dispatch(1, transA, transB, M, N, K, alpha, A, lda, B, ldb,
 	    beta, C, ldc);
 	if (stats_on) {
-		stats.seconds += stats_now() - t0;
+		stats.seconds += kn_now() - t0;
 		stats.flops += 2.0 * M * N * (double)K;
 		stats.calls++;
 	}

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
@@ -21,15 +22,6 @@
 extern void openblas_set_num_threads(int);
 extern void cblas_sgemm(int, int, int, int, int, int, float, const float *,
     int, const float *, int, float, float *, int);
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* GFLOP/s of a square sgemm of size n, best of reps. */
 static double
@@ -43,15 +35,15 @@ sgemm_peak(int n, int ours, int reps)
 	kn_rng_fill_uniform(a, (size_t)n * n, 1, 1);
 	kn_rng_fill_uniform(b, (size_t)n * n, 1, 2);
 	for (r = 0; r < reps + 1; r++) {
-		double t0 = now();
+		double t0 = kn_now();
 
 		if (ours)
 			kn_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
 		else
 			cblas_sgemm(101, 111, 111, n, n, n, 1.0f, a, n, b, n,
 			    0.0f, c, n);
-		if (r > 0 && now() - t0 < best)
-			best = now() - t0;
+		if (r > 0 && kn_now() - t0 < best)
+			best = kn_now() - t0;
 	}
 	free(a); free(b); free(c);
 	return 2.0 * n * n * (double)n / best / 1e9;
@@ -170,14 +162,14 @@ main(int argc, char **argv)
 		be->sync();
 		kn_gemm_stats_reset();
 		kn_gemm_stats_enable(be->kind == KN_BACKEND_CPU);
-		t0 = now();
+		t0 = kn_now();
 		for (i = 0; i < steps; i++)
 			if (kn_model_step(m, &b, &opt, 1e-3f, &loss, err) != 0) {
 				fprintf(stderr, "kernels-bench: %s\n", err);
 				return 1;
 			}
 		be->sync();
-		dt = now() - t0;
+		dt = kn_now() - t0;
 		kn_gemm_stats_enable(0);
 		kn_gemm_stats_get(&gs);
 		gemm_s = gs.seconds;

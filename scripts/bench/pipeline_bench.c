@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "daemon/pipeline_client.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 
 struct client {
@@ -26,15 +27,6 @@ struct client {
 	int failed;
 	char why[PL_MSG_LEN];
 };
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void *
 run_client(void *arg)
@@ -51,7 +43,7 @@ run_client(void *arg)
 	}
 	for (i = 0; i < c->requests; i++) {
 		pc_result res;
-		double t0 = now();
+		double t0 = kn_now();
 
 		/* each request its own seed: no two outputs alike */
 		c->req.seed = 1000003ULL * (uint64_t)c->index + (uint64_t)i + 1;
@@ -61,7 +53,7 @@ run_client(void *arg)
 			snprintf(c->why, sizeof(c->why), "%s", err);
 			break;
 		}
-		c->latency[i] = now() - t0;
+		c->latency[i] = kn_now() - t0;
 		if (!res.ok) {
 			c->failed++;
 			snprintf(c->why, sizeof(c->why), "%s", res.error);
@@ -160,12 +152,12 @@ main(int argc, char **argv)
 		cl[i].index = i;
 		cl[i].latency = calloc((size_t)requests, sizeof(double));
 	}
-	t0 = now();
+	t0 = kn_now();
 	for (i = 0; i < clients; i++)
 		pthread_create(&th[i], NULL, run_client, &cl[i]);
 	for (i = 0; i < clients; i++)
 		pthread_join(th[i], NULL);
-	wall = now() - t0;
+	wall = kn_now() - t0;
 	total = clients * requests;
 	all = calloc((size_t)total, sizeof(double));
 	for (i = 0; i < clients; i++) {
