@@ -10,27 +10,10 @@
 
 #include <jansson.h>
 
+#include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
-
-void
-api_text(hs_response *res, int code, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	int len;
-
-	va_start(ap, fmt);
-	len = vsnprintf(msg, sizeof(msg) - 1, fmt, ap);
-	va_end(ap);
-	if (len < 0)
-		len = 0;
-	if (len > (int)sizeof(msg) - 2)
-		len = (int)sizeof(msg) - 2;
-	msg[len++] = '\n';
-	hs_response_status(res, code);
-	hs_response_body(res, "text/plain; charset=utf-8", msg, (size_t)len);
-}
+#include "kernels/clock.h"
 
 static const char *
 peer_state_name(sm_peer_state s)
@@ -255,39 +238,34 @@ metrics_text(node *n, size_t *outlen)
 	return b;
 }
 
-/* The meter label carries the kind and the caller's advertised address
- * (daemons add ?from=host:port to what they ask of each other), so that
- * api_on_exchange can charge the right peer. */
+/* Daemons add ?from=host:port (their advertised address) to what they
+ * ask of each other, so that the exchange is charged to that peer; any
+ * other caller is a client. */
 static void
-meter(hs_response *res, const hs_request *req, int kind)
+meter(node *n, hs_response *res, const hs_request *req, int kind)
 {
 	const char *from = strstr(req->query, "from=");
-	char label[SM_HOST_LEN + 32];
-	int len = 0;
+	char addr[SM_HOST_LEN + 8];
+	int len = 0, who = NODE_CLIENT;
 
 	if (from != NULL && (from == req->query || from[-1] == '&')) {
 		from += 5;
 		len = (int)strcspn(from, "&");
 	}
-	if (len <= 0 || len > SM_HOST_LEN)
-		snprintf(label, sizeof(label), "%d -", kind);
-	else
-		snprintf(label, sizeof(label), "%d %.*s", kind, len, from);
-	hs_response_meter(res, label);
+	if (len > 0 && len < (int)sizeof(addr)) {
+		memcpy(addr, from, (size_t)len);
+		addr[len] = '\0';
+		who = sm_peers_find(&n->peers, addr);
+	}
+	hs_response_meter(res, kind, who);
 }
 
 void
-api_on_exchange(void *ctx, const char *peer, const char *kind, size_t in,
+api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
     size_t out)
 {
-	node *n = ctx;
-	char addr[SM_HOST_LEN + 16] = "-";
-	int k = SM_KIND_OTHER;
-
 	(void)peer;
-	if (kind != NULL)
-		sscanf(kind, "%d %271s", &k, addr);
-	node_meter(n, addr, k, in, out);
+	node_meter(ctx, m.who, m.kind, in, out);
 }
 
 static void
@@ -297,7 +275,7 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 	char etag[80];
 
 	if (n->ckpt == NULL) {
-		api_text(res, 503, "no checkpoint yet: the block is starting");
+		hs_response_text(res, 503, "no checkpoint yet: the block is starting");
 		return;
 	}
 	snprintf(etag, sizeof(etag), "\"%s\"", n->etag);
@@ -326,7 +304,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 
 	n->requests++;
 	if (strcmp(req->path, "/v1/status") == 0) {
-		meter(res, req, SM_KIND_OTHER);
+		meter(n, res, req, SM_KIND_OTHER);
 		if (!get)
 			goto not_allowed;
 		body = api_status_json(n, &len);
@@ -335,7 +313,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 		return;
 	}
 	if (strcmp(req->path, "/metrics") == 0) {
-		meter(res, req, SM_KIND_OTHER);
+		meter(n, res, req, SM_KIND_OTHER);
 		if (!get)
 			goto not_allowed;
 		body = metrics_text(n, &len);
@@ -345,7 +323,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 		return;
 	}
 	if (strcmp(req->path, "/v1/spec") == 0) {
-		meter(res, req, SM_KIND_OTHER);
+		meter(n, res, req, SM_KIND_OTHER);
 		if (!get)
 			goto not_allowed;
 		hs_response_status(res, 200);
@@ -357,7 +335,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	if (strcmp(req->path, "/v1/peers") == 0) {
 		json_t *arr;
 
-		meter(res, req, SM_KIND_OTHER);
+		meter(n, res, req, SM_KIND_OTHER);
 		if (!get)
 			goto not_allowed;
 		arr = peers_json(n);
@@ -373,13 +351,13 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 		const char *rest = req->path + used;
 
 		if (block != n->cfg.block) {
-			meter(res, req, SM_KIND_OTHER);
-			api_text(res, 404, "this daemon serves block %d, not block %d",
+			meter(n, res, req, SM_KIND_OTHER);
+			hs_response_text(res, 404, "this daemon serves block %d, not block %d",
 			    n->cfg.block, block);
 			return;
 		}
 		if (strcmp(rest, "checkpoint") == 0) {
-			meter(res, req, SM_KIND_CHECKPOINT);
+			meter(n, res, req, SM_KIND_CHECKPOINT);
 			if (!get)
 				goto not_allowed;
 			serve_checkpoint(n, req, res);
@@ -388,18 +366,24 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 		used = 0;
 		if (sscanf(rest, "rounds/%lld/%n", &round, &used) == 1 &&
 		    used > 0) {
-			meter(res, req, SM_KIND_UPDATE);
-			if (rounds_handle(n, req, res, block, round, rest + used))
+			meter(n, res, req, SM_KIND_UPDATE);
+			if (n->rounds == NULL) {
+				hs_response_text(res, 404, "block %d has one replica: "
+				    "it exchanges no updates", n->cfg.block);
+				return;
+			}
+			if (rounds_handle(n->rounds, req, res, round,
+			    rest + used))
 				return;
 		}
 	}
-	meter(res, req, SM_KIND_OTHER);
+	meter(n, res, req, SM_KIND_OTHER);
 	n->client_errors++;
-	api_text(res, 404, "no such resource: %s %s (see proto/PROTOCOL.md)",
+	hs_response_text(res, 404, "no such resource: %s %s (see proto/PROTOCOL.md)",
 	    req->method, req->path);
 	return;
 not_allowed:
 	n->client_errors++;
 	hs_response_header(res, "Allow", "GET, HEAD");
-	api_text(res, 405, "%s is not allowed on %s", req->method, req->path);
+	hs_response_text(res, 405, "%s is not allowed on %s", req->method, req->path);
 }

@@ -35,6 +35,7 @@ struct hc_xfer {
 	int too_big, nomem;
 	hc_done_fn done;
 	void *ctx;
+	const char *want_header;
 	char errbuf[CURL_ERROR_SIZE];
 	struct hc_xfer *prev, *next;
 };
@@ -200,6 +201,9 @@ xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 		if (curl_easy_header(x->easy, "ETag", 0, CURLH_HEADER, -1,
 		    &h) == CURLHE_OK)
 			r.etag = h->value;
+		if (x->want_header != NULL && curl_easy_header(x->easy,
+		    x->want_header, 0, CURLH_HEADER, -1, &h) == CURLHE_OK)
+			r.header = h->value;
 	}
 	x->done(x->ctx, &r);
 	free(r.body);
@@ -458,6 +462,7 @@ hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
 	x->c = c;
 	x->done = done;
 	x->ctx = ctx;
+	x->want_header = o->want_header;
 	x->max_body = o->max_body_bytes ? o->max_body_bytes :
 	    HC_DEFAULT_MAX_BODY_BYTES;
 	if (upload && o->body_len > 0)

@@ -27,6 +27,9 @@ typedef struct {
 	long timeout_ms;                /* whole request; 0: default */
 	long connect_timeout_ms;        /* 0: default */
 	size_t max_body_bytes;          /* response body; 0: default */
+	/* a response header the caller reads (hc_result.header); NULL:
+	 * none.  Must stay valid until done is called. */
+	const char *want_header;
 } hc_request_opts;
 
 /* What a request came to, valid during the done callback only. */
@@ -44,6 +47,7 @@ typedef struct hc_result {
 	char *body;
 	size_t body_len;
 	const char *etag;       /* the ETag header; NULL if none or on error */
+	const char *header;     /* the want_header one, likewise */
 	double total_s;                 /* whole transfer, seconds */
 	/* as curl counts them: body + headers received; body + request
 	 * head sent */

@@ -2,6 +2,7 @@
  * status line, headers and body written in slices with back-pressure. */
 #include "config.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <uv.h>
 
 #include "daemon/http_server_private.h"
+#include "kernels/error.h"
 
 #define HS_SLICE_LEN (1024 * 1024)      /* body bytes per uv_write */
 
@@ -23,7 +25,7 @@ struct hs_out {
 	char *body;                     /* owned; NULL after HEAD */
 	size_t body_len;
 	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
-	char kind[HS_KIND_LEN];
+	hs_meter meter;
 	int pending, failed;
 	uv_write_t reqs[];
 };
@@ -38,7 +40,7 @@ out_done(struct hs_out *o)
 
 	c->outs--;
 	if (s->cfg.on_exchange != NULL && !s->closing)
-		s->cfg.on_exchange(s->ctx, c->peer, o->kind, o->bytes_in,
+		s->cfg.on_exchange(s->ctx, c->peer, o->meter, o->bytes_in,
 		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra);
 	if (o->failed)
 		hs__conn_close(c);
@@ -98,7 +100,7 @@ reason_phrase(int status)
 void
 hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    int head_only, int close, const char *kind)
+    int head_only, int close, hs_meter meter)
 {
 	struct hs_out *o;
 	size_t slices, nreqs, i, off;
@@ -144,7 +146,7 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	o->body_len = body ? body_len : 0;
 	o->bytes_in = c->req_in;
 	o->bytes_extra = c->continue_bytes;
-	snprintf(o->kind, sizeof(o->kind), "%s", kind);
+	o->meter = meter;
 	c->outs++;
 	for (i = 0, off = 0; i < nreqs; i++) {
 		uv_buf_t bufs[2];
@@ -263,7 +265,51 @@ hs_response_body(hs_response *res, const char *content_type,
 }
 
 void
-hs_response_meter(hs_response *res, const char *kind)
+hs_response_meter(hs_response *res, int kind, int who)
 {
-	snprintf(res->kind, sizeof(res->kind), "%s", kind ? kind : "");
+	res->meter.kind = kind;
+	res->meter.who = who;
+}
+
+int
+hs_response_text(hs_response *res, int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	int len, rc;
+
+	va_start(ap, fmt);
+	len = vsnprintf(msg, sizeof(msg) - 1, fmt, ap);
+	va_end(ap);
+	if (len < 0)
+		len = 0;
+	if (len > (int)sizeof(msg) - 2)
+		len = (int)sizeof(msg) - 2;
+	msg[len++] = '\n';
+	if ((rc = hs_response_status(res, code)) != 0)
+		return rc;
+	return hs_response_body(res, "text/plain; charset=utf-8", msg,
+	    (size_t)len);
+}
+
+static const struct {
+	int code;
+	int status;
+} error_status[] = {
+	{ KN_EINVAL, 400 },     /* what was sent is wrong: do not resend */
+	{ KN_ENUM, 400 },       /* non-finite values in what was sent */
+	{ KN_ENOMEM, 503 },     /* a shortage here: try again later */
+	{ KN_ENODEV, 503 },
+	{ KN_EIO, 500 },
+};
+
+int
+hs_status_of_error(int code)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(error_status) / sizeof(error_status[0]); i++)
+		if (error_status[i].code == code)
+			return error_status[i].status;
+	return 500;
 }

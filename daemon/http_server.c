@@ -250,7 +250,7 @@ conn_fail(hs_conn *c, int status, const char *msg)
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	hs__conn_timer(c, HS_T_IDLE);
 	hs__conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0,
-	    0, 1, "error");
+	    0, 1, (hs_meter){ HS_METER_ERROR, -1 });
 	request_reset(c);
 }
 
@@ -291,6 +291,7 @@ conn_dispatch(hs_conn *c)
 	static const char empty[] = "";
 
 	memset(&res, 0, sizeof(res));
+	res.meter = (hs_meter){ HS_METER_NONE, -1 };
 	req.method = http_method_str((enum http_method)c->method);
 	q = url + strcspn(url, "?#");
 	req.query = empty;
@@ -317,12 +318,12 @@ conn_dispatch(hs_conn *c)
 		    "response\n" : "the handler set no status\n");
 		hs__conn_send(c, 500, "text/plain", "", 0, res.body,
 		    res.body ? strlen(res.body) : 0, c->method == HTTP_HEAD,
-		    !c->keep_alive, "error");
+		    !c->keep_alive, (hs_meter){ HS_METER_ERROR, -1 });
 	} else
 		hs__conn_send(c, res.status, res.content_type,
 		    res.headers ? res.headers : "", res.headers_len, res.body,
 		    res.body_len, c->method == HTTP_HEAD, !c->keep_alive,
-		    res.kind[0] ? res.kind : "http");
+		    res.meter);
 	free(res.headers);
 	free(res.content_type);
 	request_reset(c);

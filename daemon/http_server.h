@@ -46,16 +46,27 @@ char *hs_request_take_body(const hs_request *req, size_t *len);
 typedef void (*hs_handler_fn)(void *ctx, const hs_request *req,
     hs_response *res);
 
+/* What an exchange is charged to: two numbers of the handler's own (a
+ * traffic kind and a peer index, say), never read by the server, so a
+ * long peer name cannot be cut short on its way to the meter. */
+typedef struct {
+	int kind;
+	int who;
+} hs_meter;
+
+#define HS_METER_NONE (-1)      /* kind when the handler set none */
+#define HS_METER_ERROR (-2)     /* kind of answers the server made itself */
+
 /* Called once per request/response exchange when its response has been
  * written, or has failed (then bytes_out is 0).  bytes_in is what was
  * read for the request (request line, headers, body, chunk framing; for a
  * request the server rejected, everything read up to the rejection);
  * bytes_out what was written for the response (head and body, and a 100
- * Continue when one was sent).  kind is the label given with
- * hs_response_meter, "http" when none was, "error" for answers the server
- * made itself.  Not called once hs_server_close has begun. */
+ * Continue when one was sent).  m is what hs_response_meter set: kind
+ * HS_METER_NONE (who -1) when nothing was, HS_METER_ERROR for answers
+ * the server made itself.  Not called once hs_server_close has begun. */
 typedef void (*hs_exchange_fn)(void *ctx, const char *peer_addr,
-    const char *kind, size_t bytes_in, size_t bytes_out);
+    hs_meter m, size_t bytes_in, size_t bytes_out);
 
 /* Zero in any field means its default. */
 typedef struct {
@@ -116,7 +127,16 @@ int hs_response_body(hs_response *res, const char *content_type,
  * is written, or at once if this fails. */
 int hs_response_body_owned(hs_response *res, const char *content_type,
     void *body, size_t len);
-/* Label for on_exchange (copied, at most 31 bytes kept). */
-void hs_response_meter(hs_response *res, const char *kind);
+/* What on_exchange will be told this exchange was. */
+void hs_response_meter(hs_response *res, int kind, int who);
+/* The HTTP status that answers a failure with the KN_E* code of
+ * kernels/error.h: one table for every handler (KN_ENOMEM, a passing
+ * shortage, is 503 so that the sender tries again). */
+int hs_status_of_error(int code);
+/* A status with a one-line text/plain body, for a person: every error
+ * answer and the short acknowledgements.  A program reads the status and
+ * any header set beside it, never this text. */
+int hs_response_text(hs_response *res, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 #endif

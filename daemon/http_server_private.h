@@ -13,7 +13,6 @@
 #define HS_READ_LEN (64 * 1024)         /* one read from a socket */
 #define HS_MAX_PIPELINE 8               /* responses in flight per conn */
 #define HS_PEER_LEN 64
-#define HS_KIND_LEN 32
 #define HS_MSG_LEN 192
 
 enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER };
@@ -32,7 +31,7 @@ struct hs_response {
 	char *content_type;
 	char *body;
 	size_t body_len;
-	char kind[HS_KIND_LEN];
+	hs_meter meter;
 	int nomem;
 };
 
@@ -110,6 +109,6 @@ void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
  * head_only the length is announced and the body not sent. */
 void hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    int head_only, int close, const char *kind);
+    int head_only, int close, hs_meter meter);
 
 #endif

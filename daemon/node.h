@@ -1,7 +1,7 @@
-/* The state of one blocktraind: its run, its peers, the trainer thread,
- * the HTTP server and client, and what it reports.  Shared by node.c (life
- * cycle, events, housekeeping), api.c (the HTTP API) and rounds.c (the
- * averaging rounds of a block's replicas).  Everything here is touched on
+/* The training daemon's runtime (node.c): its run, its peers, the trainer
+ * thread, the HTTP server and client, the averaging rounds, and what it
+ * reports.  node_main.c reads the flags and the configuration and starts
+ * it; api.c answers the HTTP API from it.  Everything here is touched on
  * the loop thread only. */
 #ifndef SM_NODE_H
 #define SM_NODE_H
@@ -13,12 +13,13 @@
 #include "daemon/http_client.h"
 #include "daemon/http_server.h"
 #include "daemon/peers.h"
+#include "daemon/rounds.h"
 #include "daemon/worker.h"
 #include "kernels/backend.h"
-#include "kernels/clock.h"
 #include "proto/spec.h"
 
-typedef struct round_state round_state;
+/* Who a meter charges that is not a peer of the list: tools, clients. */
+#define NODE_CLIENT (-1)
 
 typedef struct node {
 	uv_loop_t *loop;
@@ -35,6 +36,7 @@ typedef struct node {
 	hs_server *http;
 	hc_client *client;
 	worker *worker;
+	rounds *rounds;                 /* NULL with one replica */
 	uv_timer_t cron;
 	uv_signal_t sigterm, sigint, sighup;
 	/* what we report */
@@ -58,47 +60,24 @@ typedef struct node {
 	int stopping;
 	int worker_done;                /* the trainer thread has ended */
 	int exit_code;
-	round_state *rounds;
 } node;
 
-/* Accounts a transfer with the peer whose address is addr (or a client). */
-void node_meter(node *n, const char *addr, int kind, uint64_t in,
-    uint64_t out);
-int node_peer_of(const node *n, const char *addr);
+/* Loads the spec and the peer list named by n->cfg (already validated)
+ * and finds our place in it.  0 or a negative KN_E* code with a reason in
+ * err (PR_ERR_LEN). */
+int node_setup(node *n, char *err);
+/* Starts the HTTP server and client, the rounds, the housekeeping timer,
+ * the signals and the trainer thread on loop, with backend be. */
+int node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err);
+/* After uv_run has returned: frees what the node still holds. */
+void node_free(node *n);
+
+/* Accounts a transfer with the peer at index peer of the list, or with
+ * the clients (NODE_CLIENT, or an index that is not one). */
+void node_meter(node *n, int peer, int kind, uint64_t in, uint64_t out);
 /* Appends one line to the state directory's journal of rounds: what each
  * round did, for a person reading what happened after a crash. */
 void node_journal(node *n, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-
-/* api.c */
-void api_handle(void *ctx, const hs_request *req, hs_response *res);
-void api_on_exchange(void *ctx, const char *peer, const char *kind,
-    size_t in, size_t out);
-/* A status with a one-line text/plain body: every error, and the short
- * acknowledgements of the round exchange. */
-void api_text(hs_response *res, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-/* The status as JSON text (malloc'd), for /v1/status and the log. */
-char *api_status_json(node *n, size_t *len);
-
-/* rounds.c */
-int rounds_init(node *n, char *err);
-/* Closes the round timer; the state goes once libuv has let go. */
-void rounds_free(node *n);
-/* Our update for round r is ready (from the trainer thread). */
-void rounds_on_update(node *n, wk_event *ev);
-/* The HTTP side of the exchange: returns 1 if it handled the request. */
-int rounds_handle(node *n, const hs_request *req, hs_response *res,
-    int block, int64_t round, const char *rest);
-void rounds_cron(node *n);
-/* SIGHUP: whether a new peer list keeps our block's replicas, the same
- * addresses in the same order (the round protocol depends on it); and the
- * replica map rebuilt once the new list is in place. */
-int rounds_same_replicas(const node *n, const sm_peer_list *fresh);
-void rounds_remap(node *n);
-/* A replica of our block, at line peer, reports another checkpoint for
- * the same step and round: two coordinators decided differently.  The
- * replica of higher index adopts the other's weights at its next round. */
-void rounds_diverged(node *n, int peer, const char *their_sha256);
 
 #endif

@@ -6,7 +6,10 @@
 #ifndef SM_SERVE_H
 #define SM_SERVE_H
 
-/* The whole daemon in serve mode: options, start-up, loop, exit code. */
-int sv_main(int argc, char **argv);
+#include "daemon/startup.h"
+
+/* The whole daemon in serve mode, after its flags: start-up, loop, exit
+ * code. */
+int sv_main(const startup_flags *f);
 
 #endif

@@ -71,9 +71,10 @@ event(wk_event_kind kind)
 }
 
 static void
-post_error(worker *w, const char *what, const char *err)
+post_message(worker *w, wk_event_kind kind, const char *what,
+    const char *err)
 {
-	wk_event *ev = event(WK_ERROR);
+	wk_event *ev = event(kind);
 
 	snprintf(ev->msg, sizeof(ev->msg), "%s: %s", what, err);
 	post(w, ev);
@@ -209,21 +210,21 @@ worker_main(void *arg)
 	int have_valid = 0;
 
 	if (sm_trainer_open(&t, &o->train, err) != 0) {
-		post_error(w, "cannot start training", err);
+		post_message(w, WK_ERROR, "cannot start training", err);
 		return NULL;
 	}
 	if (sm_trainer_steps(t) == 0 && sm_trainer_save(t, err) != 0) {
-		post_error(w, "cannot write the first checkpoint", err);
+		post_message(w, WK_ERROR, "cannot write the first checkpoint", err);
 		goto out;
 	}
 	if (post_checkpoint(w, t, WK_STARTED, err) != 0) {
-		post_error(w, "cannot read the checkpoint", err);
+		post_message(w, WK_ERROR, "cannot read the checkpoint", err);
 		goto out;
 	}
 	if (o->valid_path != NULL && o->valid_path[0] != '\0') {
 		if (corpus_open(&valid, o->valid_path, o->valid_sha256,
 		    (size_t)o->train.spec->window + 2, err) != 0)
-			post_error(w, "held-out shares disabled", err);
+			post_message(w, WK_WARNING, "held-out shares disabled", err);
 		else
 			have_valid = 1;
 	}
@@ -232,7 +233,7 @@ worker_main(void *arg)
 		size_t n = kn_model_num_params(sm_trainer_model(t));
 
 		if ((start = malloc(n * sizeof(float))) == NULL) {
-			post_error(w, "training", "out of memory");
+			post_message(w, WK_ERROR, "training", "out of memory");
 			goto out;
 		}
 		kn_model_get_params(sm_trainer_model(t), start);
@@ -243,7 +244,7 @@ worker_main(void *arg)
 		if (stop_requested(w))
 			break;
 		if (sm_trainer_step(t, &loss, err) != 0) {
-			post_error(w, "training step", err);
+			post_message(w, WK_ERROR, "training step", err);
 			goto out;
 		}
 		step = sm_trainer_steps(t);
@@ -265,14 +266,14 @@ worker_main(void *arg)
 			if (bt_eval_share(sm_trainer_model(t), o->train.spec,
 			    &valid, &set, lo, hi, &ev->share, err) != 0) {
 				worker_event_free(ev);
-				post_error(w, "held-out share", err);
+				post_message(w, WK_ERROR, "held-out share", err);
 				goto out;
 			}
 			post(w, ev);
 		}
 		if (o->replicas > 1 && step % o->local_steps == 0) {
 			if (run_round(w, t, start, err) != 0) {
-				post_error(w, "round", err);
+				post_message(w, WK_ERROR, "round", err);
 				goto out;
 			}
 			if (stop_requested(w))
@@ -282,14 +283,14 @@ worker_main(void *arg)
 		    (o->replicas <= 1 && step % o->checkpoint_every == 0)) {
 			if (sm_trainer_save(t, err) != 0 ||
 			    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
-				post_error(w, "checkpoint", err);
+				post_message(w, WK_ERROR, "checkpoint", err);
 				goto out;
 			}
 		}
 	}
 	if (sm_trainer_save(t, err) != 0 ||
 	    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
-		post_error(w, "checkpoint", err);
+		post_message(w, WK_ERROR, "checkpoint", err);
 		goto out;
 	}
 	post(w, event(stop_requested(w) ? WK_STOPPED : WK_DONE));

@@ -23,7 +23,8 @@
 #define RAW_CAP (1 << 20)
 
 struct exchange {
-	char peer[64], kind[32];
+	char peer[64];
+	int kind, who;
 	size_t in, out;
 };
 
@@ -54,13 +55,14 @@ static char raw[RAW_CAP];
 /* ---- the server side of the tests ---- */
 
 static void
-on_exchange(void *ctx, const char *peer, const char *kind, size_t in,
+on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
     size_t out)
 {
 	(void)ctx;
 	if (nex < (int)(sizeof(ex) / sizeof(ex[0]))) {
 		snprintf(ex[nex].peer, sizeof(ex[nex].peer), "%s", peer);
-		snprintf(ex[nex].kind, sizeof(ex[nex].kind), "%s", kind);
+		ex[nex].kind = m.kind;
+		ex[nex].who = m.who;
 		ex[nex].in = in;
 		ex[nex].out = out;
 	}
@@ -83,7 +85,7 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 		const char *inm = hs_request_header(req, "if-none-match");
 
 		hs_response_header(res, "ETag", "\"v1\"");
-		hs_response_meter(res, "hello");
+		hs_response_meter(res, 1, 7);
 		if (inm != NULL && strcmp(inm, "\"v1\"") == 0) {
 			hs_response_status(res, 304);
 			return;
@@ -99,7 +101,7 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 		hs_response_header(res, "X-Method", req->method);
 		hs_response_body_owned(res,
 		    ct ? ct : "application/octet-stream", body, n);
-		hs_response_meter(res, "echo");
+		hs_response_meter(res, 2, -1);
 	} else if (strcmp(req->path, "/big") == 0) {
 		size_t n = strtoul(req->query + 2, NULL, 10);
 		char *body = malloc(n);
@@ -416,7 +418,8 @@ START_TEST(test_get_post)
 	ck_assert_str_eq(r.body, "hello world");
 	ck_assert_str_eq(r.etag, "\"v1\"");
 	ck_assert_int_eq(nex, 1);
-	ck_assert_str_eq(ex[0].kind, "hello");
+	ck_assert_int_eq(ex[0].kind, 1);
+	ck_assert_int_eq(ex[0].who, 7);
 	/* both ends count the same bytes */
 	ck_assert_uint_eq(r.out, ex[0].in);
 	ck_assert_uint_eq(r.in, ex[0].out);
@@ -431,7 +434,7 @@ START_TEST(test_get_post)
 	ck_assert_uint_eq(r.body_len, n);
 	ck_assert_int_eq(memcmp(r.body, body, n), 0);
 	ck_assert_int_eq(nex, 2);
-	ck_assert_str_eq(ex[1].kind, "echo");
+	ck_assert_int_eq(ex[1].kind, 2);
 	ck_assert_uint_eq(r.out, ex[1].in);
 	ck_assert_uint_eq(r.in, ex[1].out);
 	ck_assert_uint_gt(r.out, n);
@@ -655,7 +658,7 @@ START_TEST(test_413_declared)
 	ck_assert_ptr_nonnull(strstr(raw, "Content-Type: text/plain\r\n"));
 	ck_assert_ptr_nonnull(strstr(raw, "limit of 1024 bytes"));
 	ck_assert_int_eq(nex, 1);
-	ck_assert_str_eq(ex[0].kind, "error");
+	ck_assert_int_eq(ex[0].kind, HS_METER_ERROR);
 	ck_assert_uint_eq(ex[0].in, strlen(req));
 	close(fd);
 }
@@ -824,7 +827,7 @@ START_TEST(test_exchange_bytes)
 	ck_assert_int_eq(nex, 1);
 	ck_assert_uint_eq(ex[0].in, strlen(get));
 	ck_assert_uint_eq(ex[0].out, n);
-	ck_assert_str_eq(ex[0].kind, "hello");
+	ck_assert_int_eq(ex[0].kind, 1);
 	close(fd);
 
 	/* a peer that half-closes after its request still gets the answer */

@@ -1,46 +1,36 @@
-/* blocktraind: owns one block of a BlockTrain run on this host.  It trains
- * the block on its trainer thread, serves its checkpoint, status and
- * metrics over HTTP, watches its peers, and averages updates with the
- * other replicas of its block in rounds.  See blocktraind(8). */
+/* The training daemon's runtime: its state, the health probes of its
+ * peers, the trainer thread's events, the signals, the housekeeping timer
+ * and the journal of rounds.  node_main.c starts it; api.c answers HTTP
+ * from it; rounds.c averages with the other replicas through the small
+ * context given here. */
 #include "config.h"
 
-#include <errno.h>
-#include <stdarg.h>
-#include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
+#include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
-#include "daemon/serve.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
-#include "kernels/pool.h"
 
 #define CRON_MS 1000
 
-int
-node_peer_of(const node *n, const char *addr)
-{
-	return addr != NULL ? sm_peers_find(&n->peers, addr) : -1;
-}
-
 void
-node_meter(node *n, const char *addr, int kind, uint64_t in, uint64_t out)
+node_meter(node *n, int peer, int kind, uint64_t in, uint64_t out)
 {
-	int i = node_peer_of(n, addr);
-
 	if (kind < 0 || kind >= SM_KINDS)
 		kind = SM_KIND_OTHER;
-	if (i >= 0) {
-		n->peers.v[i].bytes_in[kind] += in;
-		n->peers.v[i].bytes_out[kind] += out;
+	if (peer >= 0 && peer < n->peers.n) {
+		n->peers.v[peer].bytes_in[kind] += in;
+		n->peers.v[peer].bytes_out[kind] += out;
 	} else {
 		n->client_in[kind] += in;
 		n->client_out[kind] += out;
@@ -91,7 +81,7 @@ probe_done(void *ctx, hc_result *r)
 		return;
 	p = &n->peers.v[i];
 	p->probing = 0;
-	node_meter(n, p->addr, SM_KIND_OTHER, r->bytes_in, r->bytes_out);
+	node_meter(n, i, SM_KIND_OTHER, r->bytes_in, r->bytes_out);
 	if (r->status == 200)
 		root = json_loadb(r->body, r->body_len, 0, &jerr);
 	if (root == NULL) {
@@ -110,19 +100,16 @@ probe_done(void *ctx, hc_result *r)
 	p->step = json_integer_value(json_object_get(root, "step"));
 	p->steps = json_integer_value(json_object_get(root, "steps"));
 	p->round = json_integer_value(json_object_get(root, "round"));
-	{
+	if (n->rounds != NULL && strcmp(p->run_id, n->run_id) == 0) {
 		json_t *ck = json_object_get(root, "checkpoint");
 		const char *sha = json_string_value(json_object_get(ck, "sha256"));
 
 		/* replicas of our block must hold the same weights after the
 		 * same round: a difference means the round split */
-		if (p->block == n->cfg.block && sha != NULL && n->etag[0] &&
-		    strcmp(p->run_id, n->run_id) == 0 &&
-		    json_integer_value(json_object_get(ck, "round")) ==
-		    n->ckpt_round && n->ckpt_round > 0 &&
-		    json_integer_value(json_object_get(ck, "step")) ==
-		    n->ckpt_step && strcmp(sha, n->etag) != 0)
-			rounds_diverged(n, i, sha);
+		if (sha != NULL)
+			rounds_diverged(n->rounds, i, json_integer_value(
+			    json_object_get(ck, "step")), json_integer_value(
+			    json_object_get(ck, "round")), sha);
 	}
 	if (json_is_number(json_object_get(root, "heldout_share"))) {
 		p->share = json_number_value(json_object_get(root,
@@ -199,7 +186,8 @@ on_cron(uv_timer_t *t)
 	if (n->stopping)
 		return;
 	probe_peers(n);
-	rounds_cron(n);
+	if (n->rounds != NULL)
+		rounds_cron(n->rounds);
 }
 
 static void
@@ -213,9 +201,37 @@ install_checkpoint(node *n, wk_event *ev)
 	n->ckpt_step = ev->step;
 	n->ckpt_round = ev->round;
 	n->round = ev->round;
+	if (n->rounds != NULL)
+		rounds_on_checkpoint(n->rounds, n->ckpt_step, n->ckpt_round,
+		    n->etag);
 }
 
 static void shutdown_node(node *n);
+
+/* The trainer thread has ended with an error: the daemon goes down. */
+static void
+on_worker_error(node *n, const char *msg)
+{
+	snprintf(n->error, sizeof(n->error), "%s", msg);
+	log_warnx("%s", msg);
+	n->state = "error";
+	n->worker_done = 1;
+	n->exit_code = 1;
+	shutdown_node(n);
+}
+
+static void
+on_round_ready(node *n, wk_event *ev)
+{
+	n->state = "round";
+	if (n->rounds == NULL) {
+		/* one replica: nothing to average, keep the local weights */
+		worker_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		n->state = "training";
+		return;
+	}
+	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
+}
 
 static void
 on_event(void *ctx, wk_event *ev)
@@ -255,8 +271,7 @@ on_event(void *ctx, wk_event *ev)
 		    n->ckpt_len, n->etag);
 		break;
 	case WK_ROUND_READY:
-		n->state = "round";
-		rounds_on_update(n, ev);
+		on_round_ready(n, ev);
 		break;
 	case WK_DONE:
 		n->state = "done";
@@ -271,15 +286,13 @@ on_event(void *ctx, wk_event *ev)
 		    (long long)n->ckpt_step);
 		shutdown_node(n);
 		break;
-	case WK_ERROR:
+	case WK_WARNING:
+		/* the thread goes on: reported, not fatal */
 		snprintf(n->error, sizeof(n->error), "%s", ev->msg);
 		log_warnx("%s", ev->msg);
-		if (strncmp(ev->msg, "held-out shares disabled", 24) != 0) {
-			n->state = "error";
-			n->worker_done = 1;
-			n->exit_code = 1;
-			shutdown_node(n);
-		}
+		break;
+	case WK_ERROR:
+		on_worker_error(n, ev->msg);
 		break;
 	}
 	worker_event_free(ev);
@@ -289,24 +302,6 @@ static void
 on_closed_handle(uv_handle_t *h)
 {
 	(void)h;
-}
-
-static void
-on_http_closed(void *arg)
-{
-	(void)arg;
-}
-
-static void
-on_worker_closed(void *arg)
-{
-	(void)arg;
-}
-
-static void
-on_client_closed(void *arg)
-{
-	(void)arg;
 }
 
 /* Closes every handle; uv_run returns once they are gone. */
@@ -322,12 +317,13 @@ shutdown_node(node *n)
 	uv_close((uv_handle_t *)&n->sigint, on_closed_handle);
 	uv_close((uv_handle_t *)&n->sighup, on_closed_handle);
 	if (n->worker != NULL) {
-		worker_close(n->worker, on_worker_closed, NULL);
+		worker_close(n->worker, NULL, NULL);
 		n->worker = NULL;
 	}
-	rounds_free(n);
-	hs_server_close(n->http, on_http_closed, NULL);
-	hc_client_close(n->client, on_client_closed, NULL);
+	rounds_free(n->rounds);
+	n->rounds = NULL;
+	hs_server_close(n->http, NULL, NULL);
+	hc_client_close(n->client, NULL, NULL);
 }
 
 static void
@@ -350,6 +346,28 @@ on_stop_signal(uv_signal_t *h, int sig)
 		shutdown_node(n);
 }
 
+/* Whether a freshly read peer list can replace ours: our own line and
+ * block must stay (a daemon cannot change block), and so must the
+ * replicas of our block.  i is our line in it. */
+static int
+peers_acceptable(node *n, const sm_peer_list *fresh, int *i)
+{
+	*i = sm_peers_find(fresh, n->peers.v[n->self].addr);
+	if (*i < 0 || fresh->v[*i].block != n->cfg.block) {
+		log_warnx("SIGHUP: the new peer list lacks %s serving block %d; "
+		    "keeping the old one", n->peers.v[n->self].addr,
+		    n->cfg.block);
+		return 0;
+	}
+	if (n->rounds != NULL ? !rounds_same_replicas(n->rounds, fresh) :
+	    sm_peers_replicas(fresh, n->cfg.block) != 1) {
+		log_warnx("SIGHUP: the replicas of block %d changed; that needs "
+		    "a restart of them all, keeping the old list", n->cfg.block);
+		return 0;
+	}
+	return 1;
+}
+
 static void
 on_hup(uv_signal_t *h, int sig)
 {
@@ -363,18 +381,7 @@ on_hup(uv_signal_t *h, int sig)
 		log_warnx("SIGHUP: keeping the old peer list: %s", err);
 		return;
 	}
-	/* our own line and block must stay: a daemon cannot change block */
-	i = sm_peers_find(&fresh, n->peers.v[n->self].addr);
-	if (i < 0 || fresh.v[i].block != n->cfg.block) {
-		log_warnx("SIGHUP: the new peer list lacks %s serving block %d; "
-		    "keeping the old one", n->peers.v[n->self].addr,
-		    n->cfg.block);
-		sm_peers_free(&fresh);
-		return;
-	}
-	if (!rounds_same_replicas(n, &fresh)) {
-		log_warnx("SIGHUP: the replicas of block %d changed; that needs "
-		    "a restart of them all, keeping the old list", n->cfg.block);
+	if (!peers_acceptable(n, &fresh, &i)) {
 		sm_peers_free(&fresh);
 		return;
 	}
@@ -396,74 +403,18 @@ on_hup(uv_signal_t *h, int sig)
 	sm_peers_free(&n->peers);
 	n->peers = fresh;
 	n->self = i;
-	rounds_remap(n);
+	if (n->rounds != NULL)
+		rounds_remap(n->rounds);
 	log_info("SIGHUP: peer list reloaded, %d peers", n->peers.n);
 }
 
-static void
-usage(FILE *f)
-{
-	fprintf(f, "usage: blocktraind [-dfnv] [-c file] [-l host:port] "
-	    "[-b block] [-s dir]\n"
-	    "                  [-p peers] [-r spec] [-D auto|cpu|cuda] "
-	    "[-t threads]\n"
-	    "  -c file   configuration (default /etc/blocktrain/"
-	    "blocktrain.conf)\n"
-	    "  -d, -f    stay in the foreground, log to stderr\n"
-	    "  -n        check the configuration, spec and peer list, "
-	    "and exit\n"
-	    "  -v        more detail in the log\n"
-	    "  -S        serve the inference pipeline instead "
-	    "(blocktraind -S -h)\n"
-	    "  -l, -b, -s, -p, -r, -D, -t   override listen, block, "
-	    "state_dir, peers, spec,\n"
-	    "            device, threads\n"
-	    "See blocktraind(8) and blocktrain.conf(5).\n");
-}
-
-/* Loads the configuration, the spec and the peer list, and finds our
- * place in it. */
-static int
-setup(node *n, const char *conf, char *overrides[7], char *err)
+int
+node_setup(node *n, char *err)
 {
 	char *buf;
 	size_t len;
 	int rc, port;
 
-	sm_config_defaults(&n->cfg);
-	if (conf != NULL && (rc = sm_config_load(&n->cfg, conf, err)) != 0)
-		return rc;
-	if (overrides[0] != NULL && sm_parse_hostport(overrides[0],
-	    n->cfg.listen_host, sizeof(n->cfg.listen_host),
-	    &n->cfg.listen_port) != 0)
-		return kn_error(err, KN_EINVAL, "-l: '%s' is not host:port",
-		    overrides[0]);
-	if (overrides[1] != NULL) {
-		n->cfg.block = atoi(overrides[1]);
-		if (n->cfg.block < 1)
-			return kn_error(err, KN_EINVAL, "-b: block counts from 1");
-	}
-	if (overrides[2] != NULL)
-		snprintf(n->cfg.state_dir, sizeof(n->cfg.state_dir), "%s",
-		    overrides[2]);
-	if (overrides[3] != NULL)
-		snprintf(n->cfg.peers, sizeof(n->cfg.peers), "%s", overrides[3]);
-	if (overrides[4] != NULL)
-		snprintf(n->cfg.spec, sizeof(n->cfg.spec), "%s", overrides[4]);
-	if (overrides[5] != NULL)
-		snprintf(n->cfg.device, sizeof(n->cfg.device), "%s",
-		    overrides[5]);
-	if (overrides[6] != NULL) {
-		char *end;
-		long t = strtol(overrides[6], &end, 10);
-
-		if (end == overrides[6] || *end || t < 0 || t > 256)
-			return kn_error(err, KN_EINVAL, "-t: threads is 0 (all "
-			    "cores) to 256, not '%s'", overrides[6]);
-		n->cfg.threads = (int)t;
-	}
-	if ((rc = sm_config_validate(&n->cfg, err)) != 0)
-		return rc;
 	if ((rc = pr_spec_load(&n->spec, n->cfg.spec, err)) != 0 ||
 	    (rc = pr_spec_run_id(&n->spec, n->run_id, err)) != 0 ||
 	    (rc = pr_spec_encode(&n->spec, &buf, &len, err)) != 0)
@@ -501,131 +452,154 @@ setup(node *n, const char *conf, char *overrides[7], char *err)
 	return KN_OK;
 }
 
-int
-main(int argc, char **argv)
+/* The rounds' view of the node. */
+static double
+rounds_now(void *arg)
 {
-	static node n;
-	char err[PR_ERR_LEN], note[KN_ERR_LEN], ckdir[PR_PATH_LEN + 16];
-	char *overrides[7] = { NULL };
-	const char *conf = "/etc/blocktrain/blocktrain.conf";
-	int foreground = 0, check_only = 0, verbose = 0, ch, conf_given = 0;
-	kn_backend_kind kind;
-	hs_config hcfg;
+	(void)arg;
+	return kn_now();
+}
+
+static void
+rounds_meter(void *arg, int peer, int kind, uint64_t in, uint64_t out)
+{
+	node_meter(arg, peer, kind, in, out);
+}
+
+static void
+rounds_journal(void *arg, const char *line)
+{
+	node_journal(arg, "%s", line);
+}
+
+static void
+rounds_commit(void *arg, int64_t round, float *avg, float outer_lr,
+    char *ckpt, size_t len)
+{
+	node *n = arg;
+
+	if (n->worker != NULL)
+		worker_commit_round(n->worker, round, avg, outer_lr, ckpt, len);
+	else {
+		free(avg);
+		free(ckpt);
+	}
+	n->state = "training";
+}
+
+static int
+start_rounds(node *n, char *err)
+{
+	rounds_config rc = {
+		.loop = n->loop,
+		.client = n->client,
+		.peers = &n->peers,
+		.block = n->cfg.block,
+		.replica = n->replica,
+		.replicas = n->replicas,
+		.run_id = n->run_id,
+		.advertise = n->cfg.advertise,
+		.round_deadline = n->spec.round_deadline,
+		.outer_lr = n->spec.outer_lr,
+		.peer_timeout_ms = n->cfg.peer_timeout_ms,
+		.ops = { rounds_now, rounds_meter, rounds_journal,
+		    rounds_commit },
+		.arg = n,
+	};
+
+	if (n->replicas <= 1)
+		return KN_OK;
+	if (pr_encoding_parse(n->cfg.update_encoding, &rc.enc) != 0)
+		return kn_error(err, KN_EINVAL, "update_encoding: unknown '%s'",
+		    n->cfg.update_encoding);
+	rc.count = kn_model_params_for(&(kn_model_shape){ n->spec.width,
+	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0 });
+	return rounds_new(&n->rounds, &rc, err);
+}
+
+static int
+start_worker(node *n, char *err)
+{
 	wk_opts wo;
 
-	for (ch = 1; ch < argc; ch++)
-		if (strcmp(argv[ch], "-S") == 0)
-			return sv_main(argc, argv);
-	while ((ch = getopt(argc, argv, "c:dfnvl:b:s:p:r:D:t:h")) != -1) {
-		switch (ch) {
-		case 'c': conf = optarg; conf_given = 1; break;
-		case 'd': case 'f': foreground = 1; break;
-		case 'n': check_only = 1; break;
-		case 'v': verbose++; break;
-		case 'l': overrides[0] = optarg; break;
-		case 'b': overrides[1] = optarg; break;
-		case 's': overrides[2] = optarg; break;
-		case 'p': overrides[3] = optarg; break;
-		case 'r': overrides[4] = optarg; break;
-		case 'D': overrides[5] = optarg; break;
-		case 't': overrides[6] = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-	log_init(1, verbose, "blocktraind");
-	if (!conf_given && access(conf, F_OK) != 0)
-		conf = NULL;	/* the defaults and the flags may be enough */
-	if (setup(&n, conf, overrides, err) != 0)
-		fatalx("%s", err);
-	if (check_only) {
-		printf("configuration OK: block %d, replica %d of %d, run %s, "
-		    "%d peers, listen %s:%d\n", n.cfg.block, n.replica,
-		    n.replicas, n.run_id, n.peers.n, n.cfg.listen_host,
-		    n.cfg.listen_port);
-		return 0;
-	}
-	if (!foreground) {
-		/* keep the working directory: the spec, the peer list (read
-		 * again on SIGHUP) and the state directory may be relative */
-		if (daemon(1, 0) != 0)
-			fatal("daemon");
-		log_init(0, verbose, "blocktraind");
-	}
-	signal(SIGPIPE, SIG_IGN);
-	kn_backend_parse(n.cfg.device, &kind);
-	if (kn_pool_init(n.cfg.threads, err) != 0 ||
-	    (n.be = kn_backend_get(kind, note, err)) == NULL)
-		fatalx("%s", err);
-	if (note[0])
-		log_info("%s", note);
-	kn_backend_describe(n.be, n.backend_desc, sizeof(n.backend_desc));
-	log_info("%s", n.backend_desc);
-	n.loop = uv_default_loop();
-	n.started = kn_now();
-	n.state = "starting";
-	hs_config_defaults(&hcfg);
-	hcfg.max_body_bytes = n.cfg.max_body ? n.cfg.max_body :
-	    kn_model_params_for(&(kn_model_shape){ n.spec.width, n.spec.heads,
-	    n.spec.layers_per_block, n.spec.window, 0 }) * 4 + (1 << 20);
-	hcfg.on_exchange = api_on_exchange;
-	if (hs_server_new(&n.http, n.loop, &hcfg, api_handle, &n, err) != 0 ||
-	    hs_server_listen(n.http, n.cfg.listen_host, n.cfg.listen_port,
-	    err) != 0)
-		fatalx("cannot listen on %s:%d: %s", n.cfg.listen_host,
-		    n.cfg.listen_port, err);
-	if (hc_client_new(&n.client, n.loop, err) != 0)
-		fatalx("%s", err);
-	if (rounds_init(&n, err) != 0)
-		fatalx("%s", err);
-	if (n.spec.replicas != n.replicas)
-		log_warnx("the spec says %d replica(s) per block, the peer list "
-		    "gives block %d %d: the peer list is followed", n.spec.replicas,
-		    n.cfg.block, n.replicas);
-	log_info("run %s, block %d (replica %d of %d), listening on %s:%d",
-	    n.run_id, n.cfg.block, n.replica, n.replicas, n.cfg.listen_host,
-	    hs_server_port(n.http));
-	uv_timer_init(n.loop, &n.cron);
-	n.cron.data = &n;
-	uv_timer_start(&n.cron, on_cron, 200, CRON_MS);
-	uv_signal_init(n.loop, &n.sigterm);
-	uv_signal_init(n.loop, &n.sigint);
-	uv_signal_init(n.loop, &n.sighup);
-	n.sigterm.data = n.sigint.data = n.sighup.data = &n;
-	uv_signal_start(&n.sigterm, on_stop_signal, SIGTERM);
-	uv_signal_start(&n.sigint, on_stop_signal, SIGINT);
-	uv_signal_start(&n.sighup, on_hup, SIGHUP);
-
-	snprintf(ckdir, sizeof(ckdir), "%s", n.cfg.state_dir);
 	memset(&wo, 0, sizeof(wo));
-	wo.train.spec = &n.spec;
-	wo.train.run_id = n.run_id;
-	wo.train.dir = ckdir;
+	wo.train.spec = &n->spec;
+	wo.train.run_id = n->run_id;
+	wo.train.dir = n->cfg.state_dir;
 	wo.train.kind = BT_BLOCK;
-	wo.train.block = n.cfg.block;
-	wo.train.replica = n.replica;
-	wo.train.steps = n.spec.steps;
-	wo.train.be = n.be;
-	wo.valid_path = n.spec.valid;
-	wo.valid_sha256 = n.spec.valid_sha256;
-	wo.eval_every = n.cfg.eval_every;
-	wo.eval_windows = n.cfg.eval_windows;
-	wo.checkpoint_every = n.cfg.checkpoint_every;
-	wo.replicas = n.replicas;
-	wo.local_steps = n.spec.local_steps;
-	wo.threads = n.cfg.threads;
-	if (worker_start(&n.worker, n.loop, &wo, on_event, &n, err) != 0)
-		fatalx("%s", err);
-	uv_run(n.loop, UV_RUN_DEFAULT);
-	uv_loop_close(n.loop);
-	free(n.ckpt);
-	free(n.spec_body);
-	sm_peers_free(&n.peers);
-	kn_pool_shutdown();
-	log_info("exit");
-	return n.exit_code;
+	wo.train.block = n->cfg.block;
+	wo.train.replica = n->replica;
+	wo.train.steps = n->spec.steps;
+	wo.train.be = n->be;
+	wo.valid_path = n->spec.valid;
+	wo.valid_sha256 = n->spec.valid_sha256;
+	wo.eval_every = n->cfg.eval_every;
+	wo.eval_windows = n->cfg.eval_windows;
+	wo.checkpoint_every = n->cfg.checkpoint_every;
+	wo.replicas = n->replicas;
+	wo.local_steps = n->spec.local_steps;
+	wo.threads = n->cfg.threads;
+	return worker_start(&n->worker, n->loop, &wo, on_event, n, err);
+}
+
+static void
+start_signals(node *n)
+{
+	uv_signal_init(n->loop, &n->sigterm);
+	uv_signal_init(n->loop, &n->sigint);
+	uv_signal_init(n->loop, &n->sighup);
+	n->sigterm.data = n->sigint.data = n->sighup.data = n;
+	uv_signal_start(&n->sigterm, on_stop_signal, SIGTERM);
+	uv_signal_start(&n->sigint, on_stop_signal, SIGINT);
+	uv_signal_start(&n->sighup, on_hup, SIGHUP);
+}
+
+int
+node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
+{
+	hs_config hcfg;
+	char why[HS_ERR_LEN];
+	int rc;
+
+	n->loop = loop;
+	n->be = be;
+	n->started = kn_now();
+	n->state = "starting";
+	hs_config_defaults(&hcfg);
+	hcfg.max_body_bytes = n->cfg.max_body ? n->cfg.max_body :
+	    kn_model_params_for(&(kn_model_shape){ n->spec.width,
+	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0 }) * 4 +
+	    (1 << 20);
+	hcfg.on_exchange = api_on_exchange;
+	if (hs_server_new(&n->http, loop, &hcfg, api_handle, n, why) != 0 ||
+	    hs_server_listen(n->http, n->cfg.listen_host, n->cfg.listen_port,
+	    why) != 0)
+		return kn_error(err, KN_EIO, "cannot listen on %s:%d: %s",
+		    n->cfg.listen_host, n->cfg.listen_port, why);
+	if (hc_client_new(&n->client, loop, why) != 0)
+		return kn_error(err, KN_EIO, "%s", why);
+	if ((rc = start_rounds(n, err)) != 0)
+		return rc;
+	if (n->spec.replicas != n->replicas)
+		log_warnx("the spec says %d replica(s) per block, the peer list "
+		    "gives block %d %d: the peer list is followed",
+		    n->spec.replicas, n->cfg.block, n->replicas);
+	log_info("run %s, block %d (replica %d of %d), listening on %s:%d",
+	    n->run_id, n->cfg.block, n->replica, n->replicas,
+	    n->cfg.listen_host, hs_server_port(n->http));
+	uv_timer_init(loop, &n->cron);
+	n->cron.data = n;
+	uv_timer_start(&n->cron, on_cron, 200, CRON_MS);
+	start_signals(n);
+	return start_worker(n, err);
+}
+
+void
+node_free(node *n)
+{
+	free(n->ckpt);
+	free(n->spec_body);
+	sm_peers_free(&n->peers);
+	n->ckpt = NULL;
+	n->spec_body = NULL;
 }
