@@ -1,0 +1,669 @@
+/* The round protocol of rounds.c, driven in one process: three replicas
+ * of block 1, each with its own rounds, HTTP server and client on
+ * loopback, its own peer list and its own view of the others' health, and
+ * one clock the test can move forward.  The "trainer" of each replica is
+ * a vector of weights here: an average is applied to it, a checkpoint is
+ * its bytes.  Covers the coordinator's choice, a member missing the
+ * deadline, catch-up, a split round and its healing, and the status of an
+ * update that cannot be stored for want of memory. */
+#include "config.h"
+
+#include <check.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/http_client.h"
+#include "daemon/http_server.h"
+#include "daemon/log.h"
+#include "daemon/peers.h"
+#include "daemon/rounds.h"
+#include "kernels/average.h"
+#include "kernels/clock.h"
+#include "kernels/error.h"
+#include "proto/checkpoint.h"
+#include "proto/update.h"
+
+/* The out-of-memory case asks malloc for more than any machine has: it
+ * must return NULL under AddressSanitizer too, not abort. */
+const char *__asan_default_options(void);
+const char *
+__asan_default_options(void)
+{
+	return "allocator_may_return_null=1";
+}
+
+#define NREP 3
+#define COUNT 96                /* floats in an update */
+#define DEADLINE 30.0           /* seconds of the test's clock */
+#define OUTER_LR 0.7f
+#define CKPT_HEAD 16            /* step and round before the weights */
+#define RUN_ID "5e1f0c3a9d7b2e4f6a8c0d1e3f5a7b9c2d4e6f8a0b1c3d5e7f9a1b2c3d4e5f60"
+
+struct replica {
+	int k;
+	hs_server *http;
+	hc_client *client;
+	int port;
+	char addr[64];
+	sm_peer_list peers;
+	rounds *r;
+	/* the trainer */
+	float theta[COUNT];
+	int64_t step, round;
+	int commits, avg_commits, ckpt_commits, none_commits;
+	char journal[512];
+	uint64_t metered[NREP];         /* bytes, by replica of the peer */
+	int refuse_from[NREP];          /* a partition: 503 to these */
+};
+
+static uv_loop_t loop;
+static struct replica rep[NREP];
+static char dir[] = "/tmp/check_rounds.XXXXXX";
+static double skew;             /* the test's clock runs ahead by this */
+static int closed_count;
+
+static double
+fake_now(void *arg)
+{
+	(void)arg;
+	return kn_now() + skew;
+}
+
+static int
+replica_of_peer(const struct replica *x, int peer)
+{
+	return peer >= 0 && peer < x->peers.n ?
+	    sm_peers_replica_index(&x->peers, peer) : -1;
+}
+
+static void
+on_meter(void *arg, int peer, int kind, uint64_t in, uint64_t out)
+{
+	struct replica *x = arg;
+	int k = replica_of_peer(x, peer);
+
+	(void)kind;
+	ck_assert_int_ge(k, 0);
+	x->metered[k] += in + out;
+}
+
+static void
+on_journal(void *arg, const char *line)
+{
+	struct replica *x = arg;
+
+	snprintf(x->journal, sizeof(x->journal), "%s", line);
+}
+
+static void
+sha_of(const struct replica *x, char hex[65])
+{
+	char err[KN_ERR_LEN];
+
+	ck_assert_int_eq(pr_ckpt_sha256_hex((const char *)x->theta,
+	    sizeof(x->theta), hex, err), 0);
+}
+
+/* What the trainer does with the outcome: the outer step, or the adopted
+ * checkpoint; then it reports its new checkpoint to the rounds. */
+static void
+on_commit(void *arg, int64_t round, float *avg, float lr, char *ckpt,
+    size_t len)
+{
+	struct replica *x = arg;
+	char hex[65];
+	int i;
+
+	x->commits++;
+	if (avg != NULL) {
+		for (i = 0; i < COUNT; i++)
+			x->theta[i] -= lr * avg[i];
+		x->round = round + 1;
+		x->avg_commits++;
+	} else if (ckpt != NULL) {
+		ck_assert_uint_eq(len, CKPT_HEAD + sizeof(x->theta));
+		memcpy(&x->step, ckpt, 8);
+		memcpy(&x->round, ckpt + 8, 8);
+		memcpy(x->theta, ckpt + CKPT_HEAD, sizeof(x->theta));
+		x->ckpt_commits++;
+	} else {
+		x->round = round + 1;
+		x->none_commits++;
+	}
+	free(avg);
+	free(ckpt);
+	sha_of(x, hex);
+	rounds_on_checkpoint(x->r, x->step, x->round, hex);
+}
+
+static int
+from_replica(const hs_request *req)
+{
+	const char *from = strstr(req->query, "from=");
+	int k;
+
+	for (k = 0; from != NULL && k < NREP; k++)
+		if (strcmp(from + 5, rep[k].addr) == 0)
+			return k;
+	return -1;
+}
+
+static void
+handler(void *ctx, const hs_request *req, hs_response *res)
+{
+	struct replica *x = ctx;
+	long long round;
+	int used = 0, from = from_replica(req);
+
+	if (from >= 0 && x->refuse_from[from]) {
+		hs_response_text(res, 503, "partitioned");
+		return;
+	}
+	if (strcmp(req->path, "/v1/blocks/1/checkpoint") == 0) {
+		char *body = malloc(CKPT_HEAD + sizeof(x->theta));
+
+		memcpy(body, &x->step, 8);
+		memcpy(body + 8, &x->round, 8);
+		memcpy(body + CKPT_HEAD, x->theta, sizeof(x->theta));
+		hs_response_status(res, 200);
+		hs_response_body_owned(res, "application/x-msgpack", body,
+		    CKPT_HEAD + sizeof(x->theta));
+		return;
+	}
+	if (sscanf(req->path, "/v1/blocks/1/rounds/%lld/%n", &round,
+	    &used) == 1 && used > 0 &&
+	    rounds_handle(x->r, req, res, round, req->path + used))
+		return;
+	hs_response_text(res, 404, "no such resource");
+}
+
+static void
+on_closed(void *arg)
+{
+	(void)arg;
+	closed_count++;
+}
+
+static void
+on_tick(uv_timer_t *t)
+{
+	(void)t;
+}
+
+/* Runs the loop until cond() holds or 20 s of real time have passed. */
+static int
+run_until(int (*cond)(void))
+{
+	uv_timer_t tick;
+	double end = kn_now() + 20.0;
+	int ok;
+
+	uv_timer_init(&loop, &tick);
+	uv_timer_start(&tick, on_tick, 10, 10);
+	while (!(ok = cond()) && kn_now() < end)
+		uv_run(&loop, UV_RUN_ONCE);
+	uv_timer_stop(&tick);
+	uv_close((uv_handle_t *)&tick, NULL);
+	uv_run(&loop, UV_RUN_NOWAIT);
+	return ok;
+}
+
+/* Runs the loop for about secs of real time. */
+static void
+run_for(double secs)
+{
+	uv_timer_t tick;
+	double end = kn_now() + secs;
+
+	uv_timer_init(&loop, &tick);
+	uv_timer_start(&tick, on_tick, 10, 10);
+	while (kn_now() < end)
+		uv_run(&loop, UV_RUN_ONCE);
+	uv_timer_stop(&tick);
+	uv_close((uv_handle_t *)&tick, NULL);
+	uv_run(&loop, UV_RUN_NOWAIT);
+}
+
+static void
+setup(void)
+{
+	char path[sizeof(dir) + 16], err[PR_ERR_LEN];
+	FILE *f;
+	int k, i;
+
+	log_init(1, 0, "check_rounds");
+	skew = 0;
+	closed_count = 0;
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	memset(rep, 0, sizeof(rep));
+	ck_assert_ptr_nonnull(mkdtemp(strcpy(dir, "/tmp/check_rounds.XXXXXX")));
+	for (k = 0; k < NREP; k++) {
+		rep[k].k = k;
+		ck_assert_int_eq(hs_server_new(&rep[k].http, &loop, NULL, handler,
+		    &rep[k], err), 0);
+		ck_assert_int_eq(hs_server_listen(rep[k].http, "127.0.0.1", 0,
+		    err), 0);
+		rep[k].port = hs_server_port(rep[k].http);
+		snprintf(rep[k].addr, sizeof(rep[k].addr), "127.0.0.1:%d",
+		    rep[k].port);
+		ck_assert_int_eq(hc_client_new(&rep[k].client, &loop, err), 0);
+		for (i = 0; i < COUNT; i++)
+			rep[k].theta[i] = 0.01f * (float)i;
+	}
+	/* one line per replica, plus a peer of another block between them:
+	 * replica indexes are not line numbers */
+	snprintf(path, sizeof(path), "%s/peers", dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fprintf(f, "%s 1\n127.0.0.1:9 2\n%s 1\n%s 1\n", rep[0].addr,
+	    rep[1].addr, rep[2].addr);
+	fclose(f);
+	for (k = 0; k < NREP; k++) {
+		rounds_config rc = {
+			.loop = &loop, .client = rep[k].client,
+			.peers = &rep[k].peers, .block = 1, .replica = k,
+			.replicas = NREP, .run_id = RUN_ID,
+			.advertise = rep[k].addr, .count = COUNT,
+			.enc = PR_ENC_F32, .round_deadline = DEADLINE,
+			.outer_lr = OUTER_LR, .peer_timeout_ms = 2000,
+			.ops = { fake_now, on_meter, on_journal, on_commit },
+			.arg = &rep[k],
+		};
+
+		ck_assert_int_eq(sm_peers_load(&rep[k].peers, path, err), 0);
+		for (i = 0; i < rep[k].peers.n; i++) {
+			rep[k].peers.v[i].self =
+			    strcmp(rep[k].peers.v[i].addr, rep[k].addr) == 0;
+			rep[k].peers.v[i].state = SM_PEER_UP;
+			rep[k].peers.v[i].last_seen = 1;
+		}
+		ck_assert_int_eq(rounds_new(&rep[k].r, &rc, err), 0);
+	}
+}
+
+static void
+teardown(void)
+{
+	char path[sizeof(dir) + 16];
+	int k;
+
+	for (k = 0; k < NREP; k++) {
+		rounds_free(rep[k].r);
+		hs_server_close(rep[k].http, on_closed, NULL);
+		hc_client_close(rep[k].client, on_closed, NULL);
+	}
+	while (closed_count < 2 * NREP)
+		uv_run(&loop, UV_RUN_ONCE);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+	for (k = 0; k < NREP; k++)
+		sm_peers_free(&rep[k].peers);
+	snprintf(path, sizeof(path), "%s/peers", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Replica k's update for its current round: distinct for each replica
+ * and round. */
+static void
+update_of(int k, int64_t round, float *delta)
+{
+	int i;
+
+	for (i = 0; i < COUNT; i++)
+		delta[i] = 0.001f * (float)((k + 1) * (i % 7) - 3) +
+		    0.0001f * (float)round;
+}
+
+static void
+send_update(int k)
+{
+	float delta[COUNT];
+
+	update_of(k, rep[k].round, delta);
+	rep[k].step += 10;
+	rounds_on_update(rep[k].r, rep[k].round, rep[k].step, delta, COUNT);
+}
+
+/* The weights every member should hold after averaging members' updates
+ * of round, from theta0, in replica order as the protocol does. */
+static void
+expected_after(const float *theta0, uint64_t members, int64_t round,
+    float *out)
+{
+	float d[NREP][COUNT], avg[COUNT];
+	const float *list[NREP];
+	int k, m = 0, i;
+
+	for (k = 0; k < NREP; k++)
+		if (members & (1u << k)) {
+			update_of(k, round, d[k]);
+			list[m++] = d[k];
+		}
+	kn_average(avg, list, m, COUNT);
+	for (i = 0; i < COUNT; i++)
+		out[i] = theta0[i] - OUTER_LR * avg[i];
+}
+
+static int want_commits[NREP];
+
+static int
+commits_reached(void)
+{
+	int k;
+
+	for (k = 0; k < NREP; k++)
+		if (rep[k].commits < want_commits[k])
+			return 0;
+	return 1;
+}
+
+static void
+wait_commits(int c0, int c1, int c2)
+{
+	want_commits[0] = c0;
+	want_commits[1] = c1;
+	want_commits[2] = c2;
+	ck_assert_msg(run_until(commits_reached), "commits %d %d %d, want "
+	    "%d %d %d", rep[0].commits, rep[1].commits, rep[2].commits, c0,
+	    c1, c2);
+}
+
+static void
+set_state(int viewer, int k, sm_peer_state s)
+{
+	int line = k == 0 ? 0 : k + 1;	/* the peer of block 2 is line 1 */
+
+	ck_assert_int_eq(sm_peers_replica_index(&rep[viewer].peers, line), k);
+	rep[viewer].peers.v[line].state = s;
+}
+
+static void
+assert_same_weights(int a, int b)
+{
+	ck_assert_msg(memcmp(rep[a].theta, rep[b].theta,
+	    sizeof(rep[a].theta)) == 0, "replicas %d and %d differ", a, b);
+}
+
+START_TEST(test_all_members)
+{
+	float theta0[COUNT], want[COUNT];
+	int k;
+
+	memcpy(theta0, rep[0].theta, sizeof(theta0));
+	for (k = 0; k < NREP; k++)
+		send_update(k);
+	wait_commits(1, 1, 1);
+	expected_after(theta0, 7, 0, want);
+	for (k = 0; k < NREP; k++) {
+		ck_assert_int_eq(rep[k].avg_commits, 1);
+		ck_assert_int_eq(rep[k].round, 1);
+		ck_assert(memcmp(rep[k].theta, want, sizeof(want)) == 0);
+	}
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x7 coordinator 0");
+	/* every exchange was charged to the replica it was with */
+	ck_assert_uint_gt(rep[0].metered[1], 0);
+	ck_assert_uint_gt(rep[0].metered[2], 0);
+	ck_assert_uint_gt(rep[2].metered[0], 0);
+}
+END_TEST
+
+/* Replica 0 is down for the others: replica 1, the next up, coordinates,
+ * and does not wait for the one that is down. */
+START_TEST(test_coordinator_choice)
+{
+	float theta0[COUNT], want[COUNT];
+
+	memcpy(theta0, rep[1].theta, sizeof(theta0));
+	set_state(1, 0, SM_PEER_DOWN);
+	set_state(2, 0, SM_PEER_DOWN);
+	send_update(1);
+	send_update(2);
+	wait_commits(0, 1, 1);
+	ck_assert_str_eq(rep[1].journal, "round 0 members 0x6 coordinator 1");
+	ck_assert_str_eq(rep[2].journal, "round 0 members 0x6 coordinator 1");
+	expected_after(theta0, 6, 0, want);
+	ck_assert(memcmp(rep[1].theta, want, sizeof(want)) == 0);
+	assert_same_weights(1, 2);
+}
+END_TEST
+
+static int
+is_active_round_over(void)
+{
+	return rep[0].commits >= 1 && rep[1].commits >= 1;
+}
+
+/* Replica 2 is up but sends nothing: the coordinator waits for it until
+ * the deadline of its clock, then commits without it.  Replica 2's late
+ * update is refused as over, and it catches up from the coordinator's
+ * checkpoint. */
+START_TEST(test_deadline_and_catch_up)
+{
+	send_update(0);
+	send_update(1);
+	/* half a second of real time: the coordinator still waits */
+	run_for(0.5);
+	ck_assert_int_eq(rep[0].commits, 0);
+	ck_assert_int_eq(rep[1].commits, 0);
+	skew += DEADLINE + 1;
+	ck_assert(run_until(is_active_round_over));
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
+	assert_same_weights(0, 1);
+	/* late: round 0 is over at the others */
+	send_update(2);
+	wait_commits(1, 1, 1);
+	ck_assert_int_eq(rep[2].ckpt_commits, 1);
+	ck_assert_int_eq(rep[2].round, 1);
+	assert_same_weights(0, 2);
+	ck_assert_msg(strstr(rep[2].journal, "round 0 left out: adopted the "
+	    "checkpoint of ") == rep[2].journal &&
+	    strstr(rep[2].journal, rep[0].addr) != NULL, "journal: %s",
+	    rep[2].journal);
+}
+END_TEST
+
+/* Replicas 0 and 1 cannot reach each other; replica 2 reaches both.  Each
+ * of 0 and 1 believes itself the coordinator, and round 0 splits: 0 and 2
+ * average {0, 2}, 1 averages {1, 2}.  Told of the other checkpoint, the
+ * replica of higher index gives way and adopts replica 0's weights at its
+ * next round; after it all three hold the same weights again. */
+START_TEST(test_split_and_heal)
+{
+	char hex0[65], hex1[65];
+
+	rep[0].refuse_from[1] = rep[1].refuse_from[0] = 1;
+	set_state(0, 1, SM_PEER_DOWN);
+	set_state(1, 0, SM_PEER_DOWN);
+	send_update(0);
+	send_update(1);
+	send_update(2);
+	wait_commits(1, 1, 1);
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x5 coordinator 0");
+	ck_assert_str_eq(rep[1].journal, "round 0 members 0x6 coordinator 1");
+	assert_same_weights(0, 2);
+	ck_assert(memcmp(rep[0].theta, rep[1].theta, sizeof(rep[0].theta)));
+	ck_assert_int_eq(rep[0].step, rep[1].step);
+	ck_assert_int_eq(rep[0].round, rep[1].round);
+
+	/* the partition heals; the probes compare checkpoints */
+	rep[0].refuse_from[1] = rep[1].refuse_from[0] = 0;
+	set_state(0, 1, SM_PEER_UP);
+	set_state(1, 0, SM_PEER_UP);
+	sha_of(&rep[0], hex0);
+	sha_of(&rep[1], hex1);
+	/* replica 0 keeps its weights; so does one that compares another
+	 * step, or the same weights */
+	rounds_diverged(rep[0].r, 2, rep[1].step, rep[1].round, hex1);
+	rounds_diverged(rep[1].r, 0, rep[0].step + 1, rep[0].round, hex0);
+	rounds_diverged(rep[1].r, 0, rep[0].step, rep[0].round, hex1);
+	rounds_diverged(rep[1].r, 0, rep[0].step, rep[0].round, hex0);
+	ck_assert_msg(strncmp(rep[1].journal, "round 1 diverged from replica 0 "
+	    "(", 33) == 0, "journal: %s", rep[1].journal);
+
+	/* round 1: replica 1 adopts replica 0's checkpoint instead of sending
+	 * an update; the coordinator waits for it until the deadline */
+	send_update(0);
+	send_update(2);
+	send_update(1);
+	wait_commits(1, 2, 1);
+	ck_assert_int_eq(rep[1].ckpt_commits, 1);
+	skew += DEADLINE + 1;
+	wait_commits(2, 2, 2);
+	ck_assert_str_eq(rep[0].journal, "round 1 members 0x5 coordinator 0");
+	assert_same_weights(0, 2);
+	/* replica 1 holds round 0's outcome of the others; one more round
+	 * brings it level: its update for round 1 is over, so it catches up */
+	if (rep[1].round < rep[0].round) {
+		send_update(1);
+		wait_commits(2, 3, 2);
+		ck_assert_int_eq(rep[1].ckpt_commits, 2);
+	}
+	ck_assert_int_eq(rep[1].round, rep[0].round);
+	assert_same_weights(0, 1);
+	/* and the next round is whole again */
+	send_update(0);
+	send_update(1);
+	send_update(2);
+	wait_commits(3, rep[1].commits + 1, 3);
+	ck_assert_str_eq(rep[0].journal, "round 2 members 0x7 coordinator 0");
+	assert_same_weights(0, 1);
+	assert_same_weights(0, 2);
+}
+END_TEST
+
+struct answer {
+	int done;
+	long status;
+	char state[16];
+	char body[256];
+};
+
+static void
+on_answer(void *ctx, hc_result *res)
+{
+	struct answer *a = ctx;
+
+	a->done = 1;
+	a->status = res->status;
+	snprintf(a->state, sizeof(a->state), "%s", res->header ? res->header :
+	    "");
+	snprintf(a->body, sizeof(a->body), "%.*s", (int)res->body_len,
+	    res->body ? res->body : "");
+}
+
+static struct answer *pending;
+
+static int
+answered(void)
+{
+	return pending->done;
+}
+
+/* POSTs replica 0's encoded update for round to replica k, as a test
+ * client would, and waits for the answer. */
+static void
+post_update(int k, int64_t round, struct answer *a)
+{
+	pr_update_meta meta = { 0 };
+	hc_request_opts o = { 0 };
+	char url[128], err[KN_ERR_LEN], *buf;
+	float delta[COUNT];
+	size_t len;
+
+	update_of(0, round, delta);
+	snprintf(meta.run_id, sizeof(meta.run_id), RUN_ID);
+	meta.block = 1;
+	meta.round = round;
+	meta.replica = 0;
+	meta.step = 10;
+	meta.enc = PR_ENC_F32;
+	meta.count = COUNT;
+	ck_assert_int_eq(pr_update_encode(&meta, delta, &buf, &len, err), 0);
+	snprintf(url, sizeof(url), "http://%s/v1/blocks/1/rounds/%" PRId64
+	    "/updates", rep[k].addr, round);
+	o.method = "POST";
+	o.url = url;
+	o.content_type = "application/x-msgpack";
+	o.body = buf;
+	o.body_len = len;
+	o.want_header = ROUNDS_STATE_HEADER;
+	memset(a, 0, sizeof(*a));
+	ck_assert_int_eq(hc_request(rep[1].client, &o, on_answer, a, err), 0);
+	free(buf);
+	pending = a;
+	ck_assert(run_until(answered));
+}
+
+/* A 409 says in a header, for the sender's program, whether the round
+ * is over or the receiver is behind. */
+START_TEST(test_conflict_kinds)
+{
+	struct answer a;
+
+	post_update(2, 5, &a);
+	ck_assert_int_eq(a.status, 409);
+	ck_assert_str_eq(a.state, ROUNDS_STATE_BEHIND);
+	send_update(0);
+	send_update(1);
+	send_update(2);
+	wait_commits(1, 1, 1);
+	post_update(2, 0, &a);
+	ck_assert_int_eq(a.status, 409);
+	ck_assert_str_eq(a.state, ROUNDS_STATE_OVER);
+}
+END_TEST
+
+/* An update that cannot be stored for want of memory is answered 503
+ * (try again), not 400 (do not resend): here the replica's updates are
+ * larger than any machine's memory, so malloc really fails. */
+START_TEST(test_out_of_memory_is_503)
+{
+	rounds_config rc = {
+		.loop = &loop, .client = rep[2].client, .peers = &rep[2].peers,
+		.block = 1, .replica = 2, .replicas = NREP,
+		.run_id = RUN_ID, .advertise = rep[2].addr,
+		.count = (size_t)1 << 61, .enc = PR_ENC_F32,
+		.round_deadline = DEADLINE, .outer_lr = OUTER_LR,
+		.peer_timeout_ms = 2000,
+		.ops = { fake_now, on_meter, on_journal, on_commit },
+		.arg = &rep[2],
+	};
+	struct answer a;
+	char err[KN_ERR_LEN];
+
+	rounds_free(rep[2].r);
+	ck_assert_int_eq(rounds_new(&rep[2].r, &rc, err), 0);
+	post_update(2, 0, &a);
+	ck_assert_int_eq(a.status, 503);
+	ck_assert_msg(strstr(a.body, "out of memory") != NULL, "body: %s",
+	    a.body);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("rounds");
+	TCase *tc = tcase_create("rounds");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_all_members);
+	tcase_add_test(tc, test_coordinator_choice);
+	tcase_add_test(tc, test_deadline_and_catch_up);
+	tcase_add_test(tc, test_split_and_heal);
+	tcase_add_test(tc, test_conflict_kinds);
+	tcase_add_test(tc, test_out_of_memory_is_503);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
