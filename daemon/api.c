@@ -333,17 +333,10 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 		return;
 	}
 	if (strcmp(req->path, "/v1/peers") == 0) {
-		json_t *arr;
-
 		meter(n, res, req, SM_KIND_OTHER);
 		if (!get)
 			goto not_allowed;
-		arr = peers_json(n);
-		body = json_dumps(arr, JSON_COMPACT);
-		json_decref(arr);
-		hs_response_status(res, 200);
-		hs_response_body_owned(res, "application/json", body,
-		    body ? strlen(body) : 0);
+		hs_response_json(res, 200, peers_json(n));
 		return;
 	}
 	if (sscanf(req->path, "/v1/blocks/%d/%n", &block, &used) == 1 &&

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include <http_parser.h>
+#include <jansson.h>
 #include <uv.h>
 
 #include "daemon/http_server_private.h"
@@ -290,6 +291,23 @@ hs_response_text(hs_response *res, int code, const char *fmt, ...)
 		return rc;
 	return hs_response_body(res, "text/plain; charset=utf-8", msg,
 	    (size_t)len);
+}
+
+int
+hs_response_json(hs_response *res, int code, json_t *o)
+{
+	char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	int rc;
+
+	json_decref(o);
+	if (text == NULL)
+		return hs_response_text(res, 500, "out of memory writing JSON");
+	if ((rc = hs_response_status(res, code)) != 0) {
+		free(text);
+		return rc;
+	}
+	return hs_response_body_owned(res, "application/json", text,
+	    strlen(text));
 }
 
 static const struct {

@@ -129,6 +129,10 @@ int hs_response_body_owned(hs_response *res, const char *content_type,
     void *body, size_t len);
 /* What on_exchange will be told this exchange was. */
 void hs_response_meter(hs_response *res, int kind, int who);
+/* A status with a JSON body (compact), taking o's reference; 500 when o
+ * is NULL or cannot be written. */
+struct json_t;
+int hs_response_json(hs_response *res, int code, struct json_t *o);
 /* The HTTP status that answers a failure with the KN_E* code of
  * kernels/error.h: one table for every handler (KN_ENOMEM, a passing
  * shortage, is 503 so that the sender tries again). */

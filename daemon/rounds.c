@@ -813,22 +813,16 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 static void
 handle_commit(rounds *r, hs_response *res, int64_t round)
 {
-	json_t *o;
-	char *text;
+	json_t *members;
 	int k;
 
 	if (round == r->committed_round) {
-		o = json_pack("{s:I,s:[]}", "round", (json_int_t)round,
-		    "members");
+		members = json_array();
 		for (k = 0; k < r->cfg.replicas; k++)
 			if (r->members & (1ULL << k))
-				json_array_append_new(json_object_get(o,
-				    "members"), json_integer(k));
-		text = json_dumps(o, JSON_COMPACT);
-		json_decref(o);
-		hs_response_status(res, 200);
-		hs_response_body_owned(res, "application/json", text,
-		    text ? strlen(text) : 0);
+				json_array_append_new(members, json_integer(k));
+		hs_response_json(res, 200, json_pack("{s:I,s:o}", "round",
+		    (json_int_t)round, "members", members));
 		return;
 	}
 	if (round < r->committed_round || round < r->ckpt_round)
