@@ -79,7 +79,9 @@ cli_backend_report(const kn_backend *be, const char *note)
 	fprintf(stderr, "shardmeter: %s\n", desc);
 }
 
-int
+/* Takes getopt's ch if it is a shared option: 1 if taken, 0 if not, -1
+ * on a bad value (said on stderr). */
+static int
 cli_run_option(struct cli_run *r, int ch, const char *cmd)
 {
 	switch (ch) {
@@ -95,6 +97,25 @@ cli_run_option(struct cli_run *r, int ch, const char *cmd)
 		return 1;
 	}
 	return 0;
+}
+
+int
+cli_run_parse(const struct cmd_entry *self, struct cli_run *r, int argc,
+    char **argv, const struct option *opts, cli_option_fn own, void *args)
+{
+	int ch, rc;
+
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if ((rc = cli_run_option(r, ch, self->name)) == 1)
+			continue;
+		if (rc < 0)
+			return 2;
+		if (ch == 'h')
+			return cli_help(self);
+		if ((rc = own(args, ch)) != CLI_CONTINUE)
+			return rc;
+	}
+	return CLI_CONTINUE;
 }
 
 int

@@ -4,6 +4,7 @@
 #ifndef SM_CLI_CMD_H
 #define SM_CLI_CMD_H
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -63,9 +64,14 @@ struct cli_run {
 	{ "backend", required_argument, NULL, 'B' }, \
 	{ "help", no_argument, NULL, 'h' }
 
-/* Takes getopt's ch if it is a shared option: 1 if taken, 0 if not, -1
- * on a bad value (said on stderr). */
-int cli_run_option(struct cli_run *r, int ch, const char *cmd);
+/* A command's own option ch (optarg is its value) into its args;
+ * CLI_CONTINUE, or the exit status. */
+typedef int (*cli_option_fn)(void *args, int ch);
+/* getopt_long over argv with opts: the shared options into r, --help from
+ * self's usage, every other option to own(args, ch).  CLI_CONTINUE, or the
+ * exit status. */
+int cli_run_parse(const struct cmd_entry *self, struct cli_run *r, int argc,
+    char **argv, const struct option *opts, cli_option_fn own, void *args);
 /* Loads the spec, its run id and the backend; 0, or the exit status with
  * the reason on stderr. */
 int cli_run_open(struct cli_run *r, const char *cmd, int need_dir);

@@ -33,6 +33,22 @@ struct eval_result {
 	double causal;
 };
 
+/* One option of eval's own; CLI_CONTINUE, or the exit status. */
+static int
+eval_option(void *args, int ch)
+{
+	struct eval_args *e = args;
+
+	switch (ch) {
+	case 's': e->split = optarg; return CLI_CONTINUE;
+	case 'j': e->json = 1; return CLI_CONTINUE;
+	case 'w':
+		return cli_parse_int("eval", "windows", optarg, 1, 1 << 20,
+		    &e->set.windows) ? 2 : CLI_CONTINUE;
+	default: return 2;
+	}
+}
+
 static int
 eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
     char **argv)
@@ -44,25 +60,11 @@ eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
 		{ "windows", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 }
 	};
-	int ch, rc;
+	int rc;
 
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if ((rc = cli_run_option(&e->run, ch, "eval")) == 1)
-			continue;
-		if (rc < 0)
-			return 2;
-		switch (ch) {
-		case 's': e->split = optarg; break;
-		case 'j': e->json = 1; break;
-		case 'w':
-			if (cli_parse_int("eval", "windows", optarg, 1,
-			    1 << 20, &e->set.windows))
-				return 2;
-			break;
-		case 'h': return cli_help(self);
-		default: return 2;
-		}
-	}
+	if ((rc = cli_run_parse(self, &e->run, argc, argv, opts, eval_option,
+	    e)) != CLI_CONTINUE)
+		return rc;
 	if (strcmp(e->split, "valid") != 0 && strcmp(e->split, "test") != 0) {
 		fprintf(stderr, "shardmeter eval: --split takes valid or test\n");
 		return 2;

@@ -55,8 +55,10 @@ gen_number(struct gen_args *g, int ch)
 
 /* One option of generate's own; CLI_CONTINUE, or the exit status. */
 static int
-gen_option(const struct cmd_entry *self, struct gen_args *g, int ch)
+gen_option(void *args, int ch)
 {
+	struct gen_args *g = args;
+
 	switch (ch) {
 	case 'm':
 		return cli_parse_int("generate", "length", optarg, 1, 1 << 20,
@@ -81,7 +83,6 @@ gen_option(const struct cmd_entry *self, struct gen_args *g, int ch)
 	case 'w':
 		return cli_parse_int("generate", "timeout", optarg, 1,
 		    86400000, &g->timeout_ms) ? 2 : CLI_CONTINUE;
-	case 'h': return cli_help(self);
 	default: return 2;
 	}
 }
@@ -102,16 +103,11 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 		{ "verbose", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 }
 	};
-	int ch, rc;
+	int rc;
 
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if ((rc = cli_run_option(&g->run, ch, "generate")) == 1)
-			continue;
-		if (rc < 0)
-			return 2;
-		if ((rc = gen_option(self, g, ch)) != CLI_CONTINUE)
-			return rc;
-	}
+	if ((rc = cli_run_parse(self, &g->run, argc, argv, opts, gen_option,
+	    g)) != CLI_CONTINUE)
+		return rc;
 	if (optind + 1 != argc) {
 		fprintf(stderr, "shardmeter generate: give one PROMPT argument "
 		    "(it may be \"\")\n");

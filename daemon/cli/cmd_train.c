@@ -39,8 +39,10 @@ on_stop(int sig)
 
 /* One option of train's own; CLI_CONTINUE, or the exit status. */
 static int
-train_option(const struct cmd_entry *self, struct train_args *t, int ch)
+train_option(void *args, int ch)
 {
+	struct train_args *t = args;
+
 	switch (ch) {
 	case 'b':
 		return cli_parse_int("train", "block", optarg, 1,
@@ -67,7 +69,6 @@ train_option(const struct cmd_entry *self, struct train_args *t, int ch)
 		return cli_parse_int("train", "replica", optarg, 0, 1 << 20,
 		    &t->replica) ? 2 : CLI_CONTINUE;
 	case 'q': t->quiet = 1; return CLI_CONTINUE;
-	case 'h': return cli_help(self);
 	default: return 2;
 	}
 }
@@ -87,16 +88,11 @@ train_parse(const struct cmd_entry *self, struct train_args *t, int argc,
 		{ "quiet", no_argument, NULL, 'q' },
 		{ NULL, 0, NULL, 0 }
 	};
-	int ch, rc;
+	int rc;
 
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if ((rc = cli_run_option(&t->run, ch, "train")) == 1)
-			continue;
-		if (rc < 0)
-			return 2;
-		if ((rc = train_option(self, t, ch)) != CLI_CONTINUE)
-			return rc;
-	}
+	if ((rc = cli_run_parse(self, &t->run, argc, argv, opts, train_option,
+	    t)) != CLI_CONTINUE)
+		return rc;
 	if (optind < argc) {
 		fprintf(stderr, "shardmeter train: unexpected '%s'\n",
 		    argv[optind]);
