@@ -1,0 +1,33 @@
+/* The table of shardmeter's commands.  A new command is its cmd_<name>.c
+ * and its line here; --help lists them in this order. */
+#include "config.h"
+
+#include <string.h>
+
+#include "daemon/cli/cmd.h"
+
+extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
+    cmd_eval_entry, cmd_generate_entry, cmd_status_entry,
+    cmd_assemble_entry, cmd_demo_entry;
+
+const struct cmd_entry *const cmd_table[] = {
+	&cmd_spec_entry,
+	&cmd_train_entry,
+	&cmd_eval_entry,
+	&cmd_generate_entry,
+	&cmd_status_entry,
+	&cmd_assemble_entry,
+	&cmd_demo_entry,
+	NULL
+};
+
+const struct cmd_entry *
+cmd_find(const char *name)
+{
+	const struct cmd_entry *const *e;
+
+	for (e = cmd_table; *e != NULL; e++)
+		if (strcmp((*e)->name, name) == 0)
+			return *e;
+	return NULL;
+}

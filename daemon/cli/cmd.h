@@ -1,0 +1,91 @@
+/* The commands of shardmeter, after tmux's cmd_entry: each cmd_<name>.c
+ * defines one entry (name, summary, usage, exec), cmd.c gathers them in
+ * cmd_table[], and main dispatches and prints help from that table. */
+#ifndef SM_CLI_CMD_H
+#define SM_CLI_CMD_H
+
+#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/backend.h"
+#include "proto/spec.h"
+
+struct cmd_entry {
+	const char *name;
+	const char *summary;    /* one line in 'shardmeter --help' */
+	const char *usage;      /* the whole text of 'shardmeter NAME --help' */
+	/* argv[0] is the command's name; returns the exit status */
+	int (*exec)(const struct cmd_entry *self, int argc, char **argv);
+};
+
+/* Every command, in the order --help lists them; NULL at the end. */
+extern const struct cmd_entry *const cmd_table[];
+
+const struct cmd_entry *cmd_find(const char *name);
+
+/* A parse function returns this to go on, or else the exit status. */
+#define CLI_CONTINUE (-1)
+
+/* Prints self->usage on stdout for --help; returns 0, the exit status. */
+int cli_help(const struct cmd_entry *self);
+
+/* The whole file in *data (caller frees; NUL-terminated) and its length. */
+int cli_read_file(const char *path, char **data, size_t *len, char *err);
+
+/* "--NAME takes an integer from LO to HI" on stderr when v is not one;
+ * returns 0 or -1. */
+int cli_parse_int(const char *cmd, const char *name, const char *v, int lo,
+    int hi, int *out);
+
+/* The thread pool and the backend asked for; the backend's note (why the
+ * CPU was taken, or "") in note.  NULL with a reason in err. */
+const kn_backend *cli_backend_open(kn_backend_kind kind, int threads,
+    char *note, char *err);
+/* The note, if any, and the backend's description, on stderr. */
+void cli_backend_report(const kn_backend *be, const char *note);
+
+/* The options every command on a run's files shares: --spec, --dir,
+ * --threads, --backend (and --help). */
+struct cli_run {
+	const char *spec_path;
+	const char *dir;
+	kn_backend_kind backend;
+	int threads;
+	pr_spec spec;
+	char run_id[PR_RUN_ID_LEN];
+	const kn_backend *be;
+};
+
+#define CLI_RUN_OPTIONS \
+	{ "spec", required_argument, NULL, 'S' }, \
+	{ "dir", required_argument, NULL, 'D' }, \
+	{ "threads", required_argument, NULL, 'T' }, \
+	{ "backend", required_argument, NULL, 'B' }, \
+	{ "help", no_argument, NULL, 'h' }
+
+/* A command's own option ch (optarg is its value) into its args;
+ * CLI_CONTINUE, or the exit status. */
+typedef int (*cli_option_fn)(void *args, int ch);
+/* getopt_long over argv with opts: the shared options into r, --help from
+ * self's usage, every other option to own(args, ch).  CLI_CONTINUE, or the
+ * exit status. */
+int cli_run_parse(const struct cmd_entry *self, struct cli_run *r, int argc,
+    char **argv, const struct option *opts, cli_option_fn own, void *args);
+/* Loads the spec, its run id and the backend; 0, or the exit status with
+ * the reason on stderr. */
+int cli_run_open(struct cli_run *r, const char *cmd, int need_dir);
+
+/* A response body as it comes in, refused past max bytes. */
+struct cli_body {
+	char *data;
+	size_t len, max;
+};
+
+/* A blocking GET, for commands (never for the event loop): the body in
+ * *out (caller frees out->data).  Returns the HTTP status, or 0 with the
+ * reason in err. */
+long cli_http_get(const char *url, size_t max, long timeout_ms,
+    struct cli_body *out, char *err);
+
+#endif

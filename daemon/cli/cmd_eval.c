@@ -1,0 +1,248 @@
+/* shardmeter eval: the composed held-out bound of a run's blocks and each
+ * block's share, beside the references (e2e, causal) evaluated on the same
+ * windows and noise draws, as a table or as JSON. */
+#include "config.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/blocktrain.h"
+#include "daemon/cli/cmd.h"
+#include "daemon/corpus.h"
+#include "daemon/train.h"
+#include "kernels/model.h"
+
+struct eval_args {
+	struct cli_run run;
+	const char *split;      /* "valid" or "test" */
+	int json;
+	bt_eval_set set;
+};
+
+struct eval_result {
+	const char *path;       /* the split's corpus */
+	double shares[PR_MAX_BLOCKS], total;
+	int have_e2e;           /* its checkpoint is in the run's dir */
+	double eshares[PR_MAX_BLOCKS], etotal;
+	int have_causal;
+	double causal;
+};
+
+/* One option of eval's own; CLI_CONTINUE, or the exit status. */
+static int
+eval_option(void *args, int ch)
+{
+	struct eval_args *e = args;
+
+	switch (ch) {
+	case 's': e->split = optarg; return CLI_CONTINUE;
+	case 'j': e->json = 1; return CLI_CONTINUE;
+	case 'w':
+		return cli_parse_int("eval", "windows", optarg, 1, 1 << 20,
+		    &e->set.windows) ? 2 : CLI_CONTINUE;
+	default: return 2;
+	}
+}
+
+static int
+eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
+    char **argv)
+{
+	static const struct option opts[] = {
+		CLI_RUN_OPTIONS,
+		{ "split", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "windows", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int rc;
+
+	if ((rc = cli_run_parse(self, &e->run, argc, argv, opts, eval_option,
+	    e)) != CLI_CONTINUE)
+		return rc;
+	if (strcmp(e->split, "valid") != 0 && strcmp(e->split, "test") != 0) {
+		fprintf(stderr, "shardmeter eval: --split takes valid or test\n");
+		return 2;
+	}
+	return CLI_CONTINUE;
+}
+
+static int
+eval_have(const struct cli_run *r, bt_kind kind)
+{
+	char path[PR_PATH_LEN + 32];
+
+	sm_model_path(path, sizeof(path), r->dir, kind, 0, "ckpt");
+	return access(path, F_OK) == 0;
+}
+
+/* Loads one model of the run, evaluates it and frees it: for a diffusion
+ * model its shares on the intervals of blocks [first, last) into out[b],
+ * for the causal LM its cross-entropy into out[0]. */
+static int
+eval_model(const struct eval_args *e, const corpus *c, bt_kind kind,
+    int block, int first, int last, double *out, char *err)
+{
+	kn_model *m;
+	double lo, hi;
+	int rc = 0, b;
+
+	if (sm_load_model(&m, &e->run.spec, e->run.run_id, e->run.dir, kind,
+	    block, e->run.be, 32, err) != 0)
+		return -1;
+	if (kind == BT_CAUSAL)
+		rc = bt_eval_causal(m, &e->run.spec, c, &e->set, out, err);
+	else
+		for (b = first; b < last && rc == 0; b++) {
+			bt_interval(&e->run.spec, BT_BLOCK, b, &lo, &hi);
+			rc = bt_eval_share(m, &e->run.spec, c, &e->set, lo, hi,
+			    &out[b], err);
+		}
+	kn_model_free(m);
+	return rc;
+}
+
+/* Every model whose checkpoint is there, on the split's corpus c. */
+static int
+eval_run(const struct eval_args *e, const corpus *c, struct eval_result *res,
+    char *err)
+{
+	int b, T = e->run.spec.blocks;
+
+	for (b = 0; b < T; b++)
+		if (eval_model(e, c, BT_BLOCK, b + 1, b, b + 1, res->shares,
+		    err) != 0)
+			return -1;
+	res->have_e2e = eval_have(&e->run, BT_E2E);
+	if (res->have_e2e && eval_model(e, c, BT_E2E, 0, 0, T, res->eshares,
+	    err) != 0)
+		return -1;
+	res->have_causal = eval_have(&e->run, BT_CAUSAL);
+	if (res->have_causal && eval_model(e, c, BT_CAUSAL, 0, 0, 0,
+	    &res->causal, err) != 0)
+		return -1;
+	for (b = 0; b < T; b++) {
+		res->total += res->shares[b];
+		res->etotal += res->eshares[b];
+	}
+	return 0;
+}
+
+static int
+eval_print_json(const struct eval_args *e, const struct eval_result *res)
+{
+	const pr_spec *s = &e->run.spec;
+	json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:f,s:f}", "run_id",
+	    e->run.run_id, "split", e->split, "windows", e->set.windows,
+	    "strata", e->set.strata, "blocktrain_nats_per_byte", res->total,
+	    "blocktrain_bits_per_byte", res->total / M_LN2);
+	json_t *arr = json_array(), *e2e = json_array();
+	char *text;
+	int b;
+
+	for (b = 0; b < s->blocks; b++) {
+		json_array_append_new(arr, json_pack("{s:i,s:f,s:f,s:f}",
+		    "block", b + 1, "lo", s->cuts[b], "hi", s->cuts[b + 1],
+		    "share", res->shares[b]));
+		json_array_append_new(e2e, json_real(res->eshares[b]));
+	}
+	json_object_set_new(o, "shares", arr);
+	if (res->have_e2e) {
+		json_object_set_new(o, "e2e_nats_per_byte",
+		    json_real(res->etotal));
+		json_object_set_new(o, "e2e_shares", e2e);
+	} else {
+		json_decref(e2e);
+	}
+	if (res->have_causal)
+		json_object_set_new(o, "causal_nats_per_byte",
+		    json_real(res->causal));
+	text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+	json_decref(o);
+	if (text == NULL)
+		return 1;
+	printf("%s\n", text);
+	free(text);
+	return 0;
+}
+
+static int
+eval_print_table(const struct eval_args *e, const struct eval_result *res)
+{
+	const pr_spec *s = &e->run.spec;
+	int b;
+
+	printf("held-out bound on %s (%s), %d windows x %d noise levels per "
+	    "interval\n", e->split, res->path, e->set.windows, e->set.strata);
+	printf("  %-8s %-18s %12s%s\n", "block", "interval", "share",
+	    res->have_e2e ? "   e2e share" : "");
+	for (b = 0; b < s->blocks; b++) {
+		char iv[40];
+
+		snprintf(iv, sizeof(iv), "(%.4g, %.4g]", s->cuts[b],
+		    s->cuts[b + 1]);
+		printf("  %-8d %-18s %12.4f", b + 1, iv, res->shares[b]);
+		if (res->have_e2e)
+			printf("  %10.4f", res->eshares[b]);
+		printf("\n");
+	}
+	printf("blocktrain bound  %.4f nats/byte  (%.4f bits/byte)\n",
+	    res->total, res->total / M_LN2);
+	if (res->have_e2e)
+		printf("e2e reference     %.4f nats/byte  (%.4f bits/byte)  "
+		    "gap %+.4f\n", res->etotal, res->etotal / M_LN2,
+		    res->total - res->etotal);
+	if (res->have_causal)
+		printf("causal LM         %.4f nats/byte  (%.4f bits/byte)\n",
+		    res->causal, res->causal / M_LN2);
+	return 0;
+}
+
+static int
+eval_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct eval_args e = { .split = "valid",
+	    .set = { BT_EVAL_WINDOWS, BT_EVAL_STRATA } };
+	struct eval_result res = { 0 };
+	char err[PR_ERR_LEN];
+	int rc, test;
+	corpus c;
+
+	if ((rc = eval_parse(self, &e, argc, argv)) != CLI_CONTINUE)
+		return rc;
+	if ((rc = cli_run_open(&e.run, "eval", 1)) != 0)
+		return rc;
+	test = strcmp(e.split, "test") == 0;
+	res.path = test ? e.run.spec.test : e.run.spec.valid;
+	if (corpus_open(&c, res.path, test ? e.run.spec.test_sha256 :
+	    e.run.spec.valid_sha256, (size_t)e.run.spec.window + 2,
+	    err) != 0) {
+		fprintf(stderr, "shardmeter eval: %s split: %s\n", e.split, err);
+		return 1;
+	}
+	rc = eval_run(&e, &c, &res, err);
+	corpus_close(&c);
+	if (rc != 0) {
+		fprintf(stderr, "shardmeter eval: %s\n", err);
+		return 1;
+	}
+	return e.json ? eval_print_json(&e, &res) : eval_print_table(&e, &res);
+}
+
+const struct cmd_entry cmd_eval_entry = {
+	.name = "eval",
+	.summary = "held-out bound of the blocks and the references",
+	.usage = "usage: shardmeter eval --spec FILE --dir DIR "
+	    "[--split valid|test] [--json] [--windows N]\n"
+	    "Reports the composed held-out bound (nats and bits "
+	    "per byte), each block's\nshare on its interval, the "
+	    "e2e reference on the same intervals and the causal\n"
+	    "LM's cross-entropy, when their checkpoints are in "
+	    "DIR.\n",
+	.exec = eval_exec
+};

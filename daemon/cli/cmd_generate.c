@@ -1,0 +1,285 @@
+/* shardmeter generate: continues a prompt with a run's trained model, in
+ * this process (the blocks' denoising traversal, or the causal LM), or
+ * with --peers through the pipeline of running daemons. */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/blocktrain.h"
+#include "daemon/cli/cmd.h"
+#include "daemon/pipeline_client.h"
+#include "daemon/pipeline_hosts.h"
+#include "daemon/train.h"
+#include "kernels/clock.h"
+#include "kernels/model.h"
+#include "kernels/pool.h"
+
+struct gen_args {
+	struct cli_run run;
+	const char *peers;      /* the pipeline's host list, or NULL */
+	const char *prompt;
+	int length;             /* -1: to the end of the window (64 remote) */
+	int steps;
+	float temp;
+	unsigned long long seed;
+	int ar;                 /* the causal LM instead of the blocks */
+	int timeout_ms;
+	int verbose;
+};
+
+static int
+gen_number(struct gen_args *g, int ch)
+{
+	char *end;
+
+	if (ch == 't') {
+		g->temp = strtof(optarg, &end);
+		if (end == optarg || *end || !(g->temp >= 0)) {
+			fprintf(stderr, "shardmeter generate: --temperature "
+			    "takes a number >= 0\n");
+			return 2;
+		}
+		return CLI_CONTINUE;
+	}
+	g->seed = strtoull(optarg, &end, 10);
+	if (end == optarg || *end) {
+		fprintf(stderr, "shardmeter generate: --seed takes an "
+		    "integer\n");
+		return 2;
+	}
+	return CLI_CONTINUE;
+}
+
+/* One option of generate's own; CLI_CONTINUE, or the exit status. */
+static int
+gen_option(void *args, int ch)
+{
+	struct gen_args *g = args;
+
+	switch (ch) {
+	case 'm':
+		return cli_parse_int("generate", "length", optarg, 1, 1 << 20,
+		    &g->length) ? 2 : CLI_CONTINUE;
+	case 'k':
+		return cli_parse_int("generate", "steps", optarg, 1, 1 << 20,
+		    &g->steps) ? 2 : CLI_CONTINUE;
+	case 't':
+	case 'x':
+		return gen_number(g, ch);
+	case 'o':
+		if (strcmp(optarg, "ar") == 0)
+			g->ar = 1;
+		else if (strcmp(optarg, "blocktrain") != 0) {
+			fprintf(stderr, "shardmeter generate: --mode takes "
+			    "blocktrain or ar\n");
+			return 2;
+		}
+		return CLI_CONTINUE;
+	case 'P': g->peers = optarg; return CLI_CONTINUE;
+	case 'v': g->verbose = 1; return CLI_CONTINUE;
+	case 'w':
+		return cli_parse_int("generate", "timeout", optarg, 1,
+		    86400000, &g->timeout_ms) ? 2 : CLI_CONTINUE;
+	default: return 2;
+	}
+}
+
+static int
+gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
+    char **argv)
+{
+	static const struct option opts[] = {
+		CLI_RUN_OPTIONS,
+		{ "length", required_argument, NULL, 'm' },
+		{ "steps", required_argument, NULL, 'k' },
+		{ "temperature", required_argument, NULL, 't' },
+		{ "seed", required_argument, NULL, 'x' },
+		{ "mode", required_argument, NULL, 'o' },
+		{ "peers", required_argument, NULL, 'P' },
+		{ "timeout", required_argument, NULL, 'w' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int rc;
+
+	if ((rc = cli_run_parse(self, &g->run, argc, argv, opts, gen_option,
+	    g)) != CLI_CONTINUE)
+		return rc;
+	if (optind + 1 != argc) {
+		fprintf(stderr, "shardmeter generate: give one PROMPT argument "
+		    "(it may be \"\")\n");
+		return 2;
+	}
+	g->prompt = argv[optind];
+	return CLI_CONTINUE;
+}
+
+/* --peers: one request to the pipeline's entry host. */
+static int
+gen_remote(const struct gen_args *g)
+{
+	char err[PR_ERR_LEN];
+	ph_list hosts;
+	pc_request req = { 0 };
+	pc_result res;
+	double t0;
+	size_t i;
+
+	if (ph_load(&hosts, g->peers, err) != 0) {
+		fprintf(stderr, "shardmeter generate: %s\n", err);
+		return 2;
+	}
+	req.mode = g->ar ? PL_MODE_AR : PL_MODE_BT;
+	req.prompt = g->prompt;
+	req.prompt_len = strlen(g->prompt);
+	req.length = g->length < 0 ? 64 : g->length;
+	req.steps = g->steps;
+	req.temperature = g->temp;
+	req.seed = g->seed;
+	t0 = kn_now();
+	if (pc_generate(hosts.v[0].addr, &req, &res, g->timeout_ms, err) != 0) {
+		fprintf(stderr, "shardmeter generate: %s\n", err);
+		return 1;
+	}
+	if (!res.ok) {
+		fprintf(stderr, "shardmeter generate: the pipeline says: %s\n",
+		    res.error);
+		pc_result_clear(&res);
+		return 1;
+	}
+	fwrite(g->prompt, 1, strlen(g->prompt), stdout);
+	for (i = 0; i < res.len; i++)
+		putchar(res.output[i]);
+	putchar('\n');
+	fflush(stdout);
+	if (g->verbose)
+		fprintf(stderr, "shardmeter generate: %zu bytes in %.1f ms, %d "
+		    "traversal%s of %d hosts, %.1f ms of compute on them\n",
+		    res.len, (kn_now() - t0) * 1e3, res.traversals,
+		    res.traversals == 1 ? "" : "s", hosts.n,
+		    res.compute_us / 1e3);
+	pc_result_clear(&res);
+	return 0;
+}
+
+/* Fills seq[plen, end) after the prompt: the causal LM one byte at a time,
+ * or the blocks' traversal, block T first since it starts from all masks
+ * at t = 1. */
+static int
+gen_sample(const struct gen_args *g, int32_t *seq, int plen, int end,
+    char *err)
+{
+	const struct cli_run *r = &g->run;
+	kn_model *m;
+	int b, rc = 0;
+
+	if (g->ar) {
+		rc = sm_load_model(&m, &r->spec, r->run_id, r->dir, BT_CAUSAL,
+		    0, r->be, 1, err);
+		if (rc == 0)
+			rc = bt_generate_ar(m, seq, plen, end, g->temp, g->seed,
+			    err);
+		kn_model_free(m);
+		return rc;
+	}
+	for (b = r->spec.blocks - 1; b >= 0 && rc == 0; b--) {
+		rc = sm_load_model(&m, &r->spec, r->run_id, r->dir, BT_BLOCK,
+		    b + 1, r->be, 1, err);
+		if (rc == 0)
+			rc = bt_denoise_block(m, &r->spec, g->steps, b, seq,
+			    plen, g->temp, g->seed, err);
+		kn_model_free(m);
+	}
+	return rc;
+}
+
+static void
+gen_print(const int32_t *seq, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		putchar(seq[i] == KN_MASK ? '_' : seq[i]);
+	putchar('\n');
+}
+
+/* The whole traversal in this process, on the checkpoints in --dir. */
+static int
+gen_local(struct gen_args *g)
+{
+	char err[PR_ERR_LEN];
+	int32_t *seq;
+	int rc, n, plen, i;
+
+	if ((rc = cli_run_open(&g->run, "generate", 1)) != 0)
+		return rc;
+	n = g->run.spec.window;
+	plen = (int)strlen(g->prompt);
+	if (g->length < 0)
+		g->length = n - plen;
+	if (plen + g->length > n || g->length < 1) {
+		fprintf(stderr, "shardmeter generate: the prompt (%d bytes) and "
+		    "the output (%d) must fit the window of %d bytes\n", plen,
+		    g->length, n);
+		return 2;
+	}
+	if (g->ar && plen == 0) {
+		fprintf(stderr, "shardmeter generate: --mode ar needs a prompt "
+		    "of at least one byte\n");
+		return 2;
+	}
+	seq = malloc((size_t)n * sizeof(int32_t));
+	for (i = 0; i < n; i++)
+		seq[i] = i < plen ? (unsigned char)g->prompt[i] : KN_MASK;
+	if (gen_sample(g, seq, plen, plen + g->length, err) != 0) {
+		fprintf(stderr, "shardmeter generate: %s\n", err);
+		free(seq);
+		return 1;
+	}
+	gen_print(seq, plen + g->length);
+	free(seq);
+	kn_pool_shutdown();
+	return 0;
+}
+
+static int
+gen_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct gen_args g = { .length = -1, .steps = 64, .temp = 1.0f,
+	    .seed = 1, .timeout_ms = 30000 };
+	int rc;
+
+	if ((rc = gen_parse(self, &g, argc, argv)) != CLI_CONTINUE)
+		return rc;
+	return g.peers != NULL ? gen_remote(&g) : gen_local(&g);
+}
+
+const struct cmd_entry cmd_generate_entry = {
+	.name = "generate",
+	.summary = "continue a prompt with the trained model",
+	.usage = "usage: shardmeter generate --spec FILE --dir DIR "
+	    "[--length M] [--steps K]\n"
+	    "         [--temperature T] [--seed X] [--mode "
+	    "blocktrain|ar] \"PROMPT\"\n"
+	    "       shardmeter generate --peers HOSTS [--length M] "
+	    "[--steps K] [--timeout MS]\n"
+	    "         [--temperature T] [--seed X] [--mode "
+	    "blocktrain|ar] [--verbose] \"PROMPT\"\n"
+	    "With --peers, asks the pipeline of running daemons "
+	    "(blocktraind -S) whose\nhost list is HOSTS: the "
+	    "request goes to its first host, the entry; M\n"
+	    "defaults to 64 there, and an answer that does not "
+	    "come in MS ms (default\n30000) is an error.  "
+	    "--verbose adds the latency and the hosts' compute\n"
+	    "time on stderr.\n"
+	    "Continues PROMPT by M bytes (default: to the end of "
+	    "the window).  blocktrain\nruns the K denoising "
+	    "steps (default 64) through blocks T..1 in one\n"
+	    "process; ar samples the causal LM one byte at a "
+	    "time.  The same seed gives\nthe same output, in one "
+	    "process or through the pipeline.\n",
+	.exec = gen_exec
+};

@@ -1,0 +1,76 @@
+/* shardmeter spec: validates a run spec and prints its run id and the
+ * figures derived from it (parameters, compute, memory), so a run can be
+ * sized before any host starts. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/cli/cmd.h"
+#include "kernels/model.h"
+#include "proto/spec.h"
+
+static void
+spec_print(const pr_spec *s, const char *id)
+{
+	kn_model_shape bs = pr_spec_block_shape(s);
+	kn_model_shape es = pr_spec_reference_shape(s, 0);
+	double np_block = (double)kn_model_params_for(&bs);
+	double np_e2e = (double)kn_model_params_for(&es);
+	double fl = 3.0 * kn_model_flops_per_window(&bs) * s->batch;
+	/* activations kept for backward, per window: about (18 d + h n)
+	 * floats per position and layer, plus logits */
+	double act = 4.0 * s->batch * s->window * (s->layers_per_block *
+	    (18.0 * s->width + (double)s->heads * s->window * 2) + 2 * 256);
+	int b;
+
+	printf("run id      %s\n", id);
+	printf("blocks      %d x %d layers, width %d, %d heads, window %d\n",
+	    s->blocks, s->layers_per_block, s->width, s->heads, s->window);
+	printf("intervals  ");
+	for (b = 0; b < s->blocks; b++)
+		printf(" (%.4g, %.4g]", s->cuts[b], s->cuts[b + 1]);
+	printf("%s\n", s->equal_cuts ? " (equal)" : "");
+	printf("parameters  %.0f per block (%.2f MB fp32), %.0f in the e2e "
+	    "reference\n", np_block, np_block * 4 / 1e6, np_e2e);
+	printf("compute     %.3f GFLOP per train step per block (batch %d), "
+	    "%.1f TFLOP for %d steps\n", fl / 1e9, s->batch,
+	    fl * s->steps / 1e12, s->steps);
+	printf("memory      about %.0f MB per host (parameters, gradients, "
+	    "AdamW moments, activations)\n", (np_block * 16 + act) / 1e6);
+	printf("optimizer   AdamW lr %g (warmup %d, cosine to %g), wd %g, "
+	    "betas (%g, %g), clip %g, batch %d, %d steps\n", s->lr, s->warmup,
+	    s->lr_min, s->weight_decay, s->beta1, s->beta2, s->clip, s->batch,
+	    s->steps);
+	printf("sync        %d replicas per block, %d local steps per round, "
+	    "outer lr %g, deadline %gs\n", s->replicas, s->local_steps,
+	    s->outer_lr, s->round_deadline);
+}
+
+static int
+spec_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	pr_spec s;
+	char err[PR_ERR_LEN], id[PR_RUN_ID_LEN];
+
+	if (argc != 2 || strcmp(argv[1], "--help") == 0) {
+		cli_help(self);
+		return argc == 2 ? 0 : 2;
+	}
+	if (pr_spec_load(&s, argv[1], err) != 0 ||
+	    pr_spec_run_id(&s, id, err) != 0) {
+		fprintf(stderr, "shardmeter spec: %s\n", err);
+		return 1;
+	}
+	spec_print(&s, id);
+	return 0;
+}
+
+const struct cmd_entry cmd_spec_entry = {
+	.name = "spec",
+	.summary = "validate a run spec, print its run id and figures",
+	.usage = "usage: shardmeter spec FILE\n"
+	    "Validates a run spec and prints its run id and derived "
+	    "figures.\n",
+	.exec = spec_exec
+};

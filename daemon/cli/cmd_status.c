@@ -1,0 +1,234 @@
+/* shardmeter status: one line per daemon of a peer list, the run's
+ * progress with an ETA, and the composed held-out bound (the sum of every
+ * block's latest share), once or refreshed with --watch. */
+#include "config.h"
+
+#include <curl/curl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/cli/cmd.h"
+#include "daemon/peers.h"
+#include "kernels/error.h"
+#include "proto/spec.h"
+
+/* What one screen gathers from the peers that answer. */
+struct status_sum {
+	char run_id[PR_RUN_ID_LEN];     /* the first peer's; others flagged */
+	int up;                         /* peers that answered */
+	int blocks;
+	int64_t done, total;            /* steps over all peers */
+	double slowest_eta;             /* seconds */
+	/* the latest held-out share of each block (1-based) and its step */
+	double shares[PR_MAX_BLOCKS + 1];
+	int64_t share_step[PR_MAX_BLOCKS + 1];
+	int have[PR_MAX_BLOCKS + 1];
+};
+
+static json_t *
+status_fetch(const sm_peer *p, char *err)
+{
+	char url[SM_HOST_LEN + 64];
+	struct cli_body b;
+	json_error_t jerr;
+	json_t *root = NULL;
+	long st;
+
+	snprintf(url, sizeof(url), "http://%s/v1/status", p->addr);
+	st = cli_http_get(url, 1 << 20, 3000, &b, err);
+	if (st == 200 && (root = json_loadb(b.data, b.len, 0, &jerr)) == NULL)
+		kn_error(err, KN_EINVAL, "bad status JSON: %s", jerr.text);
+	else if (st != 200 && st != 0)
+		kn_error(err, KN_EIO, "HTTP %ld", st);
+	free(b.data);
+	return root;
+}
+
+static double
+num(json_t *o, const char *key)
+{
+	return json_number_value(json_object_get(o, key));
+}
+
+static int64_t
+integer(json_t *o, const char *key)
+{
+	return json_integer_value(json_object_get(o, key));
+}
+
+static void
+bar(double frac, int width)
+{
+	int i, fill = (int)(frac * width + 0.5);
+
+	putchar('[');
+	for (i = 0; i < width; i++)
+		putchar(i < fill ? '#' : '.');
+	putchar(']');
+}
+
+/* The held-out share column, kept if it is the block's latest. */
+static void
+status_share(const sm_peer *p, json_t *s, struct status_sum *sum)
+{
+	int64_t at;
+
+	if (json_object_get(s, "heldout_share") == NULL) {
+		printf("%10s", "-");
+		return;
+	}
+	at = integer(s, "heldout_share_step");
+	printf("%10.4f", num(s, "heldout_share"));
+	if (p->block <= PR_MAX_BLOCKS && at > sum->share_step[p->block]) {
+		sum->shares[p->block] = num(s, "heldout_share");
+		sum->share_step[p->block] = at;
+		sum->have[p->block] = 1;
+	}
+}
+
+/* The line of peer i of pl, or "down" with the reason. */
+static void
+status_peer(const sm_peer_list *pl, int i, struct status_sum *sum)
+{
+	const sm_peer *p = &pl->v[i];
+	char err[KN_ERR_LEN] = "";
+	json_t *s = status_fetch(p, err);
+	int64_t step, steps;
+	const char *rid;
+	double rate;
+
+	if (s == NULL) {
+		printf("%-22s %5d %4d %-9s %s\n", p->addr, p->block,
+		    sm_peers_replica_index(pl, i), "down", err);
+		return;
+	}
+	sum->up++;
+	rid = json_string_value(json_object_get(s, "run_id"));
+	if (sum->run_id[0] == '\0' && rid != NULL)
+		snprintf(sum->run_id, sizeof(sum->run_id), "%s", rid);
+	step = integer(s, "step");
+	steps = integer(s, "steps");
+	sum->blocks = (int)integer(s, "blocks");
+	printf("%-22s %5d %4d %-9s %6lld/%-6lld %8.4f ", p->addr, p->block,
+	    sm_peers_replica_index(pl, i),
+	    json_string_value(json_object_get(s, "state")), (long long)step,
+	    (long long)steps, num(s, "loss"));
+	status_share(p, s, sum);
+	printf(" %6lld %9.0f%s\n", (long long)integer(s, "round"),
+	    num(s, "positions_per_s"), rid && sum->run_id[0] &&
+	    strcmp(rid, sum->run_id) ? "  OTHER RUN" : "");
+	sum->done += step;
+	sum->total += steps;
+	rate = num(s, "steps_per_s");
+	if (rate > 0 && (steps - step) / rate > sum->slowest_eta)
+		sum->slowest_eta = (steps - step) / rate;
+	json_decref(s);
+}
+
+/* The progress bar and the composed bound under the peers' lines. */
+static void
+status_print_run(const struct status_sum *sum)
+{
+	double bound = 0;
+	int b, complete = 1;
+
+	if (sum->total > 0) {
+		printf("\nrun %.16s...  ", sum->run_id);
+		bar((double)sum->done / sum->total, 30);
+		printf(" %5.1f%%  ETA %dm%02ds\n", 100.0 * sum->done /
+		    sum->total, (int)sum->slowest_eta / 60,
+		    (int)sum->slowest_eta % 60);
+	}
+	if (sum->blocks <= 0)
+		return;
+	for (b = 1; b <= sum->blocks; b++) {
+		if (!sum->have[b])
+			complete = 0;
+		bound += sum->shares[b];
+	}
+	if (complete)
+		printf("composed held-out bound: %.4f nats/byte (sum of the %d "
+		    "blocks' latest shares)\n", bound, sum->blocks);
+	else
+		printf("composed held-out bound: not yet (a block has no "
+		    "held-out share yet)\n");
+}
+
+/* One screen of status; returns the number of peers that answered. */
+static int
+status_once(const sm_peer_list *pl)
+{
+	struct status_sum sum = { .up = 0 };
+	int i, b;
+
+	for (b = 0; b <= PR_MAX_BLOCKS; b++)
+		sum.share_step[b] = -1;
+	printf("%-22s %5s %4s %-9s %13s %8s %10s %6s %9s\n", "peer", "block",
+	    "rep", "state", "step", "loss", "share", "round", "pos/s");
+	for (i = 0; i < pl->n; i++)
+		status_peer(pl, i, &sum);
+	status_print_run(&sum);
+	return sum.up;
+}
+
+static int
+status_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "peers", required_argument, NULL, 'p' },
+		{ "watch", optional_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	const char *peers = NULL;
+	double every = 0;
+	sm_peer_list pl;
+	char err[PR_ERR_LEN];
+	int ch, up;
+
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'p': peers = optarg; break;
+		case 'w': every = optarg ? atof(optarg) : 2.0; break;
+		case 'h': return cli_help(self);
+		default: return 2;
+		}
+	}
+	if (peers == NULL) {
+		fprintf(stderr, "shardmeter status: --peers FILE is required\n");
+		return 2;
+	}
+	if (sm_peers_load(&pl, peers, err) != 0) {
+		fprintf(stderr, "shardmeter status: %s\n", err);
+		return 1;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	for (;;) {
+		if (every > 0)
+			printf("\033[H\033[2J");
+		up = status_once(&pl);
+		fflush(stdout);
+		if (every <= 0)
+			break;
+		usleep((useconds_t)(every * 1e6));
+	}
+	sm_peers_free(&pl);
+	curl_global_cleanup();
+	return up > 0 ? 0 : 1;
+}
+
+const struct cmd_entry cmd_status_entry = {
+	.name = "status",
+	.summary = "progress and composed bound of running daemons",
+	.usage = "usage: shardmeter status --peers FILE "
+	    "[--watch[=SECONDS]]\nOne line per daemon of the "
+	    "peer list, the run's progress with an ETA, and the\n"
+	    "composed held-out bound: the sum of every block's "
+	    "latest share.\n",
+	.exec = status_exec
+};

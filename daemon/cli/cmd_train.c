@@ -1,0 +1,238 @@
+/* shardmeter train: trains one block of a run, or one of its references,
+ * in this process; --all trains every block as concurrent processes of
+ * this same binary. */
+#include "config.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/blocktrain.h"
+#include "daemon/cli/cmd.h"
+#include "daemon/train.h"
+#include "kernels/clock.h"
+#include "kernels/error.h"
+#include "kernels/pool.h"
+
+struct train_args {
+	struct cli_run run;
+	bt_kind kind;
+	int block;              /* 1-based; 0 when not --block */
+	int all;
+	int steps;              /* -1: the spec's */
+	int every;
+	int replica;
+	int quiet;
+};
+
+static volatile sig_atomic_t stop_requested;
+
+static void
+on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+/* One option of train's own; CLI_CONTINUE, or the exit status. */
+static int
+train_option(void *args, int ch)
+{
+	struct train_args *t = args;
+
+	switch (ch) {
+	case 'b':
+		return cli_parse_int("train", "block", optarg, 1,
+		    PR_MAX_BLOCKS, &t->block) ? 2 : CLI_CONTINUE;
+	case 'r':
+		if (strcmp(optarg, "e2e") == 0)
+			t->kind = BT_E2E;
+		else if (strcmp(optarg, "causal") == 0)
+			t->kind = BT_CAUSAL;
+		else {
+			fprintf(stderr, "shardmeter train: --reference "
+			    "takes e2e or causal\n");
+			return 2;
+		}
+		return CLI_CONTINUE;
+	case 'a': t->all = 1; return CLI_CONTINUE;
+	case 's':
+		return cli_parse_int("train", "steps", optarg, 0, 1 << 30,
+		    &t->steps) ? 2 : CLI_CONTINUE;
+	case 'e':
+		return cli_parse_int("train", "every", optarg, 1, 1 << 30,
+		    &t->every) ? 2 : CLI_CONTINUE;
+	case 'p':
+		return cli_parse_int("train", "replica", optarg, 0, 1 << 20,
+		    &t->replica) ? 2 : CLI_CONTINUE;
+	case 'q': t->quiet = 1; return CLI_CONTINUE;
+	default: return 2;
+	}
+}
+
+static int
+train_parse(const struct cmd_entry *self, struct train_args *t, int argc,
+    char **argv)
+{
+	static const struct option opts[] = {
+		CLI_RUN_OPTIONS,
+		{ "block", required_argument, NULL, 'b' },
+		{ "reference", required_argument, NULL, 'r' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "steps", required_argument, NULL, 's' },
+		{ "every", required_argument, NULL, 'e' },
+		{ "replica", required_argument, NULL, 'p' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int rc;
+
+	if ((rc = cli_run_parse(self, &t->run, argc, argv, opts, train_option,
+	    t)) != CLI_CONTINUE)
+		return rc;
+	if (optind < argc) {
+		fprintf(stderr, "shardmeter train: unexpected '%s'\n",
+		    argv[optind]);
+		return 2;
+	}
+	if ((t->block > 0) + (t->kind != BT_BLOCK) + t->all != 1) {
+		fprintf(stderr, "shardmeter train: give exactly one of --block "
+		    "B, --reference e2e|causal and --all\n");
+		return 2;
+	}
+	return CLI_CONTINUE;
+}
+
+/* Starts 'shardmeter train --block B' as a child; its pid, or -1. */
+static pid_t
+train_spawn(const struct train_args *t, int block, const char *threads)
+{
+	pid_t pid = fork();
+	char blk[16], st[16], ev[16];
+
+	if (pid != 0)
+		return pid;
+	snprintf(blk, sizeof(blk), "%d", block);
+	snprintf(st, sizeof(st), "%d", t->steps);
+	snprintf(ev, sizeof(ev), "%d", t->every);
+	execl("/proc/self/exe", "shardmeter", "train", "--spec",
+	    t->run.spec_path, "--dir", t->run.dir, "--block", blk, "--steps",
+	    st, "--every", ev, "--threads", threads, "--quiet", (char *)NULL);
+	_exit(127);
+}
+
+/* --all: the T blocks as child processes, as many at a time as there are
+ * cores, the cores shared out among them. */
+static int
+train_all(const struct train_args *t)
+{
+	int T = t->run.spec.blocks, cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	int jobs = T < cores ? T : cores, running = 0, next = 1, failed = 0;
+	char threads[16];
+
+	if (jobs < 1)
+		jobs = 1;
+	snprintf(threads, sizeof(threads), "%d", cores / jobs > 0 ?
+	    cores / jobs : 1);
+	fprintf(stderr, "shardmeter train: %d blocks, %d at a time, %s "
+	    "thread(s) each; logs in %s/block-*.csv\n", T, jobs, threads,
+	    t->run.dir);
+	while (next <= T || running > 0) {
+		int status;
+
+		for (; running < jobs && next <= T; running++, next++) {
+			if (train_spawn(t, next, threads) < 0) {
+				perror("shardmeter train: fork");
+				return 1;
+			}
+		}
+		if (wait(&status) > 0) {
+			running--;
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+				failed++;
+		}
+	}
+	if (failed) {
+		fprintf(stderr, "shardmeter train: %d block(s) failed\n",
+		    failed);
+		return 1;
+	}
+	fprintf(stderr, "shardmeter train: all %d blocks trained\n", T);
+	return 0;
+}
+
+/* One model in this process; SIGINT or SIGTERM checkpoints and exits 130. */
+static int
+train_one(const struct train_args *t)
+{
+	sm_train_opts o = { 0 };
+	char err[KN_ERR_LEN];
+	double t0;
+
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
+	o.spec = &t->run.spec;
+	o.run_id = t->run.run_id;
+	o.dir = t->run.dir;
+	o.kind = t->kind;
+	o.block = t->kind == BT_BLOCK ? t->block : 0;
+	o.replica = t->replica;
+	o.steps = t->steps;
+	o.every = t->every;
+	o.be = t->run.be;
+	o.progress = !t->quiet;
+	o.stop = &stop_requested;
+	t0 = kn_now();
+	if (sm_train(&o, err) != 0) {
+		fprintf(stderr, "shardmeter train: %s\n", err);
+		return 1;
+	}
+	if (!t->quiet) {
+		if (t->kind == BT_BLOCK)
+			fprintf(stderr, "shardmeter train: block %d done in "
+			    "%.1fs\n", t->block, kn_now() - t0);
+		else
+			fprintf(stderr, "shardmeter train: %s reference done in "
+			    "%.1fs\n", bt_kind_name(t->kind), kn_now() - t0);
+	}
+	kn_pool_shutdown();
+	return stop_requested ? 130 : 0;
+}
+
+static int
+train_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct train_args t = { .kind = BT_BLOCK, .steps = -1, .every = 250 };
+	int rc;
+
+	if ((rc = train_parse(self, &t, argc, argv)) != CLI_CONTINUE)
+		return rc;
+	if ((rc = cli_run_open(&t.run, "train", 1)) != 0)
+		return rc;
+	if (t.steps < 0)
+		t.steps = t.run.spec.steps;
+	if (t.block > t.run.spec.blocks) {
+		fprintf(stderr, "shardmeter train: block %d does not exist: the "
+		    "spec has %d blocks\n", t.block, t.run.spec.blocks);
+		return 2;
+	}
+	return t.all ? train_all(&t) : train_one(&t);
+}
+
+const struct cmd_entry cmd_train_entry = {
+	.name = "train",
+	.summary = "train a block or a reference of a run",
+	.usage = "usage: shardmeter train --spec FILE --dir DIR "
+	    "(--block B | --reference e2e|causal | --all)\n"
+	    "         [--steps N] [--every K] [--backend "
+	    "auto|cpu|cuda] [--threads T] [--quiet]\n"
+	    "Trains block B (1..T) on its interval's share of "
+	    "the bound, or a reference,\nwriting DIR/block-B.ckpt "
+	    "every K steps (default 250) and at the end;\nresumes "
+	    "from the checkpoint it finds.  --all trains the T "
+	    "blocks as\nconcurrent processes.\n",
+	.exec = train_exec
+};
