@@ -133,6 +133,112 @@ START_TEST(test_load_resolves_paths)
 }
 END_TEST
 
+/* Out-of-range values are refused at their line, naming the range. */
+START_TEST(test_range_errors)
+{
+	expect_error("[model]\nblocks = 65\n",
+	    "line 2: [model] blocks: 65 is out of range (need 1 <= blocks <= "
+	    "64)");
+	expect_error("\n[model]\nwidth = 20000\n",
+	    "line 3: [model] width: 20000 is out of range");
+	expect_error("[model]\nwidth = 0\n", "need 1 <= width <= 16384");
+	expect_error("[model]\np_prefix = 1.5\n", "need 0 <= p_prefix <= 1");
+	expect_error("[optim]\nlr = 0\n", "[optim] lr: 0 is out of range "
+	    "(need lr > 0)");
+	expect_error("[optim]\nlr_min = 0.1\n", "need lr_min <= lr");
+	expect_error("[optim]\nbeta1 = 1\n", "need 0 <= beta1 < 1");
+	expect_error("[optim]\nbetas = 0.9, 1.5\n", "need 0 <= beta2 < 1");
+	expect_error("[optim]\nbetas = , 0.95\n", "two numbers");
+	expect_error("[optim]\nwarmup = -1\n", "need warmup >= 0");
+	expect_error("[optim]\nsteps = 1.5\n",
+	    "'1.5' is not an integer (need steps >= 1)");
+	expect_error("[sync]\nround_deadline = 0\n", "need round_deadline > 0");
+}
+END_TEST
+
+/* Print, parse what was printed: the same struct and the same run id. */
+static void
+round_trip(const char *text)
+{
+	char id[PR_RUN_ID_LEN], id2[PR_RUN_ID_LEN], err[PR_ERR_LEN] = "";
+	char printed[8192];
+	pr_spec a, b;
+	size_t len;
+	FILE *f;
+
+	parse_ok(text, &a);
+	ck_assert_ptr_nonnull(f = tmpfile());
+	ck_assert_int_eq(pr_spec_print(f, &a), 0);
+	rewind(f);
+	len = fread(printed, 1, sizeof(printed) - 1, f);
+	fclose(f);
+	printed[len] = '\0';
+	ck_assert_msg(pr_spec_parse(&b, printed, len, err) == 0, "%s in\n%s",
+	    err, printed);
+	ck_assert_msg(memcmp(&a, &b, sizeof(a)) == 0, "differs:\n%s", printed);
+	ck_assert_int_eq(pr_spec_run_id(&a, id, err), 0);
+	ck_assert_int_eq(pr_spec_run_id(&b, id2, err), 0);
+	ck_assert_str_eq(id, id2);
+}
+
+START_TEST(test_print_round_trip)
+{
+	char printed[8192];
+	pr_spec s;
+	size_t len;
+	FILE *f;
+
+	round_trip("");
+	round_trip(base);
+	round_trip(shuffled);
+	round_trip("seed = 18446744073709551615\n[model]\nblocks = 1\n"
+	    "[data]\ntrain = /d/a b.txt\ntrain_sha256 = "
+	    "ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789\n"
+	    "[optim]\nlr = 3.3e-4\nlr_min = 1e-300\nbetas = 0.1, 0.7\n"
+	    "[sync]\nouter_lr = 0.30000000000000004\n");
+	round_trip("[model]\nblocks = 5\ncuts = 0.1 0.2 0.3 0.9\n");
+	/* equal cuts and absent hashes are printed commented out */
+	parse_ok("", &s);
+	ck_assert_ptr_nonnull(f = tmpfile());
+	ck_assert_int_eq(pr_spec_print(f, &s), 0);
+	rewind(f);
+	len = fread(printed, 1, sizeof(printed) - 1, f);
+	fclose(f);
+	printed[len] = '\0';
+	ck_assert_ptr_nonnull(strstr(printed, "seed = 1\n\n[model]\n"
+	    "blocks = 4\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\n# cuts = 0.25, 0.5, 0.75\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\n# test_sha256 =\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nlr = 0.001\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nbeta2 = 0.95\n"));
+	ck_assert_ptr_null(strstr(printed, "betas"));
+}
+END_TEST
+
+/* The table itself: defaults in range, names unique, the keys before any
+ * section first (printing relies on it). */
+START_TEST(test_key_table)
+{
+	char err[PR_ERR_LEN] = "";
+	size_t i, j;
+	pr_spec s;
+
+	parse_ok("", &s);
+	ck_assert_msg(pr_key_check_all(pr_spec_keys, pr_spec_nkeys, &s, err) ==
+	    0, "%s", err);
+	for (i = 0; i < pr_spec_nkeys; i++) {
+		const pr_key *k = &pr_spec_keys[i];
+
+		ck_assert_ptr_nonnull(k->doc);
+		if (i > 0 && k->section[0] == '\0')
+			ck_assert_str_eq(pr_spec_keys[i - 1].section, "");
+		for (j = 0; j < i; j++)
+			ck_assert(strcmp(k->section, pr_spec_keys[j].section) ||
+			    strcmp(k->name, pr_spec_keys[j].name));
+	}
+}
+END_TEST
+
 /* Run ids pinned as exact hex strings, each for a spec written to a file
  * and loaded as a daemon would: a change in parsing, defaults or the
  * canonical encoding that moves any of them breaks every existing run. */
@@ -270,6 +376,9 @@ main(void)
 	tcase_add_test(tc, test_values);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_load_resolves_paths);
+	tcase_add_test(tc, test_range_errors);
+	tcase_add_test(tc, test_print_round_trip);
+	tcase_add_test(tc, test_key_table);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pinned");
 	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);
