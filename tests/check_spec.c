@@ -156,6 +156,22 @@ START_TEST(test_range_errors)
 }
 END_TEST
 
+/* pr_spec_print's text of s, NUL-terminated; its length */
+static size_t
+print_spec(const pr_spec *s, char *printed, size_t size)
+{
+	size_t len;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(f = tmpfile());
+	ck_assert_int_eq(pr_spec_print(f, s), 0);
+	rewind(f);
+	len = fread(printed, 1, size - 1, f);
+	fclose(f);
+	printed[len] = '\0';
+	return len;
+}
+
 /* Print, parse what was printed: the same struct and the same run id. */
 static void
 round_trip(const char *text)
@@ -164,15 +180,9 @@ round_trip(const char *text)
 	char printed[8192];
 	pr_spec a, b;
 	size_t len;
-	FILE *f;
 
 	parse_ok(text, &a);
-	ck_assert_ptr_nonnull(f = tmpfile());
-	ck_assert_int_eq(pr_spec_print(f, &a), 0);
-	rewind(f);
-	len = fread(printed, 1, sizeof(printed) - 1, f);
-	fclose(f);
-	printed[len] = '\0';
+	len = print_spec(&a, printed, sizeof(printed));
 	ck_assert_msg(pr_spec_parse(&b, printed, len, err) == 0, "%s in\n%s",
 	    err, printed);
 	ck_assert_msg(memcmp(&a, &b, sizeof(a)) == 0, "differs:\n%s", printed);
@@ -185,8 +195,6 @@ START_TEST(test_print_round_trip)
 {
 	char printed[8192];
 	pr_spec s;
-	size_t len;
-	FILE *f;
 
 	round_trip("");
 	round_trip(base);
@@ -199,12 +207,7 @@ START_TEST(test_print_round_trip)
 	round_trip("[model]\nblocks = 5\ncuts = 0.1 0.2 0.3 0.9\n");
 	/* equal cuts and absent hashes are printed commented out */
 	parse_ok("", &s);
-	ck_assert_ptr_nonnull(f = tmpfile());
-	ck_assert_int_eq(pr_spec_print(f, &s), 0);
-	rewind(f);
-	len = fread(printed, 1, sizeof(printed) - 1, f);
-	fclose(f);
-	printed[len] = '\0';
+	print_spec(&s, printed, sizeof(printed));
 	ck_assert_ptr_nonnull(strstr(printed, "seed = 1\n\n[model]\n"
 	    "blocks = 4\n"));
 	ck_assert_ptr_nonnull(strstr(printed, "\n# cuts = 0.25, 0.5, 0.75\n"));
