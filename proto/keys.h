@@ -46,7 +46,7 @@ struct pr_key {
 	pr_key_type type;
 	size_t offset, size;            /* of the field in the struct */
 	double min, max;                /* INT, REAL, MIB; INFINITY: no max */
-	double def;                     /* INT, U64, REAL, MIB (in MiB) */
+	double def;                     /* INT, U64, REAL, SIZE; MIB in MiB */
 	const char *def_str;            /* STR, CHOICE; CUSTOM: given to set */
 	const char *const *choices;     /* CHOICE: NULL-terminated */
 	unsigned flags;                 /* PR_KEY_* */
