@@ -270,8 +270,8 @@ START_TEST(test_man_page)
 		    NULL && at < end;)
 			found = occurs(at - start > 40 ? at - 40 : start,
 			    at + 60 < end ? at + 60 : end, value);
-		ck_assert_msg(found, "the entry of %s does not give its default "
-		    "'%s'", k->name, value);
+		ck_assert_msg(found, "the entry of %s does not give its "
+		    "default '%s'", k->name, value);
 	}
 }
 END_TEST
