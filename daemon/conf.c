@@ -1,5 +1,6 @@
-/* Reading blocktrain.conf with inih.  Unknown keys are errors: a typo in a
- * daemon's configuration should stop it at start, not be ignored. */
+/* Reading and printing blocktrain.conf with inih, from one table of its
+ * keys.  Unknown keys are errors: a typo in a daemon's configuration
+ * should stop it at start, not be ignored. */
 #include "config.h"
 
 #include <ctype.h>
@@ -12,31 +13,6 @@
 
 #include "daemon/conf.h"
 #include "kernels/error.h"
-
-void
-sm_config_defaults(sm_config *c)
-{
-	memset(c, 0, sizeof(*c));
-	snprintf(c->listen_host, sizeof(c->listen_host), "127.0.0.1");
-	c->listen_port = 7300;
-	snprintf(c->spec, sizeof(c->spec), "/etc/blocktrain/run.conf");
-	snprintf(c->peers, sizeof(c->peers), "/etc/blocktrain/peers");
-	snprintf(c->state_dir, sizeof(c->state_dir), "/var/lib/blocktrain");
-	c->block = 1;
-	snprintf(c->device, sizeof(c->device), "auto");
-	c->eval_every = 200;
-	c->eval_windows = 256;
-	c->checkpoint_every = 100;
-	snprintf(c->update_encoding, sizeof(c->update_encoding), "f32");
-	c->peer_timeout_ms = 5000;
-	snprintf(c->pipeline_hosts, sizeof(c->pipeline_hosts),
-	    "/etc/blocktrain/pipeline");
-	c->pipeline_timeout_ms = 10000;
-	c->pipeline_max_frame = (size_t)16 << 20;
-	c->pipeline_batch = 16;
-	c->pipeline_cache_mb = 1024;
-	c->pipeline_idle_s = 60;
-}
 
 int
 sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
@@ -86,6 +62,118 @@ sm_list_line(char *line)
 	return s;
 }
 
+static int
+set_listen(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
+{
+	sm_config *c = obj;
+
+	(void)ctx;
+	if (sm_parse_hostport(v, c->listen_host, sizeof(c->listen_host),
+	    &c->listen_port) != 0)
+		return kn_error(msg, KN_EINVAL, "%s: '%.64s' is not host:port",
+		    k->name, v);
+	return KN_OK;
+}
+
+static int
+format_listen(const pr_key *k, const void *obj, char *buf, size_t len)
+{
+	const sm_config *c = obj;
+
+	(void)k;
+	/* an IPv6 address goes in brackets, as sm_parse_hostport reads it */
+	snprintf(buf, len, strchr(c->listen_host, ':') != NULL ? "[%s]:%d" :
+	    "%s:%d", c->listen_host, c->listen_port);
+	return 0;
+}
+
+static const pr_key_ops listen_ops = { set_listen, format_listen };
+static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
+static const char *const encodings[] = { "f32", "f16", "bf16", NULL };
+
+#define FIELD(f) .offset = offsetof(sm_config, f), \
+	.size = sizeof(((sm_config *)0)->f)
+
+/* Every key of blocktrain.conf, before any section or under
+ * [blocktraind]; blocktrain.conf(5) documents each with its default. */
+const pr_key sm_config_keys[] = {
+	{ .section = "", .name = "listen", .type = PR_KEY_CUSTOM,
+	  FIELD(listen_host), .def_str = "127.0.0.1:7300", .ops = &listen_ops,
+	  .doc = "the address the HTTP API listens on" },
+	{ .section = "", .name = "advertise", .type = PR_KEY_STR,
+	  FIELD(advertise), .def_str = "",
+	  .doc = "the address peers reach this daemon by; empty: listen" },
+	{ .section = "", .name = "spec", .type = PR_KEY_STR, FIELD(spec),
+	  .def_str = "/etc/blocktrain/run.conf", .doc = "the run spec" },
+	{ .section = "", .name = "peers", .type = PR_KEY_STR, FIELD(peers),
+	  .def_str = "/etc/blocktrain/peers", .doc = "the peer list" },
+	{ .section = "", .name = "state_dir", .type = PR_KEY_STR,
+	  FIELD(state_dir), .def_str = "/var/lib/blocktrain",
+	  .doc = "checkpoints, optimizer state, learning curve, journal" },
+	{ .section = "", .name = "block", .type = PR_KEY_INT, FIELD(block),
+	  .min = 1, .max = PR_MAX_BLOCKS, .def = 1,
+	  .doc = "the block this daemon trains" },
+	{ .section = "", .name = "device", .type = PR_KEY_CHOICE,
+	  FIELD(device), .def_str = "auto", .choices = devices,
+	  .doc = "the compute backend" },
+	{ .section = "", .name = "threads", .type = PR_KEY_INT,
+	  FIELD(threads), .min = 0, .max = 256, .def = 0,
+	  .doc = "threads of the CPU backend; 0: KN_THREADS or all cores" },
+	{ .section = "", .name = "eval_every", .type = PR_KEY_INT,
+	  FIELD(eval_every), .min = 0, .max = 1 << 30, .def = 200,
+	  .doc = "steps between held-out shares; 0: none" },
+	{ .section = "", .name = "eval_windows", .type = PR_KEY_INT,
+	  FIELD(eval_windows), .min = 1, .max = 1 << 20, .def = 256,
+	  .doc = "windows of the valid file a share is computed on" },
+	{ .section = "", .name = "checkpoint_every", .type = PR_KEY_INT,
+	  FIELD(checkpoint_every), .min = 1, .max = 1 << 30, .def = 100,
+	  .doc = "steps between checkpoints of a block of one replica" },
+	{ .section = "", .name = "update_encoding", .type = PR_KEY_CHOICE,
+	  FIELD(update_encoding), .def_str = "f32", .choices = encodings,
+	  .doc = "how the updates this daemon sends are encoded" },
+	{ .section = "", .name = "max_body", .type = PR_KEY_SIZE,
+	  FIELD(max_body), .def = 0,
+	  .doc = "the largest request body; 0: the largest update + 1 MiB" },
+	{ .section = "", .name = "peer_timeout_ms", .type = PR_KEY_INT,
+	  FIELD(peer_timeout_ms), .min = 100, .max = 600000, .def = 5000,
+	  .doc = "how long a peer has to answer a probe or a connection" },
+	{ .section = "", .name = "pipeline_listen", .type = PR_KEY_STR,
+	  FIELD(pipeline_listen), .def_str = "",
+	  .doc = "this host's address in the pipeline host list (-S)" },
+	{ .section = "", .name = "pipeline_hosts", .type = PR_KEY_STR,
+	  FIELD(pipeline_hosts), .def_str = "/etc/blocktrain/pipeline",
+	  .doc = "the pipeline host list" },
+	{ .section = "", .name = "pipeline_next", .type = PR_KEY_STR,
+	  FIELD(pipeline_next), .def_str = "",
+	  .doc = "the next host's address when not the list's; empty: the "
+	  "list's" },
+	{ .section = "", .name = "pipeline_timeout_ms", .type = PR_KEY_INT,
+	  FIELD(pipeline_timeout_ms), .min = 100, .max = 3600000,
+	  .def = 10000, .doc = "how long a request may go without progress" },
+	{ .section = "", .name = "pipeline_max_frame", .type = PR_KEY_MIB,
+	  FIELD(pipeline_max_frame), .min = 1, .max = 1024, .def = 16,
+	  .doc = "the largest frame a host reads, in MiB" },
+	{ .section = "", .name = "pipeline_batch", .type = PR_KEY_INT,
+	  FIELD(pipeline_batch), .min = 1, .max = 256, .def = 16,
+	  .doc = "the most windows of one forward pass" },
+	{ .section = "", .name = "pipeline_cache_mb", .type = PR_KEY_INT,
+	  FIELD(pipeline_cache_mb), .min = 1, .max = 1 << 20, .def = 1024,
+	  .doc = "the memory of all KV caches, in MiB" },
+	{ .section = "", .name = "pipeline_idle_s", .type = PR_KEY_INT,
+	  FIELD(pipeline_idle_s), .min = 1, .max = 86400, .def = 60,
+	  .doc = "seconds after which an unused KV cache is evicted" },
+};
+
+#define NKEYS (sizeof(sm_config_keys) / sizeof(sm_config_keys[0]))
+const size_t sm_config_nkeys = NKEYS;
+
+void
+sm_config_defaults(sm_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	pr_key_defaults(sm_config_keys, NKEYS, c);
+}
+
 struct cfg_ctx {
 	sm_config *c;
 	char msg[PR_ERR_LEN];
@@ -107,126 +195,38 @@ bad(struct cfg_ctx *x, const char *fmt, ...)
 }
 
 static int
-int_value(struct cfg_ctx *x, const char *key, const char *v, long lo,
-    long hi, int *out)
-{
-	char *end;
-	long n;
-
-	errno = 0;
-	n = strtol(v, &end, 10);
-	if (errno || end == v || *end || n < lo || n > hi)
-		return bad(x, "%s: '%s' is not an integer from %ld to %ld", key,
-		    v, lo, hi);
-	*out = (int)n;
-	return 1;
-}
-
-static int
-str_value(struct cfg_ctx *x, const char *key, const char *v, char *out,
-    size_t len)
-{
-	if (strlen(v) >= len)
-		return bad(x, "%s: value too long", key);
-	memcpy(out, v, strlen(v) + 1);
-	return 1;
-}
-
-static int
 on_key(void *user, const char *sec, const char *key, const char *v)
 {
 	struct cfg_ctx *x = user;
-	sm_config *c = x->c;
+	const pr_key *k;
 
 	if (x->failed)
 		return 0;
 	if (sec[0] != '\0' && strcmp(sec, "blocktraind") != 0)
 		return bad(x, "unknown section [%s] (keys go before any section "
 		    "or under [blocktraind])", sec);
-	if (strcmp(key, "listen") == 0) {
-		if (sm_parse_hostport(v, c->listen_host, sizeof(c->listen_host),
-		    &c->listen_port) != 0)
-			return bad(x, "listen: '%s' is not host:port", v);
-		return 1;
+	if ((k = pr_key_find(sm_config_keys, NKEYS, "", key)) == NULL)
+		return bad(x, "unknown key '%s'", key);
+	if (pr_key_set(k, x->c, x, v, x->msg) != 0) {
+		x->failed = 1;
+		return 0;
 	}
-	if (strcmp(key, "advertise") == 0)
-		return str_value(x, key, v, c->advertise, sizeof(c->advertise));
-	if (strcmp(key, "spec") == 0)
-		return str_value(x, key, v, c->spec, sizeof(c->spec));
-	if (strcmp(key, "peers") == 0)
-		return str_value(x, key, v, c->peers, sizeof(c->peers));
-	if (strcmp(key, "state_dir") == 0)
-		return str_value(x, key, v, c->state_dir, sizeof(c->state_dir));
-	if (strcmp(key, "block") == 0)
-		return int_value(x, key, v, 1, PR_MAX_BLOCKS, &c->block);
-	if (strcmp(key, "device") == 0)
-		return str_value(x, key, v, c->device, sizeof(c->device));
-	if (strcmp(key, "threads") == 0)
-		return int_value(x, key, v, 0, 256, &c->threads);
-	if (strcmp(key, "eval_every") == 0)
-		return int_value(x, key, v, 0, 1 << 30, &c->eval_every);
-	if (strcmp(key, "eval_windows") == 0)
-		return int_value(x, key, v, 1, 1 << 20, &c->eval_windows);
-	if (strcmp(key, "checkpoint_every") == 0)
-		return int_value(x, key, v, 1, 1 << 30, &c->checkpoint_every);
-	if (strcmp(key, "update_encoding") == 0)
-		return str_value(x, key, v, c->update_encoding,
-		    sizeof(c->update_encoding));
-	if (strcmp(key, "peer_timeout_ms") == 0)
-		return int_value(x, key, v, 100, 600000, &c->peer_timeout_ms);
-	if (strcmp(key, "pipeline_listen") == 0)
-		return str_value(x, key, v, c->pipeline_listen,
-		    sizeof(c->pipeline_listen));
-	if (strcmp(key, "pipeline_next") == 0)
-		return str_value(x, key, v, c->pipeline_next,
-		    sizeof(c->pipeline_next));
-	if (strcmp(key, "pipeline_hosts") == 0)
-		return str_value(x, key, v, c->pipeline_hosts,
-		    sizeof(c->pipeline_hosts));
-	if (strcmp(key, "pipeline_timeout_ms") == 0)
-		return int_value(x, key, v, 100, 3600000,
-		    &c->pipeline_timeout_ms);
-	if (strcmp(key, "pipeline_max_frame") == 0) {
-		int mb;
-
-		if (!int_value(x, key, v, 1, 1024, &mb))
-			return 0;
-		c->pipeline_max_frame = (size_t)mb << 20;
-		return 1;
-	}
-	if (strcmp(key, "pipeline_batch") == 0)
-		return int_value(x, key, v, 1, 256, &c->pipeline_batch);
-	if (strcmp(key, "pipeline_cache_mb") == 0)
-		return int_value(x, key, v, 1, 1 << 20, &c->pipeline_cache_mb);
-	if (strcmp(key, "pipeline_idle_s") == 0)
-		return int_value(x, key, v, 1, 86400, &c->pipeline_idle_s);
-	if (strcmp(key, "max_body") == 0) {
-		char *end;
-		unsigned long long n = strtoull(v, &end, 10);
-
-		if (end == v || (*end && strcmp(end, "M") && strcmp(end, "G")))
-			return bad(x, "max_body: '%s' is not a size (bytes, or "
-			    "with M or G)", v);
-		c->max_body = (size_t)n << (*end == 'M' ? 20 : *end == 'G' ?
-		    30 : 0);
-		return 1;
-	}
-	return bad(x, "unknown key '%s'", key);
+	return 1;
 }
 
 int
 sm_config_validate(const sm_config *c, char *err)
 {
-	if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") &&
-	    strcmp(c->device, "cuda"))
-		return kn_error(err, KN_EINVAL, "device: '%s' is not auto, cpu "
-		    "or cuda", c->device);
-	if (strcmp(c->update_encoding, "f32") &&
-	    strcmp(c->update_encoding, "f16") &&
-	    strcmp(c->update_encoding, "bf16"))
-		return kn_error(err, KN_EINVAL, "update_encoding: '%s' is not "
-		    "f32, f16 or bf16", c->update_encoding);
-	return KN_OK;
+	return pr_key_check_all(sm_config_keys, NKEYS, c, err);
+}
+
+int
+sm_config_print(FILE *f, const sm_config *c)
+{
+	/* the section is optional in the file; naming it says what the keys
+	 * are to a reader of the daemon's log */
+	fprintf(f, "[blocktraind]\n");
+	return pr_key_print(sm_config_keys, NKEYS, c, f);
 }
 
 int

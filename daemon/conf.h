@@ -5,7 +5,9 @@
 #define SM_CONF_H
 
 #include <stddef.h>
+#include <stdio.h>
 
+#include "proto/keys.h"
 #include "proto/spec.h"
 
 #define SM_HOST_LEN 256
@@ -37,13 +39,22 @@ typedef struct {
 	int pipeline_idle_s;            /* an unused KV cache is evicted */
 } sm_config;
 
+/* One row per key (proto/keys.h), which parsing, validation, defaults
+ * and printing read. */
+extern const pr_key sm_config_keys[];
+extern const size_t sm_config_nkeys;
+
 void sm_config_defaults(sm_config *c);
 /* Reads path over the defaults; 0 or a negative code with "file:line:
  * reason" in err (PR_ERR_LEN). */
 int sm_config_load(sm_config *c, const char *path, char *err);
 /* Parses "host:port" ("[v6]:port" too) into its parts. */
 int sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+/* Checks every key against its range or choices. */
 int sm_config_validate(const sm_config *c, char *err);
+/* Every key as INI text under [blocktraind], values as in c: the
+ * configuration in effect, defaults included.  0, or KN_EIO. */
+int sm_config_print(FILE *f, const sm_config *c);
 /* A line of a list file (peer list, pipeline host list) without its '#'
  * comment and surrounding blanks, in place: "" for nothing. */
 char *sm_list_line(char *line);

@@ -1,6 +1,6 @@
-/* Reading, validating and hashing the run spec.  The run id hashes the
- * parsed values, never the text, so key order, spacing and comments do
- * not change it. */
+/* Reading, validating, hashing and printing the run spec, all from one
+ * table of its keys.  The run id hashes the parsed values, never the
+ * text, so key order, spacing and comments do not change it. */
 #include "config.h"
 
 #include <errno.h>
@@ -17,33 +17,6 @@
 #include "kernels/error.h"
 #include "proto/spec.h"
 
-void
-pr_spec_defaults(pr_spec *s)
-{
-	memset(s, 0, sizeof(*s));
-	s->blocks = 4;
-	s->width = 128;
-	s->heads = 4;
-	s->layers_per_block = 2;
-	s->window = 64;
-	s->equal_cuts = 1;
-	s->p_prefix = 0.1;
-	s->lr = 1e-3;
-	s->lr_min = 1e-4;
-	s->warmup = 100;
-	s->weight_decay = 0.1;
-	s->clip = 1.0;
-	s->beta1 = 0.9;
-	s->beta2 = 0.95;
-	s->batch = 32;
-	s->steps = 2000;
-	s->replicas = 1;
-	s->local_steps = 50;
-	s->outer_lr = 1.0;
-	s->round_deadline = 60.0;
-	s->seed = 1;
-}
-
 struct parse_ctx {
 	pr_spec *s;
 	char *err;
@@ -51,6 +24,198 @@ struct parse_ctx {
 	char cuts_text[1024];
 	int have_cuts;
 };
+
+static const pr_key *spec_key(const char *section, const char *name);
+
+/* The cuts are read once every key is in, since they are checked against
+ * blocks, which may come later in the file. */
+static int
+set_cuts(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
+{
+	struct parse_ctx *c = ctx;
+
+	(void)obj;
+	if (strlen(v) >= sizeof(c->cuts_text))
+		return kn_error(msg, KN_EINVAL, "[%s] %s: too long", k->section,
+		    k->name);
+	strcpy(c->cuts_text, v);
+	c->have_cuts = 1;
+	return KN_OK;
+}
+
+/* Equal cuts are derived from blocks, and printed commented out. */
+static int
+format_cuts(const pr_key *k, const void *obj, char *buf, size_t len)
+{
+	const pr_spec *s = obj;
+	size_t used = 0;
+	int b;
+
+	(void)k;
+	for (b = 1; b < s->blocks && b < PR_MAX_BLOCKS && used < len; b++) {
+		char x[32];
+
+		pr_key_real(s->cuts[b], x, sizeof(x));
+		used += (size_t)snprintf(buf + used, len - used, "%s%s",
+		    b > 1 ? ", " : "", x);
+	}
+	return s->equal_cuts;
+}
+
+/* "0.9, 0.95": beta1 and beta2 on one line */
+static int
+set_betas(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
+{
+	pr_spec *s = obj;
+	const char *second;
+	char *end, *end2;
+	int rc;
+
+	(void)ctx;
+	s->beta1 = strtod(v, &end);
+	for (second = end; *second == ' ' || *second == ','; second++)
+		;
+	s->beta2 = strtod(second, &end2);
+	if (end == v || end2 == second || *end2 != '\0')
+		return kn_error(msg, KN_EINVAL, "[%s] %s: expected two "
+		    "numbers, as in 'betas = 0.9, 0.95'", k->section, k->name);
+	if ((rc = pr_key_check(spec_key("optim", "beta1"), s, msg)) != 0 ||
+	    (rc = pr_key_check(spec_key("optim", "beta2"), s, msg)) != 0)
+		return rc;
+	return KN_OK;
+}
+
+static const pr_key_ops cuts_ops = { set_cuts, format_cuts };
+static const pr_key_ops betas_ops = { set_betas, NULL };
+
+#define FIELD(f) .offset = offsetof(pr_spec, f), \
+	.size = sizeof(((pr_spec *)0)->f)
+
+/* Every key of the run spec.  The keys before any section come first,
+ * as printing needs; the canonical encoding sorts the hashed ones by
+ * their dotted names, so the order here does not touch run ids.  The
+ * shape limits are the kernels' (kn_model_check_shape). */
+const pr_key pr_spec_keys[] = {
+	{ .section = "", .name = "seed", .type = PR_KEY_U64, FIELD(seed),
+	  .def = 1, .flags = PR_KEY_HASHED,
+	  .doc = "fixes the initial weights and the training draws" },
+
+	{ .section = "model", .name = "blocks", .type = PR_KEY_INT,
+	  FIELD(blocks), .min = 1, .max = PR_MAX_BLOCKS, .def = 4,
+	  .flags = PR_KEY_HASHED, .doc = "the number of blocks T" },
+	{ .section = "model", .name = "width", .type = PR_KEY_INT,
+	  FIELD(width), .min = 1, .max = 16384, .def = 128,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "the width of every block, a multiple of heads" },
+	{ .section = "model", .name = "heads", .type = PR_KEY_INT,
+	  FIELD(heads), .min = 1, .max = INFINITY, .def = 4,
+	  .flags = PR_KEY_HASHED, .doc = "attention heads" },
+	{ .section = "model", .name = "layers_per_block", .type = PR_KEY_INT,
+	  FIELD(layers_per_block), .min = 1, .max = 1024, .def = 2,
+	  .flags = PR_KEY_HASHED, .doc = "transformer layers in each block" },
+	{ .section = "model", .name = "window", .type = PR_KEY_INT,
+	  FIELD(window), .min = 1, .max = 65536, .def = 64,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "the length of a training window, in bytes" },
+	{ .section = "model", .name = "cuts", .type = PR_KEY_CUSTOM,
+	  FIELD(cuts), .flags = PR_KEY_HASHED, .ops = &cuts_ops,
+	  .doc = "the T - 1 interior cuts of the noise levels; default: T "
+	  "equal parts" },
+	{ .section = "model", .name = "p_prefix", .type = PR_KEY_REAL,
+	  FIELD(p_prefix), .min = 0, .max = 1, .def = 0.1,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "the probability that a window keeps a prefix unmasked" },
+
+	{ .section = "data", .name = "train", .type = PR_KEY_STR,
+	  FIELD(train), .flags = PR_KEY_PATH,
+	  .doc = "the training file, local to each host" },
+	{ .section = "data", .name = "valid", .type = PR_KEY_STR,
+	  FIELD(valid), .flags = PR_KEY_PATH,
+	  .doc = "the held-out file of the shares" },
+	{ .section = "data", .name = "test", .type = PR_KEY_STR,
+	  FIELD(test), .flags = PR_KEY_PATH,
+	  .doc = "the test file of shardmeter eval --split test" },
+	{ .section = "data", .name = "train_sha256", .type = PR_KEY_SHA256,
+	  FIELD(train_sha256), .flags = PR_KEY_HASHED,
+	  .doc = "the SHA-256 of train, checked when it is opened" },
+	{ .section = "data", .name = "valid_sha256", .type = PR_KEY_SHA256,
+	  FIELD(valid_sha256), .flags = PR_KEY_HASHED,
+	  .doc = "the SHA-256 of valid" },
+	{ .section = "data", .name = "test_sha256", .type = PR_KEY_SHA256,
+	  FIELD(test_sha256), .flags = PR_KEY_HASHED,
+	  .doc = "the SHA-256 of test" },
+
+	{ .section = "optim", .name = "lr", .type = PR_KEY_REAL, FIELD(lr),
+	  .min = 0, .max = INFINITY, .def = 1e-3,
+	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN,
+	  .doc = "the peak learning rate of AdamW" },
+	{ .section = "optim", .name = "lr_min", .type = PR_KEY_REAL,
+	  FIELD(lr_min), .min = 0, .max = INFINITY, .def = 1e-4,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "the final learning rate, at most lr" },
+	{ .section = "optim", .name = "warmup", .type = PR_KEY_INT,
+	  FIELD(warmup), .min = 0, .max = INFINITY, .def = 100,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "steps of linear warm-up before the cosine decay" },
+	{ .section = "optim", .name = "weight_decay", .type = PR_KEY_REAL,
+	  FIELD(weight_decay), .min = 0, .max = INFINITY, .def = 0.1,
+	  .flags = PR_KEY_HASHED, .doc = "decoupled weight decay" },
+	{ .section = "optim", .name = "clip", .type = PR_KEY_REAL,
+	  FIELD(clip), .min = 0, .max = INFINITY, .def = 1.0,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "the largest global gradient norm; 0: no clipping" },
+	{ .section = "optim", .name = "beta1", .type = PR_KEY_REAL,
+	  FIELD(beta1), .min = 0, .max = 1, .def = 0.9,
+	  .flags = PR_KEY_HASHED | PR_KEY_MAX_OPEN,
+	  .doc = "the decay rate of AdamW's first moment" },
+	{ .section = "optim", .name = "beta2", .type = PR_KEY_REAL,
+	  FIELD(beta2), .min = 0, .max = 1, .def = 0.95,
+	  .flags = PR_KEY_HASHED | PR_KEY_MAX_OPEN,
+	  .doc = "the decay rate of AdamW's second moment" },
+	{ .section = "optim", .name = "betas", .type = PR_KEY_CUSTOM,
+	  .flags = PR_KEY_ALIAS, .ops = &betas_ops,
+	  .doc = "beta1 and beta2 on one line" },
+	{ .section = "optim", .name = "batch", .type = PR_KEY_INT,
+	  FIELD(batch), .min = 1, .max = INFINITY, .def = 32,
+	  .flags = PR_KEY_HASHED, .doc = "windows per training step" },
+	{ .section = "optim", .name = "steps", .type = PR_KEY_INT,
+	  FIELD(steps), .min = 1, .max = INFINITY, .def = 2000,
+	  .flags = PR_KEY_HASHED, .doc = "optimizer steps of every block" },
+
+	{ .section = "sync", .name = "replicas", .type = PR_KEY_INT,
+	  FIELD(replicas), .min = 1, .max = INFINITY, .def = 1,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "replicas per block the run is planned for" },
+	{ .section = "sync", .name = "local_steps", .type = PR_KEY_INT,
+	  FIELD(local_steps), .min = 1, .max = INFINITY, .def = 50,
+	  .flags = PR_KEY_HASHED, .doc = "steps between two rounds" },
+	{ .section = "sync", .name = "outer_lr", .type = PR_KEY_REAL,
+	  FIELD(outer_lr), .min = 0, .max = INFINITY, .def = 1.0,
+	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN,
+	  .doc = "the outer step; 1: the average of the members' weights" },
+	{ .section = "sync", .name = "round_deadline", .type = PR_KEY_REAL,
+	  FIELD(round_deadline), .min = 0, .max = INFINITY, .def = 60.0,
+	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN,
+	  .doc = "seconds a coordinator waits for the updates of a round" },
+};
+
+#define NKEYS (sizeof(pr_spec_keys) / sizeof(pr_spec_keys[0]))
+const size_t pr_spec_nkeys = NKEYS;
+
+static const pr_key *
+spec_key(const char *section, const char *name)
+{
+	return pr_key_find(pr_spec_keys, NKEYS, section, name);
+}
+
+void
+pr_spec_defaults(pr_spec *s)
+{
+	memset(s, 0, sizeof(*s));
+	pr_key_defaults(pr_spec_keys, NKEYS, s);
+	/* the cuts themselves wait for blocks (see finish) */
+	s->equal_cuts = 1;
+}
 
 static int
 fail(struct parse_ctx *c, const char *fmt, ...)
@@ -67,165 +232,21 @@ fail(struct parse_ctx *c, const char *fmt, ...)
 }
 
 static int
-parse_int(struct parse_ctx *c, const char *sec, const char *key,
-    const char *v, int *out)
-{
-	char *end;
-	long x;
-
-	errno = 0;
-	x = strtol(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || x < -2147483647L ||
-	    x > 2147483647L)
-		return fail(c, "[%s] %s: '%s' is not an integer", sec, key, v);
-	*out = (int)x;
-	return 1;
-}
-
-static int
-parse_real(struct parse_ctx *c, const char *sec, const char *key,
-    const char *v, double *out)
-{
-	char *end;
-	double x;
-
-	errno = 0;
-	x = strtod(v, &end);
-	if (errno != 0 || end == v || *end != '\0' || !isfinite(x))
-		return fail(c, "[%s] %s: '%s' is not a finite number", sec,
-		    key, v);
-	*out = x;
-	return 1;
-}
-
-static int
-parse_hash(struct parse_ctx *c, const char *sec, const char *key,
-    const char *v, char out[65])
-{
-	size_t i;
-
-	if (strlen(v) != 64)
-		return fail(c, "[%s] %s: a sha256 is 64 hex digits", sec, key);
-	for (i = 0; i < 64; i++) {
-		char ch = v[i];
-
-		if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
-		    (ch >= 'A' && ch <= 'F')))
-			return fail(c, "[%s] %s: '%c' is not a hex digit",
-			    sec, key, ch);
-		out[i] = (char)(ch >= 'A' && ch <= 'F' ? ch + 32 : ch);
-	}
-	out[64] = '\0';
-	return 1;
-}
-
-static int
-parse_path(struct parse_ctx *c, const char *sec, const char *key,
-    const char *v, char out[PR_PATH_LEN])
-{
-	if (strlen(v) >= PR_PATH_LEN)
-		return fail(c, "[%s] %s: path too long", sec, key);
-	strcpy(out, v);
-	return 1;
-}
-
-static int
 on_key(void *user, const char *sec, const char *key, const char *v)
 {
 	struct parse_ctx *c = user;
-	pr_spec *s = c->s;
+	const pr_key *k;
 
 	if (c->failed)
 		return 0;
-	if (strcmp(sec, "") == 0) {
-		if (strcmp(key, "seed") == 0) {
-			char *end;
-			unsigned long long x;
-
-			errno = 0;
-			x = strtoull(v, &end, 10);
-			if (errno || end == v || *end || v[0] == '-')
-				return fail(c, "seed: '%s' is not a "
-				    "non-negative integer", v);
-			s->seed = x;
+	if ((k = spec_key(sec, key)) != NULL) {
+		if (pr_key_set(k, c->s, c, v, c->err) == 0)
 			return 1;
-		}
-	} else if (strcmp(sec, "model") == 0) {
-		if (strcmp(key, "blocks") == 0)
-			return parse_int(c, sec, key, v, &s->blocks);
-		if (strcmp(key, "width") == 0)
-			return parse_int(c, sec, key, v, &s->width);
-		if (strcmp(key, "heads") == 0)
-			return parse_int(c, sec, key, v, &s->heads);
-		if (strcmp(key, "layers_per_block") == 0)
-			return parse_int(c, sec, key, v, &s->layers_per_block);
-		if (strcmp(key, "window") == 0)
-			return parse_int(c, sec, key, v, &s->window);
-		if (strcmp(key, "p_prefix") == 0)
-			return parse_real(c, sec, key, v, &s->p_prefix);
-		if (strcmp(key, "cuts") == 0) {
-			if (strlen(v) >= sizeof(c->cuts_text))
-				return fail(c, "[model] cuts: too long");
-			strcpy(c->cuts_text, v);
-			c->have_cuts = 1;
-			return 1;
-		}
-	} else if (strcmp(sec, "data") == 0) {
-		if (strcmp(key, "train") == 0)
-			return parse_path(c, sec, key, v, s->train);
-		if (strcmp(key, "valid") == 0)
-			return parse_path(c, sec, key, v, s->valid);
-		if (strcmp(key, "test") == 0)
-			return parse_path(c, sec, key, v, s->test);
-		if (strcmp(key, "train_sha256") == 0)
-			return parse_hash(c, sec, key, v, s->train_sha256);
-		if (strcmp(key, "valid_sha256") == 0)
-			return parse_hash(c, sec, key, v, s->valid_sha256);
-		if (strcmp(key, "test_sha256") == 0)
-			return parse_hash(c, sec, key, v, s->test_sha256);
-	} else if (strcmp(sec, "optim") == 0) {
-		if (strcmp(key, "lr") == 0)
-			return parse_real(c, sec, key, v, &s->lr);
-		if (strcmp(key, "lr_min") == 0)
-			return parse_real(c, sec, key, v, &s->lr_min);
-		if (strcmp(key, "warmup") == 0)
-			return parse_int(c, sec, key, v, &s->warmup);
-		if (strcmp(key, "weight_decay") == 0)
-			return parse_real(c, sec, key, v, &s->weight_decay);
-		if (strcmp(key, "clip") == 0)
-			return parse_real(c, sec, key, v, &s->clip);
-		if (strcmp(key, "beta1") == 0)
-			return parse_real(c, sec, key, v, &s->beta1);
-		if (strcmp(key, "beta2") == 0)
-			return parse_real(c, sec, key, v, &s->beta2);
-		if (strcmp(key, "betas") == 0) {
-			char *end, *end2;
-
-			s->beta1 = strtod(v, &end);
-			while (*end == ' ' || *end == ',')
-				end++;
-			s->beta2 = strtod(end, &end2);
-			if (end == v || end2 == end || *end2 != '\0')
-				return fail(c, "[optim] betas: expected two "
-				    "numbers, as in 'betas = 0.9, 0.95'");
-			return 1;
-		}
-		if (strcmp(key, "batch") == 0)
-			return parse_int(c, sec, key, v, &s->batch);
-		if (strcmp(key, "steps") == 0)
-			return parse_int(c, sec, key, v, &s->steps);
-	} else if (strcmp(sec, "sync") == 0) {
-		if (strcmp(key, "replicas") == 0)
-			return parse_int(c, sec, key, v, &s->replicas);
-		if (strcmp(key, "local_steps") == 0)
-			return parse_int(c, sec, key, v, &s->local_steps);
-		if (strcmp(key, "outer_lr") == 0)
-			return parse_real(c, sec, key, v, &s->outer_lr);
-		if (strcmp(key, "round_deadline") == 0)
-			return parse_real(c, sec, key, v, &s->round_deadline);
-	} else {
-		return fail(c, "unknown section [%s]", sec);
+		c->failed = 1;
+		return 0;
 	}
+	if (!pr_key_section_known(pr_spec_keys, NKEYS, sec))
+		return fail(c, "unknown section [%s]", sec);
 	if (sec[0])
 		return fail(c, "unknown key '%s' in [%s]", key, sec);
 	return fail(c, "unknown key '%s' before any section", key);
@@ -268,11 +289,11 @@ pr_spec_validate(const pr_spec *s, char *err)
 {
 	kn_model_shape shape;
 	char kerr[KN_ERR_LEN];
-	int b;
+	int b, rc;
 
-	if (s->blocks < 1 || s->blocks > PR_MAX_BLOCKS)
-		return kn_error(err, KN_EINVAL, "[model] blocks must be 1 to "
-		    "%d, not %d", PR_MAX_BLOCKS, s->blocks);
+	if ((rc = pr_key_check_all(pr_spec_keys, NKEYS, s, err)) != 0)
+		return rc;
+	/* what no single row can say */
 	shape = pr_spec_block_shape(s);
 	if (kn_model_check_shape(&shape, kerr) != 0)
 		return kn_error(err, KN_EINVAL, "[model] %s", kerr);
@@ -282,24 +303,9 @@ pr_spec_validate(const pr_spec *s, char *err)
 			    "strictly increasing in (0, 1)");
 	if (s->cuts[0] != 0.0 || s->cuts[s->blocks] != 1.0)
 		return kn_error(err, KN_EINVAL, "[model] cuts must span (0, 1]");
-	if (s->p_prefix < 0 || s->p_prefix > 1)
-		return kn_error(err, KN_EINVAL, "[model] p_prefix must be in "
-		    "[0, 1]");
-	if (s->lr <= 0 || s->lr_min < 0 || s->lr_min > s->lr)
-		return kn_error(err, KN_EINVAL, "[optim] need 0 <= lr_min <= lr "
-		    "and lr > 0");
-	if (s->warmup < 0 || s->steps < 1 || s->batch < 1)
-		return kn_error(err, KN_EINVAL, "[optim] need warmup >= 0, "
-		    "steps >= 1 and batch >= 1");
-	if (s->weight_decay < 0 || s->clip < 0)
-		return kn_error(err, KN_EINVAL, "[optim] weight_decay and clip "
-		    "must not be negative");
-	if (s->beta1 < 0 || s->beta1 >= 1 || s->beta2 < 0 || s->beta2 >= 1)
-		return kn_error(err, KN_EINVAL, "[optim] betas must be in [0, 1)");
-	if (s->replicas < 1 || s->local_steps < 1 || s->outer_lr <= 0 ||
-	    s->round_deadline <= 0)
-		return kn_error(err, KN_EINVAL, "[sync] need replicas >= 1, "
-		    "local_steps >= 1, outer_lr > 0 and round_deadline > 0");
+	if (s->lr_min > s->lr)
+		return kn_error(err, KN_EINVAL, "[optim] need lr_min <= lr, "
+		    "not lr_min %g above lr %g", s->lr_min, s->lr);
 	return KN_OK;
 }
 
@@ -323,9 +329,7 @@ finish(pr_spec *s, struct parse_ctx *c, int line, char *err)
 		}
 		return KN_EINVAL;
 	}
-	if (s->blocks < 1 || s->blocks > PR_MAX_BLOCKS)
-		return kn_error(err, KN_EINVAL, "[model] blocks must be 1 to "
-		    "%d, not %d", PR_MAX_BLOCKS, s->blocks);
+	/* blocks was checked against its range as it was read */
 	if (c->have_cuts) {
 		if (!parse_cuts(c))
 			return KN_EINVAL;
@@ -374,6 +378,7 @@ pr_spec_load(pr_spec *s, const char *path, char *err)
 	FILE *f = fopen(path, "r");
 	char *text, dirbuf[PR_PATH_LEN], *dir;
 	long size;
+	size_t i;
 	int rc;
 
 	if (f == NULL)
@@ -403,9 +408,11 @@ pr_spec_load(pr_spec *s, const char *path, char *err)
 	}
 	snprintf(dirbuf, sizeof(dirbuf), "%s", path);
 	dir = dirname(dirbuf);
-	if (resolve(s->train, dir) || resolve(s->valid, dir) ||
-	    resolve(s->test, dir))
-		return kn_error(err, KN_EINVAL, "%s: data path too long", path);
+	for (i = 0; i < NKEYS; i++)
+		if ((pr_spec_keys[i].flags & PR_KEY_PATH) &&
+		    resolve((char *)s + pr_spec_keys[i].offset, dir) != 0)
+			return kn_error(err, KN_EINVAL, "%s: data path too "
+			    "long", path);
 	return KN_OK;
 }
 
@@ -443,77 +450,90 @@ pr_spec_lr(const pr_spec *s, int step)
 	    (1 + cos(3.14159265358979323846 * progress));
 }
 
-/* Canonical encoding: a map of dotted names in byte order. */
-static void
-pack_key(msgpack_packer *pk, const char *k)
+/* The canonical encoding: a map of the hashed rows' dotted names
+ * ("model.blocks", "seed") and "format", in byte order. */
+struct hashed_key {
+	char name[64];
+	const pr_key *k;        /* NULL: the format tag */
+};
+
+static int
+by_name(const void *a, const void *b)
 {
-	msgpack_pack_str(pk, strlen(k));
-	msgpack_pack_str_body(pk, k, strlen(k));
+	return strcmp(((const struct hashed_key *)a)->name,
+	    ((const struct hashed_key *)b)->name);
 }
 
 static void
-pack_int(msgpack_packer *pk, const char *k, int64_t v)
+pack_str(msgpack_packer *pk, const char *v)
 {
-	pack_key(pk, k);
-	msgpack_pack_int64(pk, v);
-}
-
-static void
-pack_real(msgpack_packer *pk, const char *k, double v)
-{
-	pack_key(pk, k);
-	msgpack_pack_double(pk, v);
-}
-
-static void
-pack_strv(msgpack_packer *pk, const char *k, const char *v)
-{
-	pack_key(pk, k);
 	msgpack_pack_str(pk, strlen(v));
 	msgpack_pack_str_body(pk, v, strlen(v));
+}
+
+static void
+pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
+{
+	const char *p = (const char *)s + k->offset;
+	int b;
+
+	switch (k->type) {
+	case PR_KEY_INT:
+		msgpack_pack_int64(pk, *(const int *)(const void *)p);
+		break;
+	case PR_KEY_U64:
+		/* as int64, as it always was: seeds above 2^63 wrap */
+		msgpack_pack_int64(pk,
+		    (int64_t)*(const uint64_t *)(const void *)p);
+		break;
+	case PR_KEY_REAL:
+		msgpack_pack_double(pk, *(const double *)(const void *)p);
+		break;
+	case PR_KEY_SHA256:
+	case PR_KEY_STR:
+	case PR_KEY_CHOICE:
+		pack_str(pk, p);
+		break;
+	default:
+		/* the one hashed custom row: cuts, 0 and 1 included */
+		msgpack_pack_array(pk, (size_t)s->blocks + 1);
+		for (b = 0; b <= s->blocks; b++)
+			msgpack_pack_double(pk, s->cuts[b]);
+		break;
+	}
 }
 
 int
 pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 {
+	struct hashed_key keys[NKEYS + 1] = { { "format", NULL } };
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
-	int b, rc;
+	size_t i, n = 1;
+	int rc;
 
 	if ((rc = pr_spec_validate(s, err)) != 0)
 		return rc;
+	for (i = 0; i < NKEYS; i++) {
+		const pr_key *k = &pr_spec_keys[i];
+
+		if (!(k->flags & PR_KEY_HASHED))
+			continue;
+		snprintf(keys[n].name, sizeof(keys[n].name), "%s%s%s",
+		    k->section, k->section[0] ? "." : "", k->name);
+		keys[n++].k = k;
+	}
+	qsort(keys, n, sizeof(keys[0]), by_name);
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	/* keys in byte order; the count must match the entries below */
-	msgpack_pack_map(&pk, 25);
-	pack_strv(&pk, "data.test_sha256", s->test_sha256);
-	pack_strv(&pk, "data.train_sha256", s->train_sha256);
-	pack_strv(&pk, "data.valid_sha256", s->valid_sha256);
-	pack_strv(&pk, "format", "shardmeter-spec-1");
-	pack_int(&pk, "model.blocks", s->blocks);
-	pack_key(&pk, "model.cuts");
-	msgpack_pack_array(&pk, (size_t)s->blocks + 1);
-	for (b = 0; b <= s->blocks; b++)
-		msgpack_pack_double(&pk, s->cuts[b]);
-	pack_int(&pk, "model.heads", s->heads);
-	pack_int(&pk, "model.layers_per_block", s->layers_per_block);
-	pack_real(&pk, "model.p_prefix", s->p_prefix);
-	pack_int(&pk, "model.width", s->width);
-	pack_int(&pk, "model.window", s->window);
-	pack_int(&pk, "optim.batch", s->batch);
-	pack_real(&pk, "optim.beta1", s->beta1);
-	pack_real(&pk, "optim.beta2", s->beta2);
-	pack_real(&pk, "optim.clip", s->clip);
-	pack_real(&pk, "optim.lr", s->lr);
-	pack_real(&pk, "optim.lr_min", s->lr_min);
-	pack_int(&pk, "optim.steps", s->steps);
-	pack_int(&pk, "optim.warmup", s->warmup);
-	pack_real(&pk, "optim.weight_decay", s->weight_decay);
-	pack_int(&pk, "seed", (int64_t)s->seed);
-	pack_int(&pk, "sync.local_steps", s->local_steps);
-	pack_real(&pk, "sync.outer_lr", s->outer_lr);
-	pack_int(&pk, "sync.replicas", s->replicas);
-	pack_real(&pk, "sync.round_deadline", s->round_deadline);
+	msgpack_pack_map(&pk, n);
+	for (i = 0; i < n; i++) {
+		pack_str(&pk, keys[i].name);
+		if (keys[i].k == NULL)
+			pack_str(&pk, "shardmeter-spec-1");
+		else
+			pack_value(&pk, keys[i].k, s);
+	}
 	*buf = sb.data;
 	*len = sb.size;
 	return KN_OK;
@@ -538,4 +558,10 @@ pr_spec_run_id(const pr_spec *s, char id[PR_RUN_ID_LEN], char *err)
 	for (i = 0; i < 32; i++)
 		snprintf(id + 2 * i, 3, "%02x", md[i]);
 	return KN_OK;
+}
+
+int
+pr_spec_print(FILE *f, const pr_spec *s)
+{
+	return pr_key_print(pr_spec_keys, NKEYS, s, f);
 }

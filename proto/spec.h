@@ -6,8 +6,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/model.h"
+#include "proto/keys.h"
 
 #define PR_MAX_BLOCKS 64
 #define PR_PATH_LEN 1024
@@ -35,6 +37,12 @@ typedef struct {
 	uint64_t seed;
 } pr_spec;
 
+/* One row per key (proto/keys.h): its section, name, type, range,
+ * default and field; parsing, validation, defaults, printing and the
+ * canonical encoding all read it. */
+extern const pr_key pr_spec_keys[];
+extern const size_t pr_spec_nkeys;
+
 /* Defaults for every key (documented in blocktrain.conf(5) and
  * scripts/specs/). */
 void pr_spec_defaults(pr_spec *s);
@@ -45,6 +53,11 @@ int pr_spec_load(pr_spec *s, const char *path, char *err);
 /* Reads and validates INI text (no relative-path resolution). */
 int pr_spec_parse(pr_spec *s, const char *text, size_t len, char *err);
 int pr_spec_validate(const pr_spec *s, char *err);
+
+/* Every key as INI text, values as in s; keys whose value is derived
+ * (equal cuts) or absent (no sha256) are written commented out, so that
+ * parsing the text gives s again.  0, or KN_EIO. */
+int pr_spec_print(FILE *f, const pr_spec *s);
 
 /* The canonical encoding (a msgpack map with sorted keys, integers as
  * int64, reals as float64), caller frees *buf. */

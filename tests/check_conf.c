@@ -139,6 +139,143 @@ START_TEST(test_peers)
 }
 END_TEST
 
+/* Loading name, holding text, fails with a message that holds want. */
+static void
+refused(const char *name, const char *text, const char *want)
+{
+	sm_config c;
+	char err[PR_ERR_LEN];
+
+	sm_config_defaults(&c);
+	ck_assert_int_ne(sm_config_load(&c, write_tmp(name, text), err), 0);
+	ck_assert_msg(strstr(err, want) != NULL, "'%s' lacks '%s'", err, want);
+}
+
+START_TEST(test_range_errors)
+{
+	sm_config c;
+	char err[PR_ERR_LEN];
+
+	refused("r1.conf", "# x\nblock = 65\n",
+	    "r1.conf:2: block: 65 is out of range (need 1 <= block <= 64)");
+	refused("r2.conf", "[blocktraind]\nthreads = many\n",
+	    "r2.conf:2: threads: 'many' is not an integer (need 0 <= threads "
+	    "<= 256)");
+	refused("r3.conf", "update_encoding = f64\n",
+	    "r3.conf:1: update_encoding: 'f64' is not f32, f16 or bf16");
+	refused("r4.conf", "pipeline_max_frame = 0\n",
+	    "need 1 <= pipeline_max_frame <= 1024");
+	/* a struct filled in by flags is checked by the same rows */
+	sm_config_defaults(&c);
+	ck_assert_int_eq(sm_config_validate(&c, err), 0);
+	c.block = 65;
+	ck_assert_int_ne(sm_config_validate(&c, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "block: 65 is out of range"));
+}
+END_TEST
+
+/* Prints c, and loads what was printed over the defaults into out. */
+static void
+reload_printed(const sm_config *c, sm_config *out, char *printed,
+    size_t size)
+{
+	char err[PR_ERR_LEN];
+	size_t len;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(f = tmpfile());
+	ck_assert_int_eq(sm_config_print(f, c), 0);
+	rewind(f);
+	len = fread(printed, 1, size - 1, f);
+	fclose(f);
+	printed[len] = '\0';
+	sm_config_defaults(out);
+	ck_assert_msg(sm_config_load(out, write_tmp("printed.conf", printed),
+	    err) == 0, "%s in\n%s", err, printed);
+}
+
+START_TEST(test_print_round_trip)
+{
+	sm_config c, d;
+	char err[PR_ERR_LEN], printed[8192];
+
+	sm_config_defaults(&c);
+	reload_printed(&c, &d, printed, sizeof(printed));
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	ck_assert_ptr_nonnull(strstr(printed, "[blocktraind]\n"
+	    "listen = 127.0.0.1:7300\nadvertise =\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nmax_body = 0\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\npipeline_max_frame = 16\n"));
+	sm_config_defaults(&c);
+	ck_assert_int_eq(sm_config_load(&c, write_tmp("all.conf",
+	    "listen = [::1]:7301\nadvertise = gpu2.example.net:7301\n"
+	    "spec = /s/run.conf\npeers = /s/peers\nstate_dir = /s/state\n"
+	    "block = 7\ndevice = cuda\nthreads = 12\neval_every = 0\n"
+	    "eval_windows = 9\ncheckpoint_every = 3\nupdate_encoding = bf16\n"
+	    "max_body = 3G\npeer_timeout_ms = 100\n"
+	    "pipeline_listen = h:1\npipeline_hosts = /s/pipeline\n"
+	    "pipeline_next = relay:9\npipeline_timeout_ms = 3600000\n"
+	    "pipeline_max_frame = 1024\npipeline_batch = 1\n"
+	    "pipeline_cache_mb = 1\npipeline_idle_s = 86400\n"), err), 0);
+	reload_printed(&c, &d, printed, sizeof(printed));
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	ck_assert_ptr_nonnull(strstr(printed, "\nlisten = [::1]:7301\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nmax_body = 3G\n"));
+	c.max_body = 12345;
+	reload_printed(&c, &d, printed, sizeof(printed));
+	ck_assert_uint_eq(d.max_body, 12345);
+}
+END_TEST
+
+/* Whether needle occurs within [lo, hi). */
+static int
+occurs(const char *lo, const char *hi, const char *needle)
+{
+	size_t n = strlen(needle);
+
+	for (; lo + n <= hi; lo++)
+		if (memcmp(lo, needle, n) == 0)
+			return 1;
+	return 0;
+}
+
+/* blocktrain.conf(5) has an entry for every row, which gives its default
+ * within a few words of "default". */
+START_TEST(test_man_page)
+{
+	static char man[65536];
+	char value[256], item[128];
+	sm_config c;
+	size_t len, i;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(f = fopen(TOP_SRCDIR "/man/blocktrain.conf.5",
+	    "r"));
+	len = fread(man, 1, sizeof(man) - 1, f);
+	fclose(f);
+	man[len] = '\0';
+	sm_config_defaults(&c);
+	for (i = 0; i < sm_config_nkeys; i++) {
+		const pr_key *k = &sm_config_keys[i];
+		const char *start, *end, *at;
+		int found = 0;
+
+		snprintf(item, sizeof(item), "\n.It Ic %s ", k->name);
+		start = strstr(man, item);
+		ck_assert_msg(start != NULL, "no entry for %s", k->name);
+		if ((end = strstr(start + 1, "\n.It ")) == NULL)
+			end = man + len;
+		pr_key_format(k, &c, value, sizeof(value));
+		for (at = start; !found && (at = strstr(at + 1, "default")) !=
+		    NULL && at < end;)
+			found = occurs(at - start > 40 ? at - 40 : start,
+			    at + 60 < end ? at + 60 : end, value);
+		ck_assert_msg(found, "the entry of %s does not give its "
+		    "default '%s'", k->name, value);
+	}
+}
+END_TEST
+
 int
 main(void)
 {
@@ -151,6 +288,9 @@ main(void)
 	tcase_add_test(tc, test_hostport);
 	tcase_add_test(tc, test_config);
 	tcase_add_test(tc, test_peers);
+	tcase_add_test(tc, test_range_errors);
+	tcase_add_test(tc, test_print_round_trip);
+	tcase_add_test(tc, test_man_page);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

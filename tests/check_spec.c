@@ -3,11 +3,13 @@
 #include "config.h"
 
 #include <check.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/corpus.h"
 #include "proto/spec.h"
 
 static const char *base =
@@ -131,6 +133,240 @@ START_TEST(test_load_resolves_paths)
 }
 END_TEST
 
+/* Out-of-range values are refused at their line, naming the range. */
+START_TEST(test_range_errors)
+{
+	expect_error("[model]\nblocks = 65\n",
+	    "line 2: [model] blocks: 65 is out of range (need 1 <= blocks <= "
+	    "64)");
+	expect_error("\n[model]\nwidth = 20000\n",
+	    "line 3: [model] width: 20000 is out of range");
+	expect_error("[model]\nwidth = 0\n", "need 1 <= width <= 16384");
+	expect_error("[model]\np_prefix = 1.5\n", "need 0 <= p_prefix <= 1");
+	expect_error("[optim]\nlr = 0\n", "[optim] lr: 0 is out of range "
+	    "(need lr > 0)");
+	expect_error("[optim]\nlr_min = 0.1\n", "need lr_min <= lr");
+	expect_error("[optim]\nbeta1 = 1\n", "need 0 <= beta1 < 1");
+	expect_error("[optim]\nbetas = 0.9, 1.5\n", "need 0 <= beta2 < 1");
+	expect_error("[optim]\nbetas = , 0.95\n", "two numbers");
+	expect_error("[optim]\nwarmup = -1\n", "need warmup >= 0");
+	expect_error("[optim]\nsteps = 1.5\n",
+	    "'1.5' is not an integer (need steps >= 1)");
+	expect_error("[sync]\nround_deadline = 0\n", "need round_deadline > 0");
+}
+END_TEST
+
+/* pr_spec_print's text of s, NUL-terminated; its length */
+static size_t
+print_spec(const pr_spec *s, char *printed, size_t size)
+{
+	size_t len;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(f = tmpfile());
+	ck_assert_int_eq(pr_spec_print(f, s), 0);
+	rewind(f);
+	len = fread(printed, 1, size - 1, f);
+	fclose(f);
+	printed[len] = '\0';
+	return len;
+}
+
+/* Print, parse what was printed: the same struct and the same run id. */
+static void
+round_trip(const char *text)
+{
+	char id[PR_RUN_ID_LEN], id2[PR_RUN_ID_LEN], err[PR_ERR_LEN] = "";
+	char printed[8192];
+	pr_spec a, b;
+	size_t len;
+
+	parse_ok(text, &a);
+	len = print_spec(&a, printed, sizeof(printed));
+	ck_assert_msg(pr_spec_parse(&b, printed, len, err) == 0, "%s in\n%s",
+	    err, printed);
+	ck_assert_msg(memcmp(&a, &b, sizeof(a)) == 0, "differs:\n%s", printed);
+	ck_assert_int_eq(pr_spec_run_id(&a, id, err), 0);
+	ck_assert_int_eq(pr_spec_run_id(&b, id2, err), 0);
+	ck_assert_str_eq(id, id2);
+}
+
+START_TEST(test_print_round_trip)
+{
+	char printed[8192];
+	pr_spec s;
+
+	round_trip("");
+	round_trip(base);
+	round_trip(shuffled);
+	round_trip("seed = 18446744073709551615\n[model]\nblocks = 1\n"
+	    "[data]\ntrain = /d/a b.txt\ntrain_sha256 = "
+	    "ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789\n"
+	    "[optim]\nlr = 3.3e-4\nlr_min = 1e-300\nbetas = 0.1, 0.7\n"
+	    "[sync]\nouter_lr = 0.30000000000000004\n");
+	round_trip("[model]\nblocks = 5\ncuts = 0.1 0.2 0.3 0.9\n");
+	/* equal cuts and absent hashes are printed commented out */
+	parse_ok("", &s);
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_nonnull(strstr(printed, "seed = 1\n\n[model]\n"
+	    "blocks = 4\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\n# cuts = 0.25, 0.5, 0.75\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\n# test_sha256 =\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nlr = 0.001\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nbeta2 = 0.95\n"));
+	ck_assert_ptr_null(strstr(printed, "betas"));
+}
+END_TEST
+
+/* The table itself: defaults in range, names unique, the keys before any
+ * section first (printing relies on it). */
+START_TEST(test_key_table)
+{
+	char err[PR_ERR_LEN] = "";
+	size_t i, j;
+	pr_spec s;
+
+	parse_ok("", &s);
+	ck_assert_msg(pr_key_check_all(pr_spec_keys, pr_spec_nkeys, &s, err) ==
+	    0, "%s", err);
+	for (i = 0; i < pr_spec_nkeys; i++) {
+		const pr_key *k = &pr_spec_keys[i];
+
+		ck_assert_ptr_nonnull(k->doc);
+		if (i > 0 && k->section[0] == '\0')
+			ck_assert_str_eq(pr_spec_keys[i - 1].section, "");
+		for (j = 0; j < i; j++)
+			ck_assert(strcmp(k->section, pr_spec_keys[j].section) ||
+			    strcmp(k->name, pr_spec_keys[j].name));
+	}
+}
+END_TEST
+
+/* Run ids pinned as exact hex strings, each for a spec written to a file
+ * and loaded as a daemon would: a change in parsing, defaults or the
+ * canonical encoding that moves any of them breaks every existing run. */
+static char pin_dir[64];
+
+static void
+pin_setup(void)
+{
+	snprintf(pin_dir, sizeof(pin_dir), "/tmp/check_spec.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(pin_dir));
+}
+
+static void
+pin_teardown(void)
+{
+	char cmd[96];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", pin_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", pin_dir);
+}
+
+static void
+pin_write(const char *name, const char *text, size_t len, char *path,
+    size_t pathlen)
+{
+	FILE *f;
+
+	snprintf(path, pathlen, "%s/%s", pin_dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+	fclose(f);
+}
+
+/* A small data file of n bytes and its SHA-256 in hex. */
+static void
+pin_data(const char *name, size_t n, unsigned seed, char hex[65])
+{
+	char text[512], path[128];
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	size_t i;
+
+	ck_assert_uint_le(n, sizeof(text));
+	for (i = 0; i < n; i++)
+		text[i] = (char)('a' + (i * 7 + seed) % 26);
+	pin_write(name, text, n, path, sizeof(path));
+	ck_assert_int_eq(EVP_Digest(text, n, md, &mdlen, EVP_sha256(), NULL),
+	    1);
+	for (i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+static void
+pin_expect(const char *name, const char *text, pr_spec *s, const char *want)
+{
+	char path[128], id[PR_RUN_ID_LEN], err[PR_ERR_LEN] = "";
+
+	pin_write(name, text, strlen(text), path, sizeof(path));
+	ck_assert_msg(pr_spec_load(s, path, err) == 0, "%s: %s", name, err);
+	ck_assert_int_eq(pr_spec_run_id(s, id, err), 0);
+	ck_assert_msg(strcmp(id, want) == 0, "%s: run id %s, pinned %s", name,
+	    id, want);
+}
+
+START_TEST(test_run_ids_pinned)
+{
+	char train[65], valid[65], test[65], text[2048];
+	corpus c;
+	char err[PR_ERR_LEN];
+	pr_spec s;
+	int i;
+
+	/* the empty spec: every default */
+	pin_expect("minimal.conf", "", &s,
+	    "4326acf3f8662baa3b76d0f714bf6a73135c6179d6a3ba1231d5b6e9b34fa208");
+	/* every key away from its default; the data hashes are those of files
+	 * beside the spec, one written in capitals */
+	pin_data("train.txt", 300, 1, train);
+	pin_data("valid.txt", 120, 2, valid);
+	pin_data("test.txt", 100, 3, test);
+	for (i = 0; i < 64; i++)
+		if (test[i] >= 'a' && test[i] <= 'f')
+			test[i] = (char)(test[i] - 32);
+	snprintf(text, sizeof(text),
+	    "seed = 12345678901\n"
+	    "[model]\nblocks = 3\nwidth = 96\nheads = 6\n"
+	    "layers_per_block = 3\nwindow = 48\ncuts = 0.2, 0.55\n"
+	    "p_prefix = 0.25\n"
+	    "[data]\ntrain = train.txt\nvalid = valid.txt\ntest = test.txt\n"
+	    "train_sha256 = %s\nvalid_sha256 = %s\ntest_sha256 = %s\n"
+	    "[optim]\nlr = 3e-4\nlr_min = 3e-5\nwarmup = 10\n"
+	    "weight_decay = 0.05\nclip = 0.5\nbetas = 0.85, 0.99\nbatch = 8\n"
+	    "steps = 300\n"
+	    "[sync]\nreplicas = 3\nlocal_steps = 25\nouter_lr = 0.7\n"
+	    "round_deadline = 12.5\n", train, valid, test);
+	pin_expect("full.conf", text, &s,
+	    "04ff80e18a1855b75b65ee2ba073792bdb6bc3fc7da9260a40556195fc437e68");
+	ck_assert_str_eq(s.train + strlen(pin_dir), "/train.txt");
+	ck_assert_str_eq(s.train_sha256, train);
+	ck_assert_int_eq(corpus_open(&c, s.train, s.train_sha256,
+	    (size_t)s.window + 2, err), 0);
+	corpus_close(&c);
+	ck_assert_int_eq(corpus_open(&c, s.test, s.test_sha256,
+	    (size_t)s.window + 2, err), 0);
+	corpus_close(&c);
+	/* one block (no cuts at all), the largest seed, betas one by one */
+	pin_expect("one-block.conf",
+	    "seed = 18446744073709551615\n[model]\nblocks = 1\n"
+	    "[optim]\nbeta2 = 0.999\nbeta1 = 0.8\n[sync]\nreplicas = 2\n", &s,
+	    "52ce7cb9a8f3c183376f449e9a56985d9849121bdedda04f21594b6ba334cc9d");
+	/* eight blocks with uneven cuts, and equal cuts written out, which
+	 * hash as the defaults do */
+	pin_expect("eight-blocks.conf",
+	    "[model]\nblocks = 8\nwidth = 64\nheads = 2\nlayers_per_block = 1\n"
+	    "window = 32\ncuts = 0.05 0.1 0.2 0.3 0.45 0.6 0.8\n"
+	    "[sync]\nlocal_steps = 1\n", &s,
+	    "0bc7983d3d58300bb50ede28eddb28ad4025926c5a8ed54d626c0cf56bd3b851");
+	pin_expect("equal-cuts.conf", "[model]\ncuts = 0.25, 0.5, 0.75\n", &s,
+	    "4326acf3f8662baa3b76d0f714bf6a73135c6179d6a3ba1231d5b6e9b34fa208");
+	ck_assert(!s.equal_cuts);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -143,6 +379,13 @@ main(void)
 	tcase_add_test(tc, test_values);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_load_resolves_paths);
+	tcase_add_test(tc, test_range_errors);
+	tcase_add_test(tc, test_print_round_trip);
+	tcase_add_test(tc, test_key_table);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pinned");
+	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);
+	tcase_add_test(tc, test_run_ids_pinned);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
