@@ -48,6 +48,7 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	if (f.check_only) {
 		print_check(&n);
+		startup_print_config(stdout, &f, &n.cfg, &n.spec);
 		return 0;
 	}
 	startup_daemonize(&f);

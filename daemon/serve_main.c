@@ -79,6 +79,8 @@ sv_main(const startup_flags *f)
 		    s.entry ? "entry" : "inner", me->block_hi, me->block_lo,
 		    me->layer_lo, me->layer_hi - 1, s.hosts.logical ?
 		    "logical shape, random weights" : s.run_id);
+		startup_print_config(stdout, f, &s.cfg, s.hosts.logical ? NULL :
+		    &s.spec);
 		return 0;
 	}
 	if (uv_ip4_addr(me->host, me->port, (struct sockaddr_in *)&sa) != 0 &&

@@ -184,6 +184,20 @@ startup_config(sm_config *cfg, const startup_flags *f, char *err)
 }
 
 void
+startup_print_config(FILE *out, const startup_flags *f,
+    const sm_config *cfg, const pr_spec *spec)
+{
+	if (f->verbose == 0)
+		return;
+	fprintf(out, "# blocktrain.conf in effect\n");
+	sm_config_print(out, cfg);
+	if (spec != NULL) {
+		fprintf(out, "\n# run spec %s\n", cfg->spec);
+		pr_spec_print(out, spec);
+	}
+}
+
+void
 startup_log(const startup_flags *f)
 {
 	log_init(1, f->verbose, "blocktraind");

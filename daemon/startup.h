@@ -10,6 +10,7 @@
 
 #include "daemon/conf.h"
 #include "kernels/backend.h"
+#include "proto/spec.h"
 
 #define STARTUP_DEFAULT_CONF "/etc/blocktrain/blocktrain.conf"
 
@@ -40,6 +41,11 @@ int startup_parse(startup_flags *f, int argc, char **argv, char *err);
 /* The configuration: defaults, then the file (-c, or the default one if
  * it exists), then the flags, validated. */
 int startup_config(sm_config *cfg, const startup_flags *f, char *err);
+/* -n: with -v, the effective configuration (every key, defaults
+ * included) and, when there is one, the run spec, as files that would
+ * give the same. */
+void startup_print_config(FILE *out, const startup_flags *f,
+    const sm_config *cfg, const pr_spec *spec);
 /* The usage of either mode, to out. */
 void startup_usage(FILE *out, int serve);
 /* Logging to stderr; then, unless -d or -f, the move to the background
