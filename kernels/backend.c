@@ -1,18 +1,10 @@
 /* Choosing a backend at run time, and describing it for the log. */
 #include "config.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
-#include "kernels/pool.h"
-
-/* OpenBLAS's own introspection; declared here because not every cblas.h
- * declares them. */
-extern char *openblas_get_corename(void);
-extern char *openblas_get_config(void);
 
 int
 kn_backend_parse(const char *s, kn_backend_kind *kind)
@@ -53,13 +45,7 @@ kn_backend_get(kn_backend_kind kind, char *note, char *err)
 void
 kn_backend_describe(const kn_backend *be, char *buf, size_t len)
 {
-	if (be->kind == KN_BACKEND_CUDA) {
-		kn_cuda_describe(buf, len);
-		return;
-	}
-	snprintf(buf, len, "cpu: %d threads, gemm %s, OpenBLAS %s (%s)",
-	    kn_pool_threads(), kn_gemm_name(kn_gemm_current()),
-	    openblas_get_corename(), openblas_get_config());
+	be->describe(buf, len);
 }
 
 #ifndef HAVE_CUDA
@@ -69,11 +55,5 @@ kn_cuda_backend(char *err)
 	kn_error(err, KN_ENODEV, "this build has no CUDA support "
 	    "(configure found no working nvcc)");
 	return NULL;
-}
-
-void
-kn_cuda_describe(char *buf, size_t len)
-{
-	snprintf(buf, len, "cuda: not built");
 }
 #endif

@@ -37,6 +37,10 @@ struct kn_backend {
 	const char *name;                 /* "cpu" or "cuda" */
 	kn_backend_kind kind;
 
+	/* One line for the log: BLAS kernel and threads for the CPU, device
+	 * name and memory for CUDA.  Writes at most len bytes to buf. */
+	void (*describe)(char *buf, size_t len);
+
 	/* Memory.  alloc() returns zeroed memory or NULL. */
 	void *(*alloc)(size_t bytes);
 	void (*free)(void *p);
@@ -154,8 +158,8 @@ const kn_backend *kn_backend_get(kn_backend_kind kind, char *note, char *err);
 /* Parses "auto", "cpu" or "cuda"; returns 0 or KN_EINVAL. */
 int kn_backend_parse(const char *s, kn_backend_kind *kind);
 
-/* One line describing the backend in use (BLAS kernel and threads for the
- * CPU, device name for CUDA) for the caller to log. */
+/* be->describe(buf, len): one line describing the backend in use, for the
+ * caller to log. */
 void kn_backend_describe(const kn_backend *be, char *buf, size_t len);
 
 /* The CPU backend is always built.  The CUDA backend exists when the build
@@ -163,7 +167,6 @@ void kn_backend_describe(const kn_backend *be, char *buf, size_t len);
  * when no usable GPU is present. */
 const kn_backend *kn_cpu_backend(void);
 const kn_backend *kn_cuda_backend(char *err);
-void kn_cuda_describe(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
-/* The block model: size table, GPT-2 initialisation, forward, backward and
- * the AdamW step, all through the backend table so that the same code runs
- * on the CPU and on the GPU. */
+/* The block model: size table, creation, parameters, GPT-2
+ * initialisation, forward, backward and the AdamW step, all through the
+ * backend table so that the same code runs on the CPU and on the GPU.
+ * What only serving needs is in model_infer.c. */
 #include "config.h"
 
 #include <math.h>
@@ -9,7 +10,6 @@
 #include <string.h>
 
 #include "kernels/error.h"
-#include "kernels/convert.h"
 #include "kernels/model.h"
 #include "kernels/model_private.h"
 #include "kernels/rng.h"
@@ -153,15 +153,18 @@ layout_acts(struct acts *a, struct carve *c, const kn_model_shape *s, int B,
 	a->picked = carve(c, N);
 }
 
-/* Elements of the four layer matrices, which fp16 storage holds. */
-static size_t
-matrix_elems(const kn_model *m)
+size_t
+kn__model_acts_bytes(const kn_model_shape *s, int B, int inference)
 {
-	return m->tensors[P_HEADW].offset - m->tensors[P_QKVW].offset;
+	struct carve c = { NULL, 0 };
+	struct acts a;
+
+	layout_acts(&a, &c, s, B, inference);
+	return c.used;
 }
 
-static int
-model_create(kn_model **out, const kn_model_shape *shape,
+int
+kn__model_create(kn_model **out, const kn_model_shape *shape,
     const kn_backend *be, int max_batch, int inference, kn_storage storage,
     char *err)
 {
@@ -199,15 +202,10 @@ model_create(kn_model **out, const kn_model_shape *shape,
 		off += kn_tensor_numel(t);
 	}
 	m->num_params = np = off;
-	if (storage == KN_STORE_F16) {
-		/* the matrices in fp16, the rest (embeddings, head, vectors)
-		 * in fp32 at the same offsets less the matrices' room */
-		nm = matrix_elems(m);
-		stage = be->matmul_f16_scratch((int)((size_t)max_batch *
-		    shape->window), 4 * shape->width, 4 * shape->width);
-		m->params16 = be->alloc(nm * sizeof(uint16_t));
-		m->stage = be->alloc(stage);
-	}
+	/* the matrices in fp16, the rest (embeddings, head, vectors) in
+	 * fp32 at the same offsets less the matrices' room */
+	if (storage == KN_STORE_F16)
+		nm = kn__model_alloc_f16(m, &stage);
 	m->params = be->alloc((np - nm) * sizeof(float));
 	if (!inference) {
 		m->grads = be->alloc(np * sizeof(float));
@@ -248,27 +246,8 @@ int
 kn_model_create(kn_model **out, const kn_model_shape *shape,
     const kn_backend *be, int max_batch, char *err)
 {
-	return model_create(out, shape, be, max_batch, 0, KN_STORE_F32, err);
-}
-
-int
-kn_model_create_inference(kn_model **out, const kn_model_shape *shape,
-    const kn_backend *be, int max_batch, kn_storage storage, char *err)
-{
-	return model_create(out, shape, be, max_batch, 1, storage, err);
-}
-
-size_t
-kn_model_inference_bytes(const kn_model_shape *shape, int max_batch,
-    kn_storage storage)
-{
-	struct carve c = { NULL, 0 };
-	struct acts a;
-	size_t np = kn_model_params_for(shape), d = (size_t)shape->width;
-	size_t nm = storage == KN_STORE_F16 ? 12 * d * d * shape->layers : 0;
-
-	layout_acts(&a, &c, shape, max_batch, 1);
-	return (np - nm) * sizeof(float) + nm * sizeof(uint16_t) + c.used;
+	return kn__model_create(out, shape, be, max_batch, 0, KN_STORE_F32,
+	    err);
 }
 
 void
@@ -306,83 +285,27 @@ kn_model_tensors(const kn_model *m, int *count)
 	return m->tensors;
 }
 
-/* Values are moved in pieces of this many: fp16 storage converts
- * through a host buffer that never holds a whole model. */
-#define PIECE ((size_t)1 << 20)
-
 void
 kn_model_get_params(const kn_model *m, float *host)
 {
-	uint16_t *half;
-	size_t k, n;
-	int i;
-
-	if (m->params16 == NULL) {
+	if (m->params16 == NULL)
 		m->be->download(host, m->params, m->num_params * sizeof(float));
-		return;
-	}
-	if ((half = malloc(PIECE * sizeof(uint16_t))) == NULL)
-		return;
-	for (i = 0; i < P_COUNT; i++) {
-		const kn_tensor *t = &m->tensors[i];
-
-		n = kn_tensor_numel(t);
-		if (m->w16[i] == NULL) {
-			m->be->download(host + t->offset, m->w[i], n * 4);
-			continue;
-		}
-		for (k = 0; k < n; k += PIECE) {
-			size_t len = n - k < PIECE ? n - k : PIECE;
-
-			m->be->download(half, m->w16[i] + k, len * 2);
-			kn_f16_to_f32(host + t->offset + k, half, len);
-		}
-	}
-	free(half);
-}
-
-/* Values of tensor i from element first on, from host, into the model. */
-static int
-put_values(kn_model *m, int i, size_t first, const float *host, size_t len,
-    uint16_t *half, char *err)
-{
-	if (m->w16[i] == NULL) {
-		m->be->upload(m->w[i] + first, host, len * sizeof(float));
-		return KN_OK;
-	}
-	kn_f32_to_f16(half, host, len);
-	if (kn_f16_first_nonfinite(half, len) >= 0)
-		return kn_error(err, KN_ENUM, "%s: a value is beyond the fp16 "
-		    "range", m->tensors[i].name);
-	m->be->upload(m->w16[i] + first, half, len * sizeof(uint16_t));
-	return KN_OK;
+	else
+		kn__model_get_params_f16(m, host);
 }
 
 int
 kn_model_set_params(kn_model *m, const float *host, char *err)
 {
 	long bad = kn_first_nonfinite(host, m->num_params);
-	uint16_t *half;
-	size_t k, n;
-	int i, rc = KN_OK;
 
 	if (bad >= 0)
 		return kn_error(err, KN_ENUM, "parameter %ld is not finite",
 		    bad);
-	if (m->params16 == NULL) {
-		m->be->upload(m->params, host, m->num_params * sizeof(float));
-		return KN_OK;
-	}
-	if ((half = malloc(PIECE * sizeof(uint16_t))) == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	for (i = 0; i < P_COUNT && rc == 0; i++) {
-		n = kn_tensor_numel(&m->tensors[i]);
-		for (k = 0; k < n && rc == 0; k += PIECE)
-			rc = put_values(m, i, k, host + m->tensors[i].offset + k,
-			    n - k < PIECE ? n - k : PIECE, half, err);
-	}
-	free(half);
-	return rc;
+	if (m->params16 != NULL)
+		return kn__model_set_params_f16(m, host, err);
+	m->be->upload(m->params, host, m->num_params * sizeof(float));
+	return KN_OK;
 }
 
 void
@@ -414,8 +337,8 @@ kn_model_set_opt_state(kn_model *m, const float *host_m, const float *host_v,
 void
 kn_model_init(kn_model *m, uint64_t seed)
 {
-	float *piece = malloc(PIECE * sizeof(float));
-	uint16_t *half = malloc(PIECE * sizeof(uint16_t));
+	float *piece = malloc(KN_MODEL_PIECE * sizeof(float));
+	uint16_t *half = malloc(KN_MODEL_PIECE * sizeof(uint16_t));
 	float proj_std = 0.02f / sqrtf(2.0f * (float)m->shape.layers);
 	char err[KN_ERR_LEN];
 	size_t k, n, len, j;
@@ -430,8 +353,8 @@ kn_model_init(kn_model *m, uint64_t seed)
 	 * drawn at index k of stream i whatever the piece */
 	for (i = 0; i < P_COUNT; i++) {
 		n = kn_tensor_numel(&m->tensors[i]);
-		for (k = 0; k < n; k += PIECE) {
-			len = n - k < PIECE ? n - k : PIECE;
+		for (k = 0; k < n; k += KN_MODEL_PIECE) {
+			len = n - k < KN_MODEL_PIECE ? n - k : KN_MODEL_PIECE;
 			switch (i) {
 			case P_WTE: case P_WPE: case P_QKVW: case P_FCW:
 			case P_HEADW:
@@ -450,7 +373,7 @@ kn_model_init(kn_model *m, uint64_t seed)
 				memset(piece, 0, len * sizeof(float));
 			}
 			/* GPT-2 draws are far inside the fp16 range */
-			put_values(m, i, k, piece, len, half, err);
+			kn__model_put_values(m, i, k, piece, len, half, err);
 		}
 	}
 	free(piece);
@@ -580,9 +503,8 @@ kn__model_head(kn_model *m, const float *x, int N)
 	    N, d, KN_VOCAB_OUT);
 }
 
-/* The forward pass up to the logits. */
-static void
-forward(kn_model *m, int B)
+void
+kn__model_forward(kn_model *m, int B)
 {
 	kn__model_head(m, kn__model_forward_layers(m, B),
 	    B * m->shape.window);
@@ -687,7 +609,7 @@ kn_model_backward(kn_model *m, const kn_batch *batch, float *loss, char *err)
 	kn__model_upload_batch(m, batch->input, batch->target,
 	    batch->weight, B);
 	m->be->zero(m->grads, m->num_params * sizeof(float));
-	forward(m, B);
+	kn__model_forward(m, B);
 	m->be->xent_forward_backward(m->a.losses, m->a.logits, m->a.logits,
 	    m->a.target, m->a.weight, (int)N, KN_VOCAB_OUT, 1.0f / (float)B);
 	backward(m, B);
@@ -750,7 +672,7 @@ kn_model_eval(kn_model *m, const kn_batch *batch, float *window_loss,
 		return rc;
 	kn__model_upload_batch(m, batch->input, batch->target,
 	    batch->weight, B);
-	forward(m, B);
+	kn__model_forward(m, B);
 	m->be->xent_forward_backward(m->a.losses, NULL, m->a.logits,
 	    m->a.target, m->a.weight, (int)N, KN_VOCAB_OUT, 1.0f);
 	m->be->download(m->host_losses, m->a.losses, N * sizeof(float));
@@ -775,27 +697,8 @@ kn_model_forward(kn_model *m, const int32_t *input, int B, float *logits,
 	if (rc != 0)
 		return rc;
 	kn__model_upload_batch(m, input, NULL, NULL, B);
-	forward(m, B);
+	kn__model_forward(m, B);
 	m->be->download(logits, m->a.logits,
 	    (size_t)B * m->shape.window * KN_VOCAB_OUT * sizeof(float));
 	return m->be->status(err);
 }
-
-int
-kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
-    float temp, int32_t *out, char *err)
-{
-	size_t N = (size_t)B * m->shape.window;
-	int rc = kn__model_check_batch(m, input, NULL, NULL, B, err);
-
-	if (rc != 0)
-		return rc;
-	kn__model_upload_batch(m, input, NULL, NULL, B);
-	forward(m, B);
-	m->be->upload(m->a.u, u, N * sizeof(float));
-	m->be->sample(m->a.picked, m->a.logits, m->a.u, (int)N, KN_VOCAB_OUT,
-	    temp);
-	m->be->download(out, m->a.picked, N * sizeof(int32_t));
-	return m->be->status(err);
-}
-

@@ -2,7 +2,10 @@
  * window of byte/mask symbols with a 256-way head at every position
  * (DESIGN section 2), and its causal-LM twin for the reference and the
  * inference baseline.  All parameters live in one backend buffer carved by
- * a size table, so checkpointing, averaging and perturbing are one loop. */
+ * a size table, so checkpointing, averaging and perturbing are one loop.
+ * Implemented in kernels/model.c (creation, parameters, forward, training)
+ * and kernels/model_infer.c (inference-only models, fp16 storage,
+ * predictions, KV-cache decoding, layer slices). */
 #ifndef KN_MODEL_H
 #define KN_MODEL_H
 

@@ -1,14 +1,138 @@
-/* Serving the block model: predictions at some positions only, decoding
- * the causal LM with KV caches (batched over sequences), a host's slice
- * of a model split by layers.  The layers themselves are model.c's. */
+/* Serving the block model: inference-only models (no gradients, one
+ * layer's activations, weights in fp32 or fp16 storage), predictions at
+ * every position or some only, decoding the causal LM with KV caches
+ * (batched over sequences), a host's slice of a model split by layers.
+ * The size table, the layers and training are model.c's. */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/convert.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "kernels/model_private.h"
+
+int
+kn_model_create_inference(kn_model **out, const kn_model_shape *shape,
+    const kn_backend *be, int max_batch, kn_storage storage, char *err)
+{
+	return kn__model_create(out, shape, be, max_batch, 1, storage, err);
+}
+
+size_t
+kn_model_inference_bytes(const kn_model_shape *shape, int max_batch,
+    kn_storage storage)
+{
+	size_t np = kn_model_params_for(shape), d = (size_t)shape->width;
+	size_t nm = storage == KN_STORE_F16 ? 12 * d * d * shape->layers : 0;
+
+	return (np - nm) * sizeof(float) + nm * sizeof(uint16_t) +
+	    kn__model_acts_bytes(shape, max_batch, 1);
+}
+
+/* Elements of the four layer matrices, which fp16 storage holds. */
+static size_t
+matrix_elems(const kn_model *m)
+{
+	return m->tensors[P_HEADW].offset - m->tensors[P_QKVW].offset;
+}
+
+size_t
+kn__model_alloc_f16(kn_model *m, size_t *stage)
+{
+	const kn_backend *be = m->be;
+	size_t nm = matrix_elems(m);
+
+	*stage = be->matmul_f16_scratch((int)((size_t)m->max_batch *
+	    m->shape.window), 4 * m->shape.width, 4 * m->shape.width);
+	m->params16 = be->alloc(nm * sizeof(uint16_t));
+	m->stage = be->alloc(*stage);
+	return nm;
+}
+
+void
+kn__model_get_params_f16(const kn_model *m, float *host)
+{
+	uint16_t *half;
+	size_t k, n;
+	int i;
+
+	if ((half = malloc(KN_MODEL_PIECE * sizeof(uint16_t))) == NULL)
+		return;
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+
+		n = kn_tensor_numel(t);
+		if (m->w16[i] == NULL) {
+			m->be->download(host + t->offset, m->w[i], n * 4);
+			continue;
+		}
+		for (k = 0; k < n; k += KN_MODEL_PIECE) {
+			size_t len = n - k < KN_MODEL_PIECE ? n - k :
+			    KN_MODEL_PIECE;
+
+			m->be->download(half, m->w16[i] + k, len * 2);
+			kn_f16_to_f32(host + t->offset + k, half, len);
+		}
+	}
+	free(half);
+}
+
+int
+kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
+    size_t len, uint16_t *half, char *err)
+{
+	if (m->w16[i] == NULL) {
+		m->be->upload(m->w[i] + first, host, len * sizeof(float));
+		return KN_OK;
+	}
+	kn_f32_to_f16(half, host, len);
+	if (kn_f16_first_nonfinite(half, len) >= 0)
+		return kn_error(err, KN_ENUM, "%s: a value is beyond the fp16 "
+		    "range", m->tensors[i].name);
+	m->be->upload(m->w16[i] + first, half, len * sizeof(uint16_t));
+	return KN_OK;
+}
+
+int
+kn__model_set_params_f16(kn_model *m, const float *host, char *err)
+{
+	uint16_t *half;
+	size_t k, n;
+	int i, rc = KN_OK;
+
+	if ((half = malloc(KN_MODEL_PIECE * sizeof(uint16_t))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < P_COUNT && rc == 0; i++) {
+		n = kn_tensor_numel(&m->tensors[i]);
+		for (k = 0; k < n && rc == 0; k += KN_MODEL_PIECE)
+			rc = kn__model_put_values(m, i, k,
+			    host + m->tensors[i].offset + k,
+			    n - k < KN_MODEL_PIECE ? n - k : KN_MODEL_PIECE, half,
+			    err);
+	}
+	free(half);
+	return rc;
+}
+
+int
+kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
+    float temp, int32_t *out, char *err)
+{
+	size_t N = (size_t)B * m->shape.window;
+	int rc = kn__model_check_batch(m, input, NULL, NULL, B, err);
+
+	if (rc != 0)
+		return rc;
+	kn__model_upload_batch(m, input, NULL, NULL, B);
+	kn__model_forward(m, B);
+	m->be->upload(m->a.u, u, N * sizeof(float));
+	m->be->sample(m->a.picked, m->a.logits, m->a.u, (int)N, KN_VOCAB_OUT,
+	    temp);
+	m->be->download(out, m->a.picked, N * sizeof(int32_t));
+	return m->be->status(err);
+}
 
 /* The final LayerNorm, the head and sampling act on each row alone: the
  * R rows of x wanted are gathered (into ln1's first slot, free once the

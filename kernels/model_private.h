@@ -1,6 +1,7 @@
-/* Private to kernels/: the layout of a model, shared by model.c
- * (creation, parameters, training) and model_infer.c (serving: some rows
- * only, KV-cache decoding, layer slices, fp16 storage). */
+/* Private to kernels/: the layout of a model, shared by model.c (size
+ * table, creation, parameters, the forward pass, backward and AdamW) and
+ * model_infer.c (serving: inference-only creation, fp16 storage,
+ * predictions, KV-cache decoding, layer slices). */
 #ifndef KN_MODEL_PRIVATE_H
 #define KN_MODEL_PRIVATE_H
 
@@ -83,6 +84,10 @@ struct kn_model {
 
 #define LAYER(base, l, per) ((base) + (size_t)(l) * (per))
 
+/* Values are moved in pieces of this many: fp16 storage converts
+ * through a host buffer that never holds a whole model. */
+#define KN_MODEL_PIECE ((size_t)1 << 20)
+
 /* The per-layer matrices: fp16 in a model of fp16 storage. */
 #define KN_IS_MATRIX(i) ((i) >= P_QKVW && (i) <= P_FCPROJW)
 
@@ -94,10 +99,17 @@ struct kn__attn {
 	int R;
 };
 
-/* Layer l's k cache of a sequence; its v cache follows, window x d
- * floats on. */
-float *kn__kv_layer(kn_kv *kv, int l);
+/* model.c */
 
+/* A model for up to max_batch windows: with inference set, no gradients
+ * nor optimizer state and one layer's activations; storage KN_STORE_F16
+ * only with inference. */
+int kn__model_create(kn_model **out, const kn_model_shape *shape,
+    const kn_backend *be, int max_batch, int inference, kn_storage storage,
+    char *err);
+/* Bytes of the activations of B windows, as kn__model_create lays them
+ * out. */
+size_t kn__model_acts_bytes(const kn_model_shape *s, int B, int inference);
 /* Layer l on N rows: x (N, d) in, the layer's output returned (an
  * activation buffer).  Weights from fp32 or fp16 storage. */
 const float *kn__model_layer(kn_model *m, int l, const float *x, int N,
@@ -112,5 +124,25 @@ void kn__model_upload_batch(kn_model *m, const int32_t *input,
 /* Embeds the uploaded input and runs every layer; returns the residual
  * stream after the last (N, d). */
 const float *kn__model_forward_layers(kn_model *m, int B);
+/* The forward pass of B uploaded windows up to the logits. */
+void kn__model_forward(kn_model *m, int B);
+
+/* model_infer.c */
+
+/* Allocates the fp16 storage of the layer matrices (params16, NULL on
+ * failure) and matmul_forward_f16's scratch (stage, *stage bytes);
+ * returns the number of elements in fp16. */
+size_t kn__model_alloc_f16(kn_model *m, size_t *stage);
+/* kn_model_get_params and kn_model_set_params for fp16 storage. */
+void kn__model_get_params_f16(const kn_model *m, float *host);
+int kn__model_set_params_f16(kn_model *m, const float *host, char *err);
+/* len values of tensor i from element first on, from host, into the
+ * model; where the tensor is in fp16, narrowed through half (len work
+ * space), and KN_ENUM if one is beyond the fp16 range. */
+int kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
+    size_t len, uint16_t *half, char *err);
+/* Layer l's k cache of a sequence; its v cache follows, window x d
+ * floats on. */
+float *kn__kv_layer(kn_kv *kv, int l);
 
 #endif

@@ -269,8 +269,6 @@ main(void)
 {
 	Suite *s = suite_create("average");
 	TCase *tc = tcase_create("average");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -280,9 +278,5 @@ main(void)
 	tcase_add_test(tc, test_edges);
 	tcase_add_test(tc, test_outer_step);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -5,11 +5,9 @@
 
 #include <check.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/blocktrain.h"
@@ -19,38 +17,10 @@
 #include "kernels/rng.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
+#include "tests/testutil.h"
 
 static char dir[64];
 static const char *tool;
-
-/* Runs a shell command line; returns the exit status and the output. */
-static int
-run(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	FILE *p;
-	size_t n = 0;
-	int status;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	p = popen(cmd, "r");
-	ck_assert_ptr_nonnull(p);
-	if (out != NULL) {
-		n = fread(out, 1, outlen - 1, p);
-		out[n] = '\0';
-	} else {
-		char sink[4096];
-
-		while (fread(sink, 1, sizeof(sink), p) > 0)
-			;
-	}
-	status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 static void
 write_corpus(const char *path, uint64_t seed, size_t len)
@@ -76,34 +46,24 @@ static void
 setup(void)
 {
 	char path[128];
-	FILE *f;
 
-	tool = getenv("SHARDMETER");
-	if (tool == NULL)
-		tool = "./shardmeter";
-	snprintf(dir, sizeof(dir), "/tmp/check_bt.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	tool = tu_shardmeter();
+	tu_temp_dir(dir, sizeof(dir), "check_bt");
 	snprintf(path, sizeof(path), "%s/train.txt", dir);
 	write_corpus(path, 1, 60000);
 	snprintf(path, sizeof(path), "%s/valid.txt", dir);
 	write_corpus(path, 2, 20000);
-	snprintf(path, sizeof(path), "%s/run.conf", dir);
-	f = fopen(path, "w");
-	fputs("seed = 5\n[model]\nblocks = 2\nwidth = 32\nheads = 2\n"
-	    "layers_per_block = 1\nwindow = 24\np_prefix = 0.2\n"
-	    "[data]\ntrain = train.txt\nvalid = valid.txt\ntest = valid.txt\n"
-	    "[optim]\nbatch = 16\nsteps = 120\nwarmup = 10\nlr = 3e-3\n", f);
-	fclose(f);
+	tu_write_file(dir, "run.conf", "seed = 5\n[model]\nblocks = 2\n"
+	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 24\n"
+	    "p_prefix = 0.2\n[data]\ntrain = train.txt\nvalid = valid.txt\n"
+	    "test = valid.txt\n[optim]\nbatch = 16\nsteps = 120\n"
+	    "warmup = 10\nlr = 3e-3\n");
 }
 
 static void
 teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	tu_remove_dir(dir);
 }
 
 static void
@@ -137,14 +97,18 @@ START_TEST(test_train_eval_generate)
 	const char *p;
 
 	/* the bound of the untrained blocks, then trained */
-	ck_assert_int_eq(run(out, sizeof(out), "%s train --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s train --spec %s/run.conf "
 	    "--dir %s/a --all --steps 0", tool, dir, dir), 0);
-	ck_assert_int_eq(run(out, sizeof(out), "%s eval --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s eval --spec %s/run.conf "
 	    "--dir %s/a --json --windows 128", tool, dir, dir), 0);
 	before = json_number(strchr(out, '{'), "blocktrain_nats_per_byte");
-	ck_assert_int_eq(run(out, sizeof(out), "%s train --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s train --spec %s/run.conf "
 	    "--dir %s/a --all --every 50", tool, dir, dir), 0);
-	ck_assert_int_eq(run(out, sizeof(out), "%s eval --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s eval --spec %s/run.conf "
 	    "--dir %s/a --json --windows 128", tool, dir, dir), 0);
 	p = strchr(out, '{');
 	after = json_number(p, "blocktrain_nats_per_byte");
@@ -158,7 +122,8 @@ START_TEST(test_train_eval_generate)
 	ck_assert_double_eq_tol(total, s1 + s2, 1e-5);
 
 	/* determinism: the same checkpoint bytes from a second training */
-	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/b "
+	ck_assert_int_eq(tu_run_cmd(NULL, 0,
+	    "%s train --spec %s/run.conf --dir %s/b "
 	    "--block 1 --quiet", tool, dir, dir), 0);
 	snprintf(path, sizeof(path), "%s/a/block-1.ckpt", dir);
 	file_hash(path, h1);
@@ -167,7 +132,8 @@ START_TEST(test_train_eval_generate)
 	ck_assert_str_eq(h1, h2);
 
 	/* generation keeps the prompt and leaves no mask */
-	ck_assert_int_eq(run(out, sizeof(out), "%s generate --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s generate --spec %s/run.conf "
 	    "--dir %s/a --steps 8 --seed 3 'the cat '", tool, dir, dir), 0);
 	p = strstr(out, "the cat ");
 	ck_assert_msg(p != NULL, "prompt lost: %s", out);
@@ -176,7 +142,8 @@ START_TEST(test_train_eval_generate)
 	{
 		char again[8192];
 
-		run(again, sizeof(again), "%s generate --spec %s/run.conf "
+		tu_run_cmd(again, sizeof(again),
+		    "%s generate --spec %s/run.conf "
 		    "--dir %s/a --steps 8 --seed 3 'the cat '", tool, dir, dir);
 		ck_assert_str_eq(strstr(again, "the cat "), p);
 	}
@@ -188,11 +155,14 @@ START_TEST(test_resume)
 	char h1[65], h2[65], path[160];
 
 	/* 120 steps in one go, or 60, a stop, and the rest: the same bytes */
-	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/c "
+	ck_assert_int_eq(tu_run_cmd(NULL, 0,
+	    "%s train --spec %s/run.conf --dir %s/c "
 	    "--block 2 --quiet", tool, dir, dir), 0);
-	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/d "
+	ck_assert_int_eq(tu_run_cmd(NULL, 0,
+	    "%s train --spec %s/run.conf --dir %s/d "
 	    "--block 2 --steps 60 --quiet", tool, dir, dir), 0);
-	ck_assert_int_eq(run(NULL, 0, "%s train --spec %s/run.conf --dir %s/d "
+	ck_assert_int_eq(tu_run_cmd(NULL, 0,
+	    "%s train --spec %s/run.conf --dir %s/d "
 	    "--block 2 --quiet", tool, dir, dir), 0);
 	snprintf(path, sizeof(path), "%s/c/block-2.ckpt", dir);
 	file_hash(path, h1);
@@ -211,7 +181,7 @@ expect_failure(const char *fragment, const char *args)
 	int rc;
 
 	snprintf(line, sizeof(line), args, dir, dir, dir);
-	rc = run(out, sizeof(out), "%s %s", tool, line);
+	rc = tu_run_cmd(out, sizeof(out), "%s %s", tool, line);
 	ck_assert_int_ne(rc, 0);
 	ck_assert_msg(strstr(out, fragment) != NULL, "'%s' lacks '%s'", out,
 	    fragment);
@@ -219,23 +189,14 @@ expect_failure(const char *fragment, const char *args)
 
 START_TEST(test_errors)
 {
-	char path[160];
-	FILE *f;
-
 	expect_failure("cannot open spec", "spec %s/missing.conf");
-	snprintf(path, sizeof(path), "%s/bad.conf", dir);
-	f = fopen(path, "w");
-	fputs("[model]\nwidth = 30\nheads = 4\n", f);
-	fclose(f);
+	tu_write_file(dir, "bad.conf", "[model]\nwidth = 30\nheads = 4\n");
 	expect_failure("multiple of heads", "spec %s/bad.conf");
 	expect_failure("missing checkpoint", "eval --spec %s/run.conf "
 	    "--dir %s/nothing");
 	expect_failure("missing checkpoint", "generate --spec %s/run.conf "
 	    "--dir %s/nothing x");
-	snprintf(path, sizeof(path), "%s/nodata.conf", dir);
-	f = fopen(path, "w");
-	fputs("[data]\ntrain = nowhere.txt\n", f);
-	fclose(f);
+	tu_write_file(dir, "nodata.conf", "[data]\ntrain = nowhere.txt\n");
 	expect_failure("cannot open", "train --spec %s/nodata.conf --dir "
 	    "%s/x --block 1");
 	expect_failure("exactly one of", "train --spec %s/run.conf --dir %s/x");
@@ -249,8 +210,6 @@ main(void)
 {
 	Suite *s = suite_create("blocktrain");
 	TCase *tc = tcase_create("cli");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 600);
@@ -258,9 +217,5 @@ main(void)
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_errors);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

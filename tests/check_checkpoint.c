@@ -13,17 +13,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "proto/checkpoint.h"
+#include "tests/testutil.h"
 
 #define RUN_A "0123456789abcdef0123456789abcdef" \
 	"0123456789abcdef0123456789abcdef"
 #define RUN_B "fedcba9876543210fedcba9876543210" \
 	"fedcba9876543210fedcba9876543210"
-#define SENTINEL 0x5a
 
 /* A small table with a gap between tensors, so offsets are honoured. */
 static kn_tensor table[3];
@@ -120,71 +118,15 @@ reject(const char *buf, size_t len, const pr_ckpt_meta *expect,
 	char err[PR_ERR_LEN] = "";
 	float *out = malloc(nbuf * sizeof(float));
 	pr_ckpt_meta got;
-	size_t i;
 
-	memset(out, SENTINEL, nbuf * sizeof(float));
-	memset(&got, SENTINEL, sizeof(got));
+	memset(out, TU_SENTINEL, nbuf * sizeof(float));
+	memset(&got, TU_SENTINEL, sizeof(got));
 	ck_assert_int_lt(pr_ckpt_decode(buf, len, expect, tensors, ntensors,
 	    out, &got, err), 0);
-	if (want != NULL && strstr(err, want) == NULL)
-		ck_abort_msg("message '%s' lacks '%s'", err, want);
-	ck_assert_uint_gt(strlen(err), 0);
-	for (i = 0; i < nbuf * sizeof(float); i++)
-		ck_assert_int_eq(((unsigned char *)out)[i], SENTINEL);
-	for (i = 0; i < sizeof(got); i++)
-		ck_assert_int_eq(((unsigned char *)&got)[i], SENTINEL);
+	tu_assert_refused(err, want);
+	tu_assert_untouched(out, nbuf * sizeof(float));
+	tu_assert_untouched(&got, sizeof(got));
 	free(out);
-}
-
-static char *
-dup_buf(const char *buf, size_t len, size_t extra)
-{
-	char *b = malloc(len + extra + 1);
-
-	ck_assert_ptr_nonnull(b);
-	memcpy(b, buf, len);
-	return b;
-}
-
-/* Offset of the bytes of str (a msgpack string's body) in buf. */
-static size_t
-find(const char *buf, size_t len, const char *str)
-{
-	const char *p = memmem(buf, len, str, strlen(str));
-
-	ck_assert_ptr_nonnull(p);
-	return (size_t)(p - buf);
-}
-
-/* Offset and size of the payload bin's body. */
-static size_t
-payload_at(const char *buf, size_t len, size_t *size)
-{
-	size_t at = find(buf, len, "payload") + strlen("payload");
-	const unsigned char *p = (const unsigned char *)buf + at;
-
-	switch (p[0]) {
-	case 0xc4:
-		*size = p[1];
-		return at + 2;
-	case 0xc5:
-		*size = (size_t)p[1] << 8 | p[2];
-		return at + 3;
-	default:
-		ck_abort_msg("payload is not a small bin");
-		return 0;
-	}
-}
-
-/* The hash is the last field: its 32 bytes end the file. */
-static void
-rehash(char *buf, size_t len)
-{
-	size_t size, at = payload_at(buf, len, &size);
-	unsigned int mdlen;
-
-	ck_assert_int_eq(EVP_Digest(buf + at, size,
-	    (unsigned char *)buf + len - 32, &mdlen, EVP_sha256(), NULL), 1);
 }
 
 START_TEST(test_round_trip)
@@ -283,7 +225,7 @@ START_TEST(test_model_round_trip)
 	ck_assert_int_eq(pr_ckpt_encode(&meta, t, count, pa, &buf, &len, err),
 	    0);
 	kn_model_get_params(b, pb);
-	ck_assert_int_eq((unsigned char)buf[find(buf, len, "payload") + 7],
+	ck_assert_int_eq((unsigned char)buf[tu_find(buf, len, "payload") + 7],
 	    0xc6);
 	ck_assert_int_eq(pr_ckpt_decode(buf, len, &meta, kn_model_tensors(b,
 	    &count), count, pb, NULL, err), 0);
@@ -301,10 +243,10 @@ END_TEST
 
 START_TEST(test_bad_magic)
 {
-	char *b = dup_buf(ckpt, ckpt_len, 0);
+	char *b = tu_dup_buf(ckpt, ckpt_len, 0);
 	pr_ckpt_meta e = expect_all();
 
-	b[find(b, ckpt_len, "ShardMeter checkpoint") + 3] = 'X';
+	b[tu_find(b, ckpt_len, "ShardMeter checkpoint") + 3] = 'X';
 	reject(b, ckpt_len, &e, table, ntable, "not a ShardMeter checkpoint");
 	free(b);
 }
@@ -312,8 +254,8 @@ END_TEST
 
 START_TEST(test_wrong_version)
 {
-	char *b = dup_buf(ckpt, ckpt_len, 0);
-	size_t at = find(b, ckpt_len, "version") + strlen("version");
+	char *b = tu_dup_buf(ckpt, ckpt_len, 0);
+	size_t at = tu_find(b, ckpt_len, "version") + strlen("version");
 	pr_ckpt_meta e = expect_all();
 
 	ck_assert_int_eq(b[at], 1);     /* positive fixint */
@@ -327,7 +269,7 @@ START_TEST(test_wrong_version)
 	reject(b, ckpt_len, &e, table, ntable, "checkpoint format version -1");
 	/* a newer version is reported even if other fields changed */
 	b[at] = 2;
-	b[find(b, ckpt_len, "round")] = 'R';
+	b[tu_find(b, ckpt_len, "round")] = 'R';
 	reject(b, ckpt_len, &e, table, ntable, "format version 2");
 	free(b);
 }
@@ -396,8 +338,8 @@ END_TEST
 
 START_TEST(test_flipped_payload)
 {
-	char *b = dup_buf(ckpt, ckpt_len, 0);
-	size_t size, at = payload_at(b, ckpt_len, &size), i;
+	char *b = tu_dup_buf(ckpt, ckpt_len, 0);
+	size_t size, at = tu_payload_at(b, ckpt_len, &size), i;
 	pr_ckpt_meta e = expect_all();
 
 	ck_assert_uint_eq(size, 4 * (24 + 5 + 6));
@@ -418,7 +360,7 @@ END_TEST
 
 START_TEST(test_trailing)
 {
-	char *b = dup_buf(ckpt, ckpt_len, 3);
+	char *b = tu_dup_buf(ckpt, ckpt_len, 3);
 	pr_ckpt_meta e = expect_all(), got;
 	char err[PR_ERR_LEN];
 
@@ -429,7 +371,7 @@ START_TEST(test_trailing)
 	ck_assert_int_lt(pr_ckpt_peek(b, ckpt_len + 3, &got, err), 0);
 	/* a second whole checkpoint is trailing bytes too */
 	free(b);
-	b = dup_buf(ckpt, ckpt_len, ckpt_len);
+	b = tu_dup_buf(ckpt, ckpt_len, ckpt_len);
 	memcpy(b + ckpt_len, ckpt, ckpt_len);
 	reject(b, 2 * ckpt_len, &e, table, ntable, "trailing bytes");
 	free(b);
@@ -439,8 +381,8 @@ END_TEST
 START_TEST(test_nonfinite)
 {
 	static const float bad[3] = { NAN, INFINITY, -INFINITY };
-	char *b = dup_buf(ckpt, ckpt_len, 0);
-	size_t size, at = payload_at(b, ckpt_len, &size);
+	char *b = tu_dup_buf(ckpt, ckpt_len, 0);
+	size_t size, at = tu_payload_at(b, ckpt_len, &size);
 	pr_ckpt_meta e = expect_all();
 	char err[PR_ERR_LEN], *out;
 	size_t len;
@@ -450,7 +392,7 @@ START_TEST(test_nonfinite)
 		memcpy(b, ckpt, ckpt_len);
 		/* element 2 of ln1_b, which follows qkv_w's 24 floats */
 		memcpy(b + at + 4 * (24 + 2), &bad[k], 4);
-		rehash(b, ckpt_len);
+		tu_rehash(b, ckpt_len);
 		reject(b, ckpt_len, &e, table, ntable,
 		    "tensor ln1_b holds a non-finite value at index 2");
 	}
@@ -512,7 +454,7 @@ START_TEST(test_mutations)
 {
 	static const unsigned char with[] = { 0x00, 0xff, 0xc1, 0x80, 0xdd,
 	    0xc6 };
-	char *b = dup_buf(ckpt, ckpt_len, 0), err[PR_ERR_LEN];
+	char *b = tu_dup_buf(ckpt, ckpt_len, 0), err[PR_ERR_LEN];
 	float *out = malloc(nbuf * sizeof(float));
 	pr_ckpt_meta e = expect_all();
 	size_t i, k;
@@ -558,22 +500,22 @@ END_TEST
 
 START_TEST(test_unknown_field)
 {
-	char *b = dup_buf(ckpt, ckpt_len, 0);
+	char *b = tu_dup_buf(ckpt, ckpt_len, 0);
 	pr_ckpt_meta e = expect_all();
 
-	b[find(b, ckpt_len, "round") + 4] = 'X';
+	b[tu_find(b, ckpt_len, "round") + 4] = 'X';
 	reject(b, ckpt_len, &e, table, ntable,
 	    "checkpoint has an unknown field 'rounX'");
 	memcpy(b, ckpt, ckpt_len);
-	memcpy(b + find(b, ckpt_len, "round"), "block", 5);
+	memcpy(b + tu_find(b, ckpt_len, "round"), "block", 5);
 	reject(b, ckpt_len, &e, table, ntable,
 	    "checkpoint has field 'block' twice");
 	memcpy(b, ckpt, ckpt_len);
-	memcpy(b + find(b, ckpt_len, "dtype"), "dtypx", 5);
+	memcpy(b + tu_find(b, ckpt_len, "dtype"), "dtypx", 5);
 	reject(b, ckpt_len, &e, table, ntable,
 	    "tensor 0 of the table has an unknown field 'dtypx'");
 	memcpy(b, ckpt, ckpt_len);
-	memcpy(b + find(b, ckpt_len, "f32"), "f16", 3);
+	memcpy(b + tu_find(b, ckpt_len, "f32"), "f16", 3);
 	reject(b, ckpt_len, &e, table, ntable,
 	    "tensor qkv_w has dtype 'f16'; this build reads only f32");
 	free(b);
@@ -655,15 +597,15 @@ START_TEST(test_optim)
 		    "optimizer state is truncated"));
 		free(b);
 	}
-	b = dup_buf(file, len, 0);
+	b = tu_dup_buf(file, len, 0);
 	b[len / 2] ^= 4;
 	ck_assert_int_eq(pr_ckpt_decode_optim(b, len, &e, n, m2, v2, &t, &got,
 	    err), KN_EINVAL);
 	ck_assert_str_eq(err, "payload hash mismatch: the file is corrupt");
 	/* a negative second moment with a correct hash */
 	memcpy(b, file, len);
-	memcpy(b + payload_at(b, len, &i) + 4 * (n + 9), &neg, 4);
-	rehash(b, len);
+	memcpy(b + tu_payload_at(b, len, &i) + 4 * (n + 9), &neg, 4);
+	tu_rehash(b, len);
 	ck_assert_int_eq(pr_ckpt_decode_optim(b, len, &e, n, m2, v2, &t, &got,
 	    err), KN_ENUM);
 	ck_assert_str_eq(err, "optimizer state v holds a negative value at "
@@ -782,8 +724,6 @@ main(void)
 {
 	Suite *s = suite_create("checkpoint");
 	TCase *tc = tcase_create("checkpoint");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -808,9 +748,5 @@ main(void)
 	tcase_add_test(tc, test_atomic_write);
 	tcase_add_test(tc, test_bounded_read);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

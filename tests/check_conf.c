@@ -10,38 +10,26 @@
 
 #include "daemon/conf.h"
 #include "daemon/peers.h"
+#include "tests/testutil.h"
 
 static char dir[64];
 
 static const char *
 write_tmp(const char *name, const char *text)
 {
-	static char path[128];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-	return path;
+	return tu_write_file(dir, name, text);
 }
 
 static void
 setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/check_conf.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	tu_temp_dir(dir, sizeof(dir), "check_conf");
 }
 
 static void
 teardown(void)
 {
-	char cmd[96];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	tu_remove_dir(dir);
 }
 
 START_TEST(test_hostport)
@@ -281,8 +269,6 @@ main(void)
 {
 	Suite *s = suite_create("conf");
 	TCase *tc = tcase_create("conf");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_hostport);
@@ -292,9 +278,5 @@ main(void)
 	tcase_add_test(tc, test_print_round_trip);
 	tcase_add_test(tc, test_man_page);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

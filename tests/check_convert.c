@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/convert.h"
+#include "tests/testutil.h"
 
 static uint32_t
 bits(float f)
@@ -401,8 +402,6 @@ main(void)
 {
 	Suite *s = suite_create("convert");
 	TCase *tc = tcase_create("convert");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_f16_every_pattern);
@@ -417,9 +416,5 @@ main(void)
 	tcase_add_test(tc, test_f16_against_compiler);
 #endif
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -3,22 +3,17 @@
  * with SIGKILL in the middle of a round, and bad input on every endpoint. */
 #include "config.h"
 
-#include <arpa/inet.h>
 #include <check.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
-#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +22,7 @@
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
 #include "proto/update.h"
+#include "tests/testutil.h"
 
 #define MAXD 6
 
@@ -34,19 +30,6 @@ static const char *daemon_bin, *tool;
 static char dir[64];
 static int base_port;
 static pid_t pids[MAXD + 1];
-
-static void
-write_file(const char *name, const char *text)
-{
-	char path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-}
 
 /* The run: tiny blocks on system text so that a test takes seconds. */
 static void
@@ -62,9 +45,10 @@ write_spec(int blocks, int steps, int local_steps, double deadline)
 	    "[optim]\nbatch = 16\nsteps = %d\nwarmup = 20\nlr = 3e-3\n"
 	    "[sync]\nlocal_steps = %d\nround_deadline = %g\n", blocks, steps,
 	    local_steps, deadline);
-	write_file("run.conf", text);
-	write_file("daemon.conf", "eval_every = 100\neval_windows = 64\n"
-	    "checkpoint_every = 100\npeer_timeout_ms = 2000\n");
+	tu_write_file(dir, "run.conf", text);
+	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
+	    "eval_windows = 64\ncheckpoint_every = 100\n"
+	    "peer_timeout_ms = 2000\n");
 }
 
 /* peers: n lines, daemon i on base_port + i serving block blocks_of[i] */
@@ -77,7 +61,7 @@ write_peers(int n, const int *block_of)
 	for (i = 0; i < n; i++)
 		snprintf(text + strlen(text), sizeof(text) - strlen(text),
 		    "127.0.0.1:%d %d\n", base_port + i, block_of[i]);
-	write_file("peers", text);
+	tu_write_file(dir, "peers", text);
 }
 
 static void
@@ -85,7 +69,6 @@ start(int i, int block)
 {
 	char listen[32], blk[8], state[128], log[128], peers[128], spec[128];
 	char conf[128];
-	pid_t pid;
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
 	snprintf(blk, sizeof(blk), "%d", block);
@@ -94,152 +77,29 @@ start(int i, int block)
 	snprintf(peers, sizeof(peers), "%s/peers", dir);
 	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
 	snprintf(conf, sizeof(conf), "%s/daemon.conf", dir);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		FILE *f = freopen(log, "a", stderr);
-
-		(void)f;
-		execl(daemon_bin, "blocktraind", "-f", "-v", "-c", conf, "-l",
-		    listen, "-b", blk, "-s", state, "-p", peers, "-r", spec, "-D",
-		    "cpu", "-t", "1", (char *)NULL);
-		_exit(127);
-	}
-	pids[i] = pid;
+	pids[i] = tu_daemon_start(log, base_port + i, "-f", "-v", "-c", conf,
+	    "-l", listen, "-b", blk, "-s", state, "-p", peers, "-r", spec, "-D",
+	    "cpu", "-t", "1", (char *)NULL);
 }
 
 /* SIGTERM, and the exit status within the time limit. */
 static int
 stop(int i)
 {
-	int status = -1;
-	double t0 = kn_now();
-
-	if (pids[i] <= 0)
-		return 0;
-	kill(pids[i], SIGTERM);
-	while (kn_now() - t0 < 15) {
-		if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-			pids[i] = 0;
-			return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-		}
-		usleep(20000);
-	}
-	kill(pids[i], SIGKILL);
-	waitpid(pids[i], &status, 0);
-	pids[i] = 0;
-	return -1;
-}
-
-struct body {
-	char *data;
-	size_t len;
-};
-
-static size_t
-on_data(char *p, size_t size, size_t nmemb, void *user)
-{
-	struct body *b = user;
-
-	b->data = realloc(b->data, b->len + size * nmemb + 1);
-	memcpy(b->data + b->len, p, size * nmemb);
-	b->len += size * nmemb;
-	b->data[b->len] = '\0';
-	return size * nmemb;
-}
-
-static long
-request(const char *method, int i, const char *path, const void *body,
-    size_t len, struct body *out)
-{
-	CURL *h = curl_easy_init();
-	char url[256];
-	long status = 0;
-
-	memset(out, 0, sizeof(*out));
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", base_port + i, path);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
-	if (body != NULL) {
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
-	}
-	if (curl_easy_perform(h) == CURLE_OK)
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
-	return status;
-}
-
-static json_t *
-status_of(int i)
-{
-	struct body b;
-	json_t *j = NULL;
-
-	if (request("GET", i, "/v1/status", NULL, 0, &b) == 200)
-		j = json_loadb(b.data, b.len, 0, NULL);
-	free(b.data);
-	return j;
+	return tu_stop(&pids[i], SIGTERM, 15);
 }
 
 static long long
-status_int(int i, const char *key)
+round_of(int i)
 {
-	json_t *j = status_of(i);
-	long long v = -1;
-
-	if (j != NULL)
-		v = json_integer_value(json_object_get(j, key));
-	json_decref(j);
-	return v;
-}
-
-static int
-status_is(int i, const char *state)
-{
-	json_t *j = status_of(i);
-	int yes = j && strcmp(json_string_value(json_object_get(j, "state")),
-	    state) == 0;
-
-	json_decref(j);
-	return yes;
+	return tu_status_int(base_port + i, "round");
 }
 
 static void
 wait_done(int n, double limit)
 {
-	double t0 = kn_now();
-	int i, all;
-
-	do {
-		usleep(100000);
-		for (all = 1, i = 0; i < n; i++)
-			all &= status_is(i, "done");
-	} while (!all && kn_now() - t0 < limit);
-	ck_assert_msg(all, "daemons not done after %.0fs", limit);
-}
-
-static int
-run_tool(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	FILE *p;
-	size_t n;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	p = popen(cmd, "r");
-	n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	ck_assert_msg(tu_wait_state(base_port, n, "done", limit),
+	    "daemons not done after %.0fs", limit);
 }
 
 static double
@@ -257,14 +117,9 @@ json_num_after(const char *text, const char *key)
 static void
 setup(void)
 {
-	daemon_bin = getenv("BLOCKTRAIND");
-	tool = getenv("SHARDMETER");
-	if (daemon_bin == NULL)
-		daemon_bin = "./blocktraind";
-	if (tool == NULL)
-		tool = "./shardmeter";
-	snprintf(dir, sizeof(dir), "/tmp/check_daemon.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	daemon_bin = tu_blocktraind();
+	tool = tu_shardmeter();
+	tu_temp_dir(dir, sizeof(dir), "check_daemon");
 	base_port = 20000 + (int)(getpid() % 20000);
 	memset(pids, 0, sizeof(pids));
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -273,19 +128,11 @@ setup(void)
 static void
 teardown(void)
 {
-	char cmd[128];
 	int i;
 
 	for (i = 0; i <= MAXD; i++)
-		if (pids[i] > 0) {
-			kill(pids[i], SIGKILL);
-			waitpid(pids[i], NULL, 0);
-		}
-	if (getenv("KEEP_TEST_DIRS") == NULL) {
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-	}
+		tu_stop(&pids[i], SIGKILL, 15);
+	tu_remove_dir(dir);
 	curl_global_cleanup();
 }
 
@@ -320,28 +167,32 @@ START_TEST(test_three_blocks)
 	write_spec(3, 400, 50, 5);
 	write_peers(3, block_of);
 	/* the bound of the untrained blocks, scored like the final one */
-	ck_assert_int_eq(run_tool(out, sizeof(out), "%s train --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s train --spec %s/run.conf "
 	    "--dir %s/init --all --steps 0", tool, dir, dir), 0);
-	ck_assert_int_eq(run_tool(out, sizeof(out), "%s eval --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s eval --spec %s/run.conf "
 	    "--dir %s/init --windows 64 --json", tool, dir, dir), 0);
 	initial = json_num_after(out, "blocktrain_nats_per_byte");
 	for (i = 0; i < 3; i++)
 		start(i, i + 1);
 	wait_done(3, 120);
 	for (i = 0; i < 3; i++) {
-		j = status_of(i);
+		j = tu_status(base_port + i);
 		ck_assert_ptr_nonnull(j);
 		ck_assert_int_eq(json_integer_value(json_object_get(j,
 		    "heldout_share_step")), 400);
 		composed += json_number_value(json_object_get(j, "heldout_share"));
 		json_decref(j);
 	}
-	ck_assert_int_eq(run_tool(out, sizeof(out), "%s status --peers %s/peers",
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s status --peers %s/peers",
 	    tool, dir), 0);
 	ck_assert_ptr_nonnull(strstr(out, "composed held-out bound"));
-	ck_assert_int_eq(run_tool(out, sizeof(out), "%s assemble --peers "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s assemble --peers "
 	    "%s/peers --out %s/asm --spec %s/run.conf", tool, dir, dir, dir), 0);
-	ck_assert_int_eq(run_tool(out, sizeof(out), "%s eval --spec %s/run.conf "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s eval --spec %s/run.conf "
 	    "--dir %s/asm --windows 64 --json", tool, dir, dir), 0);
 	assembled = json_num_after(out, "blocktrain_nats_per_byte");
 	fprintf(stderr, "# three blocks: bound %.4f at start, %.4f from "
@@ -355,7 +206,7 @@ START_TEST(test_three_blocks)
 		unsigned long long logged = logged_bytes(i, "sent the checkpoint");
 		long long metered;
 
-		j = status_of(i);
+		j = tu_status(base_port + i);
 		metered = json_integer_value(json_object_get(json_object_get(
 		    json_object_get(j, "bytes"), "out"), "checkpoint"));
 		json_decref(j);
@@ -475,38 +326,36 @@ START_TEST(test_kill_replica)
 	start(0, 1);
 	start(1, 1);
 	t0 = kn_now();
-	while (status_int(0, "round") < 3 && kn_now() - t0 < 60)
+	while (round_of(0) < 3 && kn_now() - t0 < 60)
 		usleep(50000);
-	ck_assert_int_ge(status_int(0, "round"), 3);
+	ck_assert_int_ge(round_of(0), 3);
 	/* the coordinator dies in the middle of a round: the survivor must
 	 * close that round within the round deadline (3 s) */
-	kill(pids[0], SIGKILL);
-	waitpid(pids[0], NULL, 0);
-	pids[0] = 0;
-	r1 = status_int(1, "round");
+	tu_stop(&pids[0], SIGKILL, 15);
+	r1 = round_of(1);
 	t0 = kn_now();
-	while (status_int(1, "round") < r1 + 1 && kn_now() - t0 < 10)
+	while (round_of(1) < r1 + 1 && kn_now() - t0 < 10)
 		usleep(20000);
 	{
 		double took = kn_now() - t0;
 
 		fprintf(stderr, "# kill: the survivor closed round %lld %.2fs "
 		    "after the coordinator died (deadline 3s)\n", r1, took);
-		ck_assert_int_ge(status_int(1, "round"), r1 + 1);
+		ck_assert_int_ge(round_of(1), r1 + 1);
 		ck_assert_msg(took < 3.0, "round took %.2fs", took);
 	}
-	r1 = status_int(1, "round");
+	r1 = round_of(1);
 	t0 = kn_now();
-	while (status_int(1, "round") < r1 + 1 && kn_now() - t0 < 10)
+	while (round_of(1) < r1 + 1 && kn_now() - t0 < 10)
 		usleep(20000);
-	ck_assert_int_ge(status_int(1, "round"), r1 + 1);
+	ck_assert_int_ge(round_of(1), r1 + 1);
 	/* back from its checkpoint, it rejoins */
 	start(0, 1);
 	t0 = kn_now();
 	do {
 		usleep(100000);
-		r0 = status_int(0, "round");
-		r1 = status_int(1, "round");
+		r0 = round_of(0);
+		r1 = round_of(1);
 	} while ((r0 < 0 || r0 + 1 < r1 || r0 <= 4) && kn_now() - t0 < 30);
 	snprintf(path, sizeof(path), "%s/log0", dir);
 	f = fopen(path, "r");
@@ -524,8 +373,8 @@ START_TEST(test_kill_replica)
 	    "%lld, the other at %lld", r0, r1);
 	/* and takes part again: a later round averages both */
 	t0 = kn_now();
-	r1 = status_int(1, "round");
-	while (status_int(1, "round") < r1 + 2 && kn_now() - t0 < 20)
+	r1 = round_of(1);
+	while (round_of(1) < r1 + 2 && kn_now() - t0 < 20)
 		usleep(50000);
 	ck_assert_int_eq(stop(0), 0);
 	ck_assert_int_eq(stop(1), 0);
@@ -586,14 +435,10 @@ craft_update(const char *run_id, int block, long long round, size_t count,
 static int
 raw_request(const char *text, char *answer, size_t alen)
 {
-	struct sockaddr_in sa = { 0 };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), code = 0;
+	int fd = tu_connect(base_port), code = 0;
 	ssize_t n;
 
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)base_port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	n = read(fd, answer, alen - 1);
 	answer[n > 0 ? n : 0] = '\0';
@@ -606,8 +451,8 @@ static void
 expect_code(const char *method, const char *path, const void *body,
     size_t len, long code, const char *fragment)
 {
-	struct body b;
-	long got = request(method, 0, path, body, len, &b);
+	tu_body b;
+	long got = tu_http(method, base_port, path, NULL, body, len, &b);
 
 	ck_assert_msg(got == code, "%s %s: %ld, expected %ld (%s)", method, path,
 	    got, code, b.data ? b.data : "");
@@ -641,7 +486,7 @@ START_TEST(test_bad_input)
 	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
 	shape = pr_spec_block_shape(&spec);
 	count = kn_model_params_for(&shape);
-	j = status_of(0);
+	j = tu_status(base_port + 0);
 	snprintf(hash, sizeof(hash), "%s", json_string_value(json_object_get(
 	    json_object_get(j, "checkpoint"), "sha256")));
 	round = json_integer_value(json_object_get(j, "round"));
@@ -691,7 +536,7 @@ START_TEST(test_bad_input)
 	ck_assert_int_eq(raw_request("BREW / HTCPCP/1.0\r\n\r\n", answer,
 	    sizeof(answer)), 400);
 	/* nothing changed, and the daemon still answers */
-	j = status_of(0);
+	j = tu_status(base_port + 0);
 	ck_assert_ptr_nonnull(j);
 	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j,
 	    "checkpoint"), "sha256")), hash);
@@ -699,25 +544,12 @@ START_TEST(test_bad_input)
 	json_decref(j);
 	/* a checkpoint that has not changed is not sent again */
 	{
-		CURL *h = curl_easy_init();
-		struct curl_slist *hd = NULL;
-		char url[128], inm[128];
-		long code = 0;
-		struct body b = { 0 };
+		char inm[128];
+		tu_body b;
 
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/blocks/1/"
-		    "checkpoint", base_port);
 		snprintf(inm, sizeof(inm), "If-None-Match: \"%s\"", hash);
-		hd = curl_slist_append(hd, inm);
-		curl_easy_setopt(h, CURLOPT_URL, url);
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-		curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-		ck_assert_int_eq(curl_easy_perform(h), CURLE_OK);
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-		ck_assert_int_eq(code, 304);
-		curl_slist_free_all(hd);
-		curl_easy_cleanup(h);
+		ck_assert_int_eq(tu_http("GET", base_port, "/v1/blocks/1/"
+		    "checkpoint", inm, NULL, 0, &b), 304);
 		free(b.data);
 	}
 	ck_assert_int_eq(stop(0), 0);
@@ -731,18 +563,21 @@ START_TEST(test_config_errors)
 
 	write_spec(1, 10, 5, 1);
 	write_peers(1, block_of);
-	ck_assert_int_eq(run_tool(out, sizeof(out), "%s -n -l 127.0.0.1:%d -b 1 "
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s -n -l 127.0.0.1:%d -b 1 "
 	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir), 0);
 	ck_assert_ptr_nonnull(strstr(out, "configuration OK"));
-	ck_assert_int_ne(run_tool(out, sizeof(out), "%s -n -l 127.0.0.1:%d -b 1 "
+	ck_assert_int_ne(tu_run_cmd(out, sizeof(out),
+	    "%s -n -l 127.0.0.1:%d -b 1 "
 	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port + 1, dir, dir),
 	    0);
 	ck_assert_ptr_nonnull(strstr(out, "is not in the peer list"));
-	ck_assert_int_ne(run_tool(out, sizeof(out), "%s -n -l 127.0.0.1:%d -b 2 "
+	ck_assert_int_ne(tu_run_cmd(out, sizeof(out),
+	    "%s -n -l 127.0.0.1:%d -b 2 "
 	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir), 0);
 	ck_assert_ptr_nonnull(strstr(out, "does not exist"));
-	write_file("bad.conf", "eval_evry = 3\n");
-	ck_assert_int_ne(run_tool(out, sizeof(out), "%s -n -c %s/bad.conf",
+	tu_write_file(dir, "bad.conf", "eval_evry = 3\n");
+	ck_assert_int_ne(tu_run_cmd(out, sizeof(out), "%s -n -c %s/bad.conf",
 	    daemon_bin, dir), 0);
 	ck_assert_ptr_nonnull(strstr(out, "unknown key 'eval_evry'"));
 }
@@ -753,8 +588,6 @@ main(void)
 {
 	Suite *s = suite_create("daemon");
 	TCase *tc = tcase_create("loopback");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
@@ -764,9 +597,5 @@ main(void)
 	tcase_add_test(tc, test_kill_replica);
 	tcase_add_test(tc, test_bad_input);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

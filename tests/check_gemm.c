@@ -17,6 +17,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
+#include "tests/testutil.h"
 
 /* Written into the gaps of C beyond column N: must survive every call. */
 #define SENTINEL 12345.0f
@@ -705,11 +706,5 @@ gemm_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(gemm_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(gemm_suite());
 }

@@ -19,6 +19,7 @@
 
 #include "daemon/http_client.h"
 #include "daemon/http_server.h"
+#include "tests/testutil.h"
 
 #define RAW_CAP (1 << 20)
 
@@ -1089,8 +1090,6 @@ main(void)
 {
 	Suite *s = suite_create("http");
 	TCase *tc = tcase_create("http");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30);
@@ -1116,9 +1115,5 @@ main(void)
 	tcase_add_test(tc, test_client_close_in_flight);
 	tcase_add_test(tc, test_server_close);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -594,13 +594,10 @@ model_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(model_suite());
-	int failed;
+	int rc;
 
 	kn_cpu_backend();
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	rc = tu_run_suite(model_suite());
 	kn_pool_shutdown();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return rc;
 }

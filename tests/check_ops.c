@@ -415,14 +415,10 @@ ops_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
-	int failed;
+	int rc;
 
 	be = kn_cpu_backend();
-	sr = srunner_create(ops_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	rc = tu_run_suite(ops_suite());
 	kn_pool_shutdown();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return rc;
 }

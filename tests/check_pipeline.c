@@ -13,6 +13,7 @@
 #include "daemon/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
+#include "tests/testutil.h"
 
 /* Encodes f and decodes the body back into g. */
 static int
@@ -201,15 +202,7 @@ static char tmpdir[64];
 static const char *
 write_list(const char *text)
 {
-	static char path[128];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/hosts", tmpdir);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-	return path;
+	return tu_write_file(tmpdir, "hosts", text);
 }
 
 START_TEST(test_host_list)
@@ -217,8 +210,7 @@ START_TEST(test_host_list)
 	ph_list pl;
 	char err[PR_ERR_LEN];
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/check_pipeline.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	tu_temp_dir(tmpdir, sizeof(tmpdir), "check_pipeline");
 	ck_assert_int_eq(ph_load(&pl, write_list("# ring\n127.0.0.1:1 4\n"
 	    "127.0.0.1:2 3\n127.0.0.1:3 2-1\n"), err), 0);
 	ck_assert_int_eq(pl.n, 3);
@@ -285,16 +277,10 @@ main(void)
 {
 	Suite *s = suite_create("pipeline");
 	TCase *tc = tcase_create("frames");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_host_list);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kernels/pool.h"
+#include "tests/testutil.h"
 
 struct count_job {
 	atomic_int hits[1000];
@@ -78,15 +79,9 @@ main(void)
 {
 	Suite *s = suite_create("pool");
 	TCase *tc = tcase_create("pool");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_every_task_once);
 	tcase_add_test(tc, test_nested);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

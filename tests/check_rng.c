@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/rng.h"
+#include "tests/testutil.h"
 
 START_TEST(test_philox_kat)
 {
@@ -104,17 +105,11 @@ main(void)
 {
 	Suite *s = suite_create("rng");
 	TCase *tc = tcase_create("philox");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_philox_kat);
 	tcase_add_test(tc, test_fill_is_keyed);
 	tcase_add_test(tc, test_moments);
 	tcase_add_test(tc, test_fill_in_pieces);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -5,17 +5,13 @@
  * 64 clients at once with memory back to idle afterwards. */
 #include "config.h"
 
-#include <arpa/inet.h>
 #include <check.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,47 +23,16 @@
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "proto/spec.h"
+#include "tests/testutil.h"
 
 #define HOSTS 3
 #define WINDOW 40
 
-static const char *daemon_bin, *tool, *relay_bin;
+static const char *tool;
 static char dir[64];
 static int base_port;
 static pid_t host_pid[HOSTS], relay_pid[HOSTS];
 static char entry[32];
-
-static void
-write_file(const char *name, const char *text)
-{
-	char path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-}
-
-static int
-run_cmd(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	FILE *p;
-	size_t n;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	p = popen(cmd, "r");
-	n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* The run, trained once for the whole suite: three blocks of one layer
  * and the causal LM, a few dozen steps on system text. */
@@ -76,23 +41,20 @@ train_once(void)
 {
 	char out[4096];
 
-	daemon_bin = getenv("BLOCKTRAIND") ? getenv("BLOCKTRAIND") :
-	    "./blocktraind";
-	tool = getenv("SHARDMETER") ? getenv("SHARDMETER") : "./shardmeter";
-	relay_bin = getenv("WAN_RELAY") ? getenv("WAN_RELAY") :
-	    "./scripts/wan-relay";
-	snprintf(dir, sizeof(dir), "/tmp/check_serve.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	write_file("run.conf", "seed = 5\n[model]\nblocks = 3\nwidth = 32\n"
-	    "heads = 2\nlayers_per_block = 1\nwindow = 40\np_prefix = 0.2\n"
+	tool = tu_shardmeter();
+	tu_temp_dir(dir, sizeof(dir), "check_serve");
+	tu_write_file(dir, "run.conf", "seed = 5\n[model]\nblocks = 3\n"
+	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 40\n"
+	    "p_prefix = 0.2\n"
 	    "[data]\ntrain = /usr/share/common-licenses/GPL-3\n"
 	    "valid = /usr/share/common-licenses/GPL-2\n"
 	    "test = /usr/share/common-licenses/GPL-2\n"
 	    "[optim]\nbatch = 8\nsteps = 40\nwarmup = 5\nlr = 3e-3\n");
-	ck_assert_msg(run_cmd(out, sizeof(out), "%s train --spec %s/run.conf "
-	    "--dir %s/run --all --quiet --threads 2 2>&1 && %s train --spec "
-	    "%s/run.conf --dir %s/run --reference causal --quiet --threads 2 "
-	    "2>&1", tool, dir, dir, tool, dir, dir) == 0, "training: %s", out);
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/run.conf --dir %s/run --all --quiet --threads 2 && %s train "
+	    "--spec %s/run.conf --dir %s/run --reference causal --quiet "
+	    "--threads 2", tool, dir, dir, tool, dir, dir) == 0, "training: %s",
+	    out);
 	base_port = 21000 + (int)(getpid() % 15000);
 	snprintf(entry, sizeof(entry), "127.0.0.1:%d", base_port);
 }
@@ -100,9 +62,7 @@ train_once(void)
 static void
 cleanup_once(void)
 {
-	char out[256];
-
-	run_cmd(out, sizeof(out), "rm -rf %s", dir);
+	tu_remove_dir(dir);
 }
 
 static void
@@ -110,7 +70,6 @@ start_host(int i, int relayed)
 {
 	char listen[32], next[32], hosts[128], log[128], ckpt[128];
 	char spec[128], conf[128];
-	pid_t pid;
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
 	snprintf(next, sizeof(next), "127.0.0.1:%d", relayed ? base_port + 100
@@ -120,18 +79,9 @@ start_host(int i, int relayed)
 	snprintf(ckpt, sizeof(ckpt), "%s/run", dir);
 	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
 	snprintf(conf, sizeof(conf), "%s/serve.conf", dir);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		FILE *f = freopen(log, "a", stderr);
-
-		(void)f;
-		execl(daemon_bin, "blocktraind", "-S", "-f", "-c", conf, "-L",
-		    listen, "-N", next, "-P", hosts, "-s", ckpt, "-r", spec,
-		    "-D", "cpu", "-t", "1", (char *)NULL);
-		_exit(127);
-	}
-	host_pid[i] = pid;
+	host_pid[i] = tu_daemon_start(log, base_port + i, "-S", "-f", "-c",
+	    conf, "-L", listen, "-N", next, "-P", hosts, "-s", ckpt, "-r", spec,
+	    "-D", "cpu", "-t", "1", (char *)NULL);
 }
 
 /* A relay in front of host (i + 1) % HOSTS, delay ms each way. */
@@ -139,32 +89,14 @@ static void
 start_relay(int i, double delay_ms)
 {
 	char listen[32], target[32], d[16];
-	pid_t pid;
+	const char *argv[] = { "wan-relay", "-q", "-d", d, listen, target,
+	    NULL };
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + 100 + i);
 	snprintf(target, sizeof(target), "127.0.0.1:%d",
 	    base_port + (i + 1) % HOSTS);
 	snprintf(d, sizeof(d), "%g", delay_ms);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		execl(relay_bin, "wan-relay", "-q", "-d", d, listen, target,
-		    (char *)NULL);
-		_exit(127);
-	}
-	relay_pid[i] = pid;
-}
-
-static void
-stop_pid(pid_t *p, int sig)
-{
-	int st;
-
-	if (*p <= 0)
-		return;
-	kill(*p, sig);
-	waitpid(*p, &st, 0);
-	*p = 0;
+	relay_pid[i] = tu_spawn(NULL, tu_wan_relay(), argv);
 }
 
 static pc_request
@@ -211,8 +143,8 @@ start_ring(int relayed, double delay_ms)
 	snprintf(text, sizeof(text), "# traversal order\n127.0.0.1:%d 3\n"
 	    "127.0.0.1:%d 2\n127.0.0.1:%d 1\n", base_port, base_port + 1,
 	    base_port + 2);
-	write_file("hosts", text);
-	write_file("serve.conf", "pipeline_timeout_ms = 3000\n"
+	tu_write_file(dir, "hosts", text);
+	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 3000\n"
 	    "pipeline_idle_s = 5\npipeline_batch = 8\n");
 	for (i = 0; i < HOSTS; i++) {
 		if (relayed)
@@ -236,8 +168,8 @@ teardown(void)
 	int i;
 
 	for (i = 0; i < HOSTS; i++) {
-		stop_pid(&host_pid[i], SIGTERM);
-		stop_pid(&relay_pid[i], SIGTERM);
+		tu_stop(&host_pid[i], SIGTERM, 15);
+		tu_stop(&relay_pid[i], SIGTERM, 15);
 	}
 }
 
@@ -249,7 +181,7 @@ single_process(pl_mode mode, const char *prompt, int length, uint64_t seed,
 	char raw[4096];
 	size_t n;
 
-	ck_assert_int_eq(run_cmd(raw, sizeof(raw), "%s generate --spec "
+	ck_assert_int_eq(tu_run_cmd(raw, sizeof(raw), "%s generate --spec "
 	    "%s/run.conf --dir %s/run --mode %s --length %d --steps 24 "
 	    "--temperature 0.9 --seed %llu '%s' 2>/dev/null", tool, dir, dir,
 	    pl_mode_name(mode), length, (unsigned long long)seed, prompt), 0);
@@ -312,7 +244,7 @@ START_TEST(test_kill_middle_host)
 	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
 	usleep(400000);
 	t0 = kn_now();
-	stop_pid(&host_pid[1], SIGKILL);
+	tu_stop(&host_pid[1], SIGKILL, 15);
 	rc = pc_recv(c, &res, 10000, err);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_msg(!res.ok, "the request survived its host");
@@ -403,13 +335,9 @@ END_TEST
 static int
 raw_connect(void)
 {
-	struct sockaddr_in sa = { 0 };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = tu_connect(base_port);
 
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)base_port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_ge(fd, 0);
 	return fd;
 }
 
@@ -662,8 +590,7 @@ main(void)
 {
 	Suite *s = suite_create("serve");
 	TCase *tc = tcase_create("loopback");
-	SRunner *sr;
-	int failed;
+	int rc;
 
 	tcase_add_unchecked_fixture(tc, train_once, cleanup_once);
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -675,10 +602,7 @@ main(void)
 	tcase_add_test(tc, test_many_on_one_connection);
 	tcase_add_test(tc, test_64_clients);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	rc = tu_run_suite(s);
 	kn_pool_shutdown();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return rc;
 }

@@ -11,6 +11,7 @@
 
 #include "daemon/corpus.h"
 #include "proto/spec.h"
+#include "tests/testutil.h"
 
 static const char *base =
     "seed = 3\n"
@@ -115,15 +116,12 @@ END_TEST
 
 START_TEST(test_load_resolves_paths)
 {
-	char dir[] = "/tmp/check_spec.XXXXXX", path[256], err[PR_ERR_LEN];
-	FILE *f;
+	char dir[64], path[256], err[PR_ERR_LEN];
 	pr_spec s;
 
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(path, sizeof(path), "%s/run.conf", dir);
-	f = fopen(path, "w");
-	fputs(base, f);
-	fclose(f);
+	tu_temp_dir(dir, sizeof(dir), "check_spec");
+	snprintf(path, sizeof(path), "%s", tu_write_file(dir, "run.conf",
+	    base));
 	ck_assert_int_eq(pr_spec_load(&s, path, err), 0);
 	ck_assert_str_eq(s.train + strlen(dir), "/a.txt");
 	ck_assert_int_ne(pr_spec_load(&s, "/nonexistent/run.conf", err), 0);
@@ -372,8 +370,6 @@ main(void)
 {
 	Suite *s = suite_create("spec");
 	TCase *tc = tcase_create("spec");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_run_id_stable);
 	tcase_add_test(tc, test_values);
@@ -387,9 +383,5 @@ main(void)
 	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);
 	tcase_add_test(tc, test_run_ids_pinned);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -12,18 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-
 #include "kernels/convert.h"
 #include "kernels/error.h"
 #include "proto/checkpoint.h"
 #include "proto/update.h"
+#include "tests/testutil.h"
 
 #define RUN_A "0123456789abcdef0123456789abcdef" \
 	"0123456789abcdef0123456789abcdef"
 #define RUN_B "fedcba9876543210fedcba9876543210" \
 	"fedcba9876543210fedcba9876543210"
-#define SENTINEL 0x5a
 #define NDELTA 1000
 
 static float *delta;
@@ -88,19 +86,14 @@ reject_n(const char *buf, size_t len, const pr_update_meta *expect,
 	char err[PR_ERR_LEN] = "";
 	float *out = malloc(n * sizeof(float));
 	pr_update_meta got;
-	size_t i;
 
-	memset(out, SENTINEL, n * sizeof(float));
-	memset(&got, SENTINEL, sizeof(got));
+	memset(out, TU_SENTINEL, n * sizeof(float));
+	memset(&got, TU_SENTINEL, sizeof(got));
 	ck_assert_int_lt(pr_update_decode(buf, len, expect,
 	    expect != NULL && expect->count > 0 ? out : NULL, &got, err), 0);
-	if (want != NULL && strstr(err, want) == NULL)
-		ck_abort_msg("message '%s' lacks '%s'", err, want);
-	ck_assert_uint_gt(strlen(err), 0);
-	for (i = 0; i < n * sizeof(float); i++)
-		ck_assert_int_eq(((unsigned char *)out)[i], SENTINEL);
-	for (i = 0; i < sizeof(got); i++)
-		ck_assert_int_eq(((unsigned char *)&got)[i], SENTINEL);
+	tu_assert_refused(err, want);
+	tu_assert_untouched(out, n * sizeof(float));
+	tu_assert_untouched(&got, sizeof(got));
 	free(out);
 }
 
@@ -110,57 +103,6 @@ reject(const char *buf, size_t len, const char *want)
 	pr_update_meta e = expect_all();
 
 	reject_n(buf, len, &e, want);
-}
-
-static char *
-dup_buf(const char *buf, size_t len, size_t extra)
-{
-	char *b = malloc(len + extra + 1);
-
-	ck_assert_ptr_nonnull(b);
-	memcpy(b, buf, len);
-	return b;
-}
-
-/* Offset of the bytes of str (a msgpack string's body) in buf. */
-static size_t
-find(const char *buf, size_t len, const char *str)
-{
-	const char *p = memmem(buf, len, str, strlen(str));
-
-	ck_assert_ptr_nonnull(p);
-	return (size_t)(p - buf);
-}
-
-/* Offset and size of the payload bin's body. */
-static size_t
-payload_at(const char *buf, size_t len, size_t *size)
-{
-	size_t at = find(buf, len, "payload") + strlen("payload");
-	const unsigned char *p = (const unsigned char *)buf + at;
-
-	switch (p[0]) {
-	case 0xc4:
-		*size = p[1];
-		return at + 2;
-	case 0xc5:
-		*size = (size_t)p[1] << 8 | p[2];
-		return at + 3;
-	default:
-		ck_abort_msg("payload is not a small bin");
-		return 0;
-	}
-}
-
-/* The hash is the last field: its 32 bytes end the message. */
-static void
-rehash(char *buf, size_t len)
-{
-	size_t size, at = payload_at(buf, len, &size);
-	unsigned int mdlen;
-
-	ck_assert_int_eq(EVP_Digest(buf + at, size,
-	    (unsigned char *)buf + len - 32, &mdlen, EVP_sha256(), NULL), 1);
 }
 
 static char *
@@ -221,7 +163,7 @@ START_TEST(test_round_trip)
 		e.replica = 9;          /* nor this */
 		e.step = 0;             /* nor this */
 		buf = encode(&m, delta, &len);
-		at = payload_at(buf, len, &size);
+		at = tu_payload_at(buf, len, &size);
 		ck_assert_uint_eq(size, NDELTA * pr_encoding_width(m.enc));
 		memset(&got, 0, sizeof(got));
 		ck_assert_int_eq(pr_update_decode(buf, len, &e, out, &got,
@@ -297,7 +239,7 @@ START_TEST(test_wildcards_and_bounds)
 	ck_assert_uint_eq(got.count, NDELTA);
 	ck_assert_int_eq(pr_update_decode(msg, msg_len, NULL, NULL, NULL,
 	    err), 0);
-	memset(out, SENTINEL, sizeof(float));
+	memset(out, TU_SENTINEL, sizeof(float));
 	ck_assert_int_eq(pr_update_decode(msg, msg_len, NULL, out, NULL,
 	    err), KN_EINVAL);
 	ck_assert_str_eq(err, "decoding an update needs the expected "
@@ -335,12 +277,12 @@ END_TEST
 
 START_TEST(test_bad_magic)
 {
-	char *b = dup_buf(msg, msg_len, 0), *ck, err[PR_ERR_LEN];
+	char *b = tu_dup_buf(msg, msg_len, 0), *ck, err[PR_ERR_LEN];
 	pr_ckpt_meta cm;
 	kn_tensor t;
 	size_t ck_len;
 
-	b[find(b, msg_len, "ShardMeter update") + 3] = 'X';
+	b[tu_find(b, msg_len, "ShardMeter update") + 3] = 'X';
 	reject(b, msg_len, "not a ShardMeter update (wrong magic)");
 	free(b);
 	/* a checkpoint is named as such */
@@ -366,8 +308,8 @@ END_TEST
 
 START_TEST(test_wrong_version)
 {
-	char *b = dup_buf(msg, msg_len, 0);
-	size_t at = find(b, msg_len, "version") + strlen("version");
+	char *b = tu_dup_buf(msg, msg_len, 0);
+	size_t at = tu_find(b, msg_len, "version") + strlen("version");
 
 	ck_assert_int_eq(b[at], 1);     /* positive fixint */
 	b[at] = 2;
@@ -419,8 +361,8 @@ START_TEST(test_count_payload_mismatch)
 
 	m.count = 5;
 	buf = encode(&m, x, &len);
-	b = dup_buf(buf, len, 0);
-	at = find(b, len, "count") + strlen("count");
+	b = tu_dup_buf(buf, len, 0);
+	at = tu_find(b, len, "count") + strlen("count");
 	ck_assert_int_eq(b[at], 5);
 	b[at] = 6;
 	e = m;
@@ -438,8 +380,8 @@ END_TEST
 
 START_TEST(test_unknown_encoding)
 {
-	char *b = dup_buf(msg, msg_len, 0);
-	size_t at = find(b, msg_len, "f32");
+	char *b = tu_dup_buf(msg, msg_len, 0);
+	size_t at = tu_find(b, msg_len, "f32");
 
 	memcpy(b + at, "f64", 3);
 	reject(b, msg_len, "update has unknown encoding 'f64'; this build "
@@ -482,7 +424,7 @@ END_TEST
 
 START_TEST(test_trailing)
 {
-	char *b = dup_buf(msg, msg_len, msg_len);
+	char *b = tu_dup_buf(msg, msg_len, msg_len);
 
 	memcpy(b + msg_len, "\xc0\x00\x01", 3);
 	reject(b, msg_len + 1, "update has 1 trailing bytes after its end");
@@ -495,8 +437,8 @@ END_TEST
 
 START_TEST(test_hash_mismatch)
 {
-	char *b = dup_buf(msg, msg_len, 0);
-	size_t size, at = payload_at(b, msg_len, &size);
+	char *b = tu_dup_buf(msg, msg_len, 0);
+	size_t size, at = tu_payload_at(b, msg_len, &size);
 
 	b[at + 17] ^= 0x01;
 	reject(b, msg_len, "payload hash mismatch: the update is corrupt");
@@ -525,13 +467,13 @@ START_TEST(test_nonfinite)
 		m.enc = (pr_encoding)enc;
 		for (k = 0; k < 3; k++) {
 			buf = encode(&m, delta, &len);
-			at = payload_at(buf, len, &size);
+			at = tu_payload_at(buf, len, &size);
 			if (m.enc == PR_ENC_F32)
 				memcpy(buf + at + 4 * 123, &bad32[k], 4);
 			else
 				memcpy(buf + at + 2 * 123, m.enc == PR_ENC_F16 ?
 				    &bad16[k] : &badbf[k], 2);
-			rehash(buf, len);
+			tu_rehash(buf, len);
 			reject_n(buf, len, &m, "update holds a non-finite "
 			    "value at index 123");
 			free(buf);
@@ -629,21 +571,21 @@ END_TEST
 
 START_TEST(test_fields)
 {
-	char *b = dup_buf(msg, msg_len, 0);
+	char *b = tu_dup_buf(msg, msg_len, 0);
 
-	b[find(b, msg_len, "round") + 4] = 'X';
+	b[tu_find(b, msg_len, "round") + 4] = 'X';
 	reject(b, msg_len, "update has an unknown field 'rounX'");
 	memcpy(b, msg, msg_len);
-	memcpy(b + find(b, msg_len, "round"), "block", 5);
+	memcpy(b + tu_find(b, msg_len, "round"), "block", 5);
 	reject(b, msg_len, "update has field 'block' twice");
 	memcpy(b, msg, msg_len);
 	/* key, str8 header of 2 bytes, then "0123456789a...": 'a' -> 'A' */
-	ck_assert_int_eq(b[find(b, msg_len, "run_id") + 18], 'a');
-	b[find(b, msg_len, "run_id") + 18] = 'A';
+	ck_assert_int_eq(b[tu_find(b, msg_len, "run_id") + 18], 'a');
+	b[tu_find(b, msg_len, "run_id") + 18] = 'A';
 	reject(b, msg_len, "update field 'run_id' must be 64 lowercase hex "
 	    "digits");
 	memcpy(b, msg, msg_len);
-	b[find(b, msg_len, "block") + 5] = 65;
+	b[tu_find(b, msg_len, "block") + 5] = 65;
 	reject(b, msg_len, "update field 'block' must be an integer in "
 	    "[0, 64]");
 	free(b);
@@ -699,7 +641,7 @@ START_TEST(test_mutations)
 	for (enc = 0; enc < 2; enc++) {
 		m.enc = encs[enc];
 		buf = encode(&m, delta, &len);
-		b = dup_buf(buf, len, 0);
+		b = tu_dup_buf(buf, len, 0);
 		for (i = 0; i < len; i++)
 			for (k = 0; k < sizeof(with) + 2; k++) {
 				memcpy(b, buf, len);
@@ -723,8 +665,6 @@ main(void)
 {
 	Suite *s = suite_create("update");
 	TCase *tc = tcase_create("update");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -747,9 +687,5 @@ main(void)
 	tcase_add_test(tc, test_too_many_objects);
 	tcase_add_test(tc, test_mutations);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(s);
 }

@@ -1,10 +1,18 @@
 /* Helpers shared by the check programs: seeded inputs, error measures and
- * a central-difference gradient checker. */
+ * a gradient checker; the byte surgery of the message tests; files,
+ * commands and the daemons under test (start, wait, stop, HTTP, status);
+ * and the suite runner every main() ends with.  Helpers that check
+ * something fail the calling test through check's assertions. */
 #ifndef TESTUTIL_H
 #define TESTUTIL_H
 
+#include <check.h>
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+/* Numbers */
 
 void tu_fill(float *x, size_t n, float lo, float hi, uint64_t seed);
 float *tu_alloc_fill(size_t n, float lo, float hi, uint64_t seed);
@@ -23,5 +31,98 @@ double tu_gradcheck(tu_loss_fn loss, void *ctx, float *x, const float *grad,
 /* Records the largest error of a named check in the log, one line each,
  * for the closing note. */
 void tu_report(const char *what, double err);
+
+/* Messages and files in msgpack (checkpoints, updates) */
+
+/* What a decoder's outputs are filled with before a call that must fail,
+ * so that any byte it wrote shows. */
+#define TU_SENTINEL 0x5a
+
+/* A copy of buf (len) with room for extra more bytes and one more. */
+char *tu_dup_buf(const char *buf, size_t len, size_t extra);
+/* Offset of the bytes of str (a msgpack string's body) in buf. */
+size_t tu_find(const char *buf, size_t len, const char *str);
+/* Offset and size of the body of the "payload" bin (bin8 or bin16). */
+size_t tu_payload_at(const char *buf, size_t len, size_t *size);
+/* Writes the SHA-256 of the payload into the last 32 bytes of buf, where
+ * the hash field ends a message, so a changed payload passes the hash. */
+void tu_rehash(char *buf, size_t len);
+/* After a refused decode: its message err is not empty and holds want
+ * (NULL: anything). */
+void tu_assert_refused(const char *err, const char *want);
+/* The n bytes at p all still hold TU_SENTINEL. */
+void tu_assert_untouched(const void *p, size_t n);
+
+/* Files and commands */
+
+/* Makes a fresh directory /tmp/name.XXXXXX into dir (size bytes). */
+void tu_temp_dir(char *dir, size_t size, const char *name);
+/* Removes dir and all it holds, unless KEEP_TEST_DIRS is set. */
+void tu_remove_dir(const char *dir);
+/* Writes text to dir/name; returns the path, valid until the next call. */
+const char *tu_write_file(const char *dir, const char *name,
+    const char *text);
+/* Runs a shell command line made from fmt; returns its exit status (-1
+ * if it did not exit), its standard output and standard error in out
+ * (outlen bytes, NUL-terminated; NULL: discarded).  A command that
+ * redirects its own standard error keeps that. */
+int tu_run_cmd(char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The daemons under test */
+
+/* The programs: $BLOCKTRAIND, $SHARDMETER and $WAN_RELAY as `make check`
+ * sets them, else their places in the build tree. */
+const char *tu_blocktraind(void);
+const char *tu_shardmeter(void);
+const char *tu_wan_relay(void);
+
+/* Starts prog with argv (argv[0] first, NULL-terminated), its standard
+ * error appended to log (NULL: left as it is); returns the pid. */
+pid_t tu_spawn(const char *log, const char *prog, const char *const argv[]);
+/* A connected TCP socket to 127.0.0.1:port, or -1. */
+int tu_connect(int port);
+/* Waits until 127.0.0.1:port takes a connection (1), or until pid (if
+ * > 0) has exited or limit seconds have passed (0).  Reaps nothing. */
+int tu_wait_port(int port, pid_t pid, double limit);
+/* Starts blocktraind with the arguments after port (NULL-terminated,
+ * argv[0] apart), its standard error appended to log, and, with port >
+ * 0, waits for it to listen on 127.0.0.1:port: the test fails if it
+ * exits first or does not listen within 30 s.  Returns the pid. */
+pid_t tu_daemon_start(const char *log, int port, ...)
+    __attribute__((sentinel));
+/* Sends sig to *pid and waits up to limit seconds for it to end, then
+ * kills it; *pid becomes 0.  Returns its exit status, 128 when a signal
+ * ended it, -1 when it had to be killed, 0 when *pid was not running. */
+int tu_stop(pid_t *pid, int sig, double limit);
+
+/* An HTTP answer's body, NUL-terminated; the caller frees data. */
+typedef struct {
+	char *data;
+	size_t len;
+} tu_body;
+
+/* One request to 127.0.0.1:port with an optional extra header line and
+ * body (NULL: none), 10 s at most.  Returns the status code, 0 when no
+ * answer came; out receives the body. */
+long tu_http(const char *method, int port, const char *path,
+    const char *header, const void *body, size_t len, tu_body *out);
+long tu_http_get(int port, const char *path, tu_body *out);
+/* GET /v1/status of the daemon on port: the JSON object, or NULL when it
+ * did not answer 200 with JSON.  The caller json_decref()s it. */
+json_t *tu_status(int port);
+/* An integer field of the status, -1 without an answer. */
+long long tu_status_int(int port, const char *key);
+/* Whether the status says state (its "state" field). */
+int tu_status_is(int port, const char *state);
+/* Whether the daemons on ports first..first+n-1 all say state within
+ * limit seconds (polled every 0.1 s). */
+int tu_wait_state(int first, int n, const char *state, double limit);
+
+/* Suites */
+
+/* Runs every test of s with check's defaults; returns EXIT_SUCCESS when
+ * none failed, else EXIT_FAILURE. */
+int tu_run_suite(Suite *s);
 
 #endif

@@ -11,6 +11,11 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/pool.h"
 
+/* OpenBLAS's own introspection; declared here because not every cblas.h
+ * declares them. */
+extern char *openblas_get_corename(void);
+extern char *openblas_get_config(void);
+
 /* 64-byte alignment keeps AVX-512 loads of whole rows on one cache line. */
 static void *
 cpu_alloc(size_t bytes)
@@ -57,9 +62,18 @@ cpu_status(char *err)
 	return 0;
 }
 
+static void
+cpu_describe(char *buf, size_t len)
+{
+	snprintf(buf, len, "cpu: %d threads, gemm %s, OpenBLAS %s (%s)",
+	    kn_pool_threads(), kn_gemm_name(kn_gemm_current()),
+	    openblas_get_corename(), openblas_get_config());
+}
+
 static const kn_backend cpu_backend = {
 	.name = "cpu",
 	.kind = KN_BACKEND_CPU,
+	.describe = cpu_describe,
 	.alloc = cpu_alloc,
 	.free = cpu_free,
 	.upload = cpu_copy,

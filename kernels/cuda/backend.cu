@@ -163,9 +163,37 @@ cuda_sync(void)
 
 extern "C" int kn_cuda_status(char *err);
 
+/* The table's describe(): the device in use, for the log. */
+static void
+cuda_describe(char *buf, size_t len)
+{
+	cudaDeviceProp prop;
+	int count = 0, dev = 0;
+
+	if (len == 0)
+		return;
+	if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+		(void)cudaGetLastError();
+		snprintf(buf, len, "no CUDA device");
+		return;
+	}
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		snprintf(buf, len, "CUDA device %d (properties unavailable)",
+		    dev);
+		return;
+	}
+	snprintf(buf, len, "%s, %d SMs, %.1f GiB, compute %d.%d", prop.name,
+	    prop.multiProcessorCount,
+	    (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+	    prop.major, prop.minor);
+}
+
 static const kn_backend cuda_backend = {
 	"cuda",
 	KN_BACKEND_CUDA,
+	cuda_describe,
 	cuda_alloc,
 	cuda_free,
 	cuda_upload,
@@ -278,32 +306,6 @@ kn_cuda_backend(char *err)
 		return NULL;
 	}
 	return &cuda_backend;
-}
-
-extern "C" void
-kn_cuda_describe(char *buf, size_t len)
-{
-	cudaDeviceProp prop;
-	int count = 0, dev = 0;
-
-	if (len == 0)
-		return;
-	if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-		(void)cudaGetLastError();
-		snprintf(buf, len, "no CUDA device");
-		return;
-	}
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
-		(void)cudaGetLastError();
-		snprintf(buf, len, "CUDA device %d (properties unavailable)",
-		    dev);
-		return;
-	}
-	snprintf(buf, len, "%s, %d SMs, %.1f GiB, compute %d.%d", prop.name,
-	    prop.multiProcessorCount,
-	    (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
-	    prop.major, prop.minor);
 }
 
 /* The table's status(): the ops return void, so this is how a caller
