@@ -583,6 +583,54 @@ START_TEST(test_config_errors)
 }
 END_TEST
 
+/* Bytes are charged to the peer that asked, whatever the length of its
+ * name: a daemon adds ?from=<its address> to what it asks of a peer.  The
+ * address here is numeric IPv6 loopback written out in full (46 bytes)
+ * so that nothing is resolved; the old meter label kept 31 bytes and
+ * charged such a peer's bytes to the clients. */
+START_TEST(test_long_peer_name)
+{
+	static const char longname[] =
+	    "[0000:0000:0000:0000:0000:0000:0000:0001]:7070";
+	char text[512], path[256];
+	json_t *j, *peer, *clients;
+	tu_body body = { 0 };
+	long long in, out, client_in;
+	int i;
+
+	write_spec(2, 1000000, 50, 1);
+	snprintf(text, sizeof(text), "127.0.0.1:%d 1\n%s 2\n", base_port,
+	    longname);
+	tu_write_file(dir, "peers", text);
+	start(0, 1);
+	snprintf(path, sizeof(path), "/v1/status?from=%s", longname);
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(tu_http_get(base_port, path, &body), 200);
+		free(body.data);
+		body.data = NULL;
+	}
+	j = tu_status(base_port);
+	ck_assert_ptr_nonnull(j);
+	peer = json_array_get(json_object_get(j, "peers"), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(peer, "addr")),
+	    longname);
+	in = json_integer_value(json_object_get(json_object_get(json_object_get(
+	    peer, "bytes"), "in"), "other"));
+	out = json_integer_value(json_object_get(json_object_get(
+	    json_object_get(peer, "bytes"), "out"), "other"));
+	clients = json_object_get(json_object_get(j, "client_bytes"), "in");
+	client_in = json_integer_value(json_object_get(clients, "other"));
+	/* three requests of at least their request line each, and their
+	 * answers; the clients have only this status request's own bytes so
+	 * far (it is charged once answered) */
+	ck_assert_int_ge(in, 3 * (long long)strlen(path));
+	ck_assert_int_ge(out, 3 * 100);
+	ck_assert_int_lt(client_in, (long long)strlen(path));
+	json_decref(j);
+	ck_assert_int_eq(stop(0), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -596,6 +644,7 @@ main(void)
 	tcase_add_test(tc, test_replicas_identical);
 	tcase_add_test(tc, test_kill_replica);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_long_peer_name);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

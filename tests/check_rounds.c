@@ -26,6 +26,7 @@
 #include "kernels/error.h"
 #include "proto/checkpoint.h"
 #include "proto/update.h"
+#include "tests/testutil.h"
 
 /* The out-of-memory case asks malloc for more than any machine has: it
  * must return NULL under AddressSanitizer too, not abort. */
@@ -62,7 +63,7 @@ struct replica {
 
 static uv_loop_t loop;
 static struct replica rep[NREP];
-static char dir[] = "/tmp/check_rounds.XXXXXX";
+static char dir[64];
 static double skew;             /* the test's clock runs ahead by this */
 static int closed_count;
 
@@ -231,8 +232,7 @@ run_for(double secs)
 static void
 setup(void)
 {
-	char path[sizeof(dir) + 16], err[PR_ERR_LEN];
-	FILE *f;
+	char path[sizeof(dir) + 16], text[256], err[PR_ERR_LEN];
 	int k, i;
 
 	log_init(1, 0, "check_rounds");
@@ -240,7 +240,7 @@ setup(void)
 	closed_count = 0;
 	ck_assert_int_eq(uv_loop_init(&loop), 0);
 	memset(rep, 0, sizeof(rep));
-	ck_assert_ptr_nonnull(mkdtemp(strcpy(dir, "/tmp/check_rounds.XXXXXX")));
+	tu_temp_dir(dir, sizeof(dir), "check_rounds");
 	for (k = 0; k < NREP; k++) {
 		rep[k].k = k;
 		ck_assert_int_eq(hs_server_new(&rep[k].http, &loop, NULL, handler,
@@ -256,11 +256,9 @@ setup(void)
 	}
 	/* one line per replica, plus a peer of another block between them:
 	 * replica indexes are not line numbers */
-	snprintf(path, sizeof(path), "%s/peers", dir);
-	ck_assert_ptr_nonnull(f = fopen(path, "w"));
-	fprintf(f, "%s 1\n127.0.0.1:9 2\n%s 1\n%s 1\n", rep[0].addr,
-	    rep[1].addr, rep[2].addr);
-	fclose(f);
+	snprintf(text, sizeof(text), "%s 1\n127.0.0.1:9 2\n%s 1\n%s 1\n",
+	    rep[0].addr, rep[1].addr, rep[2].addr);
+	snprintf(path, sizeof(path), "%s", tu_write_file(dir, "peers", text));
 	for (k = 0; k < NREP; k++) {
 		rounds_config rc = {
 			.loop = &loop, .client = rep[k].client,
@@ -287,7 +285,6 @@ setup(void)
 static void
 teardown(void)
 {
-	char path[sizeof(dir) + 16];
 	int k;
 
 	for (k = 0; k < NREP; k++) {
@@ -301,9 +298,7 @@ teardown(void)
 	ck_assert_int_eq(uv_loop_close(&loop), 0);
 	for (k = 0; k < NREP; k++)
 		sm_peers_free(&rep[k].peers);
-	snprintf(path, sizeof(path), "%s/peers", dir);
-	unlink(path);
-	rmdir(dir);
+	tu_remove_dir(dir);
 }
 
 /* Replica k's update for its current round: distinct for each replica
@@ -649,8 +644,6 @@ main(void)
 {
 	Suite *s = suite_create("rounds");
 	TCase *tc = tcase_create("rounds");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -661,9 +654,5 @@ main(void)
 	tcase_add_test(tc, test_conflict_kinds);
 	tcase_add_test(tc, test_out_of_memory_is_503);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return tu_run_suite(s);
 }
