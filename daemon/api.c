@@ -291,92 +291,137 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 	    n->ckpt_step, n->ckpt_len, req->peer);
 }
 
+static void
+get_status(node *n, const hs_request *req, hs_response *res)
+{
+	size_t len;
+	char *body = api_status_json(n, &len);
+
+	(void)req;
+	hs_response_status(res, 200);
+	hs_response_body_owned(res, "application/json", body, len);
+}
+
+static void
+get_metrics(node *n, const hs_request *req, hs_response *res)
+{
+	size_t len;
+	char *body = metrics_text(n, &len);
+
+	(void)req;
+	hs_response_status(res, 200);
+	hs_response_body_owned(res, "text/plain; version=0.0.4", body, len);
+}
+
+static void
+get_spec(node *n, const hs_request *req, hs_response *res)
+{
+	(void)req;
+	hs_response_status(res, 200);
+	hs_response_header(res, "X-Run-Id", n->run_id);
+	hs_response_body(res, "application/x-msgpack", n->spec_body,
+	    n->spec_len);
+}
+
+static void
+get_peers(node *n, const hs_request *req, hs_response *res)
+{
+	(void)req;
+	hs_response_json(res, 200, peers_json(n));
+}
+
+/* The read-only resources, with the traffic kind they are metered as:
+ * whole paths, and "checkpoint" below /v1/blocks/{b}/ (a request path
+ * always starts with '/', so the two never meet). */
+static const struct {
+	const char *path;
+	int kind;
+	void (*get)(node *n, const hs_request *req, hs_response *res);
+} routes[] = {
+	{ "/v1/status", SM_KIND_OTHER, get_status },
+	{ "/metrics", SM_KIND_OTHER, get_metrics },
+	{ "/v1/spec", SM_KIND_OTHER, get_spec },
+	{ "/v1/peers", SM_KIND_OTHER, get_peers },
+	{ "checkpoint", SM_KIND_CHECKPOINT, serve_checkpoint },
+};
+
+static int
+is_get(const hs_request *req)
+{
+	return strcmp(req->method, "GET") == 0 ||
+	    strcmp(req->method, "HEAD") == 0;
+}
+
+static void
+not_allowed(node *n, const hs_request *req, hs_response *res)
+{
+	n->client_errors++;
+	hs_response_header(res, "Allow", "GET, HEAD");
+	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
+	    req->path);
+}
+
+/* A route of the table by path (rest: below /v1/blocks/{b}/), answered;
+ * 0 when none matches. */
+static int
+route(node *n, const hs_request *req, hs_response *res, const char *path)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (strcmp(routes[i].path, path) != 0)
+			continue;
+		meter(n, res, req, routes[i].kind);
+		if (is_get(req))
+			routes[i].get(n, req, res);
+		else
+			not_allowed(n, req, res);
+		return 1;
+	}
+	return 0;
+}
+
+/* Below /v1/blocks/{b}/: the checkpoint, and the rounds' exchange. */
+static int
+route_block(node *n, const hs_request *req, hs_response *res, int block,
+    const char *rest)
+{
+	long long round;
+	int used = 0;
+
+	if (block != n->cfg.block) {
+		meter(n, res, req, SM_KIND_OTHER);
+		hs_response_text(res, 404, "this daemon serves block %d, not "
+		    "block %d", n->cfg.block, block);
+		return 1;
+	}
+	if (strcmp(rest, "checkpoint") == 0)
+		return route(n, req, res, rest);
+	if (sscanf(rest, "rounds/%lld/%n", &round, &used) != 1 || used <= 0)
+		return 0;
+	meter(n, res, req, SM_KIND_UPDATE);
+	if (n->rounds == NULL) {
+		hs_response_text(res, 404, "block %d has one replica: it "
+		    "exchanges no updates", n->cfg.block);
+		return 1;
+	}
+	return rounds_handle(n->rounds, req, res, round, rest + used);
+}
+
 void
 api_handle(void *ctx, const hs_request *req, hs_response *res)
 {
 	node *n = ctx;
-	int get = strcmp(req->method, "GET") == 0 ||
-	    strcmp(req->method, "HEAD") == 0;
 	int block, used = 0;
-	long long round;
-	char *body;
-	size_t len;
 
 	n->requests++;
-	if (strcmp(req->path, "/v1/status") == 0) {
-		meter(n, res, req, SM_KIND_OTHER);
-		if (!get)
-			goto not_allowed;
-		body = api_status_json(n, &len);
-		hs_response_status(res, 200);
-		hs_response_body_owned(res, "application/json", body, len);
+	if (route(n, req, res, req->path))
 		return;
-	}
-	if (strcmp(req->path, "/metrics") == 0) {
-		meter(n, res, req, SM_KIND_OTHER);
-		if (!get)
-			goto not_allowed;
-		body = metrics_text(n, &len);
-		hs_response_status(res, 200);
-		hs_response_body_owned(res, "text/plain; version=0.0.4", body,
-		    len);
-		return;
-	}
-	if (strcmp(req->path, "/v1/spec") == 0) {
-		meter(n, res, req, SM_KIND_OTHER);
-		if (!get)
-			goto not_allowed;
-		hs_response_status(res, 200);
-		hs_response_header(res, "X-Run-Id", n->run_id);
-		hs_response_body(res, "application/x-msgpack", n->spec_body,
-		    n->spec_len);
-		return;
-	}
-	if (strcmp(req->path, "/v1/peers") == 0) {
-		meter(n, res, req, SM_KIND_OTHER);
-		if (!get)
-			goto not_allowed;
-		hs_response_json(res, 200, peers_json(n));
-		return;
-	}
 	if (sscanf(req->path, "/v1/blocks/%d/%n", &block, &used) == 1 &&
-	    used > 0) {
-		const char *rest = req->path + used;
-
-		if (block != n->cfg.block) {
-			meter(n, res, req, SM_KIND_OTHER);
-			hs_response_text(res, 404, "this daemon serves block %d, not block %d",
-			    n->cfg.block, block);
-			return;
-		}
-		if (strcmp(rest, "checkpoint") == 0) {
-			meter(n, res, req, SM_KIND_CHECKPOINT);
-			if (!get)
-				goto not_allowed;
-			serve_checkpoint(n, req, res);
-			return;
-		}
-		used = 0;
-		if (sscanf(rest, "rounds/%lld/%n", &round, &used) == 1 &&
-		    used > 0) {
-			meter(n, res, req, SM_KIND_UPDATE);
-			if (n->rounds == NULL) {
-				hs_response_text(res, 404, "block %d has one replica: "
-				    "it exchanges no updates", n->cfg.block);
-				return;
-			}
-			if (rounds_handle(n->rounds, req, res, round,
-			    rest + used))
-				return;
-		}
-	}
+	    used > 0 && route_block(n, req, res, block, req->path + used))
+		return;
 	meter(n, res, req, SM_KIND_OTHER);
 	n->client_errors++;
-	hs_response_text(res, 404, "no such resource: %s %s (see proto/PROTOCOL.md)",
-	    req->method, req->path);
-	return;
-not_allowed:
-	n->client_errors++;
-	hs_response_header(res, "Allow", "GET, HEAD");
-	hs_response_text(res, 405, "%s is not allowed on %s", req->method, req->path);
+	hs_response_text(res, 404, "no such resource: %s %s (see "
+	    "proto/PROTOCOL.md)", req->method, req->path);
 }
