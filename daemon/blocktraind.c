@@ -282,7 +282,7 @@ on_event(void *ctx, wk_event *ev)
 		}
 		break;
 	}
-	worker_event_free(ev);
+	wk_event_free(ev);
 }
 
 static void
@@ -322,7 +322,7 @@ shutdown_node(node *n)
 	uv_close((uv_handle_t *)&n->sigint, on_closed_handle);
 	uv_close((uv_handle_t *)&n->sighup, on_closed_handle);
 	if (n->worker != NULL) {
-		worker_close(n->worker, on_worker_closed, NULL);
+		wk_close(n->worker, on_worker_closed, NULL);
 		n->worker = NULL;
 	}
 	rounds_free(n);
@@ -345,7 +345,7 @@ on_stop_signal(uv_signal_t *h, int sig)
 	n->stopping = 1;
 	n->state = "stopping";
 	if (n->worker != NULL && !n->worker_done)
-		worker_stop(n->worker);
+		wk_stop(n->worker);
 	else
 		shutdown_node(n);
 }
@@ -618,7 +618,7 @@ main(int argc, char **argv)
 	wo.replicas = n.replicas;
 	wo.local_steps = n.spec.local_steps;
 	wo.threads = n.cfg.threads;
-	if (worker_start(&n.worker, n.loop, &wo, on_event, &n, err) != 0)
+	if (wk_start(&n.worker, n.loop, &wo, on_event, &n, err) != 0)
 		fatalx("%s", err);
 	uv_run(n.loop, UV_RUN_DEFAULT);
 	uv_loop_close(n.loop);

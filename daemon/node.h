@@ -34,7 +34,7 @@ typedef struct node {
 	char backend_desc[256];
 	hs_server *http;
 	hc_client *client;
-	worker *worker;
+	wk_worker *worker;
 	uv_timer_t cron;
 	uv_signal_t sigterm, sigint, sighup;
 	/* what we report */

@@ -361,7 +361,7 @@ apply(node *n, uint64_t members)
 	    n->replicas);
 	node_journal(n, "round %" PRId64 " members 0x%llx coordinator %d",
 	    r->round, (unsigned long long)members, coordinator(n));
-	worker_commit_round(n->worker, r->round, avg,
+	wk_commit_round(n->worker, r->round, avg,
 	    (float)n->spec.outer_lr, NULL, 0);
 	drop_round(r);
 	r->round = -1;
@@ -396,7 +396,7 @@ on_checkpoint(void *ctx, hc_result *res)
 	    peer_addr(n, c->replica), res->body_len);
 	node_journal(n, "round %" PRId64 " left out: adopted the checkpoint of "
 	    "%s", r->round, peer_addr(n, c->replica));
-	worker_commit_round(n->worker, r->round, NULL, 0.0f, body,
+	wk_commit_round(n->worker, r->round, NULL, 0.0f, body,
 	    res->body_len);
 	drop_round(r);
 	r->round = -1;
@@ -645,7 +645,7 @@ rounds_on_update(node *n, wk_event *ev)
 
 	if (r == NULL) {
 		/* one replica: nothing to average, keep the local weights */
-		worker_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
 		return;
 	}
 	if (r->round != ev->round) {
@@ -675,14 +675,14 @@ rounds_on_update(node *n, wk_event *ev)
 	if (pr_update_encode(&meta, ev->delta, &buf, &len, err) != 0) {
 		log_warnx("round %" PRId64 ": cannot encode our update: %s",
 		    ev->round, err);
-		worker_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
 		return;
 	}
 	/* our own contribution as the others will see it */
 	if (store_update(n, buf, len, ev->round, &rep, err) != 0) {
 		log_warnx("round %" PRId64 ": %s", ev->round, err);
 		free(buf);
-		worker_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
 		return;
 	}
 	r->active = 1;
