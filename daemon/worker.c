@@ -69,6 +69,7 @@ event(wk_event_kind kind)
 	return ev;
 }
 
+/* kind: WK_ERROR when the thread ends, WK_WARNING when it goes on. */
 static void
 post_message(wk_worker *w, wk_event_kind kind, const char *what,
     const char *err)
@@ -233,7 +234,8 @@ run(lt_thread *lt, void *arg)
 	if (o->valid_path != NULL && o->valid_path[0] != '\0') {
 		if (corpus_open(&valid, o->valid_path, o->valid_sha256,
 		    (size_t)o->train.spec->window + 2, err) != 0)
-			post_error(w, "held-out shares disabled", err);
+			post_message(w, WK_WARNING, "held-out shares disabled",
+			    err);
 		else
 			have_valid = 1;
 	}

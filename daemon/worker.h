@@ -21,6 +21,7 @@ typedef enum {
 	WK_ROUND_READY,         /* round, delta (count floats): our update */
 	WK_DONE,                /* all steps trained */
 	WK_STOPPED,             /* stopped on request, checkpoint written */
+	WK_WARNING,             /* msg, for the log; the thread goes on */
 	WK_ERROR                /* msg; the thread has ended */
 } wk_event_kind;
 
