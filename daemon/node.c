@@ -226,7 +226,7 @@ on_round_ready(node *n, wk_event *ev)
 	n->state = "round";
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
-		worker_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
 		n->state = "training";
 		return;
 	}
@@ -295,7 +295,7 @@ on_event(void *ctx, wk_event *ev)
 		on_worker_error(n, ev->msg);
 		break;
 	}
-	worker_event_free(ev);
+	wk_event_free(ev);
 }
 
 static void
@@ -317,7 +317,7 @@ shutdown_node(node *n)
 	uv_close((uv_handle_t *)&n->sigint, on_closed_handle);
 	uv_close((uv_handle_t *)&n->sighup, on_closed_handle);
 	if (n->worker != NULL) {
-		worker_close(n->worker, NULL, NULL);
+		wk_close(n->worker, NULL, NULL);
 		n->worker = NULL;
 	}
 	rounds_free(n->rounds);
@@ -341,7 +341,7 @@ on_stop_signal(uv_signal_t *h, int sig)
 	n->stopping = 1;
 	n->state = "stopping";
 	if (n->worker != NULL && !n->worker_done)
-		worker_stop(n->worker);
+		wk_stop(n->worker);
 	else
 		shutdown_node(n);
 }
@@ -479,7 +479,7 @@ rounds_commit(void *arg, int64_t round, float *avg, float outer_lr,
 	node *n = arg;
 
 	if (n->worker != NULL)
-		worker_commit_round(n->worker, round, avg, outer_lr, ckpt, len);
+		wk_commit_round(n->worker, round, avg, outer_lr, ckpt, len);
 	else {
 		free(avg);
 		free(ckpt);
@@ -539,7 +539,7 @@ start_worker(node *n, char *err)
 	wo.replicas = n->replicas;
 	wo.local_steps = n->spec.local_steps;
 	wo.threads = n->cfg.threads;
-	return worker_start(&n->worker, n->loop, &wo, on_event, n, err);
+	return wk_start(&n->worker, n->loop, &wo, on_event, n, err);
 }
 
 static void

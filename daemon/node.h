@@ -35,7 +35,7 @@ typedef struct node {
 	char backend_desc[256];
 	hs_server *http;
 	hc_client *client;
-	worker *worker;
+	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
 	uv_timer_t cron;
 	uv_signal_t sigterm, sigint, sighup;

@@ -1,9 +1,9 @@
 /* The pipeline host's compute thread: the models this host serves (its
  * BlockTrain blocks and its slice of the causal LM's layers), and the
  * batching of the requests in flight.  Jobs come from the loop and go
- * back to it through a uv_async_t (drained whole: sends coalesce).  While
- * the thread computes, new jobs queue up and join the next forward pass,
- * so concurrent requests at a host share one batched pass. */
+ * back to it through a loop thread (loop_thread.h).  While the thread
+ * computes, new jobs queue up and join the next forward pass, so
+ * concurrent requests at a host share one batched pass. */
 #ifndef SM_SERVE_COMPUTE_H
 #define SM_SERVE_COMPUTE_H
 
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/loop_thread.h"
 #include "kernels/backend.h"
 #include "kernels/model.h"
 #include "proto/pipeline.h"
@@ -30,7 +31,8 @@ typedef struct sc_job {
 	pl_frame out;           /* filled by the thread; PL_ERR on failure */
 	uint64_t compute_us;    /* forward passes this job took part in */
 	void *owner;            /* the loop's, untouched here */
-	struct sc_job *next;
+	struct sc_job *next;    /* the compute thread's own lists */
+	lt_item link;           /* in the queues to and from the thread */
 } sc_job;
 
 typedef struct {

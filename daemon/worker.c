@@ -1,7 +1,8 @@
-/* The trainer thread and its queue to the loop. */
+/* The trainer thread: trains the block, evaluates, checkpoints and, with
+ * replicas, stops for each round; its events go to the loop and the
+ * rounds' answers come back through a loop thread (loop_thread.h). */
 #include "config.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,29 +15,27 @@
 #include "kernels/pool.h"
 #include "proto/checkpoint.h"
 
-struct worker {
+struct wk_worker {
 	wk_opts o;
-	uv_async_t async;
-	pthread_t thread;
-	int joined;
+	lt_thread *lt;
 	wk_event_fn on_event;
 	void *ctx;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;    /* a command for the thread */
-	wk_event *head, *tail;  /* to the loop */
-	int stop;
-	int64_t commit_round;   /* -1: none pending */
-	float *commit_avg;
-	float commit_lr;
-	char *commit_ckpt;
-	size_t commit_len;
-	int committed;
 	void (*closed)(void *);
 	void *closed_arg;
 };
 
+/* The loop's answer to WK_ROUND_READY, queued to the thread. */
+struct commit {
+	int64_t round;
+	float *avg;             /* owned */
+	float lr;
+	char *ckpt;             /* owned */
+	size_t len;
+	lt_item link;
+};
+
 void
-worker_event_free(wk_event *ev)
+wk_event_free(wk_event *ev)
 {
 	if (ev == NULL)
 		return;
@@ -46,17 +45,17 @@ worker_event_free(wk_event *ev)
 }
 
 static void
-post(worker *w, wk_event *ev)
+commit_free(struct commit *cm)
 {
-	pthread_mutex_lock(&w->lock);
-	ev->next = NULL;
-	if (w->tail != NULL)
-		w->tail->next = ev;
-	else
-		w->head = ev;
-	w->tail = ev;
-	pthread_mutex_unlock(&w->lock);
-	uv_async_send(&w->async);
+	free(cm->avg);
+	free(cm->ckpt);
+	free(cm);
+}
+
+static void
+post(wk_worker *w, wk_event *ev)
+{
+	lt_post(w->lt, &ev->link);
 }
 
 static wk_event *
@@ -70,19 +69,28 @@ event(wk_event_kind kind)
 	return ev;
 }
 
+/* kind: WK_ERROR when the thread ends, WK_WARNING when it goes on. */
 static void
-post_message(worker *w, wk_event_kind kind, const char *what,
+post_message(wk_worker *w, wk_event_kind kind, const char *what,
     const char *err)
 {
 	wk_event *ev = event(kind);
 
-	snprintf(ev->msg, sizeof(ev->msg), "%s: %s", what, err);
+	/* a longer one is cut: it is for the log */
+	if (snprintf(ev->msg, sizeof(ev->msg), "%s: %s", what, err) < 0)
+		ev->msg[0] = '\0';
 	post(w, ev);
+}
+
+static void
+post_error(wk_worker *w, const char *what, const char *err)
+{
+	post_message(w, WK_ERROR, what, err);
 }
 
 /* The checkpoint just written, read back for the loop to serve. */
 static int
-post_checkpoint(worker *w, sm_trainer *t, wk_event_kind kind, char *err)
+post_checkpoint(wk_worker *w, sm_trainer *t, wk_event_kind kind, char *err)
 {
 	char path[PR_PATH_LEN + 32];
 	wk_event *ev = event(kind);
@@ -97,27 +105,16 @@ post_checkpoint(worker *w, sm_trainer *t, wk_event_kind kind, char *err)
 	if (rc == 0)
 		rc = pr_ckpt_sha256_hex(ev->buf, ev->len, ev->etag, err);
 	if (rc != 0) {
-		worker_event_free(ev);
+		wk_event_free(ev);
 		return rc;
 	}
 	post(w, ev);
 	return KN_OK;
 }
 
-static int
-stop_requested(worker *w)
-{
-	int s;
-
-	pthread_mutex_lock(&w->lock);
-	s = w->stop;
-	pthread_mutex_unlock(&w->lock);
-	return s;
-}
-
 /* Adopts a published checkpoint: its weights, step and round. */
 static int
-adopt_checkpoint(worker *w, sm_trainer *t, const char *buf, size_t len,
+adopt_checkpoint(wk_worker *w, sm_trainer *t, const char *buf, size_t len,
     char *err)
 {
 	kn_model *m = sm_trainer_model(t);
@@ -144,17 +141,42 @@ adopt_checkpoint(worker *w, sm_trainer *t, const char *buf, size_t len,
 	return rc;
 }
 
+/* The loop's answer for round: the last one queued, or NULL when a stop
+ * comes first.  Answers for other rounds are stale and dropped. */
+static struct commit *
+wait_commit(wk_worker *w, int64_t round)
+{
+	struct commit *found = NULL, *cm;
+	lt_item *item, *next;
+	int stop;
+
+	do {
+		stop = lt_wait(w->lt, -1, &item);
+		for (; item != NULL; item = next) {
+			next = item->next;
+			cm = LT_CONTAINER(item, struct commit, link);
+			if (cm->round != round)
+				commit_free(cm);
+			else {
+				if (found != NULL)
+					commit_free(found);
+				found = cm;
+			}
+		}
+	} while (found == NULL && !stop);
+	return found;
+}
+
 /* Hands our update to the loop and waits for the round's outcome. */
 static int
-run_round(worker *w, sm_trainer *t, float *start, char *err)
+run_round(wk_worker *w, sm_trainer *t, float *start, char *err)
 {
 	kn_model *m = sm_trainer_model(t);
 	size_t n = kn_model_num_params(m);
 	wk_event *ev = event(WK_ROUND_READY);
 	int64_t round = sm_trainer_round(t);
-	float *avg, lr, *local;
-	char *ckpt;
-	size_t len;
+	struct commit *cm;
+	float *local;
 	int rc = KN_OK;
 
 	ev->round = round;
@@ -162,44 +184,31 @@ run_round(worker *w, sm_trainer *t, float *start, char *err)
 	ev->count = n;
 	if ((ev->delta = malloc(n * sizeof(float))) == NULL ||
 	    (local = malloc(n * sizeof(float))) == NULL) {
-		worker_event_free(ev);
+		wk_event_free(ev);
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
 	kn_model_get_params(m, local);
 	kn_update_delta(ev->delta, start, local, n);
 	free(local);
 	post(w, ev);
-	pthread_mutex_lock(&w->lock);
-	while (!w->stop && !(w->committed && w->commit_round == round))
-		pthread_cond_wait(&w->wake, &w->lock);
-	avg = w->commit_avg;
-	lr = w->commit_lr;
-	ckpt = w->commit_ckpt;
-	len = w->commit_len;
-	if (!(w->committed && w->commit_round == round))
-		avg = NULL, ckpt = NULL;
-	else
-		w->commit_avg = NULL, w->commit_ckpt = NULL;
-	w->committed = 0;
-	pthread_mutex_unlock(&w->lock);
-	if (avg != NULL) {
-		kn_outer_step(start, avg, lr, n);
+	if ((cm = wait_commit(w, round)) != NULL && cm->avg != NULL) {
+		kn_outer_step(start, cm->avg, cm->lr, n);
 		rc = kn_model_set_params(m, start, err);
 		if (rc == 0)
 			sm_trainer_set_round(t, round + 1);
-	} else if (ckpt != NULL) {
-		rc = adopt_checkpoint(w, t, ckpt, len, err);
+	} else if (cm != NULL && cm->ckpt != NULL) {
+		rc = adopt_checkpoint(w, t, cm->ckpt, cm->len, err);
 	}
-	free(avg);
-	free(ckpt);
+	if (cm != NULL)
+		commit_free(cm);
 	kn_model_get_params(m, start);
 	return rc;
 }
 
-static void *
-worker_main(void *arg)
+static void
+run(lt_thread *lt, void *arg)
 {
-	worker *w = arg;
+	wk_worker *w = arg;
 	const wk_opts *o = &w->o;
 	char err[KN_ERR_LEN];
 	sm_trainer *t = NULL;
@@ -209,22 +218,24 @@ worker_main(void *arg)
 	double last_progress = 0, lo, hi;
 	int have_valid = 0;
 
+	(void)lt;       /* w->lt, set before the thread started */
 	if (sm_trainer_open(&t, &o->train, err) != 0) {
-		post_message(w, WK_ERROR, "cannot start training", err);
-		return NULL;
+		post_error(w, "cannot start training", err);
+		return;
 	}
 	if (sm_trainer_steps(t) == 0 && sm_trainer_save(t, err) != 0) {
-		post_message(w, WK_ERROR, "cannot write the first checkpoint", err);
+		post_error(w, "cannot write the first checkpoint", err);
 		goto out;
 	}
 	if (post_checkpoint(w, t, WK_STARTED, err) != 0) {
-		post_message(w, WK_ERROR, "cannot read the checkpoint", err);
+		post_error(w, "cannot read the checkpoint", err);
 		goto out;
 	}
 	if (o->valid_path != NULL && o->valid_path[0] != '\0') {
 		if (corpus_open(&valid, o->valid_path, o->valid_sha256,
 		    (size_t)o->train.spec->window + 2, err) != 0)
-			post_message(w, WK_WARNING, "held-out shares disabled", err);
+			post_message(w, WK_WARNING, "held-out shares disabled",
+			    err);
 		else
 			have_valid = 1;
 	}
@@ -233,7 +244,7 @@ worker_main(void *arg)
 		size_t n = kn_model_num_params(sm_trainer_model(t));
 
 		if ((start = malloc(n * sizeof(float))) == NULL) {
-			post_message(w, WK_ERROR, "training", "out of memory");
+			post_error(w, "training", "out of memory");
 			goto out;
 		}
 		kn_model_get_params(sm_trainer_model(t), start);
@@ -241,10 +252,10 @@ worker_main(void *arg)
 	while (sm_trainer_steps(t) < o->train.steps) {
 		int64_t step;
 
-		if (stop_requested(w))
+		if (lt_stopping(w->lt))
 			break;
 		if (sm_trainer_step(t, &loss, err) != 0) {
-			post_message(w, WK_ERROR, "training step", err);
+			post_error(w, "training step", err);
 			goto out;
 		}
 		step = sm_trainer_steps(t);
@@ -265,63 +276,67 @@ worker_main(void *arg)
 			ev->step = step;
 			if (bt_eval_share(sm_trainer_model(t), o->train.spec,
 			    &valid, &set, lo, hi, &ev->share, err) != 0) {
-				worker_event_free(ev);
-				post_message(w, WK_ERROR, "held-out share", err);
+				wk_event_free(ev);
+				post_error(w, "held-out share", err);
 				goto out;
 			}
 			post(w, ev);
 		}
 		if (o->replicas > 1 && step % o->local_steps == 0) {
 			if (run_round(w, t, start, err) != 0) {
-				post_message(w, WK_ERROR, "round", err);
+				post_error(w, "round", err);
 				goto out;
 			}
-			if (stop_requested(w))
+			if (lt_stopping(w->lt))
 				break;
 		}
 		if ((o->replicas > 1 && step % o->local_steps == 0) ||
 		    (o->replicas <= 1 && step % o->checkpoint_every == 0)) {
 			if (sm_trainer_save(t, err) != 0 ||
 			    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
-				post_message(w, WK_ERROR, "checkpoint", err);
+				post_error(w, "checkpoint", err);
 				goto out;
 			}
 		}
 	}
 	if (sm_trainer_save(t, err) != 0 ||
 	    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
-		post_message(w, WK_ERROR, "checkpoint", err);
+		post_error(w, "checkpoint", err);
 		goto out;
 	}
-	post(w, event(stop_requested(w) ? WK_STOPPED : WK_DONE));
+	post(w, event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
 out:
 	free(start);
 	corpus_close(&valid);
 	sm_trainer_close(t);
-	return NULL;
 }
 
 static void
-on_async(uv_async_t *h)
+deliver(void *arg, lt_item *item)
 {
-	worker *w = h->data;
-	wk_event *ev, *next;
+	wk_worker *w = arg;
 
-	pthread_mutex_lock(&w->lock);
-	ev = w->head;
-	w->head = w->tail = NULL;
-	pthread_mutex_unlock(&w->lock);
-	for (; ev != NULL; ev = next) {
-		next = ev->next;
-		w->on_event(w->ctx, ev);
-	}
+	w->on_event(w->ctx, LT_CONTAINER(item, wk_event, link));
+}
+
+static void
+free_event(lt_item *item)
+{
+	wk_event_free(LT_CONTAINER(item, wk_event, link));
+}
+
+static void
+free_commit(lt_item *item)
+{
+	commit_free(LT_CONTAINER(item, struct commit, link));
 }
 
 int
-worker_start(worker **out, uv_loop_t *loop, const wk_opts *o,
+wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
     wk_event_fn on_event, void *ctx, char *err)
 {
-	worker *w = calloc(1, sizeof(*w));
+	wk_worker *w = calloc(1, sizeof(*w));
+	lt_opts lo = { "trainer", run, deliver, free_commit, free_event, w };
 	int rc;
 
 	*out = NULL;
@@ -330,74 +345,50 @@ worker_start(worker **out, uv_loop_t *loop, const wk_opts *o,
 	w->o = *o;
 	w->on_event = on_event;
 	w->ctx = ctx;
-	w->commit_round = -1;
-	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->wake, NULL);
-	if ((rc = uv_async_init(loop, &w->async, on_async)) != 0) {
+	if ((rc = lt_start(&w->lt, loop, &lo, err)) != 0) {
 		free(w);
-		return kn_error(err, KN_EIO, "uv_async_init: %s",
-		    uv_strerror(rc));
-	}
-	w->async.data = w;
-	if ((rc = pthread_create(&w->thread, NULL, worker_main, w)) != 0) {
-		uv_close((uv_handle_t *)&w->async, NULL);
-		return kn_error(err, KN_EIO, "cannot start the trainer thread");
+		return rc;
 	}
 	*out = w;
 	return KN_OK;
 }
 
 void
-worker_stop(worker *w)
+wk_stop(wk_worker *w)
 {
-	pthread_mutex_lock(&w->lock);
-	w->stop = 1;
-	pthread_cond_broadcast(&w->wake);
-	pthread_mutex_unlock(&w->lock);
+	lt_stop(w->lt);
 }
 
 void
-worker_commit_round(worker *w, int64_t round, float *avg, float outer_lr,
+wk_commit_round(wk_worker *w, int64_t round, float *avg, float outer_lr,
     char *ckpt, size_t len)
 {
-	pthread_mutex_lock(&w->lock);
-	free(w->commit_avg);
-	free(w->commit_ckpt);
-	w->commit_avg = avg;
-	w->commit_lr = outer_lr;
-	w->commit_ckpt = ckpt;
-	w->commit_len = len;
-	w->commit_round = round;
-	w->committed = 1;
-	pthread_cond_broadcast(&w->wake);
-	pthread_mutex_unlock(&w->lock);
+	struct commit *cm = calloc(1, sizeof(*cm));
+
+	if (cm == NULL)
+		abort();	/* a few dozen bytes: nothing to recover */
+	cm->round = round;
+	cm->avg = avg;
+	cm->lr = outer_lr;
+	cm->ckpt = ckpt;
+	cm->len = len;
+	lt_submit(w->lt, &cm->link);
 }
 
 static void
-on_closed(uv_handle_t *h)
+on_closed(void *arg)
 {
-	worker *w = h->data;
-	wk_event *ev, *next;
+	wk_worker *w = arg;
 
-	for (ev = w->head; ev != NULL; ev = next) {
-		next = ev->next;
-		worker_event_free(ev);
-	}
-	free(w->commit_avg);
-	free(w->commit_ckpt);
-	pthread_mutex_destroy(&w->lock);
-	pthread_cond_destroy(&w->wake);
 	if (w->closed != NULL)
 		w->closed(w->closed_arg);
 	free(w);
 }
 
 void
-worker_close(worker *w, void (*done)(void *arg), void *arg)
+wk_close(wk_worker *w, void (*done)(void *arg), void *arg)
 {
-	worker_stop(w);
-	pthread_join(w->thread, NULL);
 	w->closed = done;
 	w->closed_arg = arg;
-	uv_close((uv_handle_t *)&w->async, on_closed);
+	lt_close(w->lt, on_closed, w);
 }

@@ -1,8 +1,8 @@
 /* The daemon's trainer thread: training steps leave the event loop and run
  * here (never on libuv's shared pool, which DNS and file work need), and
- * what they produce comes back to the loop as events through a queue and a
- * uv_async_t.  Sends coalesce, so the loop drains the whole queue on each
- * wake-up. */
+ * what they produce comes back to the loop as events, in order, through a
+ * loop thread (loop_thread.h).  The daemon calls it; events carry kinds,
+ * and their text is for the log. */
 #ifndef SM_WORKER_H
 #define SM_WORKER_H
 
@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "daemon/blocktrain.h"
+#include "daemon/loop_thread.h"
 #include "daemon/train.h"
 
 typedef enum {
@@ -20,7 +21,7 @@ typedef enum {
 	WK_ROUND_READY,         /* round, delta (count floats): our update */
 	WK_DONE,                /* all steps trained */
 	WK_STOPPED,             /* stopped on request, checkpoint written */
-	WK_WARNING,             /* msg; the thread goes on */
+	WK_WARNING,             /* msg, for the log; the thread goes on */
 	WK_ERROR                /* msg; the thread has ended */
 } wk_event_kind;
 
@@ -35,7 +36,7 @@ typedef struct wk_event {
 	float *delta;           /* owned by the event */
 	size_t count;
 	char msg[256];
-	struct wk_event *next;
+	lt_item link;           /* in the queue to the loop */
 } wk_event;
 
 typedef struct {
@@ -49,27 +50,27 @@ typedef struct {
 	int threads;
 } wk_opts;
 
-typedef struct worker worker;
+typedef struct wk_worker wk_worker;
 
 /* on_event runs on the loop thread and takes ownership of ev (free it with
- * worker_event_free). */
+ * wk_event_free). */
 typedef void (*wk_event_fn)(void *ctx, wk_event *ev);
 
-int worker_start(worker **out, uv_loop_t *loop, const wk_opts *o,
+int wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
     wk_event_fn on_event, void *ctx, char *err);
 /* Asks the thread to stop at the next step boundary; it writes the
  * checkpoint and sends WK_STOPPED. */
-void worker_stop(worker *w);
+void wk_stop(wk_worker *w);
 /* After WK_ROUND_READY: the round's outcome, taken over by the thread.
  * Either avg, the members' averaged update (count floats), applied as
  * theta = theta_start - outer_lr * avg; or ckpt, a published checkpoint
  * (len bytes) to adopt with its step and round, for a replica that was
  * left out of the round or is behind. */
-void worker_commit_round(worker *w, int64_t round, float *avg,
+void wk_commit_round(wk_worker *w, int64_t round, float *avg,
     float outer_lr, char *ckpt, size_t len);
 /* Joins the thread and closes the async handle; done runs when the handle
  * is closed and w is freed. */
-void worker_close(worker *w, void (*done)(void *arg), void *arg);
-void worker_event_free(wk_event *ev);
+void wk_close(wk_worker *w, void (*done)(void *arg), void *arg);
+void wk_event_free(wk_event *ev);
 
 #endif
