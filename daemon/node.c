@@ -64,60 +64,49 @@ node_journal(node *n, const char *fmt, ...)
 /* Health of the peers: one status request each, with backoff on failure;
  * a peer that runs another spec is refused and reported. */
 static void
-probe_done(void *ctx, hc_result *r)
+probe_failed(sm_peer *p, const hc_result *r, double t)
 {
-	void **pair = ctx;
-	node *n = pair[0];
-	/* by address: a SIGHUP may have renumbered the list meanwhile */
-	int i = sm_peers_find(&n->peers, pair[1]);
-	sm_peer *p;
-	json_t *root = NULL;
-	json_error_t jerr;
-	double t = kn_now();
+	p->failures++;
+	p->state = SM_PEER_DOWN;
+	snprintf(p->why, sizeof(p->why), "%s", r->error ? r->error :
+	    r->status ? "bad status answer" : "no answer");
+	p->next_probe = t + (p->failures < 5 ? 1 << p->failures : 30);
+	if (p->failures == 1 || p->failures % 10 == 0)
+		log_warnx("peer %s: %s", p->addr, p->why);
+}
 
-	free(pair[1]);
-	free(pair);
-	if (n->stopping || i < 0)
-		return;
-	p = &n->peers.v[i];
-	p->probing = 0;
-	node_meter(n, i, SM_KIND_OTHER, r->bytes_in, r->bytes_out);
-	if (r->status == 200)
-		root = json_loadb(r->body, r->body_len, 0, &jerr);
-	if (root == NULL) {
-		p->failures++;
-		p->state = SM_PEER_DOWN;
-		snprintf(p->why, sizeof(p->why), "%s", r->error ? r->error :
-		    r->status ? "bad status answer" : "no answer");
-		p->next_probe = t + (p->failures < 5 ? 1 << p->failures : 30);
-		if (p->failures == 1 || p->failures % 10 == 0)
-			log_warnx("peer %s: %s", p->addr, p->why);
-		return;
-	}
-	snprintf(p->run_id, sizeof(p->run_id), "%s",
-	    json_string_value(json_object_get(root, "run_id")) ?
-	    json_string_value(json_object_get(root, "run_id")) : "");
+/* What a peer's status says of it, kept beside its line (i). */
+static void
+probe_read(node *n, int i, json_t *root)
+{
+	sm_peer *p = &n->peers.v[i];
+	const char *run_id = json_string_value(json_object_get(root, "run_id"));
+	json_t *ck = json_object_get(root, "checkpoint");
+	const char *sha = json_string_value(json_object_get(ck, "sha256"));
+
+	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id ? run_id : "");
 	p->step = json_integer_value(json_object_get(root, "step"));
 	p->steps = json_integer_value(json_object_get(root, "steps"));
 	p->round = json_integer_value(json_object_get(root, "round"));
-	if (n->rounds != NULL && strcmp(p->run_id, n->run_id) == 0) {
-		json_t *ck = json_object_get(root, "checkpoint");
-		const char *sha = json_string_value(json_object_get(ck, "sha256"));
-
-		/* replicas of our block must hold the same weights after the
-		 * same round: a difference means the round split */
-		if (sha != NULL)
-			rounds_diverged(n->rounds, i, json_integer_value(
-			    json_object_get(ck, "step")), json_integer_value(
-			    json_object_get(ck, "round")), sha);
-	}
+	/* replicas of our block must hold the same weights after the same
+	 * round: a difference means the round split */
+	if (n->rounds != NULL && sha != NULL &&
+	    strcmp(p->run_id, n->run_id) == 0)
+		rounds_diverged(n->rounds, i, json_integer_value(
+		    json_object_get(ck, "step")), json_integer_value(
+		    json_object_get(ck, "round")), sha);
 	if (json_is_number(json_object_get(root, "heldout_share"))) {
 		p->share = json_number_value(json_object_get(root,
 		    "heldout_share"));
 		p->share_step = json_integer_value(json_object_get(root,
 		    "heldout_share_step"));
 	}
-	json_decref(root);
+}
+
+/* A peer that answered: up, or refused when it runs another run. */
+static void
+probe_answered(node *n, sm_peer *p, const hc_result *r, double t)
+{
 	p->last_seen = t;
 	p->rtt_ms = r->total_s * 1000.0;
 	p->failures = 0;
@@ -135,6 +124,34 @@ probe_done(void *ctx, hc_result *r)
 		log_info("peer %s (block %d) is up", p->addr, p->block);
 	p->state = SM_PEER_UP;
 	p->why[0] = '\0';
+}
+
+static void
+probe_done(void *ctx, hc_result *r)
+{
+	void **pair = ctx;
+	node *n = pair[0];
+	/* by address: a SIGHUP may have renumbered the list meanwhile */
+	int i = sm_peers_find(&n->peers, pair[1]);
+	json_t *root = NULL;
+	json_error_t jerr;
+	double t = kn_now();
+
+	free(pair[1]);
+	free(pair);
+	if (n->stopping || i < 0)
+		return;
+	n->peers.v[i].probing = 0;
+	node_meter(n, i, SM_KIND_OTHER, r->bytes_in, r->bytes_out);
+	if (r->status == 200)
+		root = json_loadb(r->body, r->body_len, 0, &jerr);
+	if (root == NULL) {
+		probe_failed(&n->peers.v[i], r, t);
+		return;
+	}
+	probe_read(n, i, root);
+	json_decref(root);
+	probe_answered(n, &n->peers.v[i], r, t);
 }
 
 static void
