@@ -16,26 +16,26 @@
 #include "kernels/clock.h"
 
 static const char *
-peer_state_name(sm_peer_state s)
+peer_state_name(peers_state s)
 {
 	switch (s) {
-	case SM_PEER_UP: return "up";
-	case SM_PEER_DOWN: return "down";
-	case SM_PEER_REFUSED: return "refused";
+	case PEERS_UP: return "up";
+	case PEERS_DOWN: return "down";
+	case PEERS_REFUSED: return "refused";
 	default: return "unknown";
 	}
 }
 
 static json_t *
-bytes_json(const uint64_t in[SM_KINDS], const uint64_t out[SM_KINDS])
+bytes_json(const uint64_t in[PEERS_KINDS], const uint64_t out[PEERS_KINDS])
 {
 	json_t *o = json_object(), *ji = json_object(), *jo = json_object();
 	int k;
 
-	for (k = 0; k < SM_KINDS; k++) {
-		json_object_set_new(ji, sm_kind_name(k), json_integer(
+	for (k = 0; k < PEERS_KINDS; k++) {
+		json_object_set_new(ji, peers_kind_name(k), json_integer(
 		    (json_int_t)in[k]));
-		json_object_set_new(jo, sm_kind_name(k), json_integer(
+		json_object_set_new(jo, peers_kind_name(k), json_integer(
 		    (json_int_t)out[k]));
 	}
 	json_object_set_new(o, "in", ji);
@@ -51,13 +51,13 @@ peers_json(node *n)
 	int i;
 
 	for (i = 0; i < n->peers.n; i++) {
-		sm_peer *p = &n->peers.v[i];
+		peers_entry *p = &n->peers.v[i];
 		json_t *o = json_object();
 
 		json_object_set_new(o, "addr", json_string(p->addr));
 		json_object_set_new(o, "block", json_integer(p->block));
 		json_object_set_new(o, "replica", json_integer(
-		    sm_peers_replica_index(&n->peers, i)));
+		    peers_replica_index(&n->peers, i)));
 		json_object_set_new(o, "self", json_boolean(p->self));
 		if (p->id[0])
 			json_object_set_new(o, "id", json_string(p->id));
@@ -85,7 +85,7 @@ char *
 api_status_json(node *n, size_t *len)
 {
 	json_t *o = json_object();
-	uint64_t in[SM_KINDS] = { 0 }, out[SM_KINDS] = { 0 };
+	uint64_t in[PEERS_KINDS] = { 0 }, out[PEERS_KINDS] = { 0 };
 	char *text;
 	int i, k;
 
@@ -120,11 +120,11 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "uptime_s", json_real(kn_now() - n->started));
 	json_object_set_new(o, "backend", json_string(n->backend_desc));
 	for (i = 0; i < n->peers.n; i++)
-		for (k = 0; k < SM_KINDS; k++) {
+		for (k = 0; k < PEERS_KINDS; k++) {
 			in[k] += n->peers.v[i].bytes_in[k];
 			out[k] += n->peers.v[i].bytes_out[k];
 		}
-	for (k = 0; k < SM_KINDS; k++) {
+	for (k = 0; k < PEERS_KINDS; k++) {
 		in[k] += n->client_in[k];
 		out[k] += n->client_out[k];
 	}
@@ -217,13 +217,13 @@ metrics_text(node *n, size_t *outlen)
 
 		if (i < n->peers.n && n->peers.v[i].self)
 			continue;
-		for (k = 0; k < SM_KINDS; k++) {
+		for (k = 0; k < PEERS_KINDS; k++) {
 			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
 			    "direction=\"in\",kind=\"%s\"} %" PRIu64 "\n", who,
-			    sm_kind_name(k), in[k]);
+			    peers_kind_name(k), in[k]);
 			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
 			    "direction=\"out\",kind=\"%s\"} %" PRIu64 "\n", who,
-			    sm_kind_name(k), out[k]);
+			    peers_kind_name(k), out[k]);
 		}
 	}
 	metric(&b, &len, &cap, "# HELP blocktrain_peer_up Whether a peer "
@@ -233,7 +233,7 @@ metrics_text(node *n, size_t *outlen)
 		if (!n->peers.v[i].self)
 			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
 			    "%d\n", n->peers.v[i].addr,
-			    n->peers.v[i].state == SM_PEER_UP);
+			    n->peers.v[i].state == PEERS_UP);
 	*outlen = len;
 	return b;
 }
@@ -245,7 +245,7 @@ static void
 meter(node *n, hs_response *res, const hs_request *req, int kind)
 {
 	const char *from = strstr(req->query, "from=");
-	char addr[SM_HOST_LEN + 8];
+	char addr[CF_HOST_LEN + 8];
 	int len = 0, who = NODE_CLIENT;
 
 	if (from != NULL && (from == req->query || from[-1] == '&')) {
@@ -255,7 +255,7 @@ meter(node *n, hs_response *res, const hs_request *req, int kind)
 	if (len > 0 && len < (int)sizeof(addr)) {
 		memcpy(addr, from, (size_t)len);
 		addr[len] = '\0';
-		who = sm_peers_find(&n->peers, addr);
+		who = peers_find(&n->peers, addr);
 	}
 	hs_response_meter(res, kind, who);
 }
@@ -338,11 +338,11 @@ static const struct {
 	int kind;
 	void (*get)(node *n, const hs_request *req, hs_response *res);
 } routes[] = {
-	{ "/v1/status", SM_KIND_OTHER, get_status },
-	{ "/metrics", SM_KIND_OTHER, get_metrics },
-	{ "/v1/spec", SM_KIND_OTHER, get_spec },
-	{ "/v1/peers", SM_KIND_OTHER, get_peers },
-	{ "checkpoint", SM_KIND_CHECKPOINT, serve_checkpoint },
+	{ "/v1/status", PEERS_KIND_OTHER, get_status },
+	{ "/metrics", PEERS_KIND_OTHER, get_metrics },
+	{ "/v1/spec", PEERS_KIND_OTHER, get_spec },
+	{ "/v1/peers", PEERS_KIND_OTHER, get_peers },
+	{ "checkpoint", PEERS_KIND_CHECKPOINT, serve_checkpoint },
 };
 
 static int
@@ -390,7 +390,7 @@ route_block(node *n, const hs_request *req, hs_response *res, int block,
 	int used = 0;
 
 	if (block != n->cfg.block) {
-		meter(n, res, req, SM_KIND_OTHER);
+		meter(n, res, req, PEERS_KIND_OTHER);
 		hs_response_text(res, 404, "this daemon serves block %d, not "
 		    "block %d", n->cfg.block, block);
 		return 1;
@@ -399,7 +399,7 @@ route_block(node *n, const hs_request *req, hs_response *res, int block,
 		return route(n, req, res, rest);
 	if (sscanf(rest, "rounds/%lld/%n", &round, &used) != 1 || used <= 0)
 		return 0;
-	meter(n, res, req, SM_KIND_UPDATE);
+	meter(n, res, req, PEERS_KIND_UPDATE);
 	if (n->rounds == NULL) {
 		hs_response_text(res, 404, "block %d has one replica: it "
 		    "exchanges no updates", n->cfg.block);
@@ -420,7 +420,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	if (sscanf(req->path, "/v1/blocks/%d/%n", &block, &used) == 1 &&
 	    used > 0 && route_block(n, req, res, block, req->path + used))
 		return;
-	meter(n, res, req, SM_KIND_OTHER);
+	meter(n, res, req, PEERS_KIND_OTHER);
 	n->client_errors++;
 	hs_response_text(res, 404, "no such resource: %s %s (see "
 	    "proto/PROTOCOL.md)", req->method, req->path);

@@ -15,7 +15,7 @@
 #include "kernels/error.h"
 
 int
-sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+cf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 {
 	const char *colon;
 	char *end;
@@ -47,7 +47,7 @@ sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 }
 
 char *
-sm_list_line(char *line)
+cf_list_line(char *line)
 {
 	char *s = line, *hash = strchr(line, '#');
 	size_t len;
@@ -65,10 +65,10 @@ sm_list_line(char *line)
 static int
 set_listen(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 {
-	sm_config *c = obj;
+	cf_config *c = obj;
 
 	(void)ctx;
-	if (sm_parse_hostport(v, c->listen_host, sizeof(c->listen_host),
+	if (cf_parse_hostport(v, c->listen_host, sizeof(c->listen_host),
 	    &c->listen_port) != 0)
 		return kn_error(msg, KN_EINVAL, "%s: '%.64s' is not host:port",
 		    k->name, v);
@@ -78,10 +78,10 @@ set_listen(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 static int
 format_listen(const pr_key *k, const void *obj, char *buf, size_t len)
 {
-	const sm_config *c = obj;
+	const cf_config *c = obj;
 
 	(void)k;
-	/* an IPv6 address goes in brackets, as sm_parse_hostport reads it */
+	/* an IPv6 address goes in brackets, as cf_parse_hostport reads it */
 	snprintf(buf, len, strchr(c->listen_host, ':') != NULL ? "[%s]:%d" :
 	    "%s:%d", c->listen_host, c->listen_port);
 	return 0;
@@ -91,12 +91,12 @@ static const pr_key_ops listen_ops = { set_listen, format_listen };
 static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
 static const char *const encodings[] = { "f32", "f16", "bf16", NULL };
 
-#define FIELD(f) .offset = offsetof(sm_config, f), \
-	.size = sizeof(((sm_config *)0)->f)
+#define FIELD(f) .offset = offsetof(cf_config, f), \
+	.size = sizeof(((cf_config *)0)->f)
 
 /* Every key of blocktrain.conf, before any section or under
  * [blocktraind]; blocktrain.conf(5) documents each with its default. */
-const pr_key sm_config_keys[] = {
+const pr_key cf_keys[] = {
 	{ .section = "", .name = "listen", .type = PR_KEY_CUSTOM,
 	  FIELD(listen_host), .def_str = "127.0.0.1:7300", .ops = &listen_ops,
 	  .doc = "the address the HTTP API listens on" },
@@ -164,18 +164,18 @@ const pr_key sm_config_keys[] = {
 	  .doc = "seconds after which an unused KV cache is evicted" },
 };
 
-#define NKEYS (sizeof(sm_config_keys) / sizeof(sm_config_keys[0]))
-const size_t sm_config_nkeys = NKEYS;
+#define NKEYS (sizeof(cf_keys) / sizeof(cf_keys[0]))
+const size_t cf_nkeys = NKEYS;
 
 void
-sm_config_defaults(sm_config *c)
+cf_defaults(cf_config *c)
 {
 	memset(c, 0, sizeof(*c));
-	pr_key_defaults(sm_config_keys, NKEYS, c);
+	pr_key_defaults(cf_keys, NKEYS, c);
 }
 
 struct cfg_ctx {
-	sm_config *c;
+	cf_config *c;
 	char msg[PR_ERR_LEN];
 	int failed;
 };
@@ -205,7 +205,7 @@ on_key(void *user, const char *sec, const char *key, const char *v)
 	if (sec[0] != '\0' && strcmp(sec, "blocktraind") != 0)
 		return bad(x, "unknown section [%s] (keys go before any section "
 		    "or under [blocktraind])", sec);
-	if ((k = pr_key_find(sm_config_keys, NKEYS, "", key)) == NULL)
+	if ((k = pr_key_find(cf_keys, NKEYS, "", key)) == NULL)
 		return bad(x, "unknown key '%s'", key);
 	if (pr_key_set(k, x->c, x, v, x->msg) != 0) {
 		x->failed = 1;
@@ -215,22 +215,22 @@ on_key(void *user, const char *sec, const char *key, const char *v)
 }
 
 int
-sm_config_validate(const sm_config *c, char *err)
+cf_validate(const cf_config *c, char *err)
 {
-	return pr_key_check_all(sm_config_keys, NKEYS, c, err);
+	return pr_key_check_all(cf_keys, NKEYS, c, err);
 }
 
 int
-sm_config_print(FILE *f, const sm_config *c)
+cf_print(FILE *f, const cf_config *c)
 {
 	/* the section is optional in the file; naming it says what the keys
 	 * are to a reader of the daemon's log */
 	fprintf(f, "[blocktraind]\n");
-	return pr_key_print(sm_config_keys, NKEYS, c, f);
+	return pr_key_print(cf_keys, NKEYS, c, f);
 }
 
 int
-sm_config_load(sm_config *c, const char *path, char *err)
+cf_load(cf_config *c, const char *path, char *err)
 {
 	struct cfg_ctx x = { .c = c };
 	FILE *f = fopen(path, "r");
@@ -247,5 +247,5 @@ sm_config_load(sm_config *c, const char *path, char *err)
 	if (line != 0)
 		return kn_error(err, KN_EINVAL, "%.120s:%d: not 'key = value'",
 		    path, line);
-	return sm_config_validate(c, err);
+	return cf_validate(c, err);
 }

@@ -10,12 +10,12 @@
 #include "proto/keys.h"
 #include "proto/spec.h"
 
-#define SM_HOST_LEN 256
+#define CF_HOST_LEN 256
 
 typedef struct {
-	char listen_host[SM_HOST_LEN];
+	char listen_host[CF_HOST_LEN];
 	int listen_port;
-	char advertise[SM_HOST_LEN + 8];  /* host:port peers know us by */
+	char advertise[CF_HOST_LEN + 8];  /* host:port peers know us by */
 	char spec[PR_PATH_LEN];
 	char peers[PR_PATH_LEN];
 	char state_dir[PR_PATH_LEN];
@@ -29,34 +29,34 @@ typedef struct {
 	size_t max_body;                /* bytes; 0: derived from the model */
 	int peer_timeout_ms;
 	/* the inference pipeline (blocktraind -S) */
-	char pipeline_listen[SM_HOST_LEN + 8];  /* host:port; "": first match */
+	char pipeline_listen[CF_HOST_LEN + 8];  /* host:port; "": first match */
 	char pipeline_hosts[PR_PATH_LEN];
-	char pipeline_next[SM_HOST_LEN + 8];    /* "": as the list says */
+	char pipeline_next[CF_HOST_LEN + 8];    /* "": as the list says */
 	int pipeline_timeout_ms;        /* a request's wait for progress */
 	size_t pipeline_max_frame;      /* bytes */
 	int pipeline_batch;             /* windows per forward pass */
 	int pipeline_cache_mb;          /* KV caches in all */
 	int pipeline_idle_s;            /* an unused KV cache is evicted */
-} sm_config;
+} cf_config;
 
 /* One row per key (proto/keys.h), which parsing, validation, defaults
  * and printing read. */
-extern const pr_key sm_config_keys[];
-extern const size_t sm_config_nkeys;
+extern const pr_key cf_keys[];
+extern const size_t cf_nkeys;
 
-void sm_config_defaults(sm_config *c);
+void cf_defaults(cf_config *c);
 /* Reads path over the defaults; 0 or a negative code with "file:line:
  * reason" in err (PR_ERR_LEN). */
-int sm_config_load(sm_config *c, const char *path, char *err);
+int cf_load(cf_config *c, const char *path, char *err);
 /* Parses "host:port" ("[v6]:port" too) into its parts. */
-int sm_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+int cf_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 /* Checks every key against its range or choices. */
-int sm_config_validate(const sm_config *c, char *err);
+int cf_validate(const cf_config *c, char *err);
 /* Every key as INI text under [blocktraind], values as in c: the
  * configuration in effect, defaults included.  0, or KN_EIO. */
-int sm_config_print(FILE *f, const sm_config *c);
+int cf_print(FILE *f, const cf_config *c);
 /* A line of a list file (peer list, pipeline host list) without its '#'
  * comment and surrounding blanks, in place: "" for nothing. */
-char *sm_list_line(char *line);
+char *cf_list_line(char *line);
 
 #endif

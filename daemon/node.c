@@ -26,8 +26,8 @@
 void
 node_meter(node *n, int peer, int kind, uint64_t in, uint64_t out)
 {
-	if (kind < 0 || kind >= SM_KINDS)
-		kind = SM_KIND_OTHER;
+	if (kind < 0 || kind >= PEERS_KINDS)
+		kind = PEERS_KIND_OTHER;
 	if (peer >= 0 && peer < n->peers.n) {
 		n->peers.v[peer].bytes_in[kind] += in;
 		n->peers.v[peer].bytes_out[kind] += out;
@@ -64,10 +64,10 @@ node_journal(node *n, const char *fmt, ...)
 /* Health of the peers: one status request each, with backoff on failure;
  * a peer that runs another spec is refused and reported. */
 static void
-probe_failed(sm_peer *p, const hc_result *r, double t)
+probe_failed(peers_entry *p, const hc_result *r, double t)
 {
 	p->failures++;
-	p->state = SM_PEER_DOWN;
+	p->state = PEERS_DOWN;
 	snprintf(p->why, sizeof(p->why), "%s", r->error ? r->error :
 	    r->status ? "bad status answer" : "no answer");
 	p->next_probe = t + (p->failures < 5 ? 1 << p->failures : 30);
@@ -79,7 +79,7 @@ probe_failed(sm_peer *p, const hc_result *r, double t)
 static void
 probe_read(node *n, int i, json_t *root)
 {
-	sm_peer *p = &n->peers.v[i];
+	peers_entry *p = &n->peers.v[i];
 	const char *run_id = json_string_value(json_object_get(root, "run_id"));
 	json_t *ck = json_object_get(root, "checkpoint");
 	const char *sha = json_string_value(json_object_get(ck, "sha256"));
@@ -105,24 +105,24 @@ probe_read(node *n, int i, json_t *root)
 
 /* A peer that answered: up, or refused when it runs another run. */
 static void
-probe_answered(node *n, sm_peer *p, const hc_result *r, double t)
+probe_answered(node *n, peers_entry *p, const hc_result *r, double t)
 {
 	p->last_seen = t;
 	p->rtt_ms = r->total_s * 1000.0;
 	p->failures = 0;
 	p->next_probe = t + 2.0;
 	if (strcmp(p->run_id, n->run_id) != 0) {
-		if (p->state != SM_PEER_REFUSED)
+		if (p->state != PEERS_REFUSED)
 			log_warnx("peer %s runs run %.16s..., not ours (%.16s...): "
 			    "refused", p->addr, p->run_id, n->run_id);
-		p->state = SM_PEER_REFUSED;
+		p->state = PEERS_REFUSED;
 		snprintf(p->why, sizeof(p->why), "runs another run spec (run "
 		    "id %.16s...)", p->run_id);
 		return;
 	}
-	if (p->state != SM_PEER_UP)
+	if (p->state != PEERS_UP)
 		log_info("peer %s (block %d) is up", p->addr, p->block);
-	p->state = SM_PEER_UP;
+	p->state = PEERS_UP;
 	p->why[0] = '\0';
 }
 
@@ -132,7 +132,7 @@ probe_done(void *ctx, hc_result *r)
 	void **pair = ctx;
 	node *n = pair[0];
 	/* by address: a SIGHUP may have renumbered the list meanwhile */
-	int i = sm_peers_find(&n->peers, pair[1]);
+	int i = peers_find(&n->peers, pair[1]);
 	json_t *root = NULL;
 	json_error_t jerr;
 	double t = kn_now();
@@ -142,7 +142,7 @@ probe_done(void *ctx, hc_result *r)
 	if (n->stopping || i < 0)
 		return;
 	n->peers.v[i].probing = 0;
-	node_meter(n, i, SM_KIND_OTHER, r->bytes_in, r->bytes_out);
+	node_meter(n, i, PEERS_KIND_OTHER, r->bytes_in, r->bytes_out);
 	if (r->status == 200)
 		root = json_loadb(r->body, r->body_len, 0, &jerr);
 	if (root == NULL) {
@@ -161,9 +161,9 @@ probe_peers(node *n)
 	int i;
 
 	for (i = 0; i < n->peers.n; i++) {
-		sm_peer *p = &n->peers.v[i];
+		peers_entry *p = &n->peers.v[i];
 		hc_request_opts o = { 0 };
-		char url[2 * SM_HOST_LEN + 64], err[KN_ERR_LEN];
+		char url[2 * CF_HOST_LEN + 64], err[KN_ERR_LEN];
 		void **pair;
 
 		if (i == n->self || p->probing || t < p->next_probe)
@@ -367,9 +367,9 @@ on_stop_signal(uv_signal_t *h, int sig)
  * block must stay (a daemon cannot change block), and so must the
  * replicas of our block.  i is our line in it. */
 static int
-peers_acceptable(node *n, const sm_peer_list *fresh, int *i)
+peers_acceptable(node *n, const peers_list *fresh, int *i)
 {
-	*i = sm_peers_find(fresh, n->peers.v[n->self].addr);
+	*i = peers_find(fresh, n->peers.v[n->self].addr);
 	if (*i < 0 || fresh->v[*i].block != n->cfg.block) {
 		log_warnx("SIGHUP: the new peer list lacks %s serving block %d; "
 		    "keeping the old one", n->peers.v[n->self].addr,
@@ -377,7 +377,7 @@ peers_acceptable(node *n, const sm_peer_list *fresh, int *i)
 		return 0;
 	}
 	if (n->rounds != NULL ? !rounds_same_replicas(n->rounds, fresh) :
-	    sm_peers_replicas(fresh, n->cfg.block) != 1) {
+	    peers_replicas(fresh, n->cfg.block) != 1) {
 		log_warnx("SIGHUP: the replicas of block %d changed; that needs "
 		    "a restart of them all, keeping the old list", n->cfg.block);
 		return 0;
@@ -389,27 +389,27 @@ static void
 on_hup(uv_signal_t *h, int sig)
 {
 	node *n = h->data;
-	sm_peer_list fresh;
+	peers_list fresh;
 	char err[PR_ERR_LEN];
 	int i, j;
 
 	(void)sig;
-	if (sm_peers_load(&fresh, n->cfg.peers, err) != 0) {
+	if (peers_load(&fresh, n->cfg.peers, err) != 0) {
 		log_warnx("SIGHUP: keeping the old peer list: %s", err);
 		return;
 	}
 	if (!peers_acceptable(n, &fresh, &i)) {
-		sm_peers_free(&fresh);
+		peers_free(&fresh);
 		return;
 	}
 	/* keep what we know of peers that stay */
 	for (j = 0; j < fresh.n; j++) {
-		int old = sm_peers_find(&n->peers, fresh.v[j].addr);
+		int old = peers_find(&n->peers, fresh.v[j].addr);
 
 		if (old >= 0) {
 			/* health, metering and a probe in flight (found again
 			 * by address when it completes) carry over */
-			sm_peer keep = n->peers.v[old];
+			peers_entry keep = n->peers.v[old];
 
 			keep.block = fresh.v[j].block;
 			memcpy(keep.id, fresh.v[j].id, sizeof(keep.id));
@@ -417,7 +417,7 @@ on_hup(uv_signal_t *h, int sig)
 		}
 		fresh.v[j].self = j == i;
 	}
-	sm_peers_free(&n->peers);
+	peers_free(&n->peers);
 	n->peers = fresh;
 	n->self = i;
 	if (n->rounds != NULL)
@@ -441,12 +441,12 @@ node_setup(node *n, char *err)
 	if (n->cfg.block > n->spec.blocks)
 		return kn_error(err, KN_EINVAL, "block %d does not exist: the "
 		    "spec has %d blocks", n->cfg.block, n->spec.blocks);
-	if ((rc = sm_peers_load(&n->peers, n->cfg.peers, err)) != 0)
+	if ((rc = peers_load(&n->peers, n->cfg.peers, err)) != 0)
 		return rc;
 	if (n->cfg.advertise[0] == '\0')
 		snprintf(n->cfg.advertise, sizeof(n->cfg.advertise), "%s:%d",
 		    n->cfg.listen_host, n->cfg.listen_port);
-	n->self = sm_peers_find(&n->peers, n->cfg.advertise);
+	n->self = peers_find(&n->peers, n->cfg.advertise);
 	if (n->self < 0)
 		return kn_error(err, KN_EINVAL, "%s is not in the peer list %s "
 		    "(set 'advertise' to the address peers know this host by)",
@@ -456,15 +456,15 @@ node_setup(node *n, char *err)
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
 	n->peers.v[n->self].self = 1;
-	n->replica = sm_peers_replica_index(&n->peers, n->self);
-	n->replicas = sm_peers_replicas(&n->peers, n->cfg.block);
+	n->replica = peers_replica_index(&n->peers, n->self);
+	n->replicas = peers_replicas(&n->peers, n->cfg.block);
 	if (n->replicas > 1 && n->spec.steps % n->spec.local_steps != 0)
 		return kn_error(err, KN_EINVAL, "[optim] steps (%d) must be a "
 		    "multiple of [sync] local_steps (%d) when a block has "
 		    "replicas, or the last steps would not be averaged",
 		    n->spec.steps, n->spec.local_steps);
-	if (sm_parse_hostport(n->cfg.advertise, (char[SM_HOST_LEN]){ 0 },
-	    SM_HOST_LEN, &port) != 0)
+	if (cf_parse_hostport(n->cfg.advertise, (char[CF_HOST_LEN]){ 0 },
+	    CF_HOST_LEN, &port) != 0)
 		return kn_error(err, KN_EINVAL, "advertise: not host:port");
 	return KN_OK;
 }
@@ -616,7 +616,7 @@ node_free(node *n)
 {
 	free(n->ckpt);
 	free(n->spec_body);
-	sm_peers_free(&n->peers);
+	peers_free(&n->peers);
 	n->ckpt = NULL;
 	n->spec_body = NULL;
 }

@@ -23,12 +23,12 @@
 
 typedef struct node {
 	uv_loop_t *loop;
-	sm_config cfg;
+	cf_config cfg;
 	pr_spec spec;
 	char run_id[PR_RUN_ID_LEN];
 	char *spec_body;                /* canonical msgpack, for /v1/spec */
 	size_t spec_len;
-	sm_peer_list peers;
+	peers_list peers;
 	int self;                       /* our line in the peer list */
 	int replica, replicas;          /* among the peers of our block */
 	const kn_backend *be;
@@ -55,7 +55,7 @@ typedef struct node {
 	char etag[65];
 	int64_t ckpt_step, ckpt_round;
 	/* bytes with callers that are not peers (tools, clients) */
-	uint64_t client_in[SM_KINDS], client_out[SM_KINDS];
+	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
 	uint64_t requests, client_errors;
 	int stopping;
 	int worker_done;                /* the trainer thread has ended */

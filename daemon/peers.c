@@ -11,16 +11,16 @@
 #include "kernels/error.h"
 
 const char *
-sm_kind_name(int kind)
+peers_kind_name(int kind)
 {
-	static const char *const names[SM_KINDS] = { "checkpoint", "update",
+	static const char *const names[PEERS_KINDS] = { "checkpoint", "update",
 	    "other" };
 
-	return kind >= 0 && kind < SM_KINDS ? names[kind] : "other";
+	return kind >= 0 && kind < PEERS_KINDS ? names[kind] : "other";
 }
 
 static int
-parse_line(sm_peer *p, char *line, const char *path, int lineno, char *err)
+parse_line(peers_entry *p, char *line, const char *path, int lineno, char *err)
 {
 	char *tok[4], *save = NULL, *t;
 	int n = 0, i;
@@ -34,7 +34,7 @@ parse_line(sm_peer *p, char *line, const char *path, int lineno, char *err)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'host:port "
 		    "block [peer-id]'", path, lineno);
 	memset(p, 0, sizeof(*p));
-	if (sm_parse_hostport(tok[0], p->host, sizeof(p->host), &p->port) != 0
+	if (cf_parse_hostport(tok[0], p->host, sizeof(p->host), &p->port) != 0
 	    || p->port == 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is not "
 		    "host:port", path, lineno, tok[0]);
@@ -58,7 +58,7 @@ parse_line(sm_peer *p, char *line, const char *path, int lineno, char *err)
 }
 
 int
-sm_peers_load(sm_peer_list *pl, const char *path, char *err)
+peers_load(peers_list *pl, const char *path, char *err)
 {
 	FILE *f = fopen(path, "r");
 	char line[1024];
@@ -70,14 +70,14 @@ sm_peers_load(sm_peer_list *pl, const char *path, char *err)
 		return kn_error(err, KN_EIO, "cannot open peer list %s: %s", path,
 		    strerror(errno));
 	while (fgets(line, sizeof(line), f) != NULL) {
-		char *s = sm_list_line(line);
+		char *s = cf_list_line(line);
 
 		lineno++;
 		if (*s == '\0')
 			continue;
 		if (pl->n == cap) {
-			sm_peer *v = realloc(pl->v, (size_t)(cap ? cap * 2 : 8) *
-			    sizeof(*v));
+			peers_entry *v = realloc(pl->v,
+			    (size_t)(cap ? cap * 2 : 8) * sizeof(*v));
 
 			if (v == NULL) {
 				rc = kn_error(err, KN_ENOMEM, "out of memory");
@@ -102,12 +102,12 @@ sm_peers_load(sm_peer_list *pl, const char *path, char *err)
 	if (rc == 0 && pl->n == 0)
 		rc = kn_error(err, KN_EINVAL, "%.150s: no peers listed", path);
 	if (rc != 0)
-		sm_peers_free(pl);
+		peers_free(pl);
 	return rc;
 }
 
 void
-sm_peers_free(sm_peer_list *pl)
+peers_free(peers_list *pl)
 {
 	free(pl->v);
 	pl->v = NULL;
@@ -115,7 +115,7 @@ sm_peers_free(sm_peer_list *pl)
 }
 
 int
-sm_peers_find(const sm_peer_list *pl, const char *addr)
+peers_find(const peers_list *pl, const char *addr)
 {
 	int i;
 
@@ -126,7 +126,7 @@ sm_peers_find(const sm_peer_list *pl, const char *addr)
 }
 
 int
-sm_peers_replicas(const sm_peer_list *pl, int block)
+peers_replicas(const peers_list *pl, int block)
 {
 	int i, n = 0;
 
@@ -136,7 +136,7 @@ sm_peers_replicas(const sm_peer_list *pl, int block)
 }
 
 int
-sm_peers_replica_index(const sm_peer_list *pl, int i)
+peers_replica_index(const peers_list *pl, int i)
 {
 	int k, r = 0;
 

@@ -9,24 +9,30 @@
 
 #include "daemon/conf.h"
 
-enum { SM_KIND_CHECKPOINT, SM_KIND_UPDATE, SM_KIND_OTHER, SM_KINDS };
+/* What bytes exchanged with a peer were for. */
+enum {
+	PEERS_KIND_CHECKPOINT,
+	PEERS_KIND_UPDATE,
+	PEERS_KIND_OTHER,
+	PEERS_KINDS
+};
 
 typedef enum {
-	SM_PEER_UNKNOWN = 0,
-	SM_PEER_UP,
-	SM_PEER_DOWN,
-	SM_PEER_REFUSED         /* answers, but runs another run spec */
-} sm_peer_state;
+	PEERS_UNKNOWN = 0,
+	PEERS_UP,
+	PEERS_DOWN,
+	PEERS_REFUSED         /* answers, but runs another run spec */
+} peers_state;
 
 typedef struct {
-	char host[SM_HOST_LEN];
+	char host[CF_HOST_LEN];
 	int port;
 	int block;                      /* 1-based */
 	char id[65];                    /* peer id, "" until trust is on */
-	char addr[SM_HOST_LEN + 8];     /* "host:port" as written */
+	char addr[CF_HOST_LEN + 8];     /* "host:port" as written */
 	int self;                       /* this daemon's own line */
 	/* health */
-	sm_peer_state state;
+	peers_state state;
 	double last_seen;               /* monotonic seconds, 0: never */
 	double rtt_ms;
 	int failures;                   /* in a row */
@@ -39,22 +45,22 @@ typedef struct {
 	double share;
 	int64_t share_step;
 	/* bytes we exchanged with it, by kind */
-	uint64_t bytes_in[SM_KINDS], bytes_out[SM_KINDS];
-} sm_peer;
+	uint64_t bytes_in[PEERS_KINDS], bytes_out[PEERS_KINDS];
+} peers_entry;
 
 typedef struct {
-	sm_peer *v;
+	peers_entry *v;
 	int n;
-} sm_peer_list;
+} peers_list;
 
 /* Reads path; 0 or a negative code with "file:line: reason" in err. */
-int sm_peers_load(sm_peer_list *pl, const char *path, char *err);
-void sm_peers_free(sm_peer_list *pl);
+int peers_load(peers_list *pl, const char *path, char *err);
+void peers_free(peers_list *pl);
 /* Index of the line whose address is addr, or -1. */
-int sm_peers_find(const sm_peer_list *pl, const char *addr);
+int peers_find(const peers_list *pl, const char *addr);
 /* Replicas of block b, and the index of the peer at line i among them. */
-int sm_peers_replicas(const sm_peer_list *pl, int block);
-int sm_peers_replica_index(const sm_peer_list *pl, int i);
-const char *sm_kind_name(int kind);
+int peers_replicas(const peers_list *pl, int block);
+int peers_replica_index(const peers_list *pl, int i);
+const char *peers_kind_name(int kind);
 
 #endif

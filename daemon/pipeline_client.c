@@ -22,7 +22,7 @@
 struct pc_conn {
 	int fd;
 	uint64_t next_id;
-	char addr[SM_HOST_LEN + 8];
+	char addr[CF_HOST_LEN + 8];
 };
 
 static double
@@ -37,14 +37,14 @@ now_ms(void)
 int
 pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err)
 {
-	char host[SM_HOST_LEN], port[16];
+	char host[CF_HOST_LEN], port[16];
 	struct addrinfo hints = { 0 }, *res = NULL, *ai;
 	int p, fd = -1, rc, one = 1, soerr = 0;
 	socklen_t sl = sizeof(soerr);
 	pc_conn *c;
 
 	*out = NULL;
-	if (sm_parse_hostport(addr, host, sizeof(host), &p) != 0 || p == 0)
+	if (cf_parse_hostport(addr, host, sizeof(host), &p) != 0 || p == 0)
 		return kn_error(err, KN_EINVAL, "'%.100s' is not host:port",
 		    addr);
 	snprintf(port, sizeof(port), "%d", p);

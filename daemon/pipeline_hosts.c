@@ -103,7 +103,7 @@ parse_host(ph_host *h, char *line, const char *path, int lineno, char *err)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'host:port "
 		    "BLOCKS' (BLOCKS: 4, or 4-3 for two blocks)", path, lineno);
 	memset(h, 0, sizeof(*h));
-	if (sm_parse_hostport(tok[0], h->host, sizeof(h->host), &h->port) != 0
+	if (cf_parse_hostport(tok[0], h->host, sizeof(h->host), &h->port) != 0
 	    || h->port == 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is not "
 		    "host:port", path, lineno, tok[0]);
@@ -127,7 +127,7 @@ ph_load(ph_list *pl, const char *path, char *err)
 		return kn_error(err, KN_EIO, "cannot open pipeline host list "
 		    "%s: %s", path, strerror(errno));
 	while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
-		char *s = sm_list_line(line);
+		char *s = cf_list_line(line);
 
 		lineno++;
 		if (*s == '\0')

@@ -13,9 +13,9 @@
 #define PH_MAX_HOSTS 64
 
 typedef struct {
-	char host[SM_HOST_LEN];
+	char host[CF_HOST_LEN];
 	int port;
-	char addr[SM_HOST_LEN + 8];     /* as written */
+	char addr[CF_HOST_LEN + 8];     /* as written */
 	int block_hi, block_lo;         /* blocks served, 1-based, hi >= lo */
 	int layer_lo, layer_hi;         /* causal LM layers [lo, hi) served */
 } ph_host;

@@ -117,7 +117,7 @@ commit(rounds *r, int64_t round, float *avg, char *ckpt, size_t len)
 	    0.0f, ckpt, len);
 }
 
-static sm_peer *
+static peers_entry *
 replica_peer(const rounds *r, int replica)
 {
 	return &r->cfg.peers->v[r->rep_peer[replica]];
@@ -206,7 +206,7 @@ void
 rounds_diverged(rounds *r, int peer, int64_t step, int64_t round,
     const char *their_sha256)
 {
-	int k = sm_peers_replica_index(r->cfg.peers, peer);
+	int k = peers_replica_index(r->cfg.peers, peer);
 
 	/* only the same step after the same (real) round can be compared,
 	 * and only the replica of higher index gives way */
@@ -228,7 +228,7 @@ rounds_diverged(rounds *r, int peer, int64_t step, int64_t round,
 }
 
 int
-rounds_same_replicas(const rounds *r, const sm_peer_list *fresh)
+rounds_same_replicas(const rounds *r, const peers_list *fresh)
 {
 	int i, k = 0;
 
@@ -246,7 +246,7 @@ rounds_same_replicas(const rounds *r, const sm_peer_list *fresh)
 void
 rounds_remap(rounds *r)
 {
-	const sm_peer_list *pl = r->cfg.peers;
+	const peers_list *pl = r->cfg.peers;
 	int i, k = 0;
 
 	for (i = 0; i < pl->n && k < MAX_REPLICAS; i++)
@@ -261,9 +261,9 @@ coordinator(const rounds *r)
 	int k;
 
 	for (k = 0; k < r->cfg.replicas; k++) {
-		const sm_peer *p = replica_peer(r, k);
+		const peers_entry *p = replica_peer(r, k);
 
-		if (k == r->cfg.replica || p->state == SM_PEER_UP)
+		if (k == r->cfg.replica || p->state == PEERS_UP)
 			return k;
 	}
 	return r->cfg.replica;
@@ -387,12 +387,12 @@ store_update(rounds *r, const char *buf, size_t len, int64_t round,
 static void
 mark_unreachable(rounds *r, int replica, const hc_result *res)
 {
-	sm_peer *p = replica_peer(r, replica);
+	peers_entry *p = replica_peer(r, replica);
 
 	if (res->status != 0 || replica == r->cfg.replica ||
-	    p->state == SM_PEER_DOWN)
+	    p->state == PEERS_DOWN)
 		return;
-	p->state = SM_PEER_DOWN;
+	p->state = PEERS_DOWN;
 	p->failures++;
 	p->next_probe = now(r) + 1.0;
 	snprintf(p->why, sizeof(p->why), "%s", res->error ? res->error :
@@ -452,7 +452,7 @@ on_checkpoint(void *ctx, hc_result *res)
 	if (r == NULL)
 		return;
 	r->catching_up = 0;
-	meter(r, c.replica, SM_KIND_CHECKPOINT, res);
+	meter(r, c.replica, PEERS_KIND_CHECKPOINT, res);
 	if (res->status != 200 || res->body == NULL) {
 		log_warnx("round: catching up from %s failed: %s",
 		    peer_addr(r, c.replica), res->error ? res->error :
@@ -495,7 +495,7 @@ on_pushed(void *ctx, hc_result *res)
 
 	if (r == NULL)
 		return;
-	meter(r, c.replica, SM_KIND_UPDATE, res);
+	meter(r, c.replica, PEERS_KIND_UPDATE, res);
 	if (res->status == 409 && r->round == c.round) {
 		log_info("round %" PRId64 ": %s is ahead: %.*s", c.round,
 		    peer_addr(r, c.replica), (int)(res->body_len > 200 ?
@@ -534,7 +534,7 @@ on_fetched(void *ctx, hc_result *res)
 	if (r == NULL)
 		return;
 	r->fetching[c.replica] = 0;
-	meter(r, coordinator(r), SM_KIND_UPDATE, res);
+	meter(r, coordinator(r), PEERS_KIND_UPDATE, res);
 	if (res->status == 200 && r->round == c.round &&
 	    store_update(r, res->body, res->body_len, r->round, &rep,
 	    err) != 0)
@@ -575,7 +575,7 @@ on_commit(void *ctx, hc_result *res)
 	if (r == NULL)
 		return;
 	r->polling = 0;
-	meter(r, c.replica, SM_KIND_OTHER, res);
+	meter(r, c.replica, PEERS_KIND_OTHER, res);
 	mark_unreachable(r, c.replica, res);
 	if (r->round != c.round || !r->active)
 		return;
@@ -653,12 +653,12 @@ coordinate(rounds *r, double t)
 	int i, waiting = 0;
 
 	for (i = 0; i < r->cfg.replicas; i++) {
-		const sm_peer *p = replica_peer(r, i);
+		const peers_entry *p = replica_peer(r, i);
 
 		if (r->delta[i] != NULL)
 			members |= 1ULL << i;
-		else if (p->state == SM_PEER_UP ||
-		    p->state == SM_PEER_UNKNOWN || p->last_seen == 0)
+		else if (p->state == PEERS_UP ||
+		    p->state == PEERS_UNKNOWN || p->last_seen == 0)
 			/* up, or never seen yet (starting): worth waiting for;
 			 * one that was seen and went down is not */
 			waiting++;

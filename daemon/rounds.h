@@ -46,7 +46,7 @@ typedef struct rounds_config {
 	hc_client *client;
 	/* health is read from it (and an unreachable replica marked down);
 	 * it may be replaced in place on SIGHUP, then rounds_remap */
-	sm_peer_list *peers;
+	peers_list *peers;
 	int block;
 	int replica, replicas;          /* ours, and the block's */
 	const char *run_id;
@@ -87,7 +87,7 @@ void rounds_cron(rounds *r);
 /* SIGHUP: whether a new peer list keeps the block's replicas, the same
  * addresses in the same order (the round protocol depends on it); and
  * the replica map rebuilt once the new list is in place. */
-int rounds_same_replicas(const rounds *r, const sm_peer_list *fresh);
+int rounds_same_replicas(const rounds *r, const peers_list *fresh);
 void rounds_remap(rounds *r);
 /* A replica of our block, at line peer, reports another checkpoint for
  * the step and round of ours: two coordinators decided differently.  The

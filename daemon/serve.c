@@ -708,7 +708,7 @@ sv_link_connect(sv *s)
 	const ph_host *h = &s->hosts.v[(s->self + 1) % s->hosts.n];
 	const char *addr = s->cfg.pipeline_next[0] ? s->cfg.pipeline_next :
 	    h->addr;
-	char host[SM_HOST_LEN];
+	char host[CF_HOST_LEN];
 	int port;
 	struct sockaddr_storage sa;
 	creq *r;
@@ -716,7 +716,7 @@ sv_link_connect(sv *s)
 
 	if (s->link != NULL || s->stopping || s->hosts.n < 2)
 		return;
-	if (sm_parse_hostport(addr, host, sizeof(host), &port) != 0 ||
+	if (cf_parse_hostport(addr, host, sizeof(host), &port) != 0 ||
 	    (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
 	    uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa) != 0)) {
 		log_warnx("pipeline: the next host %s is not a numeric "

@@ -157,7 +157,7 @@ load_models(sc *c, char *note, size_t notelen, char *err)
 				kn_model_init(c->blocks[b], c->spec.seed * 1000003u +
 				    (uint64_t)b);
 		} else
-			rc = sm_load_model(&c->blocks[b], &c->spec, o->run_id,
+			rc = tr_load_model(&c->blocks[b], &c->spec, o->run_id,
 			    o->dir, BT_BLOCK, b, o->be, o->max_batch, why);
 		if (rc != 0 && o->logical)
 			return rc;
@@ -180,8 +180,8 @@ load_models(sc *c, char *note, size_t notelen, char *err)
 	} else {
 		kn_model *full;
 
-		rc = sm_load_model(&full, &c->spec, o->run_id, o->dir, BT_CAUSAL,
-		    0, o->be, 1, why);
+		rc = tr_load_model(&full, &c->spec, o->run_id, o->dir,
+		    BT_CAUSAL, 0, o->be, 1, why);
 		if (rc == 0) {
 			rc = kn_model_create_inference(&c->causal, &cs, o->be,
 			    o->max_batch, KN_STORE_F32, err);

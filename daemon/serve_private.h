@@ -58,7 +58,7 @@ typedef struct request {
 
 struct sv {
 	uv_loop_t *loop;
-	sm_config cfg;
+	cf_config cfg;
 	pr_spec spec;
 	char run_id[PR_RUN_ID_LEN];
 	ph_list hosts;

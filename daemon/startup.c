@@ -142,18 +142,18 @@ copy(char *dst, size_t len, const char *src)
 }
 
 int
-startup_config(sm_config *cfg, const startup_flags *f, char *err)
+startup_config(cf_config *cfg, const startup_flags *f, char *err)
 {
 	const char *conf = f->conf;
 	int rc;
 
-	sm_config_defaults(cfg);
+	cf_defaults(cfg);
 	if (conf == NULL && access(STARTUP_DEFAULT_CONF, F_OK) == 0)
 		conf = STARTUP_DEFAULT_CONF;
 	/* without a file, the defaults and the flags may be enough */
-	if (conf != NULL && (rc = sm_config_load(cfg, conf, err)) != 0)
+	if (conf != NULL && (rc = cf_load(cfg, conf, err)) != 0)
 		return rc;
-	if (f->listen != NULL && sm_parse_hostport(f->listen, cfg->listen_host,
+	if (f->listen != NULL && cf_parse_hostport(f->listen, cfg->listen_host,
 	    sizeof(cfg->listen_host), &cfg->listen_port) != 0)
 		return kn_error(err, KN_EINVAL, "-l: '%s' is not host:port",
 		    f->listen);
@@ -180,17 +180,17 @@ startup_config(sm_config *cfg, const startup_flags *f, char *err)
 	copy(cfg->pipeline_next, sizeof(cfg->pipeline_next), f->pipeline_next);
 	copy(cfg->pipeline_hosts, sizeof(cfg->pipeline_hosts),
 	    f->pipeline_hosts);
-	return sm_config_validate(cfg, err);
+	return cf_validate(cfg, err);
 }
 
 void
 startup_print_config(FILE *out, const startup_flags *f,
-    const sm_config *cfg, const pr_spec *spec)
+    const cf_config *cfg, const pr_spec *spec)
 {
 	if (f->verbose == 0)
 		return;
 	fprintf(out, "# blocktrain.conf in effect\n");
-	sm_config_print(out, cfg);
+	cf_print(out, cfg);
 	if (spec != NULL) {
 		fprintf(out, "\n# run spec %s\n", cfg->spec);
 		pr_spec_print(out, spec);
@@ -214,7 +214,7 @@ startup_daemonize(const startup_flags *f)
 }
 
 const kn_backend *
-startup_backend(const sm_config *cfg, char *desc, size_t desclen, char *err)
+startup_backend(const cf_config *cfg, char *desc, size_t desclen, char *err)
 {
 	char note[KN_ERR_LEN];
 	kn_backend_kind kind;

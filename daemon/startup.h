@@ -40,12 +40,12 @@ typedef struct {
 int startup_parse(startup_flags *f, int argc, char **argv, char *err);
 /* The configuration: defaults, then the file (-c, or the default one if
  * it exists), then the flags, validated. */
-int startup_config(sm_config *cfg, const startup_flags *f, char *err);
+int startup_config(cf_config *cfg, const startup_flags *f, char *err);
 /* -n: with -v, the effective configuration (every key, defaults
  * included) and, when there is one, the run spec, as files that would
  * give the same. */
 void startup_print_config(FILE *out, const startup_flags *f,
-    const sm_config *cfg, const pr_spec *spec);
+    const cf_config *cfg, const pr_spec *spec);
 /* The usage of either mode, to out. */
 void startup_usage(FILE *out, int serve);
 /* Logging to stderr; then, unless -d or -f, the move to the background
@@ -55,7 +55,7 @@ void startup_log(const startup_flags *f);
 void startup_daemonize(const startup_flags *f);
 /* The thread pool and the backend the configuration names; its one-line
  * description in desc.  NULL with a reason in err. */
-const kn_backend *startup_backend(const sm_config *cfg, char *desc,
+const kn_backend *startup_backend(const cf_config *cfg, char *desc,
     size_t desclen, char *err);
 
 #endif

@@ -22,7 +22,7 @@
 #include "proto/checkpoint.h"
 
 int
-sm_model_path(char *buf, size_t len, const char *dir, bt_kind kind,
+tr_model_path(char *buf, size_t len, const char *dir, bt_kind kind,
     int block, const char *ext)
 {
 	int n;
@@ -35,15 +35,15 @@ sm_model_path(char *buf, size_t len, const char *dir, bt_kind kind,
 }
 
 kn_model_shape
-sm_model_shape(const pr_spec *s, bt_kind kind)
+tr_model_shape(const pr_spec *s, bt_kind kind)
 {
 	if (kind == BT_BLOCK)
 		return pr_spec_block_shape(s);
 	return pr_spec_reference_shape(s, kind == BT_CAUSAL);
 }
 
-struct sm_trainer {
-	sm_train_opts o;
+struct tr_trainer {
+	tr_opts o;
 	kn_model *m;
 	corpus c;
 	int32_t *input, *target;
@@ -56,7 +56,7 @@ struct sm_trainer {
 };
 
 static void
-fill_meta(pr_ckpt_meta *meta, const sm_train_opts *o, int64_t step,
+fill_meta(pr_ckpt_meta *meta, const tr_opts *o, int64_t step,
     int64_t round)
 {
 	memset(meta, 0, sizeof(*meta));
@@ -68,10 +68,10 @@ fill_meta(pr_ckpt_meta *meta, const sm_train_opts *o, int64_t step,
 }
 
 int
-sm_trainer_save(sm_trainer *t, char *err)
+tr_trainer_save(tr_trainer *t, char *err)
 {
 	kn_model *m = t->m;
-	const sm_train_opts *o = &t->o;
+	const tr_opts *o = &t->o;
 	size_t np = kn_model_num_params(m), len;
 	float *host = malloc(np * 4), *mm = malloc(np * 4), *vv = malloc(np * 4);
 	char path[PR_PATH_LEN + 32], *buf = NULL;
@@ -88,7 +88,7 @@ sm_trainer_save(sm_trainer *t, char *err)
 	fill_meta(&meta, o, t->step, t->round);
 	kn_model_get_opt_state(m, mm, vv, &topt);
 	rc = pr_ckpt_encode_optim(&meta, np, mm, vv, topt, &buf, &len, err);
-	if (rc == 0 && sm_model_path(path, sizeof(path), o->dir, o->kind,
+	if (rc == 0 && tr_model_path(path, sizeof(path), o->dir, o->kind,
 	    o->block, "optim") == 0)
 		rc = pr_ckpt_write_file(path, buf, len, err);
 	free(buf);
@@ -98,7 +98,7 @@ sm_trainer_save(sm_trainer *t, char *err)
 	kn_model_get_params(m, host);
 	tab = kn_model_tensors(m, &count);
 	rc = pr_ckpt_encode(&meta, tab, count, host, &buf, &len, err);
-	if (rc == 0 && sm_model_path(path, sizeof(path), o->dir, o->kind,
+	if (rc == 0 && tr_model_path(path, sizeof(path), o->dir, o->kind,
 	    o->block, "ckpt") == 0)
 		rc = pr_ckpt_write_file(path, buf, len, err);
 out:
@@ -118,7 +118,7 @@ load_params(kn_model *m, const char *path, const pr_ckpt_meta *expect,
 
 	if (host == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
-	rc = pr_ckpt_read_file(path, SM_CKPT_MAX_BYTES, &buf, &len, err);
+	rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &buf, &len, err);
 	if (rc == 0) {
 		t = kn_model_tensors(m, &count);
 		rc = pr_ckpt_decode(buf, len, expect, t, count, host, got, err);
@@ -137,17 +137,17 @@ load_params(kn_model *m, const char *path, const pr_ckpt_meta *expect,
 }
 
 int
-sm_load_model(kn_model **out, const pr_spec *s, const char *run_id,
+tr_load_model(kn_model **out, const pr_spec *s, const char *run_id,
     const char *dir, bt_kind kind, int block, const kn_backend *be,
     int max_batch, char *err)
 {
-	kn_model_shape shape = sm_model_shape(s, kind);
+	kn_model_shape shape = tr_model_shape(s, kind);
 	char path[PR_PATH_LEN + 32];
 	pr_ckpt_meta expect = { 0 };
 	int rc;
 
 	*out = NULL;
-	if (sm_model_path(path, sizeof(path), dir, kind, block, "ckpt") != 0)
+	if (tr_model_path(path, sizeof(path), dir, kind, block, "ckpt") != 0)
 		return kn_error(err, KN_EINVAL, "path too long");
 	if (access(path, F_OK) != 0) {
 		if (kind == BT_BLOCK)
@@ -175,9 +175,9 @@ sm_load_model(kn_model **out, const pr_spec *s, const char *run_id,
 /* Restores parameters and, when it matches, the optimizer state, from the
  * checkpoint in dir if there is one. */
 static int
-resume(sm_trainer *t, char *err)
+resume(tr_trainer *t, char *err)
 {
-	const sm_train_opts *o = &t->o;
+	const tr_opts *o = &t->o;
 	kn_model *m = t->m;
 	char path[PR_PATH_LEN + 32], *buf = NULL;
 	pr_ckpt_meta expect, got, gopt;
@@ -186,7 +186,7 @@ resume(sm_trainer *t, char *err)
 	int rc, topt;
 
 	t->step = t->round = 0;
-	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "ckpt");
+	tr_model_path(path, sizeof(path), o->dir, o->kind, o->block, "ckpt");
 	if (access(path, F_OK) != 0)
 		return KN_OK;
 	fill_meta(&expect, o, 0, 0);
@@ -194,7 +194,7 @@ resume(sm_trainer *t, char *err)
 		return rc;
 	t->step = got.step;
 	t->round = got.round;
-	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "optim");
+	tr_model_path(path, sizeof(path), o->dir, o->kind, o->block, "optim");
 	mm = malloc(np * 4);
 	vv = malloc(np * 4);
 	if (mm == NULL || vv == NULL) {
@@ -202,7 +202,7 @@ resume(sm_trainer *t, char *err)
 		free(vv);
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
-	rc = pr_ckpt_read_file(path, SM_CKPT_MAX_BYTES, &buf, &len, err);
+	rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &buf, &len, err);
 	if (rc == 0)
 		rc = pr_ckpt_decode_optim(buf, len, &expect, np, mm, vv, &topt,
 		    &gopt, err);
@@ -218,7 +218,7 @@ resume(sm_trainer *t, char *err)
 }
 
 void
-sm_trainer_close(sm_trainer *t)
+tr_trainer_close(tr_trainer *t)
 {
 	if (t == NULL)
 		return;
@@ -231,13 +231,13 @@ sm_trainer_close(sm_trainer *t)
 }
 
 int
-sm_trainer_open(sm_trainer **out, const sm_train_opts *o, char *err)
+tr_trainer_open(tr_trainer **out, const tr_opts *o, char *err)
 {
 	const pr_spec *s = o->spec;
-	kn_model_shape shape = sm_model_shape(s, o->kind);
+	kn_model_shape shape = tr_model_shape(s, o->kind);
 	size_t N = (size_t)s->batch * s->window;
 	char path[PR_PATH_LEN + 32];
-	sm_trainer *t;
+	tr_trainer *t;
 	int rc;
 
 	*out = NULL;
@@ -266,7 +266,7 @@ sm_trainer_open(sm_trainer **out, const sm_train_opts *o, char *err)
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 		goto fail;
 	}
-	sm_model_path(path, sizeof(path), o->dir, o->kind, o->block, "csv");
+	tr_model_path(path, sizeof(path), o->dir, o->kind, o->block, "csv");
 	if ((t->csv = fopen(path, t->step > 0 ? "a" : "w")) == NULL) {
 		rc = kn_error(err, KN_EIO, "cannot write %s: %s", path,
 		    strerror(errno));
@@ -280,12 +280,12 @@ sm_trainer_open(sm_trainer **out, const sm_train_opts *o, char *err)
 	*out = t;
 	return KN_OK;
 fail:
-	sm_trainer_close(t);
+	tr_trainer_close(t);
 	return rc;
 }
 
 int
-sm_trainer_step(sm_trainer *t, float *loss, char *err)
+tr_trainer_step(tr_trainer *t, float *loss, char *err)
 {
 	const pr_spec *s = t->o.spec;
 	kn_adamw opt = { (float)s->beta1, (float)s->beta2, 1e-8f,
@@ -303,12 +303,12 @@ sm_trainer_step(sm_trainer *t, float *loss, char *err)
 	t->step++;
 	el = kn_now() - t->t0;
 	fprintf(t->csv, "%lld,%.6f,%.6g,%.5f,%.1f,%.3f\n", (long long)t->step,
-	    *loss, lr, gnorm, sm_trainer_positions_per_s(t), el);
+	    *loss, lr, gnorm, tr_trainer_positions_per_s(t), el);
 	return KN_OK;
 }
 
 double
-sm_trainer_positions_per_s(const sm_trainer *t)
+tr_trainer_positions_per_s(const tr_trainer *t)
 {
 	double el = kn_now() - t->t0;
 
@@ -316,14 +316,14 @@ sm_trainer_positions_per_s(const sm_trainer *t)
 	    (double)(t->step - t->step0) / el : 0.0;
 }
 
-int64_t sm_trainer_steps(const sm_trainer *t) { return t->step; }
-int64_t sm_trainer_round(const sm_trainer *t) { return t->round; }
-void sm_trainer_set_round(sm_trainer *t, int64_t round) { t->round = round; }
-void sm_trainer_set_step(sm_trainer *t, int64_t step) { t->step = step; }
-kn_model *sm_trainer_model(sm_trainer *t) { return t->m; }
+int64_t tr_trainer_steps(const tr_trainer *t) { return t->step; }
+int64_t tr_trainer_round(const tr_trainer *t) { return t->round; }
+void tr_trainer_set_round(tr_trainer *t, int64_t round) { t->round = round; }
+void tr_trainer_set_step(tr_trainer *t, int64_t step) { t->step = step; }
+kn_model *tr_trainer_model(tr_trainer *t) { return t->m; }
 
 static void
-progress_line(const sm_train_opts *o, int64_t step, float loss, double pps,
+progress_line(const tr_opts *o, int64_t step, float loss, double pps,
     double eta)
 {
 	char who[32];
@@ -338,15 +338,15 @@ progress_line(const sm_train_opts *o, int64_t step, float loss, double pps,
 }
 
 int
-sm_train(const sm_train_opts *o, char *err)
+tr_train(const tr_opts *o, char *err)
 {
-	sm_trainer *t;
+	tr_trainer *t;
 	double t0 = kn_now(), last_print = -1;
 	int64_t start;
 	float loss = 0;
 	int rc;
 
-	if ((rc = sm_trainer_open(&t, o, err)) != 0)
+	if ((rc = tr_trainer_open(&t, o, err)) != 0)
 		return rc;
 	start = t->step;
 	while (t->step < o->steps) {
@@ -354,25 +354,25 @@ sm_train(const sm_train_opts *o, char *err)
 
 		if (o->stop != NULL && *o->stop)
 			break;
-		if ((rc = sm_trainer_step(t, &loss, err)) != 0)
+		if ((rc = tr_trainer_step(t, &loss, err)) != 0)
 			goto out;
 		el = kn_now() - t0;
 		if (o->progress && (el - last_print > 0.5 ||
 		    t->step == o->steps)) {
 			progress_line(o, t->step, loss,
-			    sm_trainer_positions_per_s(t),
+			    tr_trainer_positions_per_s(t),
 			    el / (double)(t->step - start) *
 			    (double)(o->steps - t->step));
 			last_print = el;
 		}
 		if (o->every > 0 && t->step % o->every == 0 &&
-		    t->step < o->steps && (rc = sm_trainer_save(t, err)) != 0)
+		    t->step < o->steps && (rc = tr_trainer_save(t, err)) != 0)
 			goto out;
 	}
 	if (o->progress)
 		fprintf(stderr, "\n");
-	rc = sm_trainer_save(t, err);
+	rc = tr_trainer_save(t, err);
 out:
-	sm_trainer_close(t);
+	tr_trainer_close(t);
 	return rc;
 }

@@ -90,17 +90,17 @@ post_error(wk_worker *w, const char *what, const char *err)
 
 /* The checkpoint just written, read back for the loop to serve. */
 static int
-post_checkpoint(wk_worker *w, sm_trainer *t, wk_event_kind kind, char *err)
+post_checkpoint(wk_worker *w, tr_trainer *t, wk_event_kind kind, char *err)
 {
 	char path[PR_PATH_LEN + 32];
 	wk_event *ev = event(kind);
 	int rc;
 
-	ev->step = sm_trainer_steps(t);
-	ev->round = sm_trainer_round(t);
-	sm_model_path(path, sizeof(path), w->o.train.dir, w->o.train.kind,
+	ev->step = tr_trainer_steps(t);
+	ev->round = tr_trainer_round(t);
+	tr_model_path(path, sizeof(path), w->o.train.dir, w->o.train.kind,
 	    w->o.train.block, "ckpt");
-	rc = pr_ckpt_read_file(path, SM_CKPT_MAX_BYTES, &ev->buf, &ev->len,
+	rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &ev->buf, &ev->len,
 	    err);
 	if (rc == 0)
 		rc = pr_ckpt_sha256_hex(ev->buf, ev->len, ev->etag, err);
@@ -114,10 +114,10 @@ post_checkpoint(wk_worker *w, sm_trainer *t, wk_event_kind kind, char *err)
 
 /* Adopts a published checkpoint: its weights, step and round. */
 static int
-adopt_checkpoint(wk_worker *w, sm_trainer *t, const char *buf, size_t len,
+adopt_checkpoint(wk_worker *w, tr_trainer *t, const char *buf, size_t len,
     char *err)
 {
-	kn_model *m = sm_trainer_model(t);
+	kn_model *m = tr_trainer_model(t);
 	size_t n = kn_model_num_params(m);
 	float *params = malloc(n * sizeof(float));
 	pr_ckpt_meta expect = { 0 }, got;
@@ -134,8 +134,8 @@ adopt_checkpoint(wk_worker *w, sm_trainer *t, const char *buf, size_t len,
 	if (rc == 0)
 		rc = kn_model_set_params(m, params, err);
 	if (rc == 0) {
-		sm_trainer_set_step(t, got.step);
-		sm_trainer_set_round(t, got.round);
+		tr_trainer_set_step(t, got.step);
+		tr_trainer_set_round(t, got.round);
 	}
 	free(params);
 	return rc;
@@ -169,18 +169,18 @@ wait_commit(wk_worker *w, int64_t round)
 
 /* Hands our update to the loop and waits for the round's outcome. */
 static int
-run_round(wk_worker *w, sm_trainer *t, float *start, char *err)
+run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 {
-	kn_model *m = sm_trainer_model(t);
+	kn_model *m = tr_trainer_model(t);
 	size_t n = kn_model_num_params(m);
 	wk_event *ev = event(WK_ROUND_READY);
-	int64_t round = sm_trainer_round(t);
+	int64_t round = tr_trainer_round(t);
 	struct commit *cm;
 	float *local;
 	int rc = KN_OK;
 
 	ev->round = round;
-	ev->step = sm_trainer_steps(t);
+	ev->step = tr_trainer_steps(t);
 	ev->count = n;
 	if ((ev->delta = malloc(n * sizeof(float))) == NULL ||
 	    (local = malloc(n * sizeof(float))) == NULL) {
@@ -195,7 +195,7 @@ run_round(wk_worker *w, sm_trainer *t, float *start, char *err)
 		kn_outer_step(start, cm->avg, cm->lr, n);
 		rc = kn_model_set_params(m, start, err);
 		if (rc == 0)
-			sm_trainer_set_round(t, round + 1);
+			tr_trainer_set_round(t, round + 1);
 	} else if (cm != NULL && cm->ckpt != NULL) {
 		rc = adopt_checkpoint(w, t, cm->ckpt, cm->len, err);
 	}
@@ -211,7 +211,7 @@ run(lt_thread *lt, void *arg)
 	wk_worker *w = arg;
 	const wk_opts *o = &w->o;
 	char err[KN_ERR_LEN];
-	sm_trainer *t = NULL;
+	tr_trainer *t = NULL;
 	corpus valid = { 0 };
 	bt_eval_set set = { o->eval_windows, BT_EVAL_STRATA };
 	float loss = 0, *start = NULL;
@@ -219,11 +219,11 @@ run(lt_thread *lt, void *arg)
 	int have_valid = 0;
 
 	(void)lt;       /* w->lt, set before the thread started */
-	if (sm_trainer_open(&t, &o->train, err) != 0) {
+	if (tr_trainer_open(&t, &o->train, err) != 0) {
 		post_error(w, "cannot start training", err);
 		return;
 	}
-	if (sm_trainer_steps(t) == 0 && sm_trainer_save(t, err) != 0) {
+	if (tr_trainer_steps(t) == 0 && tr_trainer_save(t, err) != 0) {
 		post_error(w, "cannot write the first checkpoint", err);
 		goto out;
 	}
@@ -241,31 +241,31 @@ run(lt_thread *lt, void *arg)
 	}
 	bt_interval(o->train.spec, o->train.kind, o->train.block - 1, &lo, &hi);
 	if (o->replicas > 1) {
-		size_t n = kn_model_num_params(sm_trainer_model(t));
+		size_t n = kn_model_num_params(tr_trainer_model(t));
 
 		if ((start = malloc(n * sizeof(float))) == NULL) {
 			post_error(w, "training", "out of memory");
 			goto out;
 		}
-		kn_model_get_params(sm_trainer_model(t), start);
+		kn_model_get_params(tr_trainer_model(t), start);
 	}
-	while (sm_trainer_steps(t) < o->train.steps) {
+	while (tr_trainer_steps(t) < o->train.steps) {
 		int64_t step;
 
 		if (lt_stopping(w->lt))
 			break;
-		if (sm_trainer_step(t, &loss, err) != 0) {
+		if (tr_trainer_step(t, &loss, err) != 0) {
 			post_error(w, "training step", err);
 			goto out;
 		}
-		step = sm_trainer_steps(t);
+		step = tr_trainer_steps(t);
 		if (kn_now() - last_progress > 0.2 || step == o->train.steps) {
 			wk_event *ev = event(WK_PROGRESS);
 
 			ev->step = step;
-			ev->round = sm_trainer_round(t);
+			ev->round = tr_trainer_round(t);
 			ev->loss = loss;
-			ev->positions_per_s = sm_trainer_positions_per_s(t);
+			ev->positions_per_s = tr_trainer_positions_per_s(t);
 			post(w, ev);
 			last_progress = kn_now();
 		}
@@ -274,7 +274,7 @@ run(lt_thread *lt, void *arg)
 			wk_event *ev = event(WK_SHARE);
 
 			ev->step = step;
-			if (bt_eval_share(sm_trainer_model(t), o->train.spec,
+			if (bt_eval_share(tr_trainer_model(t), o->train.spec,
 			    &valid, &set, lo, hi, &ev->share, err) != 0) {
 				wk_event_free(ev);
 				post_error(w, "held-out share", err);
@@ -292,14 +292,14 @@ run(lt_thread *lt, void *arg)
 		}
 		if ((o->replicas > 1 && step % o->local_steps == 0) ||
 		    (o->replicas <= 1 && step % o->checkpoint_every == 0)) {
-			if (sm_trainer_save(t, err) != 0 ||
+			if (tr_trainer_save(t, err) != 0 ||
 			    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
 				post_error(w, "checkpoint", err);
 				goto out;
 			}
 		}
 	}
-	if (sm_trainer_save(t, err) != 0 ||
+	if (tr_trainer_save(t, err) != 0 ||
 	    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
 		post_error(w, "checkpoint", err);
 		goto out;
@@ -308,7 +308,7 @@ run(lt_thread *lt, void *arg)
 out:
 	free(start);
 	corpus_close(&valid);
-	sm_trainer_close(t);
+	tr_trainer_close(t);
 }
 
 static void

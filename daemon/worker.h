@@ -40,7 +40,7 @@ typedef struct wk_event {
 } wk_event;
 
 typedef struct {
-	sm_train_opts train;    /* spec, run id, dir, block, replica, steps */
+	tr_opts train;    /* spec, run id, dir, block, replica, steps */
 	const char *valid_path; /* held-out split ("" to skip the shares) */
 	const char *valid_sha256;
 	int eval_every, eval_windows;

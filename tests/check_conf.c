@@ -37,32 +37,33 @@ START_TEST(test_hostport)
 	char host[64];
 	int port;
 
-	ck_assert_int_eq(sm_parse_hostport("127.0.0.1:7300", host, sizeof(host),
+	ck_assert_int_eq(cf_parse_hostport("127.0.0.1:7300", host, sizeof(host),
 	    &port), 0);
 	ck_assert_str_eq(host, "127.0.0.1");
 	ck_assert_int_eq(port, 7300);
-	ck_assert_int_eq(sm_parse_hostport("[::1]:80", host, sizeof(host),
+	ck_assert_int_eq(cf_parse_hostport("[::1]:80", host, sizeof(host),
 	    &port), 0);
 	ck_assert_str_eq(host, "::1");
-	ck_assert_int_eq(sm_parse_hostport("gpu-3.example.org:1", host,
+	ck_assert_int_eq(cf_parse_hostport("gpu-3.example.org:1", host,
 	    sizeof(host), &port), 0);
-	ck_assert_int_ne(sm_parse_hostport("nohost", host, sizeof(host), &port),
+	ck_assert_int_ne(cf_parse_hostport("nohost", host, sizeof(host), &port),
 	    0);
-	ck_assert_int_ne(sm_parse_hostport("h:99999", host, sizeof(host),
+	ck_assert_int_ne(cf_parse_hostport("h:99999", host, sizeof(host),
 	    &port), 0);
-	ck_assert_int_ne(sm_parse_hostport(":80", host, sizeof(host), &port), 0);
-	ck_assert_int_ne(sm_parse_hostport("h:8x", host, sizeof(host), &port),
+	ck_assert_int_ne(cf_parse_hostport(":80", host, sizeof(host), &port),
+	    0);
+	ck_assert_int_ne(cf_parse_hostport("h:8x", host, sizeof(host), &port),
 	    0);
 }
 END_TEST
 
 START_TEST(test_config)
 {
-	sm_config c;
+	cf_config c;
 	char err[PR_ERR_LEN];
 
-	sm_config_defaults(&c);
-	ck_assert_int_eq(sm_config_load(&c, write_tmp("a.conf",
+	cf_defaults(&c);
+	ck_assert_int_eq(cf_load(&c, write_tmp("a.conf",
 	    "# blocktrain.conf\nlisten = 0.0.0.0:7301\nblock = 2\n"
 	    "[blocktraind]\nstate_dir = /var/tmp/bt\nupdate_encoding = bf16\n"
 	    "max_body = 64M\neval_every = 50\n"), err), 0);
@@ -74,26 +75,26 @@ START_TEST(test_config)
 	ck_assert_uint_eq(c.max_body, (size_t)64 << 20);
 	ck_assert_int_eq(c.eval_every, 50);
 	ck_assert_int_eq(c.checkpoint_every, 100);     /* default */
-	ck_assert_int_ne(sm_config_load(&c, write_tmp("b.conf",
+	ck_assert_int_ne(cf_load(&c, write_tmp("b.conf",
 	    "blok = 2\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "b.conf:1: unknown key 'blok'"));
-	ck_assert_int_ne(sm_config_load(&c, write_tmp("c.conf",
+	ck_assert_int_ne(cf_load(&c, write_tmp("c.conf",
 	    "\n\nblock = 0\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "c.conf:3"));
-	ck_assert_int_ne(sm_config_load(&c, write_tmp("d.conf",
+	ck_assert_int_ne(cf_load(&c, write_tmp("d.conf",
 	    "device = tpu\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "'tpu' is not auto, cpu or cuda"));
-	ck_assert_int_ne(sm_config_load(&c, write_tmp("e.conf",
+	ck_assert_int_ne(cf_load(&c, write_tmp("e.conf",
 	    "[other]\nblock = 1\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "unknown section [other]"));
-	ck_assert_int_ne(sm_config_load(&c, "/nonexistent.conf", err), 0);
+	ck_assert_int_ne(cf_load(&c, "/nonexistent.conf", err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "cannot open"));
 }
 END_TEST
 
 START_TEST(test_peers)
 {
-	sm_peer_list pl;
+	peers_list pl;
 	char err[PR_ERR_LEN];
 	const char *id = "ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12"
 	    "ab12ab12ab12";
@@ -102,27 +103,27 @@ START_TEST(test_peers)
 	snprintf(text, sizeof(text), "# three blocks, block 1 twice\n"
 	    "10.0.0.1:7300 1\n  10.0.0.2:7300 2   # comment\n\n"
 	    "10.0.0.3:7300 1 %s\n[::1]:7301 3\n", id);
-	ck_assert_int_eq(sm_peers_load(&pl, write_tmp("peers", text), err), 0);
+	ck_assert_int_eq(peers_load(&pl, write_tmp("peers", text), err), 0);
 	ck_assert_int_eq(pl.n, 4);
-	ck_assert_int_eq(sm_peers_find(&pl, "10.0.0.2:7300"), 1);
-	ck_assert_int_eq(sm_peers_find(&pl, "10.0.0.9:7300"), -1);
-	ck_assert_int_eq(sm_peers_replicas(&pl, 1), 2);
-	ck_assert_int_eq(sm_peers_replica_index(&pl, 0), 0);
-	ck_assert_int_eq(sm_peers_replica_index(&pl, 2), 1);
+	ck_assert_int_eq(peers_find(&pl, "10.0.0.2:7300"), 1);
+	ck_assert_int_eq(peers_find(&pl, "10.0.0.9:7300"), -1);
+	ck_assert_int_eq(peers_replicas(&pl, 1), 2);
+	ck_assert_int_eq(peers_replica_index(&pl, 0), 0);
+	ck_assert_int_eq(peers_replica_index(&pl, 2), 1);
 	ck_assert_str_eq(pl.v[2].id, id);
 	ck_assert_str_eq(pl.v[3].host, "::1");
-	sm_peers_free(&pl);
-	ck_assert_int_ne(sm_peers_load(&pl, write_tmp("p2", "h:1 1\nh:1 2\n"),
+	peers_free(&pl);
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p2", "h:1 1\nh:1 2\n"),
 	    err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "listed twice"));
-	ck_assert_int_ne(sm_peers_load(&pl, write_tmp("p3", "h 1\n"), err), 0);
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p3", "h 1\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "p3:1: 'h' is not host:port"));
-	ck_assert_int_ne(sm_peers_load(&pl, write_tmp("p4", "h:1 0\n"), err), 0);
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p4", "h:1 0\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "block '0'"));
-	ck_assert_int_ne(sm_peers_load(&pl, write_tmp("p5", "h:1 1 xyz\n"), err),
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p5", "h:1 1 xyz\n"), err),
 	    0);
 	ck_assert_ptr_nonnull(strstr(err, "peer id"));
-	ck_assert_int_ne(sm_peers_load(&pl, write_tmp("p6", "# none\n"), err), 0);
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p6", "# none\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "no peers"));
 }
 END_TEST
@@ -131,17 +132,17 @@ END_TEST
 static void
 refused(const char *name, const char *text, const char *want)
 {
-	sm_config c;
+	cf_config c;
 	char err[PR_ERR_LEN];
 
-	sm_config_defaults(&c);
-	ck_assert_int_ne(sm_config_load(&c, write_tmp(name, text), err), 0);
+	cf_defaults(&c);
+	ck_assert_int_ne(cf_load(&c, write_tmp(name, text), err), 0);
 	ck_assert_msg(strstr(err, want) != NULL, "'%s' lacks '%s'", err, want);
 }
 
 START_TEST(test_range_errors)
 {
-	sm_config c;
+	cf_config c;
 	char err[PR_ERR_LEN];
 
 	refused("r1.conf", "# x\nblock = 65\n",
@@ -154,17 +155,17 @@ START_TEST(test_range_errors)
 	refused("r4.conf", "pipeline_max_frame = 0\n",
 	    "need 1 <= pipeline_max_frame <= 1024");
 	/* a struct filled in by flags is checked by the same rows */
-	sm_config_defaults(&c);
-	ck_assert_int_eq(sm_config_validate(&c, err), 0);
+	cf_defaults(&c);
+	ck_assert_int_eq(cf_validate(&c, err), 0);
 	c.block = 65;
-	ck_assert_int_ne(sm_config_validate(&c, err), 0);
+	ck_assert_int_ne(cf_validate(&c, err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "block: 65 is out of range"));
 }
 END_TEST
 
 /* Prints c, and loads what was printed over the defaults into out. */
 static void
-reload_printed(const sm_config *c, sm_config *out, char *printed,
+reload_printed(const cf_config *c, cf_config *out, char *printed,
     size_t size)
 {
 	char err[PR_ERR_LEN];
@@ -172,30 +173,30 @@ reload_printed(const sm_config *c, sm_config *out, char *printed,
 	FILE *f;
 
 	ck_assert_ptr_nonnull(f = tmpfile());
-	ck_assert_int_eq(sm_config_print(f, c), 0);
+	ck_assert_int_eq(cf_print(f, c), 0);
 	rewind(f);
 	len = fread(printed, 1, size - 1, f);
 	fclose(f);
 	printed[len] = '\0';
-	sm_config_defaults(out);
-	ck_assert_msg(sm_config_load(out, write_tmp("printed.conf", printed),
+	cf_defaults(out);
+	ck_assert_msg(cf_load(out, write_tmp("printed.conf", printed),
 	    err) == 0, "%s in\n%s", err, printed);
 }
 
 START_TEST(test_print_round_trip)
 {
-	sm_config c, d;
+	cf_config c, d;
 	char err[PR_ERR_LEN], printed[8192];
 
-	sm_config_defaults(&c);
+	cf_defaults(&c);
 	reload_printed(&c, &d, printed, sizeof(printed));
 	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
 	ck_assert_ptr_nonnull(strstr(printed, "[blocktraind]\n"
 	    "listen = 127.0.0.1:7300\nadvertise =\n"));
 	ck_assert_ptr_nonnull(strstr(printed, "\nmax_body = 0\n"));
 	ck_assert_ptr_nonnull(strstr(printed, "\npipeline_max_frame = 16\n"));
-	sm_config_defaults(&c);
-	ck_assert_int_eq(sm_config_load(&c, write_tmp("all.conf",
+	cf_defaults(&c);
+	ck_assert_int_eq(cf_load(&c, write_tmp("all.conf",
 	    "listen = [::1]:7301\nadvertise = gpu2.example.net:7301\n"
 	    "spec = /s/run.conf\npeers = /s/peers\nstate_dir = /s/state\n"
 	    "block = 7\ndevice = cuda\nthreads = 12\neval_every = 0\n"
@@ -233,7 +234,7 @@ START_TEST(test_man_page)
 {
 	static char man[65536];
 	char value[256], item[128];
-	sm_config c;
+	cf_config c;
 	size_t len, i;
 	FILE *f;
 
@@ -242,9 +243,9 @@ START_TEST(test_man_page)
 	len = fread(man, 1, sizeof(man) - 1, f);
 	fclose(f);
 	man[len] = '\0';
-	sm_config_defaults(&c);
-	for (i = 0; i < sm_config_nkeys; i++) {
-		const pr_key *k = &sm_config_keys[i];
+	cf_defaults(&c);
+	for (i = 0; i < cf_nkeys; i++) {
+		const pr_key *k = &cf_keys[i];
 		const char *start, *end, *at;
 		int found = 0;
 

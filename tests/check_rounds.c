@@ -50,7 +50,7 @@ struct replica {
 	hc_client *client;
 	int port;
 	char addr[64];
-	sm_peer_list peers;
+	peers_list peers;
 	rounds *r;
 	/* the trainer */
 	float theta[COUNT];
@@ -78,7 +78,7 @@ static int
 replica_of_peer(const struct replica *x, int peer)
 {
 	return peer >= 0 && peer < x->peers.n ?
-	    sm_peers_replica_index(&x->peers, peer) : -1;
+	    peers_replica_index(&x->peers, peer) : -1;
 }
 
 static void
@@ -271,11 +271,11 @@ setup(void)
 			.arg = &rep[k],
 		};
 
-		ck_assert_int_eq(sm_peers_load(&rep[k].peers, path, err), 0);
+		ck_assert_int_eq(peers_load(&rep[k].peers, path, err), 0);
 		for (i = 0; i < rep[k].peers.n; i++) {
 			rep[k].peers.v[i].self =
 			    strcmp(rep[k].peers.v[i].addr, rep[k].addr) == 0;
-			rep[k].peers.v[i].state = SM_PEER_UP;
+			rep[k].peers.v[i].state = PEERS_UP;
 			rep[k].peers.v[i].last_seen = 1;
 		}
 		ck_assert_int_eq(rounds_new(&rep[k].r, &rc, err), 0);
@@ -297,7 +297,7 @@ teardown(void)
 	uv_run(&loop, UV_RUN_DEFAULT);
 	ck_assert_int_eq(uv_loop_close(&loop), 0);
 	for (k = 0; k < NREP; k++)
-		sm_peers_free(&rep[k].peers);
+		peers_free(&rep[k].peers);
 	tu_remove_dir(dir);
 }
 
@@ -368,11 +368,11 @@ wait_commits(int c0, int c1, int c2)
 }
 
 static void
-set_state(int viewer, int k, sm_peer_state s)
+set_state(int viewer, int k, peers_state s)
 {
 	int line = k == 0 ? 0 : k + 1;	/* the peer of block 2 is line 1 */
 
-	ck_assert_int_eq(sm_peers_replica_index(&rep[viewer].peers, line), k);
+	ck_assert_int_eq(peers_replica_index(&rep[viewer].peers, line), k);
 	rep[viewer].peers.v[line].state = s;
 }
 
@@ -413,8 +413,8 @@ START_TEST(test_coordinator_choice)
 	float theta0[COUNT], want[COUNT];
 
 	memcpy(theta0, rep[1].theta, sizeof(theta0));
-	set_state(1, 0, SM_PEER_DOWN);
-	set_state(2, 0, SM_PEER_DOWN);
+	set_state(1, 0, PEERS_DOWN);
+	set_state(2, 0, PEERS_DOWN);
 	send_update(1);
 	send_update(2);
 	wait_commits(0, 1, 1);
@@ -471,8 +471,8 @@ START_TEST(test_split_and_heal)
 	char hex0[65], hex1[65];
 
 	rep[0].refuse_from[1] = rep[1].refuse_from[0] = 1;
-	set_state(0, 1, SM_PEER_DOWN);
-	set_state(1, 0, SM_PEER_DOWN);
+	set_state(0, 1, PEERS_DOWN);
+	set_state(1, 0, PEERS_DOWN);
 	send_update(0);
 	send_update(1);
 	send_update(2);
@@ -486,8 +486,8 @@ START_TEST(test_split_and_heal)
 
 	/* the partition heals; the probes compare checkpoints */
 	rep[0].refuse_from[1] = rep[1].refuse_from[0] = 0;
-	set_state(0, 1, SM_PEER_UP);
-	set_state(1, 0, SM_PEER_UP);
+	set_state(0, 1, PEERS_UP);
+	set_state(1, 0, PEERS_UP);
 	sha_of(&rep[0], hex0);
 	sha_of(&rep[1], hex1);
 	/* replica 0 keeps its weights; so does one that compares another

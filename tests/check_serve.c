@@ -499,9 +499,9 @@ expected(struct client *cl, int n)
 	be = kn_backend_get(KN_BACKEND_CPU, NULL, err);
 	snprintf(path, sizeof(path), "%s/run", dir);
 	for (b = 1; b <= 3; b++)
-		ck_assert_int_eq(sm_load_model(&m[b], &spec, run_id, path,
+		ck_assert_int_eq(tr_load_model(&m[b], &spec, run_id, path,
 		    BT_BLOCK, b, be, 1, err), 0);
-	ck_assert_int_eq(sm_load_model(&causal, &spec, run_id, path, BT_CAUSAL,
+	ck_assert_int_eq(tr_load_model(&causal, &spec, run_id, path, BT_CAUSAL,
 	    0, be, 1, err), 0);
 	for (i = 0; i < n; i++) {
 		int32_t seq[WINDOW];

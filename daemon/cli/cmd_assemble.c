@@ -56,9 +56,9 @@ assemble_parse(const struct cmd_entry *self, struct assemble_args *a,
 /* Block b's checkpoint from peer p, verified and written; 0, or -1 with
  * the reason on stderr. */
 static int
-assemble_fetch(struct assemble_args *a, const sm_peer *p, int b)
+assemble_fetch(struct assemble_args *a, const peers_entry *p, int b)
 {
-	char url[SM_HOST_LEN + 64], path[PR_PATH_LEN + 32], hex[65];
+	char url[CF_HOST_LEN + 64], path[PR_PATH_LEN + 32], hex[65];
 	char err[PR_ERR_LEN];
 	pr_ckpt_meta expect = { 0 }, meta;
 	struct cli_body body;
@@ -67,7 +67,7 @@ assemble_fetch(struct assemble_args *a, const sm_peer *p, int b)
 
 	snprintf(url, sizeof(url), "http://%s/v1/blocks/%d/checkpoint",
 	    p->addr, b);
-	st = cli_http_get(url, SM_CKPT_MAX_BYTES, 120000, &body, err);
+	st = cli_http_get(url, TR_CKPT_MAX_BYTES, 120000, &body, err);
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", a->run_id);
 	expect.block = b;
 	snprintf(expect.kind, sizeof(expect.kind), "block");
@@ -82,7 +82,7 @@ assemble_fetch(struct assemble_args *a, const sm_peer *p, int b)
 		if (a->run_id[0] == '\0')
 			snprintf(a->run_id, sizeof(a->run_id), "%s",
 			    meta.run_id);
-		sm_model_path(path, sizeof(path), a->out, BT_BLOCK, b, "ckpt");
+		tr_model_path(path, sizeof(path), a->out, BT_BLOCK, b, "ckpt");
 		pr_ckpt_sha256_hex(body.data, body.len, hex, err);
 		rc = pr_ckpt_write_file(path, body.data, body.len, err);
 		if (rc != 0)
@@ -100,7 +100,7 @@ assemble_fetch(struct assemble_args *a, const sm_peer *p, int b)
 /* Blocks 1..the highest in the peer list, each from the first of its
  * daemons that serves a valid checkpoint; returns the blocks missed. */
 static int
-assemble_run(struct assemble_args *a, const sm_peer_list *pl, int *maxb)
+assemble_run(struct assemble_args *a, const peers_list *pl, int *maxb)
 {
 	int b, i, got, failed = 0;
 
@@ -126,7 +126,7 @@ assemble_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct assemble_args a = { 0 };
 	char err[PR_ERR_LEN];
-	sm_peer_list pl;
+	peers_list pl;
 	pr_spec s;
 	int rc, failed, maxb;
 
@@ -137,18 +137,18 @@ assemble_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter assemble: %s\n", err);
 		return 1;
 	}
-	if (sm_peers_load(&pl, a.peers, err) != 0) {
+	if (peers_load(&pl, a.peers, err) != 0) {
 		fprintf(stderr, "shardmeter assemble: %s\n", err);
 		return 1;
 	}
 	if (mkdir(a.out, 0755) != 0 && access(a.out, W_OK) != 0) {
 		fprintf(stderr, "shardmeter assemble: cannot create %s\n", a.out);
-		sm_peers_free(&pl);
+		peers_free(&pl);
 		return 1;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	failed = assemble_run(&a, &pl, &maxb);
-	sm_peers_free(&pl);
+	peers_free(&pl);
 	curl_global_cleanup();
 	if (failed == 0)
 		printf("assembled %d blocks of run %.16s... in %s\n", maxb,

@@ -77,7 +77,7 @@ eval_have(const struct cli_run *r, bt_kind kind)
 {
 	char path[PR_PATH_LEN + 32];
 
-	sm_model_path(path, sizeof(path), r->dir, kind, 0, "ckpt");
+	tr_model_path(path, sizeof(path), r->dir, kind, 0, "ckpt");
 	return access(path, F_OK) == 0;
 }
 
@@ -92,7 +92,7 @@ eval_model(const struct eval_args *e, const corpus *c, bt_kind kind,
 	double lo, hi;
 	int rc = 0, b;
 
-	if (sm_load_model(&m, &e->run.spec, e->run.run_id, e->run.dir, kind,
+	if (tr_load_model(&m, &e->run.spec, e->run.run_id, e->run.dir, kind,
 	    block, e->run.be, 32, err) != 0)
 		return -1;
 	if (kind == BT_CAUSAL)

@@ -177,7 +177,7 @@ gen_sample(const struct gen_args *g, int32_t *seq, int plen, int end,
 	int b, rc = 0;
 
 	if (g->ar) {
-		rc = sm_load_model(&m, &r->spec, r->run_id, r->dir, BT_CAUSAL,
+		rc = tr_load_model(&m, &r->spec, r->run_id, r->dir, BT_CAUSAL,
 		    0, r->be, 1, err);
 		if (rc == 0)
 			rc = bt_generate_ar(m, seq, plen, end, g->temp, g->seed,
@@ -186,7 +186,7 @@ gen_sample(const struct gen_args *g, int32_t *seq, int plen, int end,
 		return rc;
 	}
 	for (b = r->spec.blocks - 1; b >= 0 && rc == 0; b--) {
-		rc = sm_load_model(&m, &r->spec, r->run_id, r->dir, BT_BLOCK,
+		rc = tr_load_model(&m, &r->spec, r->run_id, r->dir, BT_BLOCK,
 		    b + 1, r->be, 1, err);
 		if (rc == 0)
 			rc = bt_denoise_block(m, &r->spec, g->steps, b, seq,

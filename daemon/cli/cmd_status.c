@@ -31,9 +31,9 @@ struct status_sum {
 };
 
 static json_t *
-status_fetch(const sm_peer *p, char *err)
+status_fetch(const peers_entry *p, char *err)
 {
-	char url[SM_HOST_LEN + 64];
+	char url[CF_HOST_LEN + 64];
 	struct cli_body b;
 	json_error_t jerr;
 	json_t *root = NULL;
@@ -74,7 +74,7 @@ bar(double frac, int width)
 
 /* The held-out share column, kept if it is the block's latest. */
 static void
-status_share(const sm_peer *p, json_t *s, struct status_sum *sum)
+status_share(const peers_entry *p, json_t *s, struct status_sum *sum)
 {
 	int64_t at;
 
@@ -93,9 +93,9 @@ status_share(const sm_peer *p, json_t *s, struct status_sum *sum)
 
 /* The line of peer i of pl, or "down" with the reason. */
 static void
-status_peer(const sm_peer_list *pl, int i, struct status_sum *sum)
+status_peer(const peers_list *pl, int i, struct status_sum *sum)
 {
-	const sm_peer *p = &pl->v[i];
+	const peers_entry *p = &pl->v[i];
 	char err[KN_ERR_LEN] = "";
 	json_t *s = status_fetch(p, err);
 	int64_t step, steps;
@@ -104,7 +104,7 @@ status_peer(const sm_peer_list *pl, int i, struct status_sum *sum)
 
 	if (s == NULL) {
 		printf("%-22s %5d %4d %-9s %s\n", p->addr, p->block,
-		    sm_peers_replica_index(pl, i), "down", err);
+		    peers_replica_index(pl, i), "down", err);
 		return;
 	}
 	sum->up++;
@@ -115,7 +115,7 @@ status_peer(const sm_peer_list *pl, int i, struct status_sum *sum)
 	steps = integer(s, "steps");
 	sum->blocks = (int)integer(s, "blocks");
 	printf("%-22s %5d %4d %-9s %6lld/%-6lld %8.4f ", p->addr, p->block,
-	    sm_peers_replica_index(pl, i),
+	    peers_replica_index(pl, i),
 	    json_string_value(json_object_get(s, "state")), (long long)step,
 	    (long long)steps, num(s, "loss"));
 	status_share(p, s, sum);
@@ -161,7 +161,7 @@ status_print_run(const struct status_sum *sum)
 
 /* One screen of status; returns the number of peers that answered. */
 static int
-status_once(const sm_peer_list *pl)
+status_once(const peers_list *pl)
 {
 	struct status_sum sum = { .up = 0 };
 	int i, b;
@@ -187,7 +187,7 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 	};
 	const char *peers = NULL;
 	double every = 0;
-	sm_peer_list pl;
+	peers_list pl;
 	char err[PR_ERR_LEN];
 	int ch, up;
 
@@ -203,7 +203,7 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter status: --peers FILE is required\n");
 		return 2;
 	}
-	if (sm_peers_load(&pl, peers, err) != 0) {
+	if (peers_load(&pl, peers, err) != 0) {
 		fprintf(stderr, "shardmeter status: %s\n", err);
 		return 1;
 	}
@@ -217,7 +217,7 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 			break;
 		usleep((useconds_t)(every * 1e6));
 	}
-	sm_peers_free(&pl);
+	peers_free(&pl);
 	curl_global_cleanup();
 	return up > 0 ? 0 : 1;
 }

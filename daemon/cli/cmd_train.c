@@ -168,7 +168,7 @@ train_all(const struct train_args *t)
 static int
 train_one(const struct train_args *t)
 {
-	sm_train_opts o = { 0 };
+	tr_opts o = { 0 };
 	char err[KN_ERR_LEN];
 	double t0;
 
@@ -186,7 +186,7 @@ train_one(const struct train_args *t)
 	o.progress = !t->quiet;
 	o.stop = &stop_requested;
 	t0 = kn_now();
-	if (sm_train(&o, err) != 0) {
+	if (tr_train(&o, err) != 0) {
 		fprintf(stderr, "shardmeter train: %s\n", err);
 		return 1;
 	}
