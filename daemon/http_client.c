@@ -417,22 +417,11 @@ header_add(struct hc_xfer *x, const char *name, const char *value)
 	return 0;
 }
 
-#define SETOPT(opt, val) do { \
-	if (rc == CURLE_OK) \
-		rc = curl_easy_setopt(x->easy, opt, val); \
-} while (0)
-
-int
-hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
-    void *ctx, char *err)
+/* Rejects what the client cannot send before anything is allocated. */
+static int
+request_check(const hc_client *c, const hc_request_opts *o,
+    hc_done_fn done, const char *method, int upload, char *err)
 {
-	const char *method = o->method ? o->method : "GET";
-	int upload = strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
-	struct hc_xfer *x;
-	CURLcode rc = CURLE_OK;
-	CURLMcode mrc;
-	int r = 0;
-
 	if (c->closing) {
 		set_err(err, "the client is closing");
 		return UV_EINVAL;
@@ -450,6 +439,17 @@ hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
 		set_err(err, "a %s request has no body", method);
 		return UV_EINVAL;
 	}
+	return 0;
+}
+
+/* A transfer with its own copy of the request body and its headers. */
+static int
+xfer_new(struct hc_xfer **out, hc_client *c, const hc_request_opts *o,
+    hc_done_fn done, void *ctx, int upload, char *err)
+{
+	struct hc_xfer *x;
+	int r = 0;
+
 	if ((x = calloc(1, sizeof(*x))) == NULL ||
 	    (x->easy = curl_easy_init()) == NULL ||
 	    (upload && (x->req_body = malloc(o->body_len + 1)) == NULL)) {
@@ -479,6 +479,22 @@ hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
 		xfer_free(x);
 		return r;
 	}
+	*out = x;
+	return 0;
+}
+
+#define SETOPT(opt, val) do { \
+	if (rc == CURLE_OK) \
+		rc = curl_easy_setopt(x->easy, opt, val); \
+} while (0)
+
+/* The first option curl refuses stops the rest; its code comes back. */
+static CURLcode
+xfer_setopts(struct hc_xfer *x, const hc_request_opts *o,
+    const char *method, int upload)
+{
+	CURLcode rc = CURLE_OK;
+
 	SETOPT(CURLOPT_URL, o->url);
 	SETOPT(CURLOPT_PRIVATE, x);
 	SETOPT(CURLOPT_NOSIGNAL, 1L);
@@ -506,7 +522,25 @@ hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
 			SETOPT(CURLOPT_CUSTOMREQUEST, "PUT");
 	} else
 		SETOPT(CURLOPT_HTTPGET, 1L);
-	if (rc != CURLE_OK) {
+	return rc;
+}
+
+int
+hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
+    void *ctx, char *err)
+{
+	const char *method = o->method ? o->method : "GET";
+	int upload = strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
+	struct hc_xfer *x;
+	CURLcode rc;
+	CURLMcode mrc;
+	int r;
+
+	if ((r = request_check(c, o, done, method, upload, err)) < 0)
+		return r;
+	if ((r = xfer_new(&x, c, o, done, ctx, upload, err)) < 0)
+		return r;
+	if ((rc = xfer_setopts(x, o, method, upload)) != CURLE_OK) {
 		set_err(err, "curl refused an option: %s",
 		    curl_easy_strerror(rc));
 		xfer_free(x);

@@ -264,27 +264,25 @@ sv_on_compute_done(void *ctx, sc_job *job)
 	sc_job_free(job);
 }
 
-/* The entry takes a client's request: checks it and starts the first
- * traversal on its own block or layers. */
-static void
-handle_gen(sv *s, conn *c, pl_frame *f)
+/* A request this host cannot take gets its error here; returns nonzero
+ * when it did. */
+static int
+gen_refused(sv *s, conn *c, const pl_frame *f)
 {
-	int n = s->spec.window, plen = (int)f->data_len, i;
+	int n = s->spec.window, plen = (int)f->data_len;
 	char msg[PL_MSG_LEN];
-	request *r;
-	sc_job *job;
 
 	if (!s->entry) {
 		snprintf(msg, sizeof(msg), "this host is not the entry; send "
 		    "requests to %.150s", s->hosts.v[0].addr);
 		send_error(c, f->id, msg);
-		return;
+		return 1;
 	}
 	if (!sc_serves(s->compute, f->mode)) {
 		snprintf(msg, sizeof(msg), "mode %s is not served here (see the "
 		    "host's log)", pl_mode_name(f->mode));
 		send_error(c, f->id, msg);
-		return;
+		return 1;
 	}
 	if (plen + f->length > n || (f->mode == PL_MODE_AR && plen < 1)) {
 		snprintf(msg, sizeof(msg), "the prompt (%d bytes) and the output "
@@ -292,13 +290,23 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 		    f->mode == PL_MODE_AR ? ", with a prompt of at least one "
 		    "byte in ar mode" : "");
 		send_error(c, f->id, msg);
-		return;
+		return 1;
 	}
+	return 0;
+}
+
+/* The request for a client's gen frame, linked and counted in flight;
+ * NULL when out of memory. */
+static request *
+gen_request_new(sv *s, conn *c, const pl_frame *f)
+{
+	int plen = (int)f->data_len;
+	request *r;
+
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
-	    (r->seq = calloc((size_t)n, 1)) == NULL) {
+	    (r->seq = calloc((size_t)s->spec.window, 1)) == NULL) {
 		free(r);
-		send_error(c, f->id, "out of memory");
-		return;
+		return NULL;
 	}
 	r->id = s->next_id++;
 	r->client_id = f->id;
@@ -315,36 +323,73 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 	s->requests = r;
 	s->inflight++;
 	s->trimmed = 0;
-	if (f->mode == PL_MODE_BT) {
-		job = sc_job_new(SC_BT);
-		job->in.type = PL_BT;
-		job->in.data = calloc((size_t)n, 1);
-		job->in.mask = malloc((size_t)n);
-		if (job->in.data == NULL || job->in.mask == NULL) {
-			sc_job_free(job);
-			request_fail(s, r, "out of memory");
-			return;
-		}
-		job->in.data_len = job->in.mask_len = (size_t)n;
-		memcpy(job->in.data, f->data, (size_t)plen);
-		/* the whole rest of the window starts masked, as in one
-		 * process: the positions after the output are context too */
-		for (i = 0; i < n; i++)
-			job->in.mask[i] = i >= plen;
-		job->in.block = s->spec.blocks;
-	} else {
-		job = sc_job_new(SC_AR);
-		job->in.type = PL_AR;
-		job->in.pos = 0;
-		job->in.count = plen;
-		job->sym = malloc((size_t)plen * sizeof(int32_t));
-		if (job->sym == NULL) {
-			sc_job_free(job);
-			request_fail(s, r, "out of memory");
-			return;
-		}
-		for (i = 0; i < plen; i++)
-			job->sym[i] = f->data[i];
+	return r;
+}
+
+/* The first bt traversal: the prompt over a whole window, the rest
+ * masked; NULL when out of memory. */
+static sc_job *
+gen_job_bt(sv *s, const pl_frame *f)
+{
+	int n = s->spec.window, plen = (int)f->data_len, i;
+	sc_job *job = sc_job_new(SC_BT);
+
+	job->in.type = PL_BT;
+	job->in.data = calloc((size_t)n, 1);
+	job->in.mask = malloc((size_t)n);
+	if (job->in.data == NULL || job->in.mask == NULL) {
+		sc_job_free(job);
+		return NULL;
+	}
+	job->in.data_len = job->in.mask_len = (size_t)n;
+	memcpy(job->in.data, f->data, (size_t)plen);
+	/* the whole rest of the window starts masked, as in one
+	 * process: the positions after the output are context too */
+	for (i = 0; i < n; i++)
+		job->in.mask[i] = i >= plen;
+	job->in.block = s->spec.blocks;
+	return job;
+}
+
+/* The first ar traversal: the prompt's symbols from position 0; NULL
+ * when out of memory. */
+static sc_job *
+gen_job_ar(const pl_frame *f)
+{
+	int plen = (int)f->data_len, i;
+	sc_job *job = sc_job_new(SC_AR);
+
+	job->in.type = PL_AR;
+	job->in.pos = 0;
+	job->in.count = plen;
+	job->sym = malloc((size_t)plen * sizeof(int32_t));
+	if (job->sym == NULL) {
+		sc_job_free(job);
+		return NULL;
+	}
+	for (i = 0; i < plen; i++)
+		job->sym[i] = f->data[i];
+	return job;
+}
+
+/* The entry takes a client's request: checks it and starts the first
+ * traversal on its own block or layers. */
+static void
+handle_gen(sv *s, conn *c, pl_frame *f)
+{
+	request *r;
+	sc_job *job;
+
+	if (gen_refused(s, c, f))
+		return;
+	if ((r = gen_request_new(s, c, f)) == NULL) {
+		send_error(c, f->id, "out of memory");
+		return;
+	}
+	job = f->mode == PL_MODE_BT ? gen_job_bt(s, f) : gen_job_ar(f);
+	if (job == NULL) {
+		request_fail(s, r, "out of memory");
+		return;
 	}
 	job->in.id = r->id;
 	job->in.steps = r->steps;

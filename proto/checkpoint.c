@@ -541,19 +541,100 @@ same_shape(const kn_tensor *a, const kn_tensor *b)
 	return 1;
 }
 
+/* Name and shape of table entry i against the model's tensor i. */
+static int
+match_tensor(const struct table_entry *e, const kn_tensor *t, uint32_t i,
+    char *err)
+{
+	char got[96], want[96];
+
+	if (strncmp(e->name, t->name, KN_NAME_LEN) != 0)
+		return kn_error(err, KN_EINVAL, "tensor %u is named %s, "
+		    "expected %s", i, e->name, t->name);
+	if (!same_shape(&e->shape, t)) {
+		kn_tensor_shape_str(&e->shape, got, sizeof(got));
+		kn_tensor_shape_str(t, want, sizeof(want));
+		return kn_error(err, KN_EINVAL, "tensor %s has shape %s, "
+		    "expected %s", e->name, got, want);
+	}
+	return 0;
+}
+
+/* The checkpoint's tensor table, each entry matched against the model's
+ * when tensors is given; *entries is the caller's to free, even on error,
+ * and *total the payload bytes the table describes. */
+static int
+parse_table(const msgpack_object *table, const kn_tensor *tensors,
+    int ntensors, struct table_entry **entries, uint32_t *count,
+    uint64_t *total, char *err)
+{
+	uint32_t i;
+	int rc;
+
+	if (table->type != MSGPACK_OBJECT_ARRAY ||
+	    table->via.array.size < 1 ||
+	    table->via.array.size > PR_CKPT_MAX_TENSORS)
+		return kn_error(err, KN_EINVAL, "checkpoint field 'tensors' "
+		    "must be an array of 1 to %d tensors",
+		    PR_CKPT_MAX_TENSORS);
+	*count = table->via.array.size;
+	if (tensors != NULL && *count != (uint32_t)ntensors)
+		return kn_error(err, KN_EINVAL, "checkpoint has %u tensors, "
+		    "expected %d", *count, ntensors);
+	if ((*entries = calloc(*count, sizeof(**entries))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < *count; i++) {
+		struct table_entry *e = &(*entries)[i];
+
+		if ((rc = parse_tensor(&table->via.array.ptr[i], (int)i, e,
+		    err)) != 0)
+			return rc;
+		*total += e->bytes;
+		if (tensors != NULL &&
+		    (rc = match_tensor(e, &tensors[i], i, err)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The payload against the table: its size, then every value finite. */
+static int
+check_tensor_values(const struct table_entry *entries, uint32_t count,
+    const unsigned char *payload, size_t payload_size, uint64_t total,
+    char *err)
+{
+	uint64_t at;
+	uint32_t i;
+
+	if (payload_size != total)
+		return kn_error(err, KN_EINVAL, "checkpoint payload holds %zu "
+		    "bytes but its tensor table describes %llu", payload_size,
+		    (unsigned long long)total);
+	for (i = 0, at = 0; i < count; at += entries[i].bytes, i++) {
+		long bad = pr_mp_first_nonfinite_le(payload + at,
+		    entries[i].bytes / 4);
+
+		if (bad >= 0)
+			return kn_error(err, KN_ENUM, "tensor %s holds a "
+			    "non-finite value at index %ld", entries[i].name,
+			    bad);
+	}
+	return 0;
+}
+
 int
 pr_ckpt_decode(const char *buf, size_t len, const pr_ckpt_meta *expect,
     const kn_tensor *tensors, int ntensors, float *params_out,
     pr_ckpt_meta *meta_out, char *err)
 {
-	const msgpack_object *fields[F_MAX], *table;
+	const msgpack_object *fields[F_MAX];
 	struct table_entry *entries = NULL;
 	msgpack_unpacked up;
 	pr_ckpt_meta meta;
 	const unsigned char *payload = NULL;
 	size_t payload_size = 0;
 	uint64_t total = 0, at;
-	uint32_t count, i;
+	uint32_t count = 0, i;
 	int rc;
 
 	if (params_out != NULL && tensors == NULL)
@@ -561,75 +642,15 @@ pr_ckpt_decode(const char *buf, size_t len, const pr_ckpt_meta *expect,
 		    "the model's tensor table");
 	msgpack_unpacked_init(&up);
 	if ((rc = parse_head(buf, len, &ckpt_format, &up, fields, &meta,
-	    err)) != 0)
+	    err)) != 0 ||
+	    (rc = check_expect(&meta, expect, "checkpoint", err)) != 0 ||
+	    (rc = parse_table(fields[F_TENSORS], tensors, ntensors, &entries,
+	    &count, &total, err)) != 0 ||
+	    (rc = check_payload(fields[F_CKPT_PAYLOAD], fields[F_CKPT_SHA256],
+	    "checkpoint", &payload, &payload_size, err)) != 0 ||
+	    (rc = check_tensor_values(entries, count, payload, payload_size,
+	    total, err)) != 0)
 		goto out;
-	if ((rc = check_expect(&meta, expect, "checkpoint", err)) != 0)
-		goto out;
-
-	table = fields[F_TENSORS];
-	if (table->type != MSGPACK_OBJECT_ARRAY ||
-	    table->via.array.size < 1 ||
-	    table->via.array.size > PR_CKPT_MAX_TENSORS) {
-		rc = kn_error(err, KN_EINVAL, "checkpoint field 'tensors' must "
-		    "be an array of 1 to %d tensors", PR_CKPT_MAX_TENSORS);
-		goto out;
-	}
-	count = table->via.array.size;
-	if (tensors != NULL && count != (uint32_t)ntensors) {
-		rc = kn_error(err, KN_EINVAL, "checkpoint has %u tensors, "
-		    "expected %d", count, ntensors);
-		goto out;
-	}
-	entries = calloc(count, sizeof(*entries));
-	if (entries == NULL) {
-		rc = kn_error(err, KN_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (i = 0; i < count; i++) {
-		struct table_entry *e = &entries[i];
-
-		if ((rc = parse_tensor(&table->via.array.ptr[i], (int)i, e,
-		    err)) != 0)
-			goto out;
-		total += e->bytes;
-		if (tensors == NULL)
-			continue;
-		if (strncmp(e->name, tensors[i].name, KN_NAME_LEN) != 0) {
-			rc = kn_error(err, KN_EINVAL, "tensor %u is named %s, "
-			    "expected %s", i, e->name, tensors[i].name);
-			goto out;
-		}
-		if (!same_shape(&e->shape, &tensors[i])) {
-			char got[96], want[96];
-
-			kn_tensor_shape_str(&e->shape, got, sizeof(got));
-			kn_tensor_shape_str(&tensors[i], want, sizeof(want));
-			rc = kn_error(err, KN_EINVAL, "tensor %s has shape %s, "
-			    "expected %s", e->name, got, want);
-			goto out;
-		}
-	}
-
-	if ((rc = check_payload(fields[F_CKPT_PAYLOAD], fields[F_CKPT_SHA256],
-	    "checkpoint", &payload, &payload_size, err)) != 0)
-		goto out;
-	if (payload_size != total) {
-		rc = kn_error(err, KN_EINVAL, "checkpoint payload holds %zu "
-		    "bytes but its tensor table describes %llu", payload_size,
-		    (unsigned long long)total);
-		goto out;
-	}
-	for (i = 0, at = 0; i < count; at += entries[i].bytes, i++) {
-		long bad = pr_mp_first_nonfinite_le(payload + at,
-		    entries[i].bytes / 4);
-
-		if (bad >= 0) {
-			rc = kn_error(err, KN_ENUM, "tensor %s holds a "
-			    "non-finite value at index %ld", entries[i].name,
-			    bad);
-			goto out;
-		}
-	}
 
 	/* valid: only now touch the caller's memory */
 	if (params_out != NULL)

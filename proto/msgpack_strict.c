@@ -139,6 +139,86 @@ pr_mp_pack_key(msgpack_packer *pk, const char *key)
 
 enum { SCAN_OK, SCAN_TRUNCATED, SCAN_MALFORMED, SCAN_TOO_BIG };
 
+/* What a msgpack type byte says follows it: skip bytes of data, or a
+ * big-endian length of count_bytes that counts either more data bytes
+ * (container 0) or items of 1 (array) or 2 (map pair) objects each;
+ * fix maps and arrays give their children directly. */
+struct mp_shape {
+	uint64_t skip, children;
+	int count_bytes, container;
+};
+
+/* Flat dispatch over the type byte; -1 for the one unused byte, 0xc1. */
+static int
+type_shape(unsigned char b, struct mp_shape *sh)
+{
+	memset(sh, 0, sizeof(*sh));
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+		;       /* fixint, nil, bool: the byte is the object */
+	else if (b <= 0x8f)
+		sh->children = 2 * (uint64_t)(b & 0x0f);
+	else if (b <= 0x9f)
+		sh->children = b & 0x0f;
+	else if (b <= 0xbf)
+		sh->skip = b & 0x1f;
+	else {
+		switch (b) {
+		case 0xc4: case 0xd9: sh->count_bytes = 1; break;
+		case 0xc5: case 0xda: sh->count_bytes = 2; break;
+		case 0xc6: case 0xdb: sh->count_bytes = 4; break;
+		/* ext: length, then a type byte, then the data */
+		case 0xc7: sh->count_bytes = 1; sh->skip = 1; break;
+		case 0xc8: sh->count_bytes = 2; sh->skip = 1; break;
+		case 0xc9: sh->count_bytes = 4; sh->skip = 1; break;
+		case 0xca: sh->skip = 4; break;
+		case 0xcb: sh->skip = 8; break;
+		case 0xcc: case 0xd0: sh->skip = 1; break;
+		case 0xcd: case 0xd1: sh->skip = 2; break;
+		case 0xce: case 0xd2: sh->skip = 4; break;
+		case 0xcf: case 0xd3: sh->skip = 8; break;
+		case 0xd4: sh->skip = 2; break;
+		case 0xd5: sh->skip = 3; break;
+		case 0xd6: sh->skip = 5; break;
+		case 0xd7: sh->skip = 9; break;
+		case 0xd8: sh->skip = 17; break;
+		case 0xdc: sh->count_bytes = 2; sh->container = 1; break;
+		case 0xdd: sh->count_bytes = 4; sh->container = 1; break;
+		case 0xde: sh->count_bytes = 2; sh->container = 2; break;
+		case 0xdf: sh->count_bytes = 4; sh->container = 2; break;
+		default:
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Steps *pos over one object's own bytes (type byte, length, data) and
+ * leaves the number of its child objects, read next, in *children. */
+static int
+scan_one(const unsigned char *p, size_t len, size_t *pos,
+    uint64_t *children)
+{
+	struct mp_shape sh;
+	uint64_t count = 0;
+	int i;
+
+	if (type_shape(p[(*pos)++], &sh) != 0)
+		return SCAN_MALFORMED;  /* 0xc1 */
+	if ((size_t)sh.count_bytes > len - *pos)
+		return SCAN_TRUNCATED;
+	for (i = 0; i < sh.count_bytes; i++)
+		count = count << 8 | p[(*pos)++];
+	if (sh.container)
+		sh.children = count * (uint64_t)sh.container;
+	else
+		sh.skip += count;
+	if (sh.skip > len - *pos)
+		return SCAN_TRUNCATED;
+	*pos += (size_t)sh.skip;
+	*children = sh.children;
+	return SCAN_OK;
+}
+
 /* Walks one msgpack object without building it.  msgpack-c allocates a
  * container's elements as soon as it reads the count, so a five-byte
  * array header could ask for gigabytes: this bounds the counts by the
@@ -151,15 +231,13 @@ scan_msgpack(const unsigned char *p, size_t len, int max_depth,
 	uint64_t left[PR_MP_MAX_DEPTH]; /* items still to read per level */
 	uint64_t pending = 1;           /* sum of left[] */
 	size_t pos = 0, objects = 0;
-	int depth = 1;
+	int depth = 1, rc;
 
 	if (max_depth > PR_MP_MAX_DEPTH)
 		max_depth = PR_MP_MAX_DEPTH;
 	left[0] = 1;
 	while (pending > 0) {
-		uint64_t skip = 0, count = 0, children = 0;
-		int count_bytes = 0, container = 0, i;
-		unsigned char b;
+		uint64_t children = 0;
 
 		while (left[depth - 1] == 0)
 			depth--;
@@ -169,55 +247,8 @@ scan_msgpack(const unsigned char *p, size_t len, int max_depth,
 			return SCAN_TRUNCATED;
 		if (++objects > max_objects)
 			return SCAN_TOO_BIG;
-		b = p[pos++];
-		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 ||
-		    b == 0xc3)
-			;       /* fixint, nil, bool: the byte is the object */
-		else if (b <= 0x8f)
-			children = 2 * (uint64_t)(b & 0x0f);
-		else if (b <= 0x9f)
-			children = b & 0x0f;
-		else if (b <= 0xbf)
-			skip = b & 0x1f;
-		else {
-			switch (b) {
-			case 0xc4: case 0xd9: count_bytes = 1; break;
-			case 0xc5: case 0xda: count_bytes = 2; break;
-			case 0xc6: case 0xdb: count_bytes = 4; break;
-			/* ext: length, then a type byte, then the data */
-			case 0xc7: count_bytes = 1; skip = 1; break;
-			case 0xc8: count_bytes = 2; skip = 1; break;
-			case 0xc9: count_bytes = 4; skip = 1; break;
-			case 0xca: skip = 4; break;
-			case 0xcb: skip = 8; break;
-			case 0xcc: case 0xd0: skip = 1; break;
-			case 0xcd: case 0xd1: skip = 2; break;
-			case 0xce: case 0xd2: skip = 4; break;
-			case 0xcf: case 0xd3: skip = 8; break;
-			case 0xd4: skip = 2; break;
-			case 0xd5: skip = 3; break;
-			case 0xd6: skip = 5; break;
-			case 0xd7: skip = 9; break;
-			case 0xd8: skip = 17; break;
-			case 0xdc: count_bytes = 2; container = 1; break;
-			case 0xdd: count_bytes = 4; container = 1; break;
-			case 0xde: count_bytes = 2; container = 2; break;
-			case 0xdf: count_bytes = 4; container = 2; break;
-			default:
-				return SCAN_MALFORMED;  /* 0xc1 */
-			}
-		}
-		if ((size_t)count_bytes > len - pos)
-			return SCAN_TRUNCATED;
-		for (i = 0; i < count_bytes; i++)
-			count = count << 8 | p[pos++];
-		if (container)
-			children = count * (uint64_t)container;
-		else
-			skip += count;
-		if (skip > len - pos)
-			return SCAN_TRUNCATED;
-		pos += (size_t)skip;
+		if ((rc = scan_one(p, len, &pos, &children)) != SCAN_OK)
+			return rc;
 		if (children > 0) {
 			if (depth == max_depth)
 				return SCAN_TOO_BIG;

@@ -605,48 +605,53 @@ rl_rate_name(double rate, char *out, size_t size)
 		snprintf(out, size, "unlimited");
 }
 
-int
-main(int argc, char **argv)
+/* -d/-D (delay) or -r/-R (rate) of one direction; 0, or 2 after the
+ * message for a bad value. */
+static int
+rl_parse_link_option(struct rl_relay *rl, int ch, const char *arg)
+{
+	int dir = ch == 'd' || ch == 'r' ? RL_UP : RL_DOWN;
+
+	if ((ch == 'd' || ch == 'D') &&
+	    rl_parse_number(arg, RL_DELAY_MAX_MS, &rl->delay_ms[dir]) < 0) {
+		fprintf(stderr, "wan-relay: bad -%c '%s': want "
+		    "milliseconds from 0 to %.0f\n", ch, arg,
+		    RL_DELAY_MAX_MS);
+		return 2;
+	}
+	if ((ch == 'r' || ch == 'R') &&
+	    rl_parse_number(arg, RL_RATE_MAX, &rl->rate[dir]) < 0) {
+		fprintf(stderr, "wan-relay: bad -%c '%s': want "
+		    "bytes per second, 0 for unlimited\n", ch, arg);
+		return 2;
+	}
+	return 0;
+}
+
+/* Options into rl, the reverse direction defaulting to the forward one;
+ * -1 to go on with the two addresses at argv[optind], else the exit
+ * status: 0 after -h, 2 for a bad command line. */
+static int
+rl_parse_options(struct rl_relay *rl, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct rl_relay rl;
-	struct sockaddr_storage listen_addr, bound;
-	char rate_up[32], rate_down[32];
-	const char *why;
-	int ch, have_D = 0, have_R = 0, len, r;
+	int ch, have_D = 0, have_R = 0;
 
-	memset(&rl, 0, sizeof(rl));
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, ":d:D:r:R:qh", longopts,
 	    NULL)) != -1) {
 		switch (ch) {
-		case 'd':
-		case 'D':
-			if (rl_parse_number(optarg, RL_DELAY_MAX_MS,
-			    &rl.delay_ms[ch == 'd' ? RL_UP : RL_DOWN]) < 0) {
-				fprintf(stderr, "wan-relay: bad -%c '%s': want "
-				    "milliseconds from 0 to %.0f\n", ch, optarg,
-				    RL_DELAY_MAX_MS);
+		case 'd': case 'D': case 'r': case 'R':
+			if (rl_parse_link_option(rl, ch, optarg) != 0)
 				return 2;
-			}
 			have_D |= ch == 'D';
-			break;
-		case 'r':
-		case 'R':
-			if (rl_parse_number(optarg, RL_RATE_MAX,
-			    &rl.rate[ch == 'r' ? RL_UP : RL_DOWN]) < 0) {
-				fprintf(stderr, "wan-relay: bad -%c '%s': want "
-				    "bytes per second, 0 for unlimited\n", ch,
-				    optarg);
-				return 2;
-			}
 			have_R |= ch == 'R';
 			break;
 		case 'q':
-			rl.quiet = 1;
+			rl->quiet = 1;
 			break;
 		case 'h':
 			rl_help();
@@ -672,74 +677,120 @@ main(int argc, char **argv)
 		return 2;
 	}
 	if (!have_D)
-		rl.delay_ms[RL_DOWN] = rl.delay_ms[RL_UP];
+		rl->delay_ms[RL_DOWN] = rl->delay_ms[RL_UP];
 	if (!have_R)
-		rl.rate[RL_DOWN] = rl.rate[RL_UP];
+		rl->rate[RL_DOWN] = rl->rate[RL_UP];
+	return -1;
+}
 
-	r = uv_loop_init(&rl.loop);
+/* The loop, and both addresses resolved on it; -1 to go on, else the
+ * exit status (the loop is closed again then). */
+static int
+rl_open(struct rl_relay *rl, const char *listen_arg, const char *target_arg,
+    struct sockaddr_storage *listen_addr)
+{
+	const char *why;
+	int r;
+
+	r = uv_loop_init(&rl->loop);
 	if (r < 0) {
 		fprintf(stderr, "wan-relay: loop: %s\n", uv_strerror(r));
 		return 1;
 	}
-	if (rl_parse_addr(&rl.loop, argv[optind], 1, &listen_addr, &why) < 0) {
+	if (rl_parse_addr(&rl->loop, listen_arg, 1, listen_addr, &why) < 0) {
 		fprintf(stderr, "wan-relay: bad listen address '%s': %s\n",
-		    argv[optind], why);
-		uv_loop_close(&rl.loop);
+		    listen_arg, why);
+		uv_loop_close(&rl->loop);
 		return 2;
 	}
-	if (rl_parse_addr(&rl.loop, argv[optind + 1], 0, &rl.target,
-	    &why) < 0) {
+	if (rl_parse_addr(&rl->loop, target_arg, 0, &rl->target, &why) < 0) {
 		fprintf(stderr, "wan-relay: bad target address '%s': %s\n",
-		    argv[optind + 1], why);
-		uv_loop_close(&rl.loop);
+		    target_arg, why);
+		uv_loop_close(&rl->loop);
 		return 2;
 	}
-	rl_addr_name((struct sockaddr *)&rl.target, rl.target_name,
-	    sizeof(rl.target_name));
+	rl_addr_name((struct sockaddr *)&rl->target, rl->target_name,
+	    sizeof(rl->target_name));
+	return -1;
+}
 
-	/* A peer that resets while we write must cost one connection, not
-	 * the process. */
-	signal(SIGPIPE, SIG_IGN);
+/* Binds and listens; on failure the loop is closed and 1 returned. */
+static int
+rl_listen(struct rl_relay *rl, const struct sockaddr_storage *listen_addr)
+{
+	struct sockaddr_storage bound;
+	int len, r;
 
-	uv_tcp_init(&rl.loop, &rl.listener);
-	rl.listener.data = &rl;
-	r = uv_tcp_bind(&rl.listener, (struct sockaddr *)&listen_addr, 0);
+	uv_tcp_init(&rl->loop, &rl->listener);
+	rl->listener.data = rl;
+	r = uv_tcp_bind(&rl->listener, (const struct sockaddr *)listen_addr,
+	    0);
 	if (r == 0)
-		r = uv_listen((uv_stream_t *)&rl.listener, 128,
+		r = uv_listen((uv_stream_t *)&rl->listener, 128,
 		    rl_connection_cb);
 	if (r < 0) {
-		rl_addr_name((struct sockaddr *)&listen_addr, rl.listen_name,
-		    sizeof(rl.listen_name));
+		rl_addr_name((const struct sockaddr *)listen_addr,
+		    rl->listen_name, sizeof(rl->listen_name));
 		fprintf(stderr, "wan-relay: listen on %s: %s\n",
-		    rl.listen_name, uv_strerror(r));
-		uv_close((uv_handle_t *)&rl.listener, NULL);
-		uv_run(&rl.loop, UV_RUN_DEFAULT);
-		uv_loop_close(&rl.loop);
+		    rl->listen_name, uv_strerror(r));
+		uv_close((uv_handle_t *)&rl->listener, NULL);
+		uv_run(&rl->loop, UV_RUN_DEFAULT);
+		uv_loop_close(&rl->loop);
 		return 1;
 	}
 	/* The bound address, so that port 0 tells the caller its port. */
 	len = sizeof(bound);
-	if (uv_tcp_getsockname(&rl.listener, (struct sockaddr *)&bound,
+	if (uv_tcp_getsockname(&rl->listener, (struct sockaddr *)&bound,
 	    &len) < 0)
-		memcpy(&bound, &listen_addr, sizeof(bound));
-	rl_addr_name((struct sockaddr *)&bound, rl.listen_name,
-	    sizeof(rl.listen_name));
+		memcpy(&bound, listen_addr, sizeof(bound));
+	rl_addr_name((struct sockaddr *)&bound, rl->listen_name,
+	    sizeof(rl->listen_name));
+	return 0;
+}
 
-	uv_signal_init(&rl.loop, &rl.sigint);
-	uv_signal_init(&rl.loop, &rl.sigterm);
-	rl.sigint.data = rl.sigterm.data = &rl;
-	uv_signal_start(&rl.sigint, rl_signal_cb, SIGINT);
-	uv_signal_start(&rl.sigterm, rl_signal_cb, SIGTERM);
+/* Until SIGINT or SIGTERM; returns the exit status. */
+static int
+rl_run(struct rl_relay *rl)
+{
+	char rate_up[32], rate_down[32];
+	int r;
 
-	rl_rate_name(rl.rate[RL_UP], rate_up, sizeof(rate_up));
-	rl_rate_name(rl.rate[RL_DOWN], rate_down, sizeof(rate_down));
-	rl_log("%s -> %s, delay %g ms / %g ms, rate %s / %s", rl.listen_name,
-	    rl.target_name, rl.delay_ms[RL_UP], rl.delay_ms[RL_DOWN], rate_up,
-	    rate_down);
+	uv_signal_init(&rl->loop, &rl->sigint);
+	uv_signal_init(&rl->loop, &rl->sigterm);
+	rl->sigint.data = rl->sigterm.data = rl;
+	uv_signal_start(&rl->sigint, rl_signal_cb, SIGINT);
+	uv_signal_start(&rl->sigterm, rl_signal_cb, SIGTERM);
 
-	uv_run(&rl.loop, UV_RUN_DEFAULT);
-	r = uv_loop_close(&rl.loop);
+	rl_rate_name(rl->rate[RL_UP], rate_up, sizeof(rate_up));
+	rl_rate_name(rl->rate[RL_DOWN], rate_down, sizeof(rate_down));
+	rl_log("%s -> %s, delay %g ms / %g ms, rate %s / %s", rl->listen_name,
+	    rl->target_name, rl->delay_ms[RL_UP], rl->delay_ms[RL_DOWN],
+	    rate_up, rate_down);
+
+	uv_run(&rl->loop, UV_RUN_DEFAULT);
+	r = uv_loop_close(&rl->loop);
 	if (r < 0)
 		rl_log("loop close: %s", uv_strerror(r));
-	return rl.exit_code;
+	return rl->exit_code;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct rl_relay rl;
+	struct sockaddr_storage listen_addr;
+	int r;
+
+	memset(&rl, 0, sizeof(rl));
+	if ((r = rl_parse_options(&rl, argc, argv)) >= 0)
+		return r;
+	if ((r = rl_open(&rl, argv[optind], argv[optind + 1],
+	    &listen_addr)) >= 0)
+		return r;
+	/* A peer that resets while we write must cost one connection, not
+	 * the process. */
+	signal(SIGPIPE, SIG_IGN);
+	if (rl_listen(&rl, &listen_addr) != 0)
+		return 1;
+	return rl_run(&rl);
 }

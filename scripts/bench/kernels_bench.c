@@ -58,8 +58,22 @@ usage(void)
 	    "[--threads T] [--peak]\n");
 }
 
-int
-main(int argc, char **argv)
+/* What the command line asks for. */
+struct bench_opts {
+	kn_model_shape shape;
+	int batch, steps, warmup, threads, peak;
+	kn_backend_kind kind;
+};
+
+/* What the timed steps measured. */
+struct bench_result {
+	double dt, gemm_s, gemm_flops;
+	float loss;             /* of the last step */
+};
+
+/* -1 to go on, else the exit status: 0 after --help, 2 for a bad option. */
+static int
+parse_options(int argc, char **argv, struct bench_opts *o)
 {
 	static const struct option opts[] = {
 		{ "width", required_argument, NULL, 'd' },
@@ -76,34 +90,22 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 }
 	};
-	kn_model_shape shape = { 256, 4, 2, 128, 0 };
-	kn_adamw opt = { 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
-	int batch = 32, steps = 30, warmup = 5, threads = 0, peak = 0, ch, i;
-	kn_backend_kind kind = KN_BACKEND_CPU;
-	const kn_backend *be;
-	char err[KN_ERR_LEN], note[KN_ERR_LEN], desc[512];
-	kn_model *m;
-	size_t N;
-	int32_t *input, *target;
-	float *weight, loss = 0;
-	double t0, dt, gemm_s = 0, gemm_flops = 0;
-	kn_gemm_stats gs;
-	kn_rng r;
+	int ch;
 
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
-		case 'd': shape.width = atoi(optarg); break;
-		case 'h': shape.heads = atoi(optarg); break;
-		case 'l': shape.layers = atoi(optarg); break;
-		case 'n': shape.window = atoi(optarg); break;
-		case 'b': batch = atoi(optarg); break;
-		case 's': steps = atoi(optarg); break;
-		case 'w': warmup = atoi(optarg); break;
-		case 'c': shape.causal = 1; break;
-		case 't': threads = atoi(optarg); break;
-		case 'p': peak = 1; break;
+		case 'd': o->shape.width = atoi(optarg); break;
+		case 'h': o->shape.heads = atoi(optarg); break;
+		case 'l': o->shape.layers = atoi(optarg); break;
+		case 'n': o->shape.window = atoi(optarg); break;
+		case 'b': o->batch = atoi(optarg); break;
+		case 's': o->steps = atoi(optarg); break;
+		case 'w': o->warmup = atoi(optarg); break;
+		case 'c': o->shape.causal = 1; break;
+		case 't': o->threads = atoi(optarg); break;
+		case 'p': o->peak = 1; break;
 		case 'k':
-			if (kn_backend_parse(optarg, &kind) != 0) {
+			if (kn_backend_parse(optarg, &o->kind) != 0) {
 				usage();
 				return 2;
 			}
@@ -112,80 +114,90 @@ main(int argc, char **argv)
 		default: usage(); return 2;
 		}
 	}
-	if (kn_pool_init(threads, err) != 0) {
-		fprintf(stderr, "kernels-bench: %s\n", err);
-		return 1;
-	}
-	if ((be = kn_backend_get(kind, note, err)) == NULL) {
-		fprintf(stderr, "kernels-bench: %s\n", err);
-		return 1;
-	}
-	if (note[0])
-		fprintf(stderr, "kernels-bench: %s\n", note);
-	kn_backend_describe(be, desc, sizeof(desc));
-	fprintf(stderr, "kernels-bench: %s\n", desc);
-	if (kn_model_create(&m, &shape, be, batch, err) != 0) {
-		fprintf(stderr, "kernels-bench: %s\n", err);
-		return 1;
-	}
-	kn_model_init(m, 1);
-	N = (size_t)batch * shape.window;
-	input = malloc(N * 4);
-	target = malloc(N * 4);
-	weight = malloc(N * 4);
-	/* the same batch as the PyTorch bench: random bytes, t ~ U(0,1)
-	 * clamped at 1e-3, each position masked with probability t */
+	return -1;
+}
+
+/* The same batch as the PyTorch bench: random bytes, t ~ U(0,1) clamped
+ * at 1e-3, each position masked with probability t.  Arrays are
+ * (batch, window). */
+static void
+fill_batch(const kn_model_shape *shape, int batch, int32_t *input,
+    int32_t *target, float *weight)
+{
+	kn_rng r;
+	int i;
+
 	kn_rng_init(&r, 1, 2);
 	for (i = 0; i < batch; i++) {
 		float t = fmaxf(kn_rng_uniform(&r), 1e-3f);
 
-		for (int k = 0; k < shape.window; k++) {
-			size_t p = (size_t)i * shape.window + k;
+		for (int k = 0; k < shape->window; k++) {
+			size_t p = (size_t)i * shape->window + k;
 			int x = (int)kn_rng_below(&r, 256);
 			int masked = kn_rng_uniform(&r) < t;
 
 			target[p] = x;
-			if (shape.causal) {
+			if (shape->causal) {
 				input[p] = x;
-				weight[p] = 1.0f / (float)shape.window;
+				weight[p] = 1.0f / (float)shape->window;
 			} else {
 				input[p] = masked ? KN_MASK : x;
-				weight[p] = masked ? 1.0f / (t * shape.window) : 0;
+				weight[p] = masked ? 1.0f / (t * shape->window) : 0;
 			}
 		}
 	}
-	{
-		kn_batch b = { input, target, weight, batch };
+}
 
-		for (i = 0; i < warmup; i++)
-			kn_model_step(m, &b, &opt, 1e-3f, &loss, err);
-		be->sync();
-		kn_gemm_stats_reset();
-		kn_gemm_stats_enable(be->kind == KN_BACKEND_CPU);
-		t0 = kn_now();
-		for (i = 0; i < steps; i++)
-			if (kn_model_step(m, &b, &opt, 1e-3f, &loss, err) != 0) {
-				fprintf(stderr, "kernels-bench: %s\n", err);
-				return 1;
-			}
-		be->sync();
-		dt = kn_now() - t0;
-		kn_gemm_stats_enable(0);
-		kn_gemm_stats_get(&gs);
-		gemm_s = gs.seconds;
-		gemm_flops = gs.flops;
-	}
+/* Warm-up steps (errors ignored), then the timed ones with the GEMM
+ * share counted on the CPU backend. */
+static int
+time_steps(kn_model *m, const kn_backend *be, const kn_batch *b,
+    const struct bench_opts *o, struct bench_result *res, char *err)
+{
+	static const kn_adamw opt = { 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	kn_gemm_stats gs;
+	double t0;
+	int i;
+
+	for (i = 0; i < o->warmup; i++)
+		kn_model_step(m, b, &opt, 1e-3f, &res->loss, err);
+	be->sync();
+	kn_gemm_stats_reset();
+	kn_gemm_stats_enable(be->kind == KN_BACKEND_CPU);
+	t0 = kn_now();
+	for (i = 0; i < o->steps; i++)
+		if (kn_model_step(m, b, &opt, 1e-3f, &res->loss, err) != 0)
+			return -1;
+	be->sync();
+	res->dt = kn_now() - t0;
+	kn_gemm_stats_enable(0);
+	kn_gemm_stats_get(&gs);
+	res->gemm_s = gs.seconds;
+	res->gemm_flops = gs.flops;
+	return 0;
+}
+
+/* The one key=value line, with the sgemm peaks when --peak asks. */
+static void
+print_result(const struct bench_opts *o, const kn_backend *be,
+    const kn_model *m, const struct bench_result *res)
+{
+	const kn_model_shape *s = &o->shape;
+	size_t N = (size_t)o->batch * s->window;
+	double dt = res->dt;
+
 	printf("impl=shardmeter-%s causal=%d width=%d heads=%d layers=%d "
 	    "window=%d batch=%d params=%zu steps=%d step_ms=%.3f "
 	    "positions_per_s=%.1f model_gflops=%.1f gemm_share=%.3f "
 	    "gemm_gflops=%.1f gemm=%s threads=%d loss=%.4f",
-	    be->name, shape.causal, shape.width, shape.heads, shape.layers,
-	    shape.window, batch, kn_model_num_params(m), steps,
-	    1000.0 * dt / steps, (double)N * steps / dt,
-	    3.0 * kn_model_flops_per_window(&shape) * batch * steps / dt / 1e9,
-	    gemm_s / dt, gemm_s > 0 ? gemm_flops / gemm_s / 1e9 : 0.0,
-	    kn_gemm_name(kn_gemm_current()), kn_pool_threads(), loss);
-	if (peak && be->kind == KN_BACKEND_CPU) {
+	    be->name, s->causal, s->width, s->heads, s->layers,
+	    s->window, o->batch, kn_model_num_params(m), o->steps,
+	    1000.0 * dt / o->steps, (double)N * o->steps / dt,
+	    3.0 * kn_model_flops_per_window(s) * o->batch * o->steps / dt /
+	    1e9, res->gemm_s / dt,
+	    res->gemm_s > 0 ? res->gemm_flops / res->gemm_s / 1e9 : 0.0,
+	    kn_gemm_name(kn_gemm_current()), kn_pool_threads(), res->loss);
+	if (o->peak && be->kind == KN_BACKEND_CPU) {
 		double ours = sgemm_peak(1024, 1, 5), blas;
 
 		openblas_set_num_threads(kn_pool_threads());
@@ -195,6 +207,52 @@ main(int argc, char **argv)
 		    ours, blas);
 	}
 	printf("\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	struct bench_opts o = { { 256, 4, 2, 128, 0 }, 32, 30, 5, 0, 0,
+	    KN_BACKEND_CPU };
+	struct bench_result res = { 0, 0, 0, 0 };
+	const kn_backend *be;
+	char err[KN_ERR_LEN], note[KN_ERR_LEN], desc[512];
+	kn_model *m;
+	size_t N;
+	int32_t *input, *target;
+	float *weight;
+	int rc;
+
+	if ((rc = parse_options(argc, argv, &o)) >= 0)
+		return rc;
+	if (kn_pool_init(o.threads, err) != 0 ||
+	    (be = kn_backend_get(o.kind, note, err)) == NULL) {
+		fprintf(stderr, "kernels-bench: %s\n", err);
+		return 1;
+	}
+	if (note[0])
+		fprintf(stderr, "kernels-bench: %s\n", note);
+	kn_backend_describe(be, desc, sizeof(desc));
+	fprintf(stderr, "kernels-bench: %s\n", desc);
+	if (kn_model_create(&m, &o.shape, be, o.batch, err) != 0) {
+		fprintf(stderr, "kernels-bench: %s\n", err);
+		return 1;
+	}
+	kn_model_init(m, 1);
+	N = (size_t)o.batch * o.shape.window;
+	input = malloc(N * 4);
+	target = malloc(N * 4);
+	weight = malloc(N * 4);
+	fill_batch(&o.shape, o.batch, input, target, weight);
+	{
+		kn_batch b = { input, target, weight, o.batch };
+
+		if (time_steps(m, be, &b, &o, &res, err) != 0) {
+			fprintf(stderr, "kernels-bench: %s\n", err);
+			return 1;
+		}
+	}
+	print_result(&o, be, m, &res);
 	kn_model_free(m);
 	free(input); free(target); free(weight);
 	kn_pool_shutdown();

@@ -78,8 +78,27 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int
-main(int argc, char **argv)
+/* What the command line asks for. */
+struct bench_opts {
+	const char *addr, *prompt;
+	int length, steps, clients, requests, timeout_ms;
+	double temp;
+	pl_mode mode;
+};
+
+/* All clients' figures together; latency holds every request's,
+ * sorted. */
+struct totals {
+	double *latency, sum;
+	uint64_t compute, bytes;
+	long hops, trav;
+	int failed;
+};
+
+/* -1 to go on, else the exit status: 0 after --help, 2 for a bad command
+ * line. */
+static int
+parse_options(int argc, char **argv, struct bench_opts *o)
 {
 	static const struct option opts[] = {
 		{ "addr", required_argument, NULL, 'a' },
@@ -94,33 +113,25 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	const char *addr = NULL, *prompt = " The ";
-	int length = 16, steps = 64, clients = 1, requests = 1, ch, i, j;
-	int timeout_ms = 600000, failed = 0, total;
-	double temp = 0.8, t0, wall, *all, sum = 0;
-	uint64_t compute = 0, bytes = 0;
-	long hops = 0, trav = 0;
-	pl_mode mode = PL_MODE_BT;
-	struct client *cl;
-	pthread_t *th;
+	int ch;
 
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (ch) {
-		case 'a': addr = optarg; break;
+		case 'a': o->addr = optarg; break;
 		case 'o':
-			if (pl_mode_parse(optarg, &mode) != 0) {
+			if (pl_mode_parse(optarg, &o->mode) != 0) {
 				fprintf(stderr, "pipeline-bench: --mode takes "
 				    "blocktrain or ar\n");
 				return 2;
 			}
 			break;
-		case 'm': length = atoi(optarg); break;
-		case 'k': steps = atoi(optarg); break;
-		case 'p': prompt = optarg; break;
-		case 'c': clients = atoi(optarg); break;
-		case 'n': requests = atoi(optarg); break;
-		case 't': temp = atof(optarg); break;
-		case 'w': timeout_ms = atoi(optarg); break;
+		case 'm': o->length = atoi(optarg); break;
+		case 'k': o->steps = atoi(optarg); break;
+		case 'p': o->prompt = optarg; break;
+		case 'c': o->clients = atoi(optarg); break;
+		case 'n': o->requests = atoi(optarg); break;
+		case 't': o->temp = atof(optarg); break;
+		case 'w': o->timeout_ms = atoi(optarg); break;
 		case 'h':
 			printf("usage: pipeline-bench --addr HOST:PORT [--mode "
 			    "blocktrain|ar] [--length M]\n    [--steps K] "
@@ -131,66 +142,124 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (addr == NULL || length < 1 || steps < 1 || clients < 1 ||
-	    requests < 1) {
+	if (o->addr == NULL || o->length < 1 || o->steps < 1 ||
+	    o->clients < 1 || o->requests < 1) {
 		fprintf(stderr, "pipeline-bench: --addr is required; counts are "
 		    "positive\n");
 		return 2;
 	}
-	cl = calloc((size_t)clients, sizeof(*cl));
-	th = calloc((size_t)clients, sizeof(*th));
-	for (i = 0; i < clients; i++) {
-		cl[i].addr = addr;
-		cl[i].req.mode = mode;
-		cl[i].req.prompt = prompt;
-		cl[i].req.prompt_len = strlen(prompt);
-		cl[i].req.length = length;
-		cl[i].req.steps = steps;
-		cl[i].req.temperature = temp;
-		cl[i].requests = requests;
-		cl[i].timeout_ms = timeout_ms;
+	return -1;
+}
+
+/* One client per --clients, each with the same request and room for
+ * its latencies. */
+static struct client *
+clients_new(const struct bench_opts *o)
+{
+	struct client *cl = calloc((size_t)o->clients, sizeof(*cl));
+	int i;
+
+	for (i = 0; i < o->clients; i++) {
+		cl[i].addr = o->addr;
+		cl[i].req.mode = o->mode;
+		cl[i].req.prompt = o->prompt;
+		cl[i].req.prompt_len = strlen(o->prompt);
+		cl[i].req.length = o->length;
+		cl[i].req.steps = o->steps;
+		cl[i].req.temperature = o->temp;
+		cl[i].requests = o->requests;
+		cl[i].timeout_ms = o->timeout_ms;
 		cl[i].index = i;
-		cl[i].latency = calloc((size_t)requests, sizeof(double));
+		cl[i].latency = calloc((size_t)o->requests, sizeof(double));
 	}
-	t0 = kn_now();
+	return cl;
+}
+
+/* All clients at once, each on its own thread; the wall seconds. */
+static double
+run_clients(struct client *cl, int clients)
+{
+	pthread_t *th = calloc((size_t)clients, sizeof(*th));
+	double t0 = kn_now(), wall;
+	int i;
+
 	for (i = 0; i < clients; i++)
 		pthread_create(&th[i], NULL, run_client, &cl[i]);
 	for (i = 0; i < clients; i++)
 		pthread_join(th[i], NULL);
 	wall = kn_now() - t0;
-	total = clients * requests;
-	all = calloc((size_t)total, sizeof(double));
-	for (i = 0; i < clients; i++) {
-		for (j = 0; j < requests; j++) {
-			all[i * requests + j] = cl[i].latency[j];
-			sum += cl[i].latency[j];
+	free(th);
+	return wall;
+}
+
+/* Sums the clients' figures and says why each failing one failed. */
+static void
+gather(const struct client *cl, const struct bench_opts *o,
+    struct totals *t)
+{
+	int i, j, total = o->clients * o->requests;
+
+	memset(t, 0, sizeof(*t));
+	t->latency = calloc((size_t)total, sizeof(double));
+	for (i = 0; i < o->clients; i++) {
+		for (j = 0; j < o->requests; j++) {
+			t->latency[i * o->requests + j] = cl[i].latency[j];
+			t->sum += cl[i].latency[j];
 		}
-		failed += cl[i].failed;
-		compute += cl[i].compute_us;
-		bytes += cl[i].bytes;
-		hops += cl[i].hops;
-		trav += cl[i].traversals;
+		t->failed += cl[i].failed;
+		t->compute += cl[i].compute_us;
+		t->bytes += cl[i].bytes;
+		t->hops += cl[i].hops;
+		t->trav += cl[i].traversals;
 		if (cl[i].failed && cl[i].why[0])
 			fprintf(stderr, "pipeline-bench: client %d: %s\n", i,
 			    cl[i].why);
 	}
-	qsort(all, (size_t)total, sizeof(double), cmp_double);
-	/* overhead: what a request took beyond the hosts' compute, per frame
-	 * hop (client -> entry, host -> host, entry -> client) */
+	qsort(t->latency, (size_t)total, sizeof(double), cmp_double);
+}
+
+/* Overhead: what a request took beyond the hosts' compute, per frame
+ * hop (client -> entry, host -> host, entry -> client). */
+static void
+print_result(const struct bench_opts *o, const struct totals *t,
+    double wall, size_t frame_bytes)
+{
+	int total = o->clients * o->requests;
+	double sum = t->sum;
+
 	printf("mode=%s clients=%d requests=%d length=%d steps=%d failed=%d "
 	    "latency_ms=%.3f latency_p50_ms=%.3f latency_max_ms=%.3f "
 	    "Bps=%.2f latency_Bps=%.2f compute_ms=%.3f hops=%.1f "
 	    "traversals=%.1f overhead_us_per_hop=%.1f frame_bytes=%zu "
-	    "wall_s=%.3f\n", pl_mode_name(mode), clients, requests, length,
-	    steps, failed, 1e3 * sum / total, 1e3 * all[total / 2],
-	    1e3 * all[total - 1], bytes / wall, length / (sum / total),
-	    compute / 1e3 / total, (double)hops / total, (double)trav / total,
-	    hops ? (sum - compute / 1e6) / hops * 1e6 : 0.0,
-	    cl[0].frame_bytes, wall);
-	for (i = 0; i < clients; i++)
+	    "wall_s=%.3f\n", pl_mode_name(o->mode), o->clients, o->requests,
+	    o->length, o->steps, t->failed, 1e3 * sum / total,
+	    1e3 * t->latency[total / 2], 1e3 * t->latency[total - 1],
+	    t->bytes / wall, o->length / (sum / total),
+	    t->compute / 1e3 / total, (double)t->hops / total,
+	    (double)t->trav / total,
+	    t->hops ? (sum - t->compute / 1e6) / t->hops * 1e6 : 0.0,
+	    frame_bytes, wall);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct bench_opts o = { NULL, " The ", 16, 64, 1, 1, 600000, 0.8,
+	    PL_MODE_BT };
+	struct client *cl;
+	struct totals t;
+	double wall;
+	int i, rc;
+
+	if ((rc = parse_options(argc, argv, &o)) >= 0)
+		return rc;
+	cl = clients_new(&o);
+	wall = run_clients(cl, o.clients);
+	gather(cl, &o, &t);
+	print_result(&o, &t, wall, cl[0].frame_bytes);
+	for (i = 0; i < o.clients; i++)
 		free(cl[i].latency);
 	free(cl);
-	free(th);
-	free(all);
-	return failed ? 1 : 0;
+	free(t.latency);
+	return t.failed ? 1 : 0;
 }
