@@ -82,10 +82,12 @@ post_message(wk_worker *w, wk_event_kind kind, const char *what,
 	post(w, ev);
 }
 
-static void
+/* The thread ends on it: -1, for the caller to return. */
+static int
 post_error(wk_worker *w, const char *what, const char *err)
 {
 	post_message(w, WK_ERROR, what, err);
+	return -1;
 }
 
 /* The checkpoint just written, read back for the loop to serve. */
@@ -205,110 +207,149 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 	return rc;
 }
 
-static void
-run(lt_thread *lt, void *arg)
+/* What the trainer thread holds while it trains. */
+struct training {
+	tr_trainer *t;
+	corpus valid;
+	int have_valid;
+	bt_eval_set set;
+	double lo, hi;          /* the block's interval of noise levels */
+	float *start;           /* the round's starting weights (replicas) */
+	double last_progress;
+};
+
+/* The model, its first checkpoint, the held-out split (a warning only
+ * when it is missing) and the round's starting weights.  -1 once the
+ * error is posted. */
+static int
+training_open(wk_worker *w, struct training *tg)
 {
-	wk_worker *w = arg;
 	const wk_opts *o = &w->o;
 	char err[KN_ERR_LEN];
-	tr_trainer *t = NULL;
-	corpus valid = { 0 };
-	bt_eval_set set = { o->eval_windows, BT_EVAL_STRATA };
-	float loss = 0, *start = NULL;
-	double last_progress = 0, lo, hi;
-	int have_valid = 0;
 
-	(void)lt;       /* w->lt, set before the thread started */
-	if (tr_trainer_open(&t, &o->train, err) != 0) {
-		post_error(w, "cannot start training", err);
-		return;
-	}
-	if (tr_trainer_steps(t) == 0 && tr_trainer_save(t, err) != 0) {
-		post_error(w, "cannot write the first checkpoint", err);
-		goto out;
-	}
-	if (post_checkpoint(w, t, WK_STARTED, err) != 0) {
-		post_error(w, "cannot read the checkpoint", err);
-		goto out;
-	}
+	tg->set = (bt_eval_set){ o->eval_windows, BT_EVAL_STRATA };
+	if (tr_trainer_open(&tg->t, &o->train, err) != 0)
+		return post_error(w, "cannot start training", err);
+	if (tr_trainer_steps(tg->t) == 0 && tr_trainer_save(tg->t, err) != 0)
+		return post_error(w, "cannot write the first checkpoint", err);
+	if (post_checkpoint(w, tg->t, WK_STARTED, err) != 0)
+		return post_error(w, "cannot read the checkpoint", err);
 	if (o->valid_path != NULL && o->valid_path[0] != '\0') {
-		if (corpus_open(&valid, o->valid_path, o->valid_sha256,
+		if (corpus_open(&tg->valid, o->valid_path, o->valid_sha256,
 		    (size_t)o->train.spec->window + 2, err) != 0)
 			post_message(w, WK_WARNING, "held-out shares disabled",
 			    err);
 		else
-			have_valid = 1;
+			tg->have_valid = 1;
 	}
-	bt_interval(o->train.spec, o->train.kind, o->train.block - 1, &lo, &hi);
+	bt_interval(o->train.spec, o->train.kind, o->train.block - 1, &tg->lo,
+	    &tg->hi);
 	if (o->replicas > 1) {
-		size_t n = kn_model_num_params(tr_trainer_model(t));
+		size_t n = kn_model_num_params(tr_trainer_model(tg->t));
 
-		if ((start = malloc(n * sizeof(float))) == NULL) {
-			post_error(w, "training", "out of memory");
-			goto out;
-		}
-		kn_model_get_params(tr_trainer_model(t), start);
+		if ((tg->start = malloc(n * sizeof(float))) == NULL)
+			return post_error(w, "training", "out of memory");
+		kn_model_get_params(tr_trainer_model(tg->t), tg->start);
 	}
-	while (tr_trainer_steps(t) < o->train.steps) {
-		int64_t step;
+	return 0;
+}
 
+static void
+training_close(struct training *tg)
+{
+	free(tg->start);
+	corpus_close(&tg->valid);
+	tr_trainer_close(tg->t);
+}
+
+/* Progress at most every 0.2 s, and the held-out share when due. */
+static int
+training_report(wk_worker *w, struct training *tg, int64_t step, float loss)
+{
+	const wk_opts *o = &w->o;
+	char err[KN_ERR_LEN];
+	wk_event *ev;
+
+	if (kn_now() - tg->last_progress > 0.2 || step == o->train.steps) {
+		ev = event(WK_PROGRESS);
+		ev->step = step;
+		ev->round = tr_trainer_round(tg->t);
+		ev->loss = loss;
+		ev->positions_per_s = tr_trainer_positions_per_s(tg->t);
+		post(w, ev);
+		tg->last_progress = kn_now();
+	}
+	if (!tg->have_valid || o->eval_every <= 0 || step % o->eval_every != 0)
+		return 0;
+	ev = event(WK_SHARE);
+	ev->step = step;
+	if (bt_eval_share(tr_trainer_model(tg->t), o->train.spec, &tg->valid,
+	    &tg->set, tg->lo, tg->hi, &ev->share, err) != 0) {
+		wk_event_free(ev);
+		return post_error(w, "held-out share", err);
+	}
+	post(w, ev);
+	return 0;
+}
+
+static int
+training_checkpoint(wk_worker *w, struct training *tg)
+{
+	char err[KN_ERR_LEN];
+
+	if (tr_trainer_save(tg->t, err) != 0 ||
+	    post_checkpoint(w, tg->t, WK_CHECKPOINT, err) != 0)
+		return post_error(w, "checkpoint", err);
+	return 0;
+}
+
+/* One optimizer step and what follows it: reports, the round every
+ * local_steps with replicas, a checkpoint.  -1 on an error (posted), 1
+ * when a stop was asked during the round, else 0. */
+static int
+training_step(wk_worker *w, struct training *tg)
+{
+	const wk_opts *o = &w->o;
+	char err[KN_ERR_LEN];
+	float loss = 0;
+	int64_t step;
+	int round_due;
+
+	if (tr_trainer_step(tg->t, &loss, err) != 0)
+		return post_error(w, "training step", err);
+	step = tr_trainer_steps(tg->t);
+	if (training_report(w, tg, step, loss) != 0)
+		return -1;
+	round_due = o->replicas > 1 && step % o->local_steps == 0;
+	if (round_due) {
+		if (run_round(w, tg->t, tg->start, err) != 0)
+			return post_error(w, "round", err);
 		if (lt_stopping(w->lt))
-			break;
-		if (tr_trainer_step(t, &loss, err) != 0) {
-			post_error(w, "training step", err);
-			goto out;
-		}
-		step = tr_trainer_steps(t);
-		if (kn_now() - last_progress > 0.2 || step == o->train.steps) {
-			wk_event *ev = event(WK_PROGRESS);
-
-			ev->step = step;
-			ev->round = tr_trainer_round(t);
-			ev->loss = loss;
-			ev->positions_per_s = tr_trainer_positions_per_s(t);
-			post(w, ev);
-			last_progress = kn_now();
-		}
-		if (have_valid && o->eval_every > 0 &&
-		    step % o->eval_every == 0) {
-			wk_event *ev = event(WK_SHARE);
-
-			ev->step = step;
-			if (bt_eval_share(tr_trainer_model(t), o->train.spec,
-			    &valid, &set, lo, hi, &ev->share, err) != 0) {
-				wk_event_free(ev);
-				post_error(w, "held-out share", err);
-				goto out;
-			}
-			post(w, ev);
-		}
-		if (o->replicas > 1 && step % o->local_steps == 0) {
-			if (run_round(w, t, start, err) != 0) {
-				post_error(w, "round", err);
-				goto out;
-			}
-			if (lt_stopping(w->lt))
-				break;
-		}
-		if ((o->replicas > 1 && step % o->local_steps == 0) ||
-		    (o->replicas <= 1 && step % o->checkpoint_every == 0)) {
-			if (tr_trainer_save(t, err) != 0 ||
-			    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
-				post_error(w, "checkpoint", err);
-				goto out;
-			}
-		}
+			return 1;
 	}
-	if (tr_trainer_save(t, err) != 0 ||
-	    post_checkpoint(w, t, WK_CHECKPOINT, err) != 0) {
-		post_error(w, "checkpoint", err);
-		goto out;
+	if (round_due || (o->replicas <= 1 && step % o->checkpoint_every == 0))
+		return training_checkpoint(w, tg);
+	return 0;
+}
+
+static void
+run(lt_thread *lt, void *arg)
+{
+	wk_worker *w = arg;
+	struct training tg = { 0 };
+	int rc = 0;
+
+	(void)lt;       /* w->lt, set before the thread started */
+	if (training_open(w, &tg) != 0) {
+		training_close(&tg);
+		return;
 	}
-	post(w, event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
-out:
-	free(start);
-	corpus_close(&valid);
-	tr_trainer_close(t);
+	while (rc == 0 && tr_trainer_steps(tg.t) < w->o.train.steps &&
+	    !lt_stopping(w->lt))
+		rc = training_step(w, &tg);
+	if (rc >= 0 && training_checkpoint(w, &tg) == 0)
+		post(w, event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
+	training_close(&tg);
 }
 
 static void
