@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,22 +384,25 @@ route(node *n, const hs_request *req, hs_response *res, const char *path)
 
 /* Below /v1/blocks/{b}/: the checkpoint, and the rounds' exchange. */
 static int
-route_block(node *n, const hs_request *req, hs_response *res, int block,
+route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
     const char *rest)
 {
-	long long round;
-	int used = 0;
+	int64_t round;
+	size_t used;
 
 	if (block != n->cfg.block) {
 		meter(n, res, req, PEERS_KIND_OTHER);
 		hs_response_text(res, 404, "this daemon serves block %d, not "
-		    "block %d", n->cfg.block, block);
+		    "block %" PRId64, n->cfg.block, block);
 		return 1;
 	}
 	if (strcmp(rest, "checkpoint") == 0)
 		return route(n, req, res, rest);
-	if (sscanf(rest, "rounds/%lld/%n", &round, &used) != 1 || used <= 0)
+	if (strncmp(rest, "rounds/", 7) != 0 ||
+	    (used = hs_path_number(rest + 7, INT64_MAX, &round)) == 0 ||
+	    rest[7 + used] != '/')
 		return 0;
+	used += 8;
 	meter(n, res, req, PEERS_KIND_UPDATE);
 	if (n->rounds == NULL) {
 		hs_response_text(res, 404, "block %d has one replica: it "
@@ -412,13 +416,16 @@ void
 api_handle(void *ctx, const hs_request *req, hs_response *res)
 {
 	node *n = ctx;
-	int block, used = 0;
+	const char *p = req->path + 11;         /* after "/v1/blocks/" */
+	int64_t block;
+	size_t used;
 
 	n->requests++;
 	if (route(n, req, res, req->path))
 		return;
-	if (sscanf(req->path, "/v1/blocks/%d/%n", &block, &used) == 1 &&
-	    used > 0 && route_block(n, req, res, block, req->path + used))
+	if (strncmp(req->path, "/v1/blocks/", 11) == 0 &&
+	    (used = hs_path_number(p, INT_MAX, &block)) > 0 &&
+	    p[used] == '/' && route_block(n, req, res, block, p + used + 1))
 		return;
 	meter(n, res, req, PEERS_KIND_OTHER);
 	n->client_errors++;

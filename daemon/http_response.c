@@ -272,10 +272,38 @@ hs_response_meter(hs_response *res, int kind, int who)
 	res->meter.who = who;
 }
 
+/* Bytes a message may echo from a request (a path, a method) are not
+ * known to be text: anything but printable ASCII is written \xNN, so the
+ * body is what its charset says.  Returns the length written to out. */
+static size_t
+escape_text(const char *in, size_t len, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t i, o = 0;
+
+	for (i = 0; i < len; i++) {
+		unsigned char b = (unsigned char)in[i];
+
+		if (b >= 0x20 && b < 0x7f && b != '\\') {
+			if (o + 1 > cap)
+				break;
+			out[o++] = (char)b;
+			continue;
+		}
+		if (o + 4 > cap)
+			break;
+		out[o++] = '\\';
+		out[o++] = 'x';
+		out[o++] = hex[b >> 4];
+		out[o++] = hex[b & 15];
+	}
+	return o;
+}
+
 int
 hs_response_text(hs_response *res, int code, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], text[4 * sizeof(msg)];
 	va_list ap;
 	int len, rc;
 
@@ -286,10 +314,11 @@ hs_response_text(hs_response *res, int code, const char *fmt, ...)
 		len = 0;
 	if (len > (int)sizeof(msg) - 2)
 		len = (int)sizeof(msg) - 2;
-	msg[len++] = '\n';
+	len = (int)escape_text(msg, (size_t)len, text, sizeof(text) - 1);
+	text[len++] = '\n';
 	if ((rc = hs_response_status(res, code)) != 0)
 		return rc;
-	return hs_response_body(res, "text/plain; charset=utf-8", msg,
+	return hs_response_body(res, "text/plain; charset=utf-8", text,
 	    (size_t)len);
 }
 

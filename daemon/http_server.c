@@ -385,6 +385,24 @@ hs__conn_feed(hs_conn *c, const char *data, size_t len)
 	}
 }
 
+size_t
+hs_path_number(const char *s, int64_t max, int64_t *out)
+{
+	int64_t v = 0;
+	size_t n = 0;
+
+	if (s[0] == '0' && s[1] >= '0' && s[1] <= '9')
+		return 0;
+	for (; s[n] >= '0' && s[n] <= '9'; n++) {
+		if (v > (max - (s[n] - '0')) / 10)
+			return 0;
+		v = v * 10 + (s[n] - '0');
+	}
+	if (n > 0)
+		*out = v;
+	return n;
+}
+
 /* ---- parser callbacks ---- */
 
 static int
@@ -523,6 +541,9 @@ on_headers_complete(http_parser *p)
 
 	if (header_end(c) < 0)
 		return -1;
+	if (p->http_major != 1 || p->http_minor > 1)
+		return reject(c, 505, "HTTP/%u.%u is not supported: HTTP/1.0 "
+		    "and HTTP/1.1 only", p->http_major, p->http_minor);
 	if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
 	    p->content_length > max)
 		return reject(c, 413, "request body of %llu bytes exceeds the "

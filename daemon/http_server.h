@@ -6,6 +6,7 @@
 #define HS_HTTP_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <uv.h>
 
@@ -33,6 +34,11 @@ typedef struct hs_request {
 	void *priv;             /* the server's; do not touch */
 } hs_request;
 
+/* A decimal number at the start of a path segment s: digits only, no
+ * sign, no leading zero (but "0" itself), at most max, so one resource
+ * has one spelling and nothing wraps.  Returns the characters read, 0
+ * when s does not start with such a number. */
+size_t hs_path_number(const char *s, int64_t max, int64_t *out);
 /* First header of that name (case-insensitive), or NULL. */
 const char *hs_request_header(const hs_request *req, const char *name);
 /* Moves the body out of the request to spare a copy of a large upload:

@@ -240,6 +240,9 @@ on_worker_error(node *n, const char *msg)
 static void
 on_round_ready(node *n, wk_event *ev)
 {
+	/* progress is sent at most every 0.2 s: the step the round waits
+	 * at is this one */
+	n->step = ev->step;
 	n->state = "round";
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */

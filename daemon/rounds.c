@@ -292,6 +292,7 @@ struct call {
 	rounds *r;
 	int replica;
 	int64_t round;
+	size_t sent;            /* body bytes: ours may be freed by then */
 };
 
 /* Ends a call: NULL when r is closing (and freed, if it was the last). */
@@ -325,6 +326,7 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	c->r = r;
 	c->replica = replica;
 	c->round = round;
+	c->sent = len;
 	o.method = method;
 	o.url = url;
 	o.content_type = body ? "application/x-msgpack" : NULL;
@@ -512,7 +514,7 @@ on_pushed(void *ctx, hc_result *res)
 	} else if (res->status == 202) {
 		r->pushed[c.replica] = 2;
 		log_info("round %" PRId64 ": sent our update to %s (%zu bytes)",
-		    c.round, peer_addr(r, c.replica), r->mine_len);
+		    c.round, peer_addr(r, c.replica), c.sent);
 	} else if (res->status != 409) {
 		/* not there yet, or refused: try again on the next tick */
 		if (r->round == c.round)
@@ -837,7 +839,8 @@ int
 rounds_handle(rounds *r, const hs_request *req, hs_response *res,
     int64_t round, const char *rest)
 {
-	int rep;
+	int64_t rep;
+	size_t used;
 
 	if (strcmp(rest, "updates") == 0) {
 		handle_post_update(r, req, res, round);
@@ -854,11 +857,13 @@ rounds_handle(rounds *r, const hs_request *req, hs_response *res,
 		handle_commit(r, res, round);
 		return 1;
 	}
-	if (sscanf(rest, "updates/%d", &rep) == 1) {
-		if (round != r->committed_round || rep < 0 ||
-		    rep >= r->cfg.replicas || r->kept[rep] == NULL) {
-			hs_response_text(res, 404, "no update of replica %d for "
-			    "round %" PRId64 " here", rep, round);
+	if (strncmp(rest, "updates/", 8) == 0 &&
+	    (used = hs_path_number(rest + 8, MAX_REPLICAS, &rep)) > 0 &&
+	    rest[8 + used] == '\0') {
+		if (round != r->committed_round || rep >= r->cfg.replicas ||
+		    r->kept[rep] == NULL) {
+			hs_response_text(res, 404, "no update of replica %" PRId64
+			    " for round %" PRId64 " here", rep, round);
 			return 1;
 		}
 		hs_response_status(res, 200);

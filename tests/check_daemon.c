@@ -464,11 +464,38 @@ expect_code(const char *method, const char *path, const void *body,
 	free(b.data);
 }
 
+/* While a replica waits for its round, its status gives the step it
+ * waits at (a multiple of local_steps), not the last progress report. */
+static void
+assert_round_step(int local_steps)
+{
+	double end = kn_now() + 60;
+	json_t *j;
+	int seen = 0;
+
+	while (!seen && kn_now() < end) {
+		if ((j = tu_status(base_port)) != NULL) {
+			const char *state = json_string_value(json_object_get(j,
+			    "state"));
+
+			if (state != NULL && strcmp(state, "round") == 0) {
+				seen = 1;
+				ck_assert_int_eq(json_integer_value(json_object_get(
+				    j, "step")) % local_steps, 0);
+			}
+			json_decref(j);
+		}
+		usleep(20000);
+	}
+	ck_assert_msg(seen, "never saw the daemon wait for a round");
+}
+
 START_TEST(test_bad_input)
 {
 	int block_of[2] = { 1, 1 };
 	char path[128], answer[2048], hash[65], run_id[PR_RUN_ID_LEN];
 	char err[PR_ERR_LEN], *msg, *bad;
+	tu_body b0;
 	json_t *j;
 	long long round;
 	size_t count, len;
@@ -480,6 +507,7 @@ START_TEST(test_bad_input)
 	write_spec(1, 100, 50, 1);
 	write_peers(2, block_of);
 	start(0, 1);
+	assert_round_step(50);
 	wait_done(1, 60);
 	snprintf(path, sizeof(path), "%s/run.conf", dir);
 	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
@@ -535,6 +563,37 @@ START_TEST(test_bad_input)
 	    "POST");
 	ck_assert_int_eq(raw_request("BREW / HTCPCP/1.0\r\n\r\n", answer,
 	    sizeof(answer)), 400);
+	/* numbers in paths have one spelling and never wrap */
+	expect_code("GET", "/v1/blocks/4294967297/checkpoint", NULL, 0, 404,
+	    NULL);
+	expect_code("GET", "/v1/blocks/01/checkpoint", NULL, 0, 404, NULL);
+	expect_code("GET", "/v1/blocks/+1/checkpoint", NULL, 0, 404, NULL);
+	expect_code("GET", "/v1/blocks/-1/checkpoint", NULL, 0, 404, NULL);
+	expect_code("GET", "/v1/blocks/1/rounds/-1/commit", NULL, 0, 404,
+	    "no such resource");
+	expect_code("GET", "/v1/blocks/1/rounds/18446744073709551617/commit",
+	    NULL, 0, 404, "no such resource");
+	snprintf(path, sizeof(path), "/v1/blocks/1/rounds/%lld/updates/0",
+	    round - 1);
+	ck_assert_int_eq(tu_http_get(base_port, path, &b0), 200);
+	free(b0.data);
+	snprintf(path, sizeof(path), "/v1/blocks/1/rounds/%lld/updates/"
+	    "4294967296", round - 1);
+	expect_code("GET", path, NULL, 0, 404, NULL);
+	snprintf(path, sizeof(path), "/v1/blocks/1/rounds/%lld/updates/00",
+	    round - 1);
+	expect_code("GET", path, NULL, 0, 404, NULL);
+	/* HTTP/1.0 and 1.1 only */
+	ck_assert_int_eq(raw_request("GET /v1/status HTTP/9.9\r\nHost: x\r\n"
+	    "\r\n", answer, sizeof(answer)), 505);
+	ck_assert_int_ne(raw_request("GET /v1/status\r\n\r\n", answer,
+	    sizeof(answer)), 200);
+	/* bytes of the request that are not text are not echoed raw */
+	ck_assert_int_eq(raw_request("GET /v1/\xff\xfe HTTP/1.1\r\nHost: x\r\n"
+	    "Connection: close\r\n\r\n", answer, sizeof(answer)), 404);
+	ck_assert_ptr_nonnull(strstr(answer, "/v1/\\xff\\xfe"));
+	for (len = 0; answer[len] != '\0'; len++)
+		ck_assert_int_lt((unsigned char)answer[len], 0x80);
 	/* nothing changed, and the daemon still answers */
 	j = tu_status(base_port + 0);
 	ck_assert_ptr_nonnull(j);

@@ -1085,6 +1085,34 @@ START_TEST(test_server_close)
 }
 END_TEST
 
+/* Path numbers: one spelling each, nothing wraps. */
+START_TEST(test_path_number)
+{
+	int64_t v = -7;
+
+	ck_assert_uint_eq(hs_path_number("0", 10, &v), 1);
+	ck_assert_int_eq(v, 0);
+	ck_assert_uint_eq(hs_path_number("42/x", 100, &v), 2);
+	ck_assert_int_eq(v, 42);
+	ck_assert_uint_eq(hs_path_number("2147483647", INT32_MAX, &v), 10);
+	ck_assert_int_eq(v, INT32_MAX);
+	ck_assert_uint_eq(hs_path_number("9223372036854775807", INT64_MAX,
+	    &v), 19);
+	ck_assert_int_eq(v, INT64_MAX);
+	v = -7;
+	ck_assert_uint_eq(hs_path_number("2147483648", INT32_MAX, &v), 0);
+	ck_assert_uint_eq(hs_path_number("4294967297", INT32_MAX, &v), 0);
+	ck_assert_uint_eq(hs_path_number("9223372036854775808", INT64_MAX,
+	    &v), 0);
+	ck_assert_uint_eq(hs_path_number("01", 10, &v), 0);
+	ck_assert_uint_eq(hs_path_number("+1", 10, &v), 0);
+	ck_assert_uint_eq(hs_path_number("-1", 10, &v), 0);
+	ck_assert_uint_eq(hs_path_number("", 10, &v), 0);
+	ck_assert_uint_eq(hs_path_number("11", 10, &v), 0);
+	ck_assert_int_eq(v, -7);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1114,6 +1142,7 @@ main(void)
 	tcase_add_test(tc, test_client_refused);
 	tcase_add_test(tc, test_client_close_in_flight);
 	tcase_add_test(tc, test_server_close);
+	tcase_add_test(tc, test_path_number);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
