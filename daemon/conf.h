@@ -27,6 +27,10 @@ typedef struct {
 	int checkpoint_every;           /* steps, for a block of one replica */
 	char update_encoding[8];        /* f32 | f16 | bf16 */
 	size_t max_body;                /* bytes; 0: derived from the model */
+	int max_connections;            /* HTTP connections at once */
+	int max_connections_per_addr;   /* from one address */
+	size_t max_buffered;            /* request bodies held, all together;
+					 * 0: 4 x max_body */
 	int peer_timeout_ms;
 	/* the inference pipeline (blocktraind -S) */
 	char pipeline_listen[CF_HOST_LEN + 8];  /* host:port; "": first match */

@@ -73,6 +73,12 @@ config_fill(hs_config *cfg)
 		cfg->request_timeout_ms = HS_DEFAULT_REQUEST_TIMEOUT_MS;
 	if (cfg->max_connections <= 0)
 		cfg->max_connections = HS_DEFAULT_MAX_CONNECTIONS;
+	if (cfg->max_connections_per_addr <= 0)
+		cfg->max_connections_per_addr =
+		    HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR;
+	if (cfg->max_buffered_bytes == 0)
+		cfg->max_buffered_bytes = cfg->max_body_bytes >
+		    SIZE_MAX / 4 ? SIZE_MAX : 4 * cfg->max_body_bytes;
 }
 
 void
@@ -152,6 +158,7 @@ request_reset(hs_conn *c)
 	c->nhdrs = 0;
 	c->last_cb = HS_CB_NONE;
 	free(c->body);
+	c->srv->buffered -= c->body_cap;
 	c->body = NULL;
 	c->body_len = c->body_cap = 0;
 	c->continue_bytes = 0;
@@ -275,6 +282,7 @@ hs_request_take_body(const hs_request *req, size_t *len)
 	char *body = c->body;
 
 	*len = c->body_len;
+	c->srv->buffered -= c->body_cap;	/* the caller's now */
 	c->body = NULL;
 	c->body_len = c->body_cap = 0;
 	return body;
@@ -601,12 +609,20 @@ on_body(http_parser *p, const char *at, size_t len)
 		    p->content_length != ULLONG_MAX &&
 		    ncap > c->body_len + len + p->content_length + 1)
 			ncap = c->body_len + len + p->content_length + 1;
+		if (ncap > max + 1)
+			ncap = max + 1;         /* a body is never longer */
 		if (ncap < need)
 			ncap = need;
+		if (ncap - c->body_cap > c->srv->cfg.max_buffered_bytes -
+		    c->srv->buffered)
+			return reject(c, 503, "the server holds too many request "
+			    "bodies now (limit %zu bytes in all): try again",
+			    c->srv->cfg.max_buffered_bytes);
 		nb = realloc(c->body, ncap);
 		if (nb == NULL)
 			return reject(c, 500, "out of memory reading the "
 			    "request body");
+		c->srv->buffered += ncap - c->body_cap;
 		c->body = nb;
 		c->body_cap = ncap;
 	}
@@ -687,11 +703,27 @@ conn_peer(hs_conn *c)
 	char ip[INET6_ADDRSTRLEN];
 
 	strcpy(c->peer, "?");
+	strcpy(c->addr, "?");
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) < 0 ||
 	    uv_ip_name((struct sockaddr *)&ss, ip, sizeof(ip)) < 0)
 		return;
+	snprintf(c->addr, sizeof(c->addr), "%s", ip);
 	snprintf(c->peer, sizeof(c->peer), ss.ss_family == AF_INET6 ?
 	    "[%s]:%d" : "%s:%d", ip, sockaddr_port(&ss));
+}
+
+/* Open connections from c's address besides c, up to limit. */
+static int
+conns_from(const hs_conn *c, int limit)
+{
+	const hs_conn *o;
+	int n = 0;
+
+	for (o = c->srv->conns; o != NULL && n < limit; o = o->next)
+		if (o != c && !o->closing && !o->over_limit && !o->refused &&
+		    strcmp(o->addr, c->addr) == 0)
+			n++;
+	return n;
 }
 
 static void
@@ -743,6 +775,16 @@ on_connection(uv_stream_t *listener, int status)
 		}
 		snprintf(msg, sizeof(msg), "too many connections (limit %d)",
 		    s->cfg.max_connections);
+		conn_fail(c, 503, msg);
+		return;
+	}
+	if (conns_from(c, s->cfg.max_connections_per_addr) >=
+	    s->cfg.max_connections_per_addr) {
+		char msg[HS_MSG_LEN];
+
+		snprintf(msg, sizeof(msg), "too many connections from %s "
+		    "(limit %d)", c->addr, s->cfg.max_connections_per_addr);
+		c->refused = 1;
 		conn_fail(c, 503, msg);
 		return;
 	}

@@ -17,6 +17,7 @@
 #define HS_DEFAULT_IDLE_TIMEOUT_MS 30000u
 #define HS_DEFAULT_REQUEST_TIMEOUT_MS 30000u
 #define HS_DEFAULT_MAX_CONNECTIONS 256
+#define HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR 32
 
 typedef struct hs_server hs_server;
 typedef struct hs_response hs_response;
@@ -92,6 +93,13 @@ typedef struct {
 	/* beyond it new connections get 503 and are closed; beyond twice
 	 * it they are closed without an answer */
 	int max_connections;
+	/* from one address (the port aside): beyond it 503 and close, so
+	 * one host cannot take every connection */
+	int max_connections_per_addr;
+	/* request bodies held at once by all connections together; a body
+	 * that would go beyond it gets 503 (try again); 0: 4 x
+	 * max_body_bytes */
+	size_t max_buffered_bytes;
 	hs_exchange_fn on_exchange;     /* NULL: no metering */
 } hs_config;
 

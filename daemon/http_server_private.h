@@ -42,11 +42,13 @@ struct hs_conn {
 	hs_server *srv;
 	hs_conn *prev, *next;
 	char peer[HS_PEER_LEN];
+	char addr[HS_PEER_LEN];         /* the peer without its port */
 	http_parser parser;
 	int handles;                    /* of tcp and timer, still open */
 	int timer_kind;
 	int outs;                       /* responses in flight */
 	unsigned over_limit : 1;        /* accepted beyond max_connections */
+	unsigned refused : 1;           /* answered 503 at once, closing */
 	unsigned in_message : 1;        /* a request is partly read */
 	unsigned finishing : 1;         /* close once written */
 	unsigned lingering : 1;
@@ -79,6 +81,7 @@ struct hs_server {
 	http_parser_settings settings;
 	hs_conn *conns;
 	int nconns, nover;              /* within and beyond the limit */
+	size_t buffered;                /* request body bytes held, all conns */
 	unsigned long accepted;
 	int listening, closing, listener_open;
 	void (*closed)(void *);

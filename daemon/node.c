@@ -590,6 +590,9 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	    kn_model_params_for(&(kn_model_shape){ n->spec.width,
 	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0 }) * 4 +
 	    (1 << 20);
+	hcfg.max_connections = n->cfg.max_connections;
+	hcfg.max_connections_per_addr = n->cfg.max_connections_per_addr;
+	hcfg.max_buffered_bytes = n->cfg.max_buffered;
 	hcfg.on_exchange = api_on_exchange;
 	if (hs_server_new(&n->http, loop, &hcfg, api_handle, n, why) != 0 ||
 	    hs_server_listen(n->http, n->cfg.listen_host, n->cfg.listen_port,

@@ -511,7 +511,8 @@ START_TEST(test_concurrent)
 	hc_request_opts o;
 	int i;
 
-	server_start(NULL);
+	/* all from one address: allowed that many */
+	server_start(&(hs_config){ .max_connections_per_addr = NCONC });
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/echo", port);
 	conc_done = 0;
 	for (i = 0; i < NCONC; i++) {
@@ -1085,6 +1086,74 @@ START_TEST(test_server_close)
 }
 END_TEST
 
+/* One address cannot hold every connection: beyond its own limit it is
+ * answered 503, and a connection it closes makes room again. */
+START_TEST(test_per_addr_limit)
+{
+	hs_config cfg = { .max_connections_per_addr = 2 };
+	const char *get = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+	int a, b, c, eof;
+
+	server_start(&cfg);
+	a = raw_connect();
+	b = raw_connect();
+	while (hs_server_connections(srv) < 2)
+		uv_run(&loop, UV_RUN_ONCE);
+	c = raw_connect();
+	raw_read(c, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 503 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "too many connections from "
+	    "127.0.0.1 (limit 2)"));
+	close(c);
+	raw_send(b, get, strlen(get));
+	raw_read(b, 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	close(a);
+	while (hs_server_connections(srv) > 1)
+		uv_run(&loop, UV_RUN_ONCE);
+	c = raw_connect();
+	raw_send(c, get, strlen(get));
+	raw_read(c, 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	close(b);
+	close(c);
+}
+END_TEST
+
+/* Bodies held by all connections together are bounded: a second large
+ * body sent slowly while the first is held gets 503, and the first is
+ * still answered. */
+START_TEST(test_body_budget)
+{
+	hs_config cfg = { .max_body_bytes = 1 << 20,
+	    .max_buffered_bytes = (1 << 20) + (1 << 19) };
+	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Type: application/octet-stream\r\n"
+	    "Content-Length: 1048576\r\n\r\n";
+	static char part[600000];
+	int a, b, eof;
+
+	memset(part, 'p', sizeof(part));
+	server_start(&cfg);
+	a = raw_connect();
+	raw_send(a, head, strlen(head));
+	raw_send(a, part, sizeof(part));
+	ck_assert_uint_eq(raw_read(a, 200, &eof, 0), 0);
+	b = raw_connect();
+	raw_send(b, head, strlen(head));
+	raw_send(b, part, sizeof(part));
+	raw_read(b, 3000, &eof, 0);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 503 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "too many request bodies"));
+	close(b);
+	raw_send(a, part, (1 << 20) - sizeof(part));
+	raw_read(a, 5000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	close(a);
+}
+END_TEST
+
 /* Path numbers: one spelling each, nothing wraps. */
 START_TEST(test_path_number)
 {
@@ -1143,6 +1212,8 @@ main(void)
 	tcase_add_test(tc, test_client_close_in_flight);
 	tcase_add_test(tc, test_server_close);
 	tcase_add_test(tc, test_path_number);
+	tcase_add_test(tc, test_per_addr_limit);
+	tcase_add_test(tc, test_body_budget);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
