@@ -145,6 +145,14 @@ const pr_key cf_keys[] = {
 	  FIELD(max_buffered), .def = 0,
 	  .doc = "request bodies held at once, all connections together; "
 	  "0: 4 x max_body" },
+	{ .section = "", .name = "request_timeout_ms", .type = PR_KEY_INT,
+	  FIELD(request_timeout_ms), .min = 100, .max = 3600000,
+	  .def = 30000,
+	  .doc = "time for a request's headers, and the period over which "
+	  "a body's rate is measured" },
+	{ .section = "", .name = "min_body_rate", .type = PR_KEY_INT,
+	  FIELD(min_body_rate), .min = 1, .max = 1 << 30, .def = 1024,
+	  .doc = "bytes per second below which a request body is cut off" },
 	{ .section = "", .name = "peer_timeout_ms", .type = PR_KEY_INT,
 	  FIELD(peer_timeout_ms), .min = 100, .max = 600000, .def = 5000,
 	  .doc = "how long a peer has to answer a probe or a connection" },

@@ -31,6 +31,8 @@ typedef struct {
 	int max_connections_per_addr;   /* from one address */
 	size_t max_buffered;            /* request bodies held, all together;
 					 * 0: 4 x max_body */
+	int request_timeout_ms;         /* headers; then each period of a body */
+	int min_body_rate;              /* bytes per second */
 	int peer_timeout_ms;
 	/* the inference pipeline (blocktraind -S) */
 	char pipeline_listen[CF_HOST_LEN + 8];  /* host:port; "": first match */

@@ -71,6 +71,8 @@ config_fill(hs_config *cfg)
 		cfg->idle_timeout_ms = HS_DEFAULT_IDLE_TIMEOUT_MS;
 	if (cfg->request_timeout_ms == 0)
 		cfg->request_timeout_ms = HS_DEFAULT_REQUEST_TIMEOUT_MS;
+	if (cfg->min_body_rate == 0)
+		cfg->min_body_rate = HS_DEFAULT_MIN_BODY_RATE;
 	if (cfg->max_connections <= 0)
 		cfg->max_connections = HS_DEFAULT_MAX_CONNECTIONS;
 	if (cfg->max_connections_per_addr <= 0)
@@ -124,10 +126,22 @@ on_conn_timer(uv_timer_t *t)
 
 	c->timer_kind = HS_T_NONE;
 	if (kind == HS_T_REQUEST) {
+		const hs_config *cfg = &c->srv->cfg;
 		char msg[HS_MSG_LEN];
+		double floor = (double)cfg->min_body_rate *
+		    cfg->request_timeout_ms / 1000.0;
 
-		snprintf(msg, sizeof(msg), "request not received within %u ms",
-		    c->srv->cfg.request_timeout_ms);
+		/* a body that still flows fast enough gets another period */
+		if (c->in_body && (double)(c->req_in - c->rate_mark) >= floor) {
+			hs__conn_timer(c, HS_T_REQUEST);
+			return;
+		}
+		if (c->in_body)
+			snprintf(msg, sizeof(msg), "request body arriving slower "
+			    "than %u bytes/s", cfg->min_body_rate);
+		else
+			snprintf(msg, sizeof(msg), "request headers not received "
+			    "within %u ms", cfg->request_timeout_ms);
 		conn_fail(c, 408, msg);
 	} else
 		hs__conn_close(c);
@@ -142,6 +156,7 @@ hs__conn_timer(hs_conn *c, int kind)
 	if (c->closing)
 		return;
 	c->timer_kind = kind;
+	c->rate_mark = c->req_in;
 	uv_timer_start(&c->timer, on_conn_timer, kind == HS_T_REQUEST ?
 	    cfg->request_timeout_ms : kind == HS_T_IDLE ?
 	    cfg->idle_timeout_ms : HS_LINGER_MS, 0);
@@ -164,6 +179,7 @@ request_reset(hs_conn *c)
 	c->continue_bytes = 0;
 	c->reject_status = 0;
 	c->reject_msg[0] = '\0';
+	c->in_body = 0;
 }
 
 static void
@@ -549,6 +565,7 @@ on_headers_complete(http_parser *p)
 
 	if (header_end(c) < 0)
 		return -1;
+	c->in_body = 1;
 	if (p->http_major != 1 || p->http_minor > 1)
 		return reject(c, 505, "HTTP/%u.%u is not supported: HTTP/1.0 "
 		    "and HTTP/1.1 only", p->http_major, p->http_minor);

@@ -18,6 +18,7 @@
 #define HS_DEFAULT_REQUEST_TIMEOUT_MS 30000u
 #define HS_DEFAULT_MAX_CONNECTIONS 256
 #define HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR 32
+#define HS_DEFAULT_MIN_BODY_RATE 1024u  /* bytes per second */
 
 typedef struct hs_server hs_server;
 typedef struct hs_response hs_response;
@@ -87,9 +88,12 @@ typedef struct {
 	 * while responses are being written it is the longest wait for a
 	 * slice (1 MiB) of them to be taken by the peer */
 	unsigned idle_timeout_ms;
-	/* from the first byte of a request to its last: beyond it 408 and
-	 * close */
+	/* from the first byte of a request to the end of its headers:
+	 * beyond it 408 and close.  A body may take longer, as long as each
+	 * such period brings at least min_body_rate bytes per second: a
+	 * large body over a slow link completes, a stalled one does not */
 	unsigned request_timeout_ms;
+	unsigned min_body_rate;
 	/* beyond it new connections get 503 and are closed; beyond twice
 	 * it they are closed without an answer */
 	int max_connections;

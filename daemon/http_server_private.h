@@ -49,6 +49,7 @@ struct hs_conn {
 	int outs;                       /* responses in flight */
 	unsigned over_limit : 1;        /* accepted beyond max_connections */
 	unsigned refused : 1;           /* answered 503 at once, closing */
+	unsigned in_body : 1;           /* the headers are in */
 	unsigned in_message : 1;        /* a request is partly read */
 	unsigned finishing : 1;         /* close once written */
 	unsigned lingering : 1;
@@ -58,6 +59,7 @@ struct hs_conn {
 	size_t held_len;
 	/* the request being read */
 	size_t req_in;                  /* bytes the parser consumed for it */
+	size_t rate_mark;               /* req_in when the timer was armed */
 	size_t header_bytes;
 	char *hbuf;
 	size_t hlen, hcap;

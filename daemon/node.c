@@ -593,6 +593,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hcfg.max_connections = n->cfg.max_connections;
 	hcfg.max_connections_per_addr = n->cfg.max_connections_per_addr;
 	hcfg.max_buffered_bytes = n->cfg.max_buffered;
+	hcfg.request_timeout_ms = (unsigned)n->cfg.request_timeout_ms;
+	hcfg.min_body_rate = (unsigned)n->cfg.min_body_rate;
 	hcfg.on_exchange = api_on_exchange;
 	if (hs_server_new(&n->http, loop, &hcfg, api_handle, n, why) != 0 ||
 	    hs_server_listen(n->http, n->cfg.listen_host, n->cfg.listen_port,

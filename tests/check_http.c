@@ -760,6 +760,46 @@ START_TEST(test_slow_client)
 }
 END_TEST
 
+/* A body that keeps flowing above the floor completes although it takes
+ * many request periods; one that stalls is cut after one period. */
+START_TEST(test_body_rate_floor)
+{
+	hs_config cfg = { .request_timeout_ms = 200, .min_body_rate = 1000 };
+	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 6000\r\n\r\n";
+	char part[400];
+	double t0;
+	int fd, eof, i;
+
+	memset(part, 'b', sizeof(part));
+	server_start(&cfg);
+	fd = raw_connect();
+	t0 = now_s();
+	raw_send(fd, head, strlen(head));
+	for (i = 0; i < 14; i++) {      /* 4000 bytes/s for 1.4 s */
+		raw_send(fd, part, sizeof(part));
+		ck_assert_uint_eq(raw_read(fd, 100, &eof, 0), 0);
+		ck_assert(!eof);
+	}
+	raw_send(fd, part, sizeof(part));
+	raw_read(fd, 3000, &eof, 1);
+	ck_assert_double_ge(now_s() - t0, 1.0);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	close(fd);
+
+	fd = raw_connect();
+	raw_send(fd, head, strlen(head));
+	raw_send(fd, part, 100);
+	t0 = now_s();
+	raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_double_lt(now_s() - t0, 1.0);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 408 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "slower than 1000 bytes/s"));
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_idle_timeout)
 {
 	hs_config cfg = { .idle_timeout_ms = 150 };
@@ -1202,6 +1242,7 @@ main(void)
 	tcase_add_test(tc, test_431_headers);
 	tcase_add_test(tc, test_slow_client);
 	tcase_add_test(tc, test_idle_timeout);
+	tcase_add_test(tc, test_body_rate_floor);
 	tcase_add_test(tc, test_pipelined);
 	tcase_add_test(tc, test_exchange_bytes);
 	tcase_add_test(tc, test_expect_continue);
