@@ -734,6 +734,7 @@ disk_setup(void)
 	snprintf(disk, sizeof(disk), "%s/fs", disk_root);
 	disk_mounted = mkdir(disk, 0755) == 0 && tu_run_cmd(disk_why,
 	    sizeof(disk_why), "mount -t tmpfs -o size=2m tmpfs %s", disk) == 0;
+	disk_why[strcspn(disk_why, "\n")] = '\0';
 }
 
 static void
