@@ -306,6 +306,18 @@ on_event(void *ctx, wk_event *ev)
 		    (long long)n->ckpt_step);
 		shutdown_node(n);
 		break;
+	case WK_PAUSED:
+		/* the checkpoint served stays; the WK_WARNING says why */
+		if (!n->stopping)
+			n->state = "paused";
+		n->step = ev->step;
+		break;
+	case WK_RESUMED:
+		if (!n->stopping)
+			n->state = "training";
+		n->error[0] = '\0';
+		log_info("%s", ev->msg);
+		break;
 	case WK_WARNING:
 		/* the thread goes on: reported, not fatal */
 		snprintf(n->error, sizeof(n->error), "%s", ev->msg);

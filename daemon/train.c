@@ -5,7 +5,9 @@
  * notices the step mismatch and starts the moments afresh. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,8 @@ struct tr_trainer {
 	int64_t round;          /* averaging rounds done */
 	double t0;
 	int64_t step0;          /* step at open, for positions per second */
+	int removed;            /* leftover temporary files removed at open */
+	char removed_names[200];        /* their names, cut short */
 };
 
 static void
@@ -217,6 +221,113 @@ resume(tr_trainer *t, char *err)
 	return KN_OK;
 }
 
+/* Whether name is "<base>.tmp.<pid>" with a pid other than ours: what
+ * pr_ckpt_write_file leaves when a kill cuts a write short.  One process
+ * owns a state folder, so another pid's file can only be a leftover. */
+static int
+is_leftover(const char *name, const char *base)
+{
+	size_t n = strlen(base);
+	const char *pid;
+	char *end;
+	long v;
+
+	if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0)
+		return 0;
+	pid = name + n + 5;
+	if (*pid < '0' || *pid > '9')
+		return 0;
+	errno = 0;
+	v = strtol(pid, &end, 10);
+	return *end == '\0' && errno == 0 && v != (long)getpid();
+}
+
+/* Removes the leftovers of this model's checkpoint, optimizer state and
+ * learning curve, and keeps their names for the caller to log.  One that
+ * cannot be removed is left: it is harmless, and skipped again next time. */
+static void
+remove_leftovers(tr_trainer *t)
+{
+	static const char *const exts[] = { "ckpt", "optim", "csv" };
+	enum { NEXTS = sizeof(exts) / sizeof(exts[0]) };
+	const tr_opts *o = &t->o;
+	char path[NEXTS][PR_PATH_LEN + 32];
+	struct dirent *e;
+	size_t i, used;
+	DIR *d;
+
+	for (i = 0; i < NEXTS; i++)
+		if (tr_model_path(path[i], sizeof(path[i]), o->dir, o->kind,
+		    o->block, exts[i]) != 0)
+			return;
+	if ((d = opendir(o->dir)) == NULL)
+		return;
+	while ((e = readdir(d)) != NULL)
+		for (i = 0; i < NEXTS; i++) {
+			if (!is_leftover(e->d_name, strrchr(path[i], '/') + 1) ||
+			    unlinkat(dirfd(d), e->d_name, 0) != 0)
+				continue;
+			used = strlen(t->removed_names);
+			snprintf(t->removed_names + used,
+			    sizeof(t->removed_names) - used, "%s%s",
+			    t->removed++ ? ", " : "", e->d_name);
+		}
+	closedir(d);
+}
+
+/* The step of a line of the learning curve ("step,loss,..." ended by a
+ * newline), or -1 for the header, a line cut short or anything else. */
+static int64_t
+csv_line_step(const char *line, const char *end)
+{
+	int64_t step = 0;
+	const char *p;
+
+	if (end[-1] != '\n')
+		return -1;
+	for (p = line; p < end && *p >= '0' && *p <= '9'; p++) {
+		if (step > (INT64_MAX - 9) / 10)
+			return -1;
+		step = step * 10 + (*p - '0');
+	}
+	return p > line && p < end && *p == ',' ? step : -1;
+}
+
+/* The learning curve as of the checkpoint: the steps after it are trained
+ * again on resume, so their lines would come twice.  Keeps the header and
+ * the lines of steps up to step; rewritten atomically, and only when a
+ * line goes. */
+static int
+trim_csv(const char *path, int64_t step, char *err)
+{
+	char *buf, *line, *end, *keep;
+	size_t len;
+	int64_t s;
+	int rc;
+
+	if (access(path, F_OK) != 0)
+		return KN_OK;
+	if ((rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &buf, &len,
+	    err)) != 0)
+		return rc;
+	keep = buf;
+	for (line = buf; line < buf + len; line = end) {
+		end = memchr(line, '\n', (size_t)(buf + len - line));
+		end = end != NULL ? end + 1 : buf + len;
+		s = csv_line_step(line, end);
+		if ((s < 0 && line == buf && end - line >= 5 &&
+		    memcmp(line, "step,", 5) == 0) ||
+		    (s >= 0 && s <= step)) {
+			memmove(keep, line, (size_t)(end - line));
+			keep += end - line;
+		}
+	}
+	rc = keep == buf + len ? KN_OK :
+	    pr_ckpt_write_file(path, buf, (size_t)(keep - buf), err);
+	free(buf);
+	return rc;
+}
+
 void
 tr_trainer_close(tr_trainer *t)
 {
@@ -247,6 +358,7 @@ tr_trainer_open(tr_trainer **out, const tr_opts *o, char *err)
 	if ((t = calloc(1, sizeof(*t))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	t->o = *o;
+	remove_leftovers(t);
 	rc = corpus_open(&t->c, s->train, s->train_sha256,
 	    (size_t)s->window + 2, err);
 	if (rc != 0) {
@@ -267,6 +379,8 @@ tr_trainer_open(tr_trainer **out, const tr_opts *o, char *err)
 		goto fail;
 	}
 	tr_model_path(path, sizeof(path), o->dir, o->kind, o->block, "csv");
+	if (t->step > 0 && (rc = trim_csv(path, t->step, err)) != 0)
+		goto fail;
 	if ((t->csv = fopen(path, t->step > 0 ? "a" : "w")) == NULL) {
 		rc = kn_error(err, KN_EIO, "cannot write %s: %s", path,
 		    strerror(errno));
@@ -316,6 +430,13 @@ tr_trainer_positions_per_s(const tr_trainer *t)
 	    (double)(t->step - t->step0) / el : 0.0;
 }
 
+int
+tr_trainer_removed(const tr_trainer *t, const char **names)
+{
+	*names = t->removed_names;
+	return t->removed;
+}
+
 int64_t tr_trainer_steps(const tr_trainer *t) { return t->step; }
 int64_t tr_trainer_round(const tr_trainer *t) { return t->round; }
 void tr_trainer_set_round(tr_trainer *t, int64_t round) { t->round = round; }
@@ -348,6 +469,9 @@ tr_train(const tr_opts *o, char *err)
 
 	if ((rc = tr_trainer_open(&t, o, err)) != 0)
 		return rc;
+	if (t->removed > 0)
+		fprintf(stderr, "shardmeter: removed the leftovers of an "
+		    "interrupted write: %s\n", t->removed_names);
 	start = t->step;
 	while (t->step < o->steps) {
 		double el;

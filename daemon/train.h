@@ -43,11 +43,19 @@ int tr_train(const tr_opts *o, char *err);
  * daemon's trainer thread).  open() resumes from the checkpoint in dir. */
 typedef struct tr_trainer tr_trainer;
 
+/* open() also removes this model's leftover temporary files (a write
+ * cut short by a kill) and drops the learning curve's lines of steps
+ * after the checkpoint, which are trained again. */
 int tr_trainer_open(tr_trainer **out, const tr_opts *o, char *err);
+/* The leftovers open() removed: their count, and their names in *names,
+ * comma-separated, cut short when many ("" when none). */
+int tr_trainer_removed(const tr_trainer *t, const char **names);
 void tr_trainer_close(tr_trainer *t);
 /* One step at the spec's learning-rate schedule; a line in the CSV log. */
 int tr_trainer_step(tr_trainer *t, float *loss, char *err);
-/* Writes the optimizer state, then the checkpoint, atomically. */
+/* Writes the optimizer state, then the checkpoint, atomically.
+ * KN_ENOSPC when the disk is full: the last checkpoint stays whole, and
+ * a later call may succeed once space is freed. */
 int tr_trainer_save(tr_trainer *t, char *err);
 double tr_trainer_positions_per_s(const tr_trainer *t);
 int64_t tr_trainer_steps(const tr_trainer *t);

@@ -207,6 +207,63 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 	return rc;
 }
 
+static void free_commit(lt_item *item);
+
+/* Waits s seconds, or less when a stop is asked (then 1).  Answers of
+ * rounds that come meanwhile are stale: a pause follows its round. */
+static int
+pause_for(wk_worker *w, double s)
+{
+	double until = kn_now() + s, left;
+	lt_item *item, *next;
+	int stop = 0;
+
+	/* left > 0: a negative timeout would wait without limit */
+	while (!stop && (left = until - kn_now()) > 0) {
+		stop = lt_wait(w->lt, left, &item);
+		for (; item != NULL; item = next) {
+			next = item->next;
+			free_commit(item);
+		}
+	}
+	return stop;
+}
+
+/* Saves; while the disk is full, training pauses (the last checkpoint
+ * stays on disk and served) and the save is tried again after 1, 2, 4
+ * ... 30 s, until it succeeds or a stop is asked.  Returns save's code. */
+static int
+save_or_pause(wk_worker *w, tr_trainer *t, char *err)
+{
+	char why[KN_ERR_LEN + 64];
+	int rc, tries = 0, delay = 1;
+
+	while ((rc = tr_trainer_save(t, err)) == KN_ENOSPC &&
+	    !lt_stopping(w->lt)) {
+		snprintf(why, sizeof(why), "%s; training paused, retrying in "
+		    "%d s", err, delay);
+		post_message(w, WK_WARNING, "checkpoint", why);
+		if (tries++ == 0) {
+			wk_event *ev = event(WK_PAUSED);
+
+			ev->step = tr_trainer_steps(t);
+			post(w, ev);
+		}
+		pause_for(w, delay);
+		delay = delay < 16 ? 2 * delay : 30;
+	}
+	if (rc == 0 && tries > 0) {
+		wk_event *ev = event(WK_RESUMED);
+
+		ev->step = tr_trainer_steps(t);
+		snprintf(ev->msg, sizeof(ev->msg), "checkpoint written at step "
+		    "%lld after %d tries; training resumed",
+		    (long long)ev->step, tries + 1);
+		post(w, ev);
+	}
+	return rc;
+}
+
 /* What the trainer thread holds while it trains. */
 struct training {
 	tr_trainer *t;
@@ -226,11 +283,15 @@ training_open(wk_worker *w, struct training *tg)
 {
 	const wk_opts *o = &w->o;
 	char err[KN_ERR_LEN];
+	const char *removed;
 
 	tg->set = (bt_eval_set){ o->eval_windows, BT_EVAL_STRATA };
 	if (tr_trainer_open(&tg->t, &o->train, err) != 0)
 		return post_error(w, "cannot start training", err);
-	if (tr_trainer_steps(tg->t) == 0 && tr_trainer_save(tg->t, err) != 0)
+	if (tr_trainer_removed(tg->t, &removed) > 0)
+		post_message(w, WK_WARNING, "removed the leftovers of an "
+		    "interrupted write", removed);
+	if (tr_trainer_steps(tg->t) == 0 && save_or_pause(w, tg->t, err) != 0)
 		return post_error(w, "cannot write the first checkpoint", err);
 	if (post_checkpoint(w, tg->t, WK_STARTED, err) != 0)
 		return post_error(w, "cannot read the checkpoint", err);
@@ -297,7 +358,7 @@ training_checkpoint(wk_worker *w, struct training *tg)
 {
 	char err[KN_ERR_LEN];
 
-	if (tr_trainer_save(tg->t, err) != 0 ||
+	if (save_or_pause(w, tg->t, err) != 0 ||
 	    post_checkpoint(w, tg->t, WK_CHECKPOINT, err) != 0)
 		return post_error(w, "checkpoint", err);
 	return 0;

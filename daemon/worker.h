@@ -22,6 +22,10 @@ typedef enum {
 	WK_DONE,                /* all steps trained */
 	WK_STOPPED,             /* stopped on request, checkpoint written */
 	WK_WARNING,             /* msg, for the log; the thread goes on */
+	WK_PAUSED,              /* step: the disk is full, training waits;
+	                         * the last checkpoint stays (a WK_WARNING
+	                         * says why) */
+	WK_RESUMED,             /* step, msg: the checkpoint was written */
 	WK_ERROR                /* msg; the thread has ended */
 } wk_event_kind;
 

@@ -18,7 +18,9 @@ enum {
 	KN_ENOMEM = -2,   /* allocation failed */
 	KN_ENODEV = -3,   /* backend not available */
 	KN_EIO = -4,      /* file or device error */
-	KN_ENUM = -5      /* non-finite value */
+	KN_ENUM = -5,     /* non-finite value */
+	KN_ENOSPC = -6    /* no space left on the device (or quota): a
+	                   * write that may succeed once space is freed */
 };
 
 /* Formats into err (KN_ERR_LEN bytes; NULL is allowed) and returns code. */

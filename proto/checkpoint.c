@@ -822,6 +822,14 @@ sync_folder(const char *path, char *err)
 	return 0;
 }
 
+/* A full disk is told apart from other failures: the daemon waits for
+ * space instead of giving up (worker.c). */
+static int
+space_code(int e)
+{
+	return e == ENOSPC || e == EDQUOT ? KN_ENOSPC : KN_EIO;
+}
+
 int
 pr_ckpt_write_file(const char *path, const char *buf, size_t len,
     char *err)
@@ -840,10 +848,10 @@ pr_ckpt_write_file(const char *path, const char *buf, size_t len,
 	    0644);
 	if (fd < 0) {
 		e = errno;
-		kn_error(err, KN_EIO, "cannot create %s: %s", tmp,
+		kn_error(err, space_code(e), "cannot create %s: %s", tmp,
 		    errno_str(e, msg, sizeof(msg)));
 		free(tmp);
-		return KN_EIO;
+		return space_code(e);
 	}
 	if (write_all(fd, buf, len) != 0)
 		step = "write";
@@ -863,11 +871,11 @@ pr_ckpt_write_file(const char *path, const char *buf, size_t len,
 	}
 	if (step != NULL) {
 		unlink(tmp);
-		kn_error(err, KN_EIO, "cannot %s %s: %s", step,
+		kn_error(err, space_code(e), "cannot %s %s: %s", step,
 		    strcmp(step, "rename") == 0 ? path : tmp,
 		    errno_str(e, msg, sizeof(msg)));
 		free(tmp);
-		return KN_EIO;
+		return space_code(e);
 	}
 	free(tmp);
 	return sync_folder(path, err);

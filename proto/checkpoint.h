@@ -66,7 +66,8 @@ int pr_ckpt_decode_optim(const char *buf, size_t len,
 
 /* Replaces path with buf atomically: writes path.tmp.<pid>, syncs it,
  * renames it over path and syncs the folder, so a crash at any moment
- * leaves either the old file or the new one.  One writer per path. */
+ * leaves either the old file or the new one.  One writer per path.
+ * KN_ENOSPC when the disk (or a quota) is full: path is left as it was. */
 int pr_ckpt_write_file(const char *path, const char *buf, size_t len,
     char *err);
 /* Reads a regular file of at most max_len bytes into a new buffer *buf

@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/blocktrain.h"
 #include "daemon/train.h"
+#include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "kernels/rng.h"
@@ -172,6 +174,120 @@ START_TEST(test_resume)
 }
 END_TEST
 
+/* The lines of a file, and whether each ends with a newline. */
+static int
+count_lines(const char *path, char *last, size_t len)
+{
+	char line[256];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		ck_assert_msg(strchr(line, '\n') != NULL, "line cut: %s", line);
+		snprintf(last, len, "%s", line);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* A kill leaves the temporary file of a write cut short, and the steps
+ * after the checkpoint are trained again: open removes the leftovers of
+ * this block (another pid's), and the learning curve loses its lines
+ * after the checkpoint, so that no step comes twice. */
+START_TEST(test_reopen_after_kill)
+{
+	static const char *const gone[] = { "block-1.ckpt.tmp.999999",
+	    "block-1.optim.tmp.1", "block-1.csv.tmp.77" };
+	char path[160], state[160], own[64], last[256], h1[65], h2[65];
+	char err[KN_ERR_LEN];
+	const char *names;
+	char run_id[PR_RUN_ID_LEN];
+	tr_trainer *t;
+	pr_spec spec;
+	tr_opts o = { 0 };
+	struct stat st;
+	ino_t ino;
+	float loss;
+	size_t i;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/run.conf", dir);
+	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
+	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
+	snprintf(state, sizeof(state), "%s/k", dir);
+	o.spec = &spec;
+	o.run_id = run_id;
+	o.dir = state;
+	o.kind = BT_BLOCK;
+	o.block = 1;
+	o.steps = 20;
+	o.be = kn_cpu_backend();
+	ck_assert_int_eq(tr_train(&o, err), 0);
+	snprintf(path, sizeof(path), "%s/k/block-1.ckpt", dir);
+	file_hash(path, h1);
+	/* what a kill at step 25, in the middle of a write, leaves */
+	snprintf(path, sizeof(path), "%s/k/block-1.csv", dir);
+	f = fopen(path, "a");
+	ck_assert_ptr_nonnull(f);
+	for (i = 21; i <= 25; i++)
+		fprintf(f, "%zu,2.5,0.003,0.1,1000.0,1.000\n", i);
+	fputs("26,2.4", f);     /* cut short */
+	fclose(f);
+	for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+		tu_write_file(state, gone[i], "partial");
+	/* kept: another block's, not a pid, and one of this process's,
+	 * whose write may be under way */
+	tu_write_file(state, "block-2.ckpt.tmp.5", "x");
+	tu_write_file(state, "block-1.ckpt.tmp.x5", "x");
+	snprintf(own, sizeof(own), "block-1.optim.tmp.%ld", (long)getpid());
+	tu_write_file(state, own, "x");
+
+	ck_assert_msg(tr_trainer_open(&t, &o, err) == 0, "%s", err);
+	ck_assert_int_eq(tr_trainer_steps(t), 20);
+	ck_assert_int_eq(tr_trainer_removed(t, &names), 3);
+	for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+		ck_assert_msg(strstr(names, gone[i]) != NULL, "%s not in '%s'",
+		    gone[i], names);
+		snprintf(path, sizeof(path), "%s/k/%s", dir, gone[i]);
+		ck_assert_int_ne(access(path, F_OK), 0);
+	}
+	snprintf(path, sizeof(path), "%s/k/block-2.ckpt.tmp.5", dir);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/k/block-1.ckpt.tmp.x5", dir);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/k/%s", dir, own);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/k/block-1.ckpt", dir);
+	file_hash(path, h2);
+	ck_assert_str_eq(h1, h2);
+	/* the header and steps 1..20, then step 21 once */
+	snprintf(path, sizeof(path), "%s/k/block-1.csv", dir);
+	ck_assert_int_eq(count_lines(path, last, sizeof(last)), 1 + 20);
+	ck_assert_msg(strncmp(last, "20,", 3) == 0, "last line %s", last);
+	ck_assert_int_eq(tr_trainer_step(t, &loss, err), 0);
+	ck_assert_int_eq(tr_trainer_save(t, err), 0);
+	tr_trainer_close(t);
+	ck_assert_int_eq(count_lines(path, last, sizeof(last)), 1 + 21);
+	ck_assert_msg(strncmp(last, "21,", 3) == 0, "last line %s", last);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fgetc(f), 's');  /* "step,...": the header first */
+	fclose(f);
+	/* nothing to drop: the file is left as it is, not rewritten */
+	ck_assert_int_eq(stat(path, &st), 0);
+	ino = st.st_ino;
+	ck_assert_msg(tr_trainer_open(&t, &o, err) == 0, "%s", err);
+	ck_assert_int_eq(tr_trainer_removed(t, &names), 0);
+	ck_assert_str_eq(names, "");
+	tr_trainer_close(t);
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert(st.st_ino == ino);
+	ck_assert_int_eq(count_lines(path, last, sizeof(last)), 1 + 21);
+}
+END_TEST
+
 /* Runs the tool with args (a printf format over the test folder, which
  * it may name up to three times) and expects failure with fragment. */
 static void
@@ -216,6 +332,7 @@ main(void)
 	tcase_add_test(tc, test_train_eval_generate);
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_reopen_after_kill);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <curl/curl.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,15 +66,15 @@ write_peers(int n, const int *block_of)
 	tu_write_file(dir, "peers", text);
 }
 
+/* Daemon i, with its state in the folder state. */
 static void
-start(int i, int block)
+start_in(int i, int block, const char *state)
 {
-	char listen[32], blk[8], state[128], log[128], peers[128], spec[128];
+	char listen[32], blk[8], log[128], peers[128], spec[128];
 	char conf[128];
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
 	snprintf(blk, sizeof(blk), "%d", block);
-	snprintf(state, sizeof(state), "%s/state%d", dir, i);
 	snprintf(log, sizeof(log), "%s/log%d", dir, i);
 	snprintf(peers, sizeof(peers), "%s/peers", dir);
 	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
@@ -80,6 +82,15 @@ start(int i, int block)
 	pids[i] = tu_daemon_start(log, base_port + i, "-f", "-v", "-c", conf,
 	    "-l", listen, "-b", blk, "-s", state, "-p", peers, "-r", spec, "-D",
 	    "cpu", "-t", "1", (char *)NULL);
+}
+
+static void
+start(int i, int block)
+{
+	char state[128];
+
+	snprintf(state, sizeof(state), "%s/state%d", dir, i);
+	start_in(i, block, state);
 }
 
 /* SIGTERM, and the exit status within the time limit. */
@@ -690,6 +701,247 @@ START_TEST(test_long_peer_name)
 }
 END_TEST
 
+/* The checkpoint in state decodes, and is the one the daemon serves:
+ * the sha256 and step its status gives, the bytes of its endpoint.
+ * Returns its step. */
+static long long
+check_served(const char *state)
+{
+	char path[192], hex[65], err[PR_ERR_LEN], *buf;
+	pr_ckpt_meta meta;
+	json_t *j, *ck;
+	tu_body b;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
+	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len, err), 0);
+	ck_assert_msg(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL, &meta,
+	    err) == 0, "%s: %s", path, err);
+	pr_ckpt_sha256_hex(buf, len, hex, err);
+	free(buf);
+	j = tu_status(base_port);
+	ck_assert_ptr_nonnull(j);
+	ck = json_object_get(j, "checkpoint");
+	ck_assert_str_eq(json_string_value(json_object_get(ck, "sha256")), hex);
+	ck_assert_int_eq(json_integer_value(json_object_get(ck, "step")),
+	    meta.step);
+	json_decref(j);
+	ck_assert_int_eq(tu_http_get(base_port, "/v1/blocks/1/checkpoint", &b),
+	    200);
+	pr_ckpt_sha256_hex(b.data, b.len, path, err);
+	free(b.data);
+	ck_assert_str_eq(path, hex);
+	return meta.step;
+}
+
+/* A kill in the middle of a write leaves its temporary file: a restart
+ * removes those of its block and says so, and the checkpoint stays. */
+START_TEST(test_leftovers_removed)
+{
+	static const char *const gone[] = { "block-1.ckpt.tmp.999999",
+	    "block-1.optim.tmp.2", "block-1.csv.tmp.3" };
+	int block_of[1] = { 1 };
+	char state[128], path[192], h1[65], err[PR_ERR_LEN], *buf;
+	const char *why;
+	size_t i, len;
+	json_t *j;
+
+	write_spec(1, 100, 50, 5);
+	write_peers(1, block_of);
+	start(0, 1);
+	wait_done(1, 60);
+	ck_assert_int_eq(stop(0), 0);
+	snprintf(state, sizeof(state), "%s/state0", dir);
+	snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
+	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len, err), 0);
+	pr_ckpt_sha256_hex(buf, len, h1, err);
+	free(buf);
+	for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+		tu_write_file(state, gone[i], "cut short");
+	tu_write_file(state, "block-2.ckpt.tmp.4", "another block's");
+	start(0, 1);
+	wait_done(1, 60);
+	for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", state, gone[i]);
+		ck_assert_msg(access(path, F_OK) != 0, "%s is left", path);
+	}
+	snprintf(path, sizeof(path), "%s/block-2.ckpt.tmp.4", state);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	/* the same checkpoint, served */
+	check_served(state);
+	j = tu_status(base_port);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j,
+	    "checkpoint"), "sha256")), h1);
+	why = json_string_value(json_object_get(j, "error"));
+	ck_assert_msg(why != NULL && strstr(why, gone[0]) != NULL, "status "
+	    "error: %s", why ? why : "none");
+	json_decref(j);
+	ck_assert_int_eq(stop(0), 0);
+}
+END_TEST
+
+/* The full-disk test's small file system, mounted by the parent process
+ * (an unchecked fixture): a test runs in a child that ends at its first
+ * failed check, so only the parent can be sure to unmount it. */
+static char disk_root[64], disk[80], disk_why[512];
+static int disk_mounted;
+
+static void
+disk_setup(void)
+{
+	tu_temp_dir(disk_root, sizeof(disk_root), "check_daemon_disk");
+	snprintf(disk, sizeof(disk), "%s/fs", disk_root);
+	disk_mounted = mkdir(disk, 0755) == 0 && tu_run_cmd(disk_why,
+	    sizeof(disk_why), "mount -t tmpfs -o size=2m tmpfs %s", disk) == 0;
+	disk_why[strcspn(disk_why, "\n")] = '\0';
+}
+
+static void
+disk_teardown(void)
+{
+	char path[128], line[32];
+	FILE *f;
+	int i;
+
+	/* a daemon that a failed test left behind holds files there */
+	snprintf(path, sizeof(path), "%s/pid", disk_root);
+	if ((f = fopen(path, "r")) != NULL) {
+		if (fgets(line, sizeof(line), f) != NULL && atoi(line) > 0)
+			kill(atoi(line), SIGKILL);
+		fclose(f);
+	}
+	for (i = 0; disk_mounted && i < 50; i++) {
+		if (tu_run_cmd(NULL, 0, "umount %s", disk) == 0)
+			disk_mounted = 0;
+		else
+			usleep(100000);
+	}
+	if (disk_mounted && tu_run_cmd(NULL, 0, "umount -l %s", disk) != 0)
+		fprintf(stderr, "# could not unmount %s\n", disk);
+	tu_remove_dir(disk_root);
+}
+
+/* Appends to path until its file system is full, to the last byte. */
+static void
+fill_disk(const char *path)
+{
+	static char chunk[1 << 16];
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	size_t n;
+
+	ck_assert_int_ge(fd, 0);
+	for (n = sizeof(chunk); n > 0; n /= 2)
+		while (write(fd, chunk, n) > 0)
+			;
+	close(fd);
+}
+
+/* Fills the disk until the daemon says it paused, topping it up: a
+ * checkpoint that replaces another frees the older one's space. */
+static int
+fill_until_paused(const char *filler, double limit)
+{
+	double t0 = kn_now();
+
+	do {
+		fill_disk(filler);
+		if (tu_status_is(base_port, "paused"))
+			return 1;
+		usleep(20000);
+	} while (kn_now() - t0 < limit);
+	return 0;
+}
+
+static void
+note_pid(void)
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "%ld\n", (long)pids[0]);
+	tu_write_file(disk_root, "pid", text);
+}
+
+/* A disk full at a checkpoint pauses training: the last checkpoint stays
+ * on disk and served, and training resumes once there is space again; a
+ * stop ends the pause at once. */
+START_TEST(test_disk_full)
+{
+	int block_of[1] = { 1 };
+	char state[128], filler[128], path[192], err[PR_ERR_LEN], *buf;
+	long long step, ckpt_step;
+	const char *why;
+	pr_ckpt_meta meta;
+	double t0, took;
+	size_t len;
+	json_t *j;
+	int rc;
+
+	if (!disk_mounted) {
+		fprintf(stderr, "# test_disk_full skipped: cannot mount a small "
+		    "tmpfs: %s\n", disk_why);
+		return;
+	}
+	write_spec(1, 6000, 50, 5);
+	write_peers(1, block_of);
+	snprintf(state, sizeof(state), "%s/state", disk);
+	snprintf(filler, sizeof(filler), "%s/filler", disk);
+	start_in(0, 1, state);
+	note_pid();
+	ck_assert(tu_wait_state(base_port, 1, "training", 30));
+	ck_assert_msg(fill_until_paused(filler, 30), "not paused on a full "
+	    "disk");
+	j = tu_status(base_port);
+	why = json_string_value(json_object_get(j, "error"));
+	ck_assert_msg(why != NULL && strstr(why, "No space left on device") &&
+	    strstr(why, "retrying in"), "status error: %s", why ? why : "none");
+	json_decref(j);
+	ckpt_step = check_served(state);
+	step = tu_status_int(base_port, "step");
+	usleep(1500000);
+	ck_assert(tu_status_is(base_port, "paused"));
+	ck_assert_int_eq(tu_status_int(base_port, "step"), step);
+	fprintf(stderr, "# disk full: paused at step %lld, checkpoint of step "
+	    "%lld served\n", step, ckpt_step);
+	/* space again: the next retry writes it and training goes on */
+	ck_assert_int_eq(unlink(filler), 0);
+	ck_assert(tu_wait_state(base_port, 1, "training", 10));
+	ck_assert_int_gt(check_served(state), ckpt_step);
+	t0 = kn_now();
+	while (tu_status_int(base_port, "step") <= step && kn_now() - t0 < 10)
+		usleep(20000);
+	ck_assert_int_gt(tu_status_int(base_port, "step"), step);
+
+	/* full again: a stop in the middle of a 4 s wait ends it at once */
+	ck_assert(fill_until_paused(filler, 30));
+	usleep(3500000);
+	ckpt_step = check_served(state);
+	t0 = kn_now();
+	rc = tu_stop(&pids[0], SIGTERM, 15);
+	took = kn_now() - t0;
+	fprintf(stderr, "# disk full: stopped %.2fs after SIGTERM, status "
+	    "%d\n", took, rc);
+	ck_assert_msg(took < 2.0, "stop took %.2fs", took);
+	/* 1: its last steps could not be saved */
+	ck_assert_int_eq(rc, 1);
+	snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
+	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len, err), 0);
+	ck_assert_int_eq(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL, &meta,
+	    err), 0);
+	free(buf);
+	ck_assert_int_eq(meta.step, ckpt_step);
+
+	/* restarted with space, it trains to the end */
+	ck_assert_int_eq(unlink(filler), 0);
+	start_in(0, 1, state);
+	note_pid();
+	wait_done(1, 120);
+	ck_assert_int_eq(check_served(state), 6000);
+	ck_assert_int_eq(stop(0), 0);
+	snprintf(path, sizeof(path), "%s/pid", disk_root);
+	unlink(path);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -704,6 +956,13 @@ main(void)
 	tcase_add_test(tc, test_kill_replica);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_long_peer_name);
+	tcase_add_test(tc, test_leftovers_removed);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("disk");
+	tcase_add_unchecked_fixture(tc, disk_setup, disk_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_disk_full);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
