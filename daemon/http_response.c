@@ -348,6 +348,7 @@ static const struct {
 	{ KN_ENOMEM, 503 },     /* a shortage here: try again later */
 	{ KN_ENODEV, 503 },
 	{ KN_EIO, 500 },
+	{ KN_ENOSPC, 507 },     /* our disk is full: not the sender's fault */
 };
 
 int
