@@ -12,6 +12,7 @@
 
 #include "daemon/cli/cmd.h"
 #include "daemon/conf.h"
+#include "daemon/identity.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
@@ -179,8 +180,15 @@ cli_identity_dir(struct cli_identity *a, const char *cmd)
 
 int
 cli_identity_parse(const struct cmd_entry *self, struct cli_identity *a,
-    int argc, char **argv, const struct option *opts)
+    int argc, char **argv, int with_force)
 {
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, 'D' },
+		{ "client", no_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "force", no_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 }
+	};
 	int ch;
 
 	memset(a, 0, sizeof(*a));
@@ -188,7 +196,14 @@ cli_identity_parse(const struct cmd_entry *self, struct cli_identity *a,
 		switch (ch) {
 		case 'D': a->dir = optarg; break;
 		case 'c': a->client = 1; break;
-		case 'f': a->force = 1; break;
+		case 'f':
+			if (!with_force) {
+				fprintf(stderr, "shardmeter %s: --force is "
+				    "init's option only\n", self->name);
+				return 2;
+			}
+			a->force = 1;
+			break;
 		case 'h': return cli_help(self);
 		default: return 2;
 		}
@@ -204,4 +219,22 @@ cli_identity_parse(const struct cmd_entry *self, struct cli_identity *a,
 		return 2;
 	}
 	return cli_identity_dir(a, self->name);
+}
+
+int
+cli_identity_show(const struct cmd_entry *self, const struct cli_identity *a)
+{
+	char id[ID_LEN], err[KN_ERR_LEN];
+	int rc;
+
+	if ((rc = id_of_dir(a->path, id, err)) == ID_ENONE)
+		fprintf(stderr, "shardmeter %s: %s; 'shardmeter init%s%s%s' "
+		    "makes one\n", self->name, err, a->client ? " --client" :
+		    "", a->dir != NULL ? " --dir " : "",
+		    a->dir != NULL ? a->dir : "");
+	else if (rc != 0)
+		fprintf(stderr, "shardmeter %s: %s\n", self->name, err);
+	else
+		printf("%s\n", id);
+	return rc != 0 ? 1 : 0;
 }

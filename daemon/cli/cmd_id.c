@@ -2,47 +2,15 @@
  * made, the one to put in other hosts' peer lists. */
 #include "config.h"
 
-#include <getopt.h>
-#include <stdio.h>
-
 #include "daemon/cli/cmd.h"
-#include "daemon/identity.h"
-#include "kernels/error.h"
-
-static int
-cmd_id_run(const struct cli_identity *a, char id[ID_LEN])
-{
-	char err[KN_ERR_LEN];
-	int rc;
-
-	if ((rc = id_of_dir(a->path, id, err)) == ID_ENONE)
-		fprintf(stderr, "shardmeter id: %s; 'shardmeter init%s%s%s' "
-		    "makes one\n", err, a->client ? " --client" : "",
-		    a->dir != NULL ? " --dir " : "",
-		    a->dir != NULL ? a->dir : "");
-	else if (rc != 0)
-		fprintf(stderr, "shardmeter id: %s\n", err);
-	return rc != 0 ? 1 : 0;
-}
 
 static int
 cmd_id_exec(const struct cmd_entry *self, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_IDENTITY_OPTIONS,
-		{ NULL, 0, NULL, 0 }
-	};
 	struct cli_identity a;
-	char id[ID_LEN];
-	int rc;
+	int rc = cli_identity_parse(self, &a, argc, argv, 0);
 
-	if ((rc = cli_identity_parse(self, &a, argc, argv, opts)) !=
-	    CLI_CONTINUE)
-		return rc;
-	if ((rc = cmd_id_run(&a, id)) != 0)
-		return rc;
-	printf("%s\n", id);
-	return 0;
+	return rc != CLI_CONTINUE ? rc : cli_identity_show(self, &a);
 }
 
 const struct cmd_entry cmd_id_entry = {

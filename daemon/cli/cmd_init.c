@@ -3,55 +3,39 @@
  * certificate, and prints the peer id that peer lists will name. */
 #include "config.h"
 
-#include <getopt.h>
 #include <stdio.h>
 
 #include "daemon/cli/cmd.h"
 #include "daemon/identity.h"
 #include "kernels/error.h"
 
-/* The new identity's peer id, read back from its files as `id` reads it. */
+/* Makes the identity, then shows its peer id read back from its files
+ * exactly as `shardmeter id` does. */
 static int
-init_run(const struct cli_identity *a, char id[ID_LEN])
+init_run(const struct cmd_entry *self, const struct cli_identity *a)
 {
 	char err[KN_ERR_LEN];
+	int rc;
 
-	if (id_create(a->path, a->force, err) != 0 ||
-	    id_of_dir(a->path, id, err) != 0) {
+	if (id_create(a->path, a->force, err) != 0) {
 		fprintf(stderr, "shardmeter init: %s\n", err);
 		return 1;
 	}
-	return 0;
-}
-
-static void
-init_print(const struct cli_identity *a, const char *id)
-{
-	printf("%s\n", id);
-	fprintf(stderr, "shardmeter init: %s identity in %s/%s (the private "
-	    "key: keep it secret) and %s/%s\n", a->client ? "an operator's" :
-	    "a daemon's", a->path, ID_KEY_FILE, a->path, ID_CERT_FILE);
+	if ((rc = cli_identity_show(self, a)) == 0)
+		fprintf(stderr, "shardmeter init: %s identity in %s/%s (the "
+		    "private key: keep it secret) and %s/%s\n", a->client ?
+		    "an operator's" : "a daemon's", a->path, ID_KEY_FILE,
+		    a->path, ID_CERT_FILE);
+	return rc;
 }
 
 static int
 init_exec(const struct cmd_entry *self, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		CLI_IDENTITY_OPTIONS,
-		{ "force", no_argument, NULL, 'f' },
-		{ NULL, 0, NULL, 0 }
-	};
 	struct cli_identity a;
-	char id[ID_LEN];
-	int rc;
+	int rc = cli_identity_parse(self, &a, argc, argv, 1);
 
-	if ((rc = cli_identity_parse(self, &a, argc, argv, opts)) !=
-	    CLI_CONTINUE)
-		return rc;
-	if ((rc = init_run(&a, id)) != 0)
-		return rc;
-	init_print(&a, id);
-	return 0;
+	return rc != CLI_CONTINUE ? rc : init_run(self, &a);
 }
 
 const struct cmd_entry cmd_init_entry = {
