@@ -392,8 +392,8 @@ id_certificate(EVP_PKEY *key, char *err)
 	int ok;
 
 	ok = x != NULL && RAND_bytes(serial, sizeof(serial)) == 1;
-	/* positive and all 20 bytes long */
-	serial[0] = (serial[0] & 0x7f) | 0x40;
+	if (ok)         /* positive and all 20 bytes long */
+		serial[0] = (serial[0] & 0x7f) | 0x40;
 	ok = ok && X509_set_version(x, X509_VERSION_3) &&
 	    (bn = BN_bin2bn(serial, sizeof(serial), NULL)) != NULL &&
 	    BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)) != NULL &&
@@ -452,10 +452,14 @@ id_refuse_existing(const char *path, char *err)
 {
 	struct stat st;
 
-	if (lstat(path, &st) == 0 || errno != ENOENT)
+	if (lstat(path, &st) == 0)
 		return kn_error(err, ID_EEXIST, "%s exists: an identity is "
 		    "already there (--force replaces it, and its peer id)",
 		    path);
+	/* not a directory: id_mkdirs says so */
+	if (errno != ENOENT && errno != ENOTDIR)
+		return kn_error(err, KN_EIO, "cannot look at %s: %s", path,
+		    strerror(errno));
 	return 0;
 }
 
@@ -497,11 +501,12 @@ id_write_temp(const char *path, id_pem_writer w, void *obj, char *tmp,
 		return KN_EIO;
 	}
 	ERR_clear_error();
+	errno = 0;
 	ok = w(f, obj) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
 	ok = fclose(f) == 0 && ok;
 	if (!ok) {
-		kn_error(err, KN_EIO, "cannot write %s: %s", tmp,
-		    strerror(errno));
+		kn_error(err, KN_EIO, "cannot write %s: %s", tmp, errno != 0 ?
+		    strerror(errno) : "PEM encoding failed");
 		unlink(tmp);
 		return KN_EIO;
 	}

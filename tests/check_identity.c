@@ -316,7 +316,9 @@ START_TEST(test_file_modes)
 	ck_assert_int_eq(n, 2);
 	/* a file where the directory should be */
 	tu_write_file(dir, "plain", "x\n");
-	ck_assert_int_ne(id_create(sub("plain"), 0, err), 0);
+	err[0] = '\0';
+	ck_assert_int_eq(id_create(sub("plain"), 0, err), KN_EIO);
+	tu_assert_refused(err, "plain is not a directory");
 }
 END_TEST
 
