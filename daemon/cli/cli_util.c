@@ -1,6 +1,7 @@
 /* What several shardmeter commands share: --help, reading a whole file,
- * integer options, the backend, and the options of the commands that work
- * on a run's files (spec, train, eval, generate). */
+ * integer options, the backend, the options of the commands that work
+ * on a run's files (spec, train, eval, generate), and those of the
+ * commands on an identity (init, id). */
 #include "config.h"
 
 #include <errno.h>
@@ -10,6 +11,8 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
+#include "daemon/conf.h"
+#include "daemon/identity.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
@@ -140,4 +143,98 @@ cli_run_open(struct cli_run *r, const char *cmd, int need_dir)
 	}
 	cli_backend_report(r->be, note);
 	return 0;
+}
+
+/* The directory of the identity a's options name, into a->path. */
+static int
+cli_identity_dir(struct cli_identity *a, const char *cmd)
+{
+	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	cf_config c;
+	int n;
+
+	if (a->dir != NULL) {
+		n = snprintf(a->path, sizeof(a->path), "%s", a->dir);
+	} else if (!a->client) {
+		/* the daemon keeps its identity in its state directory */
+		cf_defaults(&c);
+		n = snprintf(a->path, sizeof(a->path), "%s", c.state_dir);
+	} else if (xdg != NULL && xdg[0] == '/') {
+		/* the XDG spec ignores a relative XDG_CONFIG_HOME */
+		n = snprintf(a->path, sizeof(a->path), "%s/shardmeter", xdg);
+	} else if (home != NULL && home[0] != '\0') {
+		n = snprintf(a->path, sizeof(a->path), "%s/.config/shardmeter",
+		    home);
+	} else {
+		fprintf(stderr, "shardmeter %s: neither XDG_CONFIG_HOME nor "
+		    "HOME is set; give --dir DIR\n", cmd);
+		return 1;
+	}
+	if (n >= (int)sizeof(a->path)) {
+		fprintf(stderr, "shardmeter %s: %.64s...: path too long\n",
+		    cmd, a->path);
+		return 2;
+	}
+	return CLI_CONTINUE;
+}
+
+int
+cli_identity_parse(const struct cmd_entry *self, struct cli_identity *a,
+    int argc, char **argv, int with_force)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, 'D' },
+		{ "client", no_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "force", no_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int ch;
+
+	memset(a, 0, sizeof(*a));
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'D': a->dir = optarg; break;
+		case 'c': a->client = 1; break;
+		case 'f':
+			if (!with_force) {
+				fprintf(stderr, "shardmeter %s: --force is "
+				    "init's option only\n", self->name);
+				return 2;
+			}
+			a->force = 1;
+			break;
+		case 'h': return cli_help(self);
+		default: return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "shardmeter %s: unexpected argument '%s'\n",
+		    self->name, argv[optind]);
+		return 2;
+	}
+	if (a->dir != NULL && a->dir[0] == '\0') {
+		fprintf(stderr, "shardmeter %s: --dir takes a directory\n",
+		    self->name);
+		return 2;
+	}
+	return cli_identity_dir(a, self->name);
+}
+
+int
+cli_identity_show(const struct cmd_entry *self, const struct cli_identity *a)
+{
+	char id[ID_LEN], err[KN_ERR_LEN];
+	int rc;
+
+	if ((rc = id_of_dir(a->path, id, err)) == ID_ENONE)
+		fprintf(stderr, "shardmeter %s: %s; 'shardmeter init%s%s%s' "
+		    "makes one\n", self->name, err, a->client ? " --client" :
+		    "", a->dir != NULL ? " --dir " : "",
+		    a->dir != NULL ? a->dir : "");
+	else if (rc != 0)
+		fprintf(stderr, "shardmeter %s: %s\n", self->name, err);
+	else
+		printf("%s\n", id);
+	return rc != 0 ? 1 : 0;
 }

@@ -8,7 +8,7 @@
 
 extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
     cmd_eval_entry, cmd_generate_entry, cmd_status_entry,
-    cmd_assemble_entry, cmd_demo_entry;
+    cmd_assemble_entry, cmd_demo_entry, cmd_init_entry, cmd_id_entry;
 
 const struct cmd_entry *const cmd_table[] = {
 	&cmd_spec_entry,
@@ -18,6 +18,8 @@ const struct cmd_entry *const cmd_table[] = {
 	&cmd_status_entry,
 	&cmd_assemble_entry,
 	&cmd_demo_entry,
+	&cmd_init_entry,
+	&cmd_id_entry,
 	NULL
 };
 

@@ -76,6 +76,28 @@ int cli_run_parse(const struct cmd_entry *self, struct cli_run *r, int argc,
  * the reason on stderr. */
 int cli_run_open(struct cli_run *r, const char *cmd, int need_dir);
 
+/* The options of the commands on an identity (init, id): --dir,
+ * --client, --force (init's only) and --help. */
+struct cli_identity {
+	const char *dir;        /* --dir, or NULL */
+	int client;             /* --client: an operator's, not a daemon's */
+	int force;              /* --force */
+	/* the directory in effect: --dir, else the daemon's default
+	 * state_dir, or with --client $XDG_CONFIG_HOME/shardmeter (else
+	 * $HOME/.config/shardmeter) */
+	char path[PR_PATH_LEN];
+};
+
+/* getopt_long over argv (--force taken only with_force), then the
+ * directory in effect into a->path.  CLI_CONTINUE, or the exit status
+ * with the reason on stderr. */
+int cli_identity_parse(const struct cmd_entry *self, struct cli_identity *a,
+    int argc, char **argv, int with_force);
+/* Prints the peer id of the identity in a->path, as init and id show it;
+ * 0, or the exit status with the reason on stderr. */
+int cli_identity_show(const struct cmd_entry *self,
+    const struct cli_identity *a);
+
 /* A response body as it comes in, refused past max bytes. */
 struct cli_body {
 	char *data;
