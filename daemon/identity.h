@@ -15,6 +15,8 @@
 
 #include <openssl/types.h>
 
+#include "kernels/error.h"
+
 #define ID_BYTES 32             /* a peer id: a SHA-256 */
 #define ID_LEN 65               /* a printed peer id and its NUL */
 #define ID_KEY_FILE "key.pem"   /* the private key, PKCS#8 PEM, 0600 */
@@ -22,8 +24,8 @@
 
 /* Beside the KN_E* codes: no identity in the directory (no key file);
  * an identity already there, kept without force. */
-#define ID_ENONE (-7)
-#define ID_EEXIST (-8)
+#define ID_ENONE (KN_E_MODULE - 1)
+#define ID_EEXIST (KN_E_MODULE - 2)
 
 /* Makes an identity in dir (created 0700 with its parents if missing): a
  * new key pair and a certificate valid for 100 years, each written to a

@@ -8,12 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/error.h"
 #include "proto/pipeline.h"
 
 typedef struct pc_conn pc_conn;
 
 /* Beside the KN_E* codes: no answer within the wait. */
-#define PC_ETIMEDOUT (-6)
+#define PC_ETIMEDOUT (KN_E_MODULE - 0)
 
 typedef struct {
 	pl_mode mode;

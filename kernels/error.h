@@ -23,6 +23,10 @@ enum {
 	                   * write that may succeed once space is freed */
 };
 
+/* Codes of the layers above take numbers from KN_E_MODULE down, each
+ * module its own, so that one code never means two things. */
+#define KN_E_MODULE (-16)
+
 /* Formats into err (KN_ERR_LEN bytes; NULL is allowed) and returns code. */
 int kn_error(char *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
