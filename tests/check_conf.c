@@ -169,15 +169,11 @@ reload_printed(const cf_config *c, cf_config *out, char *printed,
     size_t size)
 {
 	char err[PR_ERR_LEN];
-	size_t len;
 	FILE *f;
 
 	ck_assert_ptr_nonnull(f = tmpfile());
 	ck_assert_int_eq(cf_print(f, c), 0);
-	rewind(f);
-	len = fread(printed, 1, size - 1, f);
-	fclose(f);
-	printed[len] = '\0';
+	tu_read_back(f, printed, size);
 	cf_defaults(out);
 	ck_assert_msg(cf_load(out, write_tmp("printed.conf", printed),
 	    err) == 0, "%s in\n%s", err, printed);

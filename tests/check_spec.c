@@ -158,16 +158,11 @@ END_TEST
 static size_t
 print_spec(const pr_spec *s, char *printed, size_t size)
 {
-	size_t len;
 	FILE *f;
 
 	ck_assert_ptr_nonnull(f = tmpfile());
 	ck_assert_int_eq(pr_spec_print(f, s), 0);
-	rewind(f);
-	len = fread(printed, 1, size - 1, f);
-	fclose(f);
-	printed[len] = '\0';
-	return len;
+	return tu_read_back(f, printed, size);
 }
 
 /* Print, parse what was printed: the same struct and the same run id. */

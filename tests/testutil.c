@@ -453,3 +453,15 @@ tu_run_suite(Suite *s)
 	srunner_free(sr);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+size_t
+tu_read_back(FILE *f, char *buf, size_t size)
+{
+	size_t len;
+
+	rewind(f);
+	len = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	return len;
+}

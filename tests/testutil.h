@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Numbers */
@@ -60,6 +61,9 @@ void tu_temp_dir(char *dir, size_t size, const char *name);
 /* Removes dir and all it holds, unless KEEP_TEST_DIRS is set. */
 void tu_remove_dir(const char *dir);
 /* Writes text to dir/name; returns the path, valid until the next call. */
+/* What was written to f (a tmpfile), read back into buf (size bytes,
+ * NUL-terminated) and f closed; returns its length. */
+size_t tu_read_back(FILE *f, char *buf, size_t size);
 const char *tu_write_file(const char *dir, const char *name,
     const char *text);
 /* Runs a shell command line made from fmt; returns its exit status (-1
