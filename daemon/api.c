@@ -60,8 +60,8 @@ peers_json(node *n)
 		json_object_set_new(o, "replica", json_integer(
 		    peers_replica_index(&n->peers, i)));
 		json_object_set_new(o, "self", json_boolean(p->self));
-		if (p->id[0])
-			json_object_set_new(o, "id", json_string(p->id));
+		if (p->has_id)
+			json_object_set_new(o, "id", json_string(p->id_text));
 		if (!p->self) {
 			json_object_set_new(o, "state", json_string(
 			    peer_state_name(p->state)));

@@ -427,7 +427,10 @@ on_hup(uv_signal_t *h, int sig)
 			peers_entry keep = n->peers.v[old];
 
 			keep.block = fresh.v[j].block;
+			keep.has_id = fresh.v[j].has_id;
 			memcpy(keep.id, fresh.v[j].id, sizeof(keep.id));
+			memcpy(keep.id_text, fresh.v[j].id_text,
+			    sizeof(keep.id_text));
 			fresh.v[j] = keep;
 		}
 		fresh.v[j].self = j == i;

@@ -1,6 +1,9 @@
-/* The peer list: one peer per line, "host:port block [peer-id]", '#'
- * comments.  The order of the lines gives each block's replicas their
- * index.  Health and metering per peer live beside each entry. */
+/* The peer list: one daemon per line, "host:port block peer-id", and the
+ * operators allowed in, "client peer-id [name]"; '#' comments.  The order
+ * of the daemon lines gives each block's replicas their index.  A peer id
+ * (identity.h) is what TLS pins each link to; a list without ids is only
+ * good for a daemon that runs with insecure = yes.  Health and metering
+ * per peer live beside each entry. */
 #ifndef SM_PEERS_H
 #define SM_PEERS_H
 
@@ -8,6 +11,7 @@
 #include <stdint.h>
 
 #include "daemon/conf.h"
+#include "daemon/identity.h"
 
 /* What bytes exchanged with a peer were for. */
 enum {
@@ -28,7 +32,9 @@ typedef struct {
 	char host[CF_HOST_LEN];
 	int port;
 	int block;                      /* 1-based */
-	char id[65];                    /* peer id, "" until trust is on */
+	int has_id;
+	uint8_t id[ID_BYTES];           /* its peer id, when has_id */
+	char id_text[ID_LEN];           /* the same printed, "" without */
 	char addr[CF_HOST_LEN + 8];     /* "host:port" as written */
 	int self;                       /* this daemon's own line */
 	/* health */
@@ -48,16 +54,33 @@ typedef struct {
 	uint64_t bytes_in[PEERS_KINDS], bytes_out[PEERS_KINDS];
 } peers_entry;
 
+/* An operator's identity, allowed to use the API (status, checkpoints,
+ * the pipeline's entry) but not to take part in rounds. */
+#define PEERS_NAME_LEN 48
+typedef struct {
+	uint8_t id[ID_BYTES];
+	char id_text[ID_LEN];
+	char name[PEERS_NAME_LEN];      /* as written, or "" */
+} peers_client;
+
 typedef struct {
 	peers_entry *v;
 	int n;
+	peers_client *clients;
+	int nclients;
+	int missing_ids;                /* daemon lines without a peer id */
 } peers_list;
 
-/* Reads path; 0 or a negative code with "file:line: reason" in err. */
+/* Reads path; 0 or a negative code with "file:line: reason" in err.  A
+ * peer id listed twice (on any two lines) is refused, so that an id names
+ * one node. */
 int peers_load(peers_list *pl, const char *path, char *err);
 void peers_free(peers_list *pl);
 /* Index of the line whose address is addr, or -1. */
 int peers_find(const peers_list *pl, const char *addr);
+/* Index of the daemon, or of the client, whose peer id is id, or -1. */
+int peers_find_id(const peers_list *pl, const uint8_t id[ID_BYTES]);
+int peers_client_find(const peers_list *pl, const uint8_t id[ID_BYTES]);
 /* Replicas of block b, and the index of the peer at line i among them. */
 int peers_replicas(const peers_list *pl, int block);
 int peers_replica_index(const peers_list *pl, int i);

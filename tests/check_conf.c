@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,21 +97,36 @@ START_TEST(test_peers)
 {
 	peers_list pl;
 	char err[PR_ERR_LEN];
-	const char *id = "ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12"
-	    "ab12ab12ab12";
-	char text[512];
+	uint8_t a[ID_BYTES], b[ID_BYTES];
+	char ida[ID_LEN], idb[ID_LEN], lower[ID_LEN], text[1024];
+	size_t i;
 
+	memset(a, 0x11, sizeof(a));
+	memset(b, 0x22, sizeof(b));
+	id_format(a, ida);
+	id_format(b, idb);
+	for (i = 0; i < sizeof(lower); i++)
+		lower[i] = (char)tolower((unsigned char)idb[i]);
 	snprintf(text, sizeof(text), "# three blocks, block 1 twice\n"
 	    "10.0.0.1:7300 1\n  10.0.0.2:7300 2   # comment\n\n"
-	    "10.0.0.3:7300 1 %s\n[::1]:7301 3\n", id);
+	    "10.0.0.3:7300 1 %s\n[::1]:7301 3\nclient %s alice\n", ida,
+	    lower);
 	ck_assert_int_eq(peers_load(&pl, write_tmp("peers", text), err), 0);
 	ck_assert_int_eq(pl.n, 4);
+	ck_assert_int_eq(pl.missing_ids, 3);
 	ck_assert_int_eq(peers_find(&pl, "10.0.0.2:7300"), 1);
 	ck_assert_int_eq(peers_find(&pl, "10.0.0.9:7300"), -1);
 	ck_assert_int_eq(peers_replicas(&pl, 1), 2);
 	ck_assert_int_eq(peers_replica_index(&pl, 0), 0);
 	ck_assert_int_eq(peers_replica_index(&pl, 2), 1);
-	ck_assert_str_eq(pl.v[2].id, id);
+	ck_assert_str_eq(pl.v[2].id_text, ida);
+	ck_assert_int_eq(peers_find_id(&pl, a), 2);
+	ck_assert_int_eq(peers_find_id(&pl, b), -1);
+	ck_assert_int_eq(pl.nclients, 1);
+	ck_assert_int_eq(peers_client_find(&pl, b), 0);
+	ck_assert_int_eq(peers_client_find(&pl, a), -1);
+	ck_assert_str_eq(pl.clients[0].id_text, idb);
+	ck_assert_str_eq(pl.clients[0].name, "alice");
 	ck_assert_str_eq(pl.v[3].host, "::1");
 	peers_free(&pl);
 	ck_assert_int_ne(peers_load(&pl, write_tmp("p2", "h:1 1\nh:1 2\n"),
@@ -120,9 +136,18 @@ START_TEST(test_peers)
 	ck_assert_ptr_nonnull(strstr(err, "p3:1: 'h' is not host:port"));
 	ck_assert_int_ne(peers_load(&pl, write_tmp("p4", "h:1 0\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "block '0'"));
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p4b", "h:1 +1\n"), err),
+	    0);
 	ck_assert_int_ne(peers_load(&pl, write_tmp("p5", "h:1 1 xyz\n"), err),
 	    0);
-	ck_assert_ptr_nonnull(strstr(err, "peer id"));
+	ck_assert_ptr_nonnull(strstr(err, "p5:1:"));
+	snprintf(text, sizeof(text), "h:1 1 %s\nclient %s\n", ida, ida);
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p7", text), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "p7:2: peer id"));
+	ck_assert_ptr_nonnull(strstr(err, "listed twice"));
+	ck_assert_int_ne(peers_load(&pl, write_tmp("p8", "h:1 1\nclient\n"),
+	    err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "p8:2: expected 'client"));
 	ck_assert_int_ne(peers_load(&pl, write_tmp("p6", "# none\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "no peers"));
 }
