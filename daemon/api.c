@@ -239,15 +239,22 @@ metrics_text(node *n, size_t *outlen)
 	return b;
 }
 
-/* Daemons add ?from=host:port (their advertised address) to what they
- * ask of each other, so that the exchange is charged to that peer; any
- * other caller is a client. */
+/* Over TLS an exchange is charged to the peer whose id the handshake
+ * proved (any other is a client).  Over plain TCP daemons add
+ * ?from=host:port (their advertised address) to what they ask of each
+ * other, and that is all there is to go by. */
 static void
 meter(node *n, hs_response *res, const hs_request *req, int kind)
 {
 	const char *from = strstr(req->query, "from=");
 	char addr[CF_HOST_LEN + 8];
 	int len = 0, who = NODE_CLIENT;
+
+	if (req->peer_id != NULL) {
+		who = peers_find_id(&n->peers, req->peer_id);
+		hs_response_meter(res, kind, who >= 0 ? who : NODE_CLIENT);
+		return;
+	}
 
 	if (from != NULL && (from == req->query || from[-1] == '&')) {
 		from += 5;

@@ -90,6 +90,7 @@ format_listen(const pr_key *k, const void *obj, char *buf, size_t len)
 static const pr_key_ops listen_ops = { set_listen, format_listen };
 static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
 static const char *const encodings[] = { "f32", "f16", "bf16", NULL };
+static const char *const yes_no[] = { "no", "yes", NULL };
 
 #define FIELD(f) .offset = offsetof(cf_config, f), \
 	.size = sizeof(((cf_config *)0)->f)
@@ -156,6 +157,14 @@ const pr_key cf_keys[] = {
 	{ .section = "", .name = "peer_timeout_ms", .type = PR_KEY_INT,
 	  FIELD(peer_timeout_ms), .min = 100, .max = 600000, .def = 5000,
 	  .doc = "how long a peer has to answer a probe or a connection" },
+	{ .section = "", .name = "insecure", .type = PR_KEY_CHOICE,
+	  FIELD(insecure), .def_str = "no", .choices = yes_no,
+	  .doc = "yes: plain TCP without TLS or peer ids, refused unless "
+	  "listen is a loopback address" },
+	{ .section = "", .name = "handshake_timeout_ms", .type = PR_KEY_INT,
+	  FIELD(handshake_timeout_ms), .min = 100, .max = 600000,
+	  .def = 5000,
+	  .doc = "time for a connection's TLS handshake" },
 	{ .section = "", .name = "pipeline_listen", .type = PR_KEY_STR,
 	  FIELD(pipeline_listen), .def_str = "",
 	  .doc = "this host's address in the pipeline host list (-S)" },

@@ -34,6 +34,8 @@ typedef struct {
 	int request_timeout_ms;         /* headers; then each period of a body */
 	int min_body_rate;              /* bytes per second */
 	int peer_timeout_ms;
+	char insecure[4];               /* no | yes: plain TCP, loopback only */
+	int handshake_timeout_ms;
 	/* the inference pipeline (blocktraind -S) */
 	char pipeline_listen[CF_HOST_LEN + 8];  /* host:port; "": first match */
 	char pipeline_hosts[PR_PATH_LEN];

@@ -7,7 +7,11 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include <uv.h>
+
+#include "daemon/tls.h"
 
 #define HC_ERR_LEN 256                  /* size of the err buffers below */
 
@@ -19,7 +23,10 @@ typedef struct hc_client hc_client;
 
 typedef struct {
 	const char *method;     /* "GET" (also NULL), "POST", "PUT", "HEAD" */
-	const char *url;                /* http://host:port/path?query */
+	const char *url;        /* http(s)://host:port/path?query */
+	/* https: the peer id the server must present (identity.h); the
+	 * client's own certificate is the one of hc_client_set_tls */
+	const uint8_t *pin;
 	const char *content_type;       /* NULL: no Content-Type */
 	const void *body;               /* POST and PUT only; copied */
 	size_t body_len;
@@ -67,6 +74,12 @@ int hc_client_new(hc_client **out, uv_loop_t *loop, char *err);
  * the loop (never from inside hc_request).  Returns 0, or UV_EINVAL
  * (bad options, or the client is closing), UV_ENOMEM, UV_EIO (curl
  * refused) with a reason in err; then done is never called. */
+/* Requests to https URLs present the identity of tls (not owned; it must
+ * outlive c) and pin the server to opts.pin; NULL: plain http only. */
+void hc_client_set_tls(hc_client *c, const tls_ctx *tls);
+/* "https" once a TLS context is set, else "http". */
+const char *hc_scheme(const hc_client *c);
+
 int hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
     void *ctx, char *err);
 

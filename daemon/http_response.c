@@ -28,7 +28,7 @@ struct hs_out {
 	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
 	hs_meter meter;
 	int pending, failed;
-	uv_write_t reqs[];
+	ts_write_t reqs[];
 };
 
 /* ---- writing responses ---- */
@@ -65,18 +65,16 @@ out_done(struct hs_out *o)
 		free(held);
 		if (c->closing || c->finishing || c->held != NULL)
 			return;
-		if (uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
-		    hs__on_read) < 0) {
-			hs__conn_close(c);
+		hs__conn_resume(c);
+		if (c->closing || c->finishing || c->held != NULL)
 			return;
-		}
 	}
 	if (!c->in_message && c->timer_kind != HS_T_REQUEST)
 		hs__conn_timer(c, HS_T_IDLE);
 }
 
 static void
-on_write(uv_write_t *req, int status)
+on_write(ts_write_t *req, int status)
 {
 	struct hs_out *o = req->data;
 
@@ -115,7 +113,7 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	}
 	slices = body ? (body_len + HS_SLICE_LEN - 1) / HS_SLICE_LEN : 0;
 	nreqs = slices > 0 ? slices : 1;
-	o = calloc(1, sizeof(*o) + nreqs * sizeof(uv_write_t));
+	o = calloc(1, sizeof(*o) + nreqs * sizeof(ts_write_t));
 	head = malloc(headers_len + 512 +
 	    (content_type ? strlen(content_type) : 0));
 	if (o == NULL || head == NULL) {
@@ -163,8 +161,8 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 			bufs[nb++] = uv_buf_init(o->body + off, (unsigned)n);
 		off += n;
 		o->reqs[i].data = o;
-		if (uv_write(&o->reqs[i], (uv_stream_t *)&c->tcp, bufs, nb,
-		    on_write) < 0) {
+		if (ts_write(&o->reqs[i], (uv_stream_t *)&c->tcp, c->tls, bufs,
+		    nb, on_write) < 0) {
 			o->failed = 1;
 			break;
 		}

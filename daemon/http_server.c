@@ -16,6 +16,8 @@
 #include <http_parser.h>
 #include <uv.h>
 
+#include "kernels/error.h"
+
 #include "daemon/http_server_private.h"
 
 #define HS_LINGER_MS 2000               /* reading after our FIN */
@@ -78,6 +80,8 @@ config_fill(hs_config *cfg)
 	if (cfg->max_connections_per_addr <= 0)
 		cfg->max_connections_per_addr =
 		    HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR;
+	if (cfg->handshake_timeout_ms == 0)
+		cfg->handshake_timeout_ms = HS_DEFAULT_HANDSHAKE_TIMEOUT_MS;
 	if (cfg->max_buffered_bytes == 0)
 		cfg->max_buffered_bytes = cfg->max_body_bytes >
 		    SIZE_MAX / 4 ? SIZE_MAX : 4 * cfg->max_body_bytes;
@@ -143,8 +147,18 @@ on_conn_timer(uv_timer_t *t)
 			snprintf(msg, sizeof(msg), "request headers not received "
 			    "within %u ms", cfg->request_timeout_ms);
 		conn_fail(c, 408, msg);
-	} else
+	} else {
+		const hs_server *s = c->srv;
+
+		if (kind == HS_T_HANDSHAKE && s->cfg.on_refused != NULL) {
+			char msg[HS_MSG_LEN];
+
+			snprintf(msg, sizeof(msg), "TLS handshake not finished "
+			    "within %u ms", s->cfg.handshake_timeout_ms);
+			s->cfg.on_refused(s->ctx, c->peer, msg);
+		}
 		hs__conn_close(c);
+	}
 }
 
 /* One timer per connection, armed for what the connection waits on. */
@@ -159,7 +173,8 @@ hs__conn_timer(hs_conn *c, int kind)
 	c->rate_mark = c->req_in;
 	uv_timer_start(&c->timer, on_conn_timer, kind == HS_T_REQUEST ?
 	    cfg->request_timeout_ms : kind == HS_T_IDLE ?
-	    cfg->idle_timeout_ms : HS_LINGER_MS, 0);
+	    cfg->idle_timeout_ms : kind == HS_T_HANDSHAKE ?
+	    cfg->handshake_timeout_ms : HS_LINGER_MS, 0);
 }
 
 /* ---- closing a connection ---- */
@@ -204,6 +219,7 @@ on_conn_closed(uv_handle_t *h)
 	free(c->hbuf);
 	free(c->hdrs);
 	free(c->held);
+	tls_conn_free(c->tls);
 	free(c);
 	server_maybe_free(s);
 }
@@ -246,6 +262,14 @@ hs__conn_linger(hs_conn *c)
 	c->lingering = 1;
 	c->shutdown_req.data = c;
 	uv_read_stop((uv_stream_t *)&c->tcp);
+	if (c->tls != NULL) {
+		/* a TLS peer tells a cut-off answer from a whole one by this */
+		tls_conn_shutdown(c->tls);
+		if (ts_flush((uv_stream_t *)&c->tcp, c->tls) < 0) {
+			hs__conn_close(c);
+			return;
+		}
+	}
 	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
 	    on_shutdown) < 0 ||
 	    uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
@@ -329,6 +353,7 @@ conn_dispatch(hs_conn *c)
 	req.body = c->body ? c->body : empty;
 	req.body_len = c->body_len;
 	req.peer = c->peer;
+	req.peer_id = c->tls != NULL ? tls_conn_peer_id(c->tls) : NULL;
 	req.http_major = c->http_major;
 	req.http_minor = c->http_minor;
 	req.priv = c;
@@ -549,7 +574,7 @@ on_header_value(http_parser *p, const char *at, size_t len)
 }
 
 static void
-on_continue_written(uv_write_t *req, int status)
+on_continue_written(ts_write_t *req, int status)
 {
 	(void)status;
 	free(req);
@@ -580,13 +605,13 @@ on_headers_complete(http_parser *p)
 	    p->http_major == 1 && p->http_minor >= 1 &&
 	    ((p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX &&
 	    p->content_length > 0))) {
-		uv_write_t *w = malloc(sizeof(*w));
+		ts_write_t *w = malloc(sizeof(*w));
 		uv_buf_t b = uv_buf_init((char *)hs_continue,
 		    sizeof(hs_continue) - 1);
 
 		if (w == NULL)
 			return nomem(c);
-		if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1,
+		if (ts_write(w, (uv_stream_t *)&c->tcp, c->tls, &b, 1,
 		    on_continue_written) < 0)
 			free(w);
 		else
@@ -681,6 +706,61 @@ hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = buf->base ? HS_READ_LEN : 0;
 }
 
+/* Plaintext for the parser; nonzero once the connection takes no more
+ * for now (the TLS engine keeps the rest). */
+static int
+conn_deliver(void *arg, const char *data, size_t len)
+{
+	hs_conn *c = arg;
+
+	hs__conn_feed(c, data, len);
+	return c->held != NULL || c->closing || c->finishing || c->lingering;
+}
+
+/* A TLS connection that could not be set up or went wrong: the alert
+ * (already queued) goes out, then the connection closes. */
+static void
+conn_tls_failed(hs_conn *c, int rc)
+{
+	const hs_server *s = c->srv;
+
+	if (rc == TLS_EHANDSHAKE && s->cfg.on_refused != NULL)
+		s->cfg.on_refused(s->ctx, c->peer, tls_conn_error(c->tls));
+	c->finishing = 1;
+	if (rc == TLS_ECLOSED || c->outs == 0)
+		hs__conn_linger(c);
+}
+
+/* Bytes from the socket, through TLS when it is on. */
+static void
+conn_read(hs_conn *c, const char *data, size_t len)
+{
+	int rc = ts_feed((uv_stream_t *)&c->tcp, c->tls, data, len,
+	    conn_deliver, c);
+
+	if (rc < 0 && !c->closing) {
+		conn_tls_failed(c, rc);
+		return;
+	}
+	if (c->handshaking && tls_conn_established(c->tls) && !c->closing) {
+		c->handshaking = 0;
+		if (c->timer_kind == HS_T_HANDSHAKE)
+			hs__conn_timer(c, HS_T_IDLE);
+	}
+}
+
+void
+hs__conn_resume(hs_conn *c)
+{
+	if (c->tls != NULL)
+		conn_read(c, NULL, 0);
+	if (c->closing || c->finishing || c->held != NULL)
+		return;
+	if (uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
+	    hs__on_read) < 0)
+		hs__conn_close(c);
+}
+
 void
 hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
@@ -688,7 +768,7 @@ hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	hs_server *s = c->srv;
 
 	if (n > 0 && !c->lingering && !c->finishing && !c->closing)
-		hs__conn_feed(c, buf->base, (size_t)n);
+		conn_read(c, buf->base, (size_t)n);
 	if (buf->base == s->readbuf)
 		s->readbuf_busy = 0;
 	else
@@ -805,12 +885,21 @@ on_connection(uv_stream_t *listener, int status)
 		conn_fail(c, 503, msg);
 		return;
 	}
+	if (s->cfg.tls != NULL) {
+		char err[KN_ERR_LEN];
+
+		if (tls_conn_new(&c->tls, s->cfg.tls, 1, NULL, err) != 0) {
+			hs__conn_close(c);
+			return;
+		}
+		c->handshaking = 1;
+	}
 	if (uv_read_start((uv_stream_t *)&c->tcp, hs__on_alloc,
 	    hs__on_read) < 0) {
 		hs__conn_close(c);
 		return;
 	}
-	hs__conn_timer(c, HS_T_IDLE);
+	hs__conn_timer(c, c->handshaking ? HS_T_HANDSHAKE : HS_T_IDLE);
 }
 
 /* ---- the server ---- */
@@ -899,6 +988,25 @@ hs_server_port(const hs_server *s)
 	    &len);
 
 	return r < 0 ? r : sockaddr_port(&ss);
+}
+
+int
+hs_server_recheck(hs_server *s)
+{
+	hs_conn *c;
+	const uint8_t *id;
+	int n = 0;
+
+	if (s->cfg.tls == NULL)
+		return 0;
+	for (c = s->conns; c != NULL; c = c->next)
+		if (!c->closing && c->tls != NULL &&
+		    (id = tls_conn_peer_id(c->tls)) != NULL &&
+		    !tls_ctx_allows(s->cfg.tls, id)) {
+			hs__conn_close(c);
+			n++;
+		}
+	return n;
 }
 
 unsigned long

@@ -1,7 +1,8 @@
 /* The HTTP/1.1 server of blocktraind (DESIGN section 5): one listener on
  * the daemon's libuv loop, requests parsed with http-parser, bounded before
- * they are buffered, and handed to one synchronous handler.  Plain TCP;
- * the daemon's API module registers the handler and meters the bytes. */
+ * they are buffered, and handed to one synchronous handler.  Over mutual
+ * TLS (tls.h) when given a context, plain TCP otherwise; the daemon's API
+ * module registers the handler and meters the bytes. */
 #ifndef HS_HTTP_SERVER_H
 #define HS_HTTP_SERVER_H
 
@@ -9,6 +10,8 @@
 #include <stdint.h>
 
 #include <uv.h>
+
+#include "daemon/tls.h"
 
 #define HS_ERR_LEN 256          /* size of the err buffers below */
 
@@ -19,6 +22,7 @@
 #define HS_DEFAULT_MAX_CONNECTIONS 256
 #define HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR 32
 #define HS_DEFAULT_MIN_BODY_RATE 1024u  /* bytes per second */
+#define HS_DEFAULT_HANDSHAKE_TIMEOUT_MS 5000u
 
 typedef struct hs_server hs_server;
 typedef struct hs_response hs_response;
@@ -32,6 +36,8 @@ typedef struct hs_request {
 	const char *body;       /* body_len bytes and a NUL; "" when none */
 	size_t body_len;
 	const char *peer;       /* "127.0.0.1:50312" or "[::1]:50312" */
+	/* the peer id its certificate proved (TLS), NULL over plain TCP */
+	const uint8_t *peer_id;
 	int http_major, http_minor;
 	void *priv;             /* the server's; do not touch */
 } hs_request;
@@ -75,6 +81,10 @@ typedef struct {
  * the server made itself.  Not called once hs_server_close has begun. */
 typedef void (*hs_exchange_fn)(void *ctx, const char *peer_addr,
     hs_meter m, size_t bytes_in, size_t bytes_out);
+/* A TLS handshake refused or failed (why names the id presented when
+ * there was one), or not finished in time: for the log. */
+typedef void (*hs_refused_fn)(void *ctx, const char *peer_addr,
+    const char *why);
 
 /* Zero in any field means its default. */
 typedef struct {
@@ -105,6 +115,12 @@ typedef struct {
 	 * max_body_bytes */
 	size_t max_buffered_bytes;
 	hs_exchange_fn on_exchange;     /* NULL: no metering */
+	/* mutual TLS with this context (not owned), whose allow function
+	 * says who may connect; NULL: plain TCP */
+	tls_ctx *tls;
+	/* from accepting a connection to the end of its TLS handshake */
+	unsigned handshake_timeout_ms;
+	hs_refused_fn on_refused;       /* NULL: not told */
 } hs_config;
 
 void hs_config_defaults(hs_config *cfg);
@@ -119,6 +135,9 @@ int hs_server_new(hs_server **out, uv_loop_t *loop, const hs_config *cfg,
 int hs_server_listen(hs_server *s, const char *host, int port, char *err);
 /* The port listened on, or a negative libuv error code. */
 int hs_server_port(const hs_server *s);
+/* Closes at once every connection whose peer id the TLS context no
+ * longer allows (after the peer list changed); returns how many. */
+int hs_server_recheck(hs_server *s);
 /* Connections accepted since creation, and open now. */
 unsigned long hs_server_accepted(const hs_server *s);
 int hs_server_connections(const hs_server *s);

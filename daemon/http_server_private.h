@@ -9,13 +9,14 @@
 #include <uv.h>
 
 #include "daemon/http_server.h"
+#include "daemon/tls_stream.h"
 
 #define HS_READ_LEN (64 * 1024)         /* one read from a socket */
 #define HS_MAX_PIPELINE 8               /* responses in flight per conn */
 #define HS_PEER_LEN 64
 #define HS_MSG_LEN 192
 
-enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER };
+enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER, HS_T_HANDSHAKE };
 
 typedef struct hs_conn hs_conn;
 
@@ -41,6 +42,7 @@ struct hs_conn {
 	uv_shutdown_t shutdown_req;
 	hs_server *srv;
 	hs_conn *prev, *next;
+	tls_conn *tls;                  /* NULL: plain TCP */
 	char peer[HS_PEER_LEN];
 	char addr[HS_PEER_LEN];         /* the peer without its port */
 	http_parser parser;
@@ -55,6 +57,7 @@ struct hs_conn {
 	unsigned lingering : 1;
 	unsigned closing : 1;
 	unsigned eof : 1;
+	unsigned handshaking : 1;       /* TLS, before its first request */
 	char *held;             /* unparsed bytes while the pipeline is full */
 	size_t held_len;
 	/* the request being read */
@@ -107,6 +110,9 @@ void hs__conn_feed(hs_conn *c, const char *data, size_t len);
 /* The connection's read callbacks, for uv_read_start. */
 void hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+/* Hands on the plaintext the TLS engine still holds (reading had
+ * stopped), then reads again; closes the connection on failure. */
+void hs__conn_resume(hs_conn *c);
 
 /* http_response.c */
 

@@ -211,6 +211,13 @@ id_digest(X509 *cert, uint8_t id[ID_BYTES], char *err)
 	return rc;
 }
 
+void
+id_pin(const uint8_t id[ID_BYTES], char out[ID_PIN_LEN])
+{
+	memcpy(out, "sha256//", 8);
+	EVP_EncodeBlock((unsigned char *)out + 8, id, ID_BYTES);
+}
+
 int
 id_of_cert(X509 *cert, char out[ID_LEN], char *err)
 {

@@ -54,6 +54,11 @@ int id_parse(const char *text, uint8_t id[ID_BYTES], char *err);
 /* 1 when a and b are the same id, else 0. */
 int id_equal(const uint8_t a[ID_BYTES], const uint8_t b[ID_BYTES]);
 
+/* The pin libcurl's CURLOPT_PINNEDPUBLICKEY takes for id:
+ * "sha256//" and the base64 of its bytes. */
+#define ID_PIN_LEN (8 + 44 + 1)
+void id_pin(const uint8_t id[ID_BYTES], char out[ID_PIN_LEN]);
+
 /* RFC 4648 base32 without padding.  Encodes n bytes into out (room for
  * (8 n + 4) / 5 characters and a NUL); returns the characters written, or
  * KN_EINVAL when out (size bytes) is too small. */

@@ -168,10 +168,11 @@ probe_peers(node *n)
 
 		if (i == n->self || p->probing || t < p->next_probe)
 			continue;
-		snprintf(url, sizeof(url), "http://%s/v1/status?from=%s", p->addr,
-		    n->cfg.advertise);
+		snprintf(url, sizeof(url), "%s://%s/v1/status?from=%s",
+		    hc_scheme(n->client), p->addr, n->cfg.advertise);
 		o.method = "GET";
 		o.url = url;
+		o.pin = p->has_id ? p->id : NULL;
 		o.timeout_ms = n->cfg.peer_timeout_ms;
 		o.connect_timeout_ms = n->cfg.peer_timeout_ms;
 		o.max_body_bytes = 1 << 20;
@@ -417,6 +418,11 @@ on_hup(uv_signal_t *h, int sig)
 		peers_free(&fresh);
 		return;
 	}
+	if (node_trust_check(n, &fresh, i, err) != 0) {
+		log_warnx("SIGHUP: keeping the old peer list: %s", err);
+		peers_free(&fresh);
+		return;
+	}
 	/* keep what we know of peers that stay */
 	for (j = 0; j < fresh.n; j++) {
 		int old = peers_find(&n->peers, fresh.v[j].addr);
@@ -440,7 +446,9 @@ on_hup(uv_signal_t *h, int sig)
 	n->self = i;
 	if (n->rounds != NULL)
 		rounds_remap(n->rounds);
-	log_info("SIGHUP: peer list reloaded, %d peers", n->peers.n);
+	log_info("SIGHUP: peer list reloaded, %d peers, %d clients",
+	    n->peers.n, n->peers.nclients);
+	node_trust_reloaded(n);
 }
 
 int
@@ -473,6 +481,8 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
+	if ((rc = node_trust_setup(n, err)) != 0)
+		return rc;
 	n->peers.v[n->self].self = 1;
 	n->replica = peers_replica_index(&n->peers, n->self);
 	n->replicas = peers_replicas(&n->peers, n->cfg.block);
@@ -589,6 +599,13 @@ start_signals(node *n)
 	uv_signal_start(&n->sighup, on_hup, SIGHUP);
 }
 
+static void
+on_refused(void *ctx, const char *peer, const char *why)
+{
+	(void)ctx;
+	log_warnx("refused a connection from %s: %s", peer, why);
+}
+
 int
 node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 {
@@ -611,6 +628,13 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hcfg.request_timeout_ms = (unsigned)n->cfg.request_timeout_ms;
 	hcfg.min_body_rate = (unsigned)n->cfg.min_body_rate;
 	hcfg.on_exchange = api_on_exchange;
+	hcfg.tls = n->tls;
+	hcfg.handshake_timeout_ms = (unsigned)n->cfg.handshake_timeout_ms;
+	hcfg.on_refused = on_refused;
+	if (n->tls == NULL)
+		log_warnx("insecure = yes: plain TCP, no peer ids; anyone who "
+		    "reaches %s:%d may use the API", n->cfg.listen_host,
+		    n->cfg.listen_port);
 	if (hs_server_new(&n->http, loop, &hcfg, api_handle, n, why) != 0 ||
 	    hs_server_listen(n->http, n->cfg.listen_host, n->cfg.listen_port,
 	    why) != 0)
@@ -618,6 +642,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 		    n->cfg.listen_host, n->cfg.listen_port, why);
 	if (hc_client_new(&n->client, loop, why) != 0)
 		return kn_error(err, KN_EIO, "%s", why);
+	hc_client_set_tls(n->client, n->tls);
 	if ((rc = start_rounds(n, err)) != 0)
 		return rc;
 	if (n->spec.replicas != n->replicas)
@@ -640,6 +665,8 @@ node_free(node *n)
 	free(n->ckpt);
 	free(n->spec_body);
 	peers_free(&n->peers);
+	tls_ctx_free(n->tls);
+	n->tls = NULL;
 	n->ckpt = NULL;
 	n->spec_body = NULL;
 }

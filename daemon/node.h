@@ -35,6 +35,7 @@ typedef struct node {
 	char backend_desc[256];
 	hs_server *http;
 	hc_client *client;
+	tls_ctx *tls;                   /* NULL with insecure = yes */
 	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
 	uv_timer_t cron;
@@ -71,6 +72,20 @@ int node_setup(node *n, char *err);
 int node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err);
 /* After uv_run has returned: frees what the node still holds. */
 void node_free(node *n);
+
+/* node_trust.c: the daemon's identity and who may connect. */
+
+/* Loads the identity of the state directory and checks the peer list
+ * against it (every daemon line with an id, ours with our own), or, with
+ * insecure = yes, checks that we listen on loopback only.  0 or a
+ * negative code with the reason in err. */
+int node_trust_setup(node *n, char *err);
+/* Whether a peer list read on SIGHUP keeps those rules (self: our line
+ * in it); the reason in err. */
+int node_trust_check(const node *n, const peers_list *pl, int self,
+    char *err);
+/* The peer list changed: connections of ids no longer in it end now. */
+void node_trust_reloaded(node *n);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */

@@ -283,8 +283,9 @@ url_for(const rounds *r, int replica, char *url, size_t len,
 	va_start(ap, fmt);
 	vsnprintf(path, sizeof(path), fmt, ap);
 	va_end(ap);
-	snprintf(url, len, "http://%s%s%sfrom=%s", peer_addr(r, replica), path,
-	    strchr(path, '?') ? "&" : "?", r->cfg.advertise);
+	snprintf(url, len, "%s://%s%s%sfrom=%s", hc_scheme(r->cfg.client),
+	    peer_addr(r, replica), path, strchr(path, '?') ? "&" : "?",
+	    r->cfg.advertise);
 }
 
 /* One request in flight; it holds r alive until its answer. */
@@ -336,6 +337,8 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	o.connect_timeout_ms = r->cfg.peer_timeout_ms;
 	o.max_body_bytes = max_body;
 	o.want_header = ROUNDS_STATE_HEADER;
+	o.pin = replica_peer(r, replica)->has_id ? replica_peer(r,
+	    replica)->id : NULL;
 	if (hc_request(r->cfg.client, &o, done, c, err) != 0) {
 		log_warnx("round: %s %s: %s", method, peer_addr(r, replica), err);
 		free(c);
@@ -345,10 +348,11 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	return 0;
 }
 
-/* Decodes an update for the current round into slot replica. */
+/* Decodes an update for the current round into slot replica; only
+ * replica sender's own (sender -1: any, over plain TCP). */
 static int
 store_update(rounds *r, const char *buf, size_t len, int64_t round,
-    int *replica_out, char *err)
+    int sender, int *replica_out, char *err)
 {
 	pr_update_meta expect = { 0 }, got;
 	float *delta;
@@ -367,6 +371,9 @@ store_update(rounds *r, const char *buf, size_t len, int64_t round,
 	if (rc == 0 && (got.replica < 0 || got.replica >= r->cfg.replicas))
 		rc = kn_error(err, KN_EINVAL, "replica %d does not exist: block "
 		    "%d has %d", got.replica, r->cfg.block, r->cfg.replicas);
+	if (rc == 0 && sender >= 0 && got.replica != sender)
+		rc = kn_error(err, KN_EINVAL, "the update says replica %d, but "
+		    "its sender is replica %d", got.replica, sender);
 	if (rc == 0 && (bytes = malloc(len)) == NULL)
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 	if (rc != 0) {
@@ -538,8 +545,8 @@ on_fetched(void *ctx, hc_result *res)
 	r->fetching[c.replica] = 0;
 	meter(r, coordinator(r), PEERS_KIND_UPDATE, res);
 	if (res->status == 200 && r->round == c.round &&
-	    store_update(r, res->body, res->body_len, r->round, &rep,
-	    err) != 0)
+	    store_update(r, res->body, res->body_len, r->round, c.replica,
+	    &rep, err) != 0)
 		log_warnx("round %" PRId64 ": fetched update: %s", r->round, err);
 }
 
@@ -746,7 +753,8 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 		return;
 	}
 	/* our own contribution as the others will see it */
-	if (store_update(r, buf, len, round, &rep, err) != 0) {
+	if (store_update(r, buf, len, round, r->cfg.replica, &rep,
+	    err) != 0) {
 		log_warnx("round %" PRId64 ": %s", round, err);
 		free(buf);
 		commit(r, round, NULL, NULL, 0);
@@ -770,17 +778,35 @@ current_round(const rounds *r)
 	return r->round >= 0 ? r->round : r->ckpt_round;
 }
 
+/* The replica index of the peer whose id is id among our block's, or
+ * -1 when it is a client or another block's daemon. */
+static int
+sender_replica(const rounds *r, const uint8_t *id)
+{
+	int i = peers_find_id(r->cfg.peers, id);
+
+	if (i < 0 || r->cfg.peers->v[i].block != r->cfg.block)
+		return -1;
+	return peers_replica_index(r->cfg.peers, i);
+}
+
 static void
 handle_post_update(rounds *r, const hs_request *req, hs_response *res,
     int64_t round)
 {
 	int64_t current = current_round(r);
 	char err[KN_ERR_LEN];
-	int rep, rc;
+	int rep, rc, sender = -1;
 
 	if (strcmp(req->method, "POST") != 0) {
 		hs_response_header(res, "Allow", "POST");
 		hs_response_text(res, 405, "updates are POSTed");
+		return;
+	}
+	if (req->peer_id != NULL && (sender = sender_replica(r,
+	    req->peer_id)) < 0) {
+		hs_response_text(res, 403, "only the replicas of block %d send "
+		    "it updates", r->cfg.block);
 		return;
 	}
 	if (round < current || round <= r->committed_round) {
@@ -797,8 +823,8 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 		    ROUNDS_STATE_BEHIND);
 		return;
 	}
-	if ((rc = store_update(r, req->body, req->body_len, round, &rep,
-	    err)) != 0) {
+	if ((rc = store_update(r, req->body, req->body_len, round, sender,
+	    &rep, err)) != 0) {
 		hs_response_text(res, hs_status_of_error(rc), "update refused: "
 		    "%s", err);
 		return;

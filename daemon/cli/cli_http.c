@@ -1,6 +1,8 @@
 /* The blocking libcurl GET of the commands that ask running daemons
- * (status, assemble).  Blocking is fine in a command; the daemon's event
- * loop uses the multi interface instead (daemon/http_client.c). */
+ * (status, assemble): over mutual TLS with the operator's identity, the
+ * daemon pinned to its id in the peer list.  Blocking is fine in a
+ * command; the daemon's event loop uses the multi interface instead
+ * (daemon/http_client.c). */
 #include "config.h"
 
 #include <curl/curl.h>
@@ -8,6 +10,7 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
+#include "daemon/identity.h"
 #include "kernels/error.h"
 
 static size_t
@@ -28,21 +31,60 @@ on_data(char *ptr, size_t size, size_t nmemb, void *user)
 	return n;
 }
 
-long
-cli_http_get(const char *url, size_t max, long timeout_ms,
-    struct cli_body *out, char *err)
+/* The operator's identity, looked for once per command. */
+static int
+client_identity(char cert[PR_PATH_LEN + 16], char key[PR_PATH_LEN + 16],
+    char *err)
 {
-	CURL *h = curl_easy_init();
-	char cerr[CURL_ERROR_SIZE] = "";
+	char dir[PR_PATH_LEN];
+	char why[KN_ERR_LEN], id[ID_LEN];
+
+	if (cli_client_dir(dir, err) != 0)
+		return -1;
+	if (id_of_dir(dir, id, why) != 0) {
+		kn_error(err, KN_EINVAL, "%s: make an operator identity with "
+		    "'shardmeter init --client' and list it in the peer list "
+		    "as 'client <its id>'", why);
+		return -1;
+	}
+	snprintf(cert, PR_PATH_LEN + 16, "%s/%s", dir, ID_CERT_FILE);
+	snprintf(key, PR_PATH_LEN + 16, "%s/%s", dir, ID_KEY_FILE);
+	return 0;
+}
+
+long
+cli_peer_get(const peers_entry *p, const char *path, size_t max,
+    long timeout_ms, struct cli_body *out, char *err)
+{
+	CURL *h;
+	char cerr[CURL_ERROR_SIZE] = "", url[CF_HOST_LEN + 256];
+	char cert[PR_PATH_LEN + 16], key[PR_PATH_LEN + 16], pin[ID_PIN_LEN];
 	long status = 0;
 	CURLcode rc;
 
 	memset(out, 0, sizeof(*out));
 	out->max = max;
-	if (h == NULL) {
+	if (p->has_id && client_identity(cert, key, err) != 0)
+		return 0;
+	if ((h = curl_easy_init()) == NULL) {
 		kn_error(err, KN_ENOMEM, "curl_easy_init failed");
 		return 0;
 	}
+	snprintf(url, sizeof(url), "%s://%s%s", p->has_id ? "https" : "http",
+	    p->addr, path);
+	if (p->has_id) {
+		/* no CA: the daemon's key is pinned to its listed id */
+		id_pin(p->id, pin);
+		curl_easy_setopt(h, CURLOPT_SSLCERT, cert);
+		curl_easy_setopt(h, CURLOPT_SSLKEY, key);
+		curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pin);
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+		curl_easy_setopt(h, CURLOPT_SSLVERSION,
+		    (long)(CURL_SSLVERSION_TLSv1_3 |
+		    CURL_SSLVERSION_MAX_TLSv1_3));
+	}
+	curl_easy_setopt(h, CURLOPT_PROXY, "");
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);

@@ -145,30 +145,47 @@ cli_run_open(struct cli_run *r, const char *cmd, int need_dir)
 	return 0;
 }
 
+int
+cli_client_dir(char out[PR_PATH_LEN], char *err)
+{
+	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	int n;
+
+	if (xdg != NULL && xdg[0] == '/')
+		/* the XDG spec ignores a relative XDG_CONFIG_HOME */
+		n = snprintf(out, PR_PATH_LEN, "%s/shardmeter", xdg);
+	else if (home != NULL && home[0] != '\0')
+		n = snprintf(out, PR_PATH_LEN, "%s/.config/shardmeter", home);
+	else
+		return kn_error(err, KN_EINVAL, "neither XDG_CONFIG_HOME nor "
+		    "HOME is set"), -1;
+	if (n >= PR_PATH_LEN)
+		return kn_error(err, KN_EINVAL, "%.64s...: path too long",
+		    out), -1;
+	return 0;
+}
+
 /* The directory of the identity a's options name, into a->path. */
 static int
 cli_identity_dir(struct cli_identity *a, const char *cmd)
 {
-	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	char err[KN_ERR_LEN];
 	cf_config c;
 	int n;
 
-	if (a->dir != NULL) {
+	if (a->client && a->dir == NULL) {
+		if (cli_client_dir(a->path, err) == 0)
+			return CLI_CONTINUE;
+		fprintf(stderr, "shardmeter %s: %s; give --dir DIR\n", cmd,
+		    err);
+		return 1;
+	}
+	if (a->dir != NULL)
 		n = snprintf(a->path, sizeof(a->path), "%s", a->dir);
-	} else if (!a->client) {
+	else {
 		/* the daemon keeps its identity in its state directory */
 		cf_defaults(&c);
 		n = snprintf(a->path, sizeof(a->path), "%s", c.state_dir);
-	} else if (xdg != NULL && xdg[0] == '/') {
-		/* the XDG spec ignores a relative XDG_CONFIG_HOME */
-		n = snprintf(a->path, sizeof(a->path), "%s/shardmeter", xdg);
-	} else if (home != NULL && home[0] != '\0') {
-		n = snprintf(a->path, sizeof(a->path), "%s/.config/shardmeter",
-		    home);
-	} else {
-		fprintf(stderr, "shardmeter %s: neither XDG_CONFIG_HOME nor "
-		    "HOME is set; give --dir DIR\n", cmd);
-		return 1;
 	}
 	if (n >= (int)sizeof(a->path)) {
 		fprintf(stderr, "shardmeter %s: %.64s...: path too long\n",

@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "daemon/peers.h"
 #include "kernels/backend.h"
 #include "proto/spec.h"
+
 
 struct cmd_entry {
 	const char *name;
@@ -104,10 +106,15 @@ struct cli_body {
 	size_t len, max;
 };
 
-/* A blocking GET, for commands (never for the event loop): the body in
- * *out (caller frees out->data).  Returns the HTTP status, or 0 with the
- * reason in err. */
-long cli_http_get(const char *url, size_t max, long timeout_ms,
-    struct cli_body *out, char *err);
+/* A blocking GET of path from the daemon p (never for the event loop):
+ * https with the operator's identity, the daemon pinned to its id, or
+ * plain http when the peer list gives no id (insecure daemons).  The body
+ * in *out (caller frees out->data).  Returns the HTTP status, or 0 with
+ * the reason in err. */
+long cli_peer_get(const peers_entry *p, const char *path, size_t max,
+    long timeout_ms, struct cli_body *out, char *err);
+/* The operator's identity directory: $XDG_CONFIG_HOME/shardmeter, else
+ * $HOME/.config/shardmeter.  0, or -1 with the reason in err. */
+int cli_client_dir(char out[PR_PATH_LEN], char *err);
 
 #endif

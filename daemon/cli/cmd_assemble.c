@@ -65,9 +65,8 @@ assemble_fetch(struct assemble_args *a, const peers_entry *p, int b)
 	long st;
 	int rc = -1;
 
-	snprintf(url, sizeof(url), "http://%s/v1/blocks/%d/checkpoint",
-	    p->addr, b);
-	st = cli_http_get(url, TR_CKPT_MAX_BYTES, 120000, &body, err);
+	snprintf(url, sizeof(url), "/v1/blocks/%d/checkpoint", b);
+	st = cli_peer_get(p, url, TR_CKPT_MAX_BYTES, 120000, &body, err);
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", a->run_id);
 	expect.block = b;
 	snprintf(expect.kind, sizeof(expect.kind), "block");

@@ -33,14 +33,12 @@ struct status_sum {
 static json_t *
 status_fetch(const peers_entry *p, char *err)
 {
-	char url[CF_HOST_LEN + 64];
 	struct cli_body b;
 	json_error_t jerr;
 	json_t *root = NULL;
 	long st;
 
-	snprintf(url, sizeof(url), "http://%s/v1/status", p->addr);
-	st = cli_http_get(url, 1 << 20, 3000, &b, err);
+	st = cli_peer_get(p, "/v1/status", 1 << 20, 3000, &b, err);
 	if (st == 200 && (root = json_loadb(b.data, b.len, 0, &jerr)) == NULL)
 		kn_error(err, KN_EINVAL, "bad status JSON: %s", jerr.text);
 	else if (st != 200 && st != 0)

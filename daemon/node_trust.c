@@ -1,0 +1,80 @@
+/* Who the daemon is and who may talk to it (DESIGN section 5): its TLS
+ * identity from the state directory, the peer list's ids checked against
+ * it at start and on SIGHUP, and the one function the TLS layer asks
+ * during every handshake.  insecure = yes is the only way around it. */
+#include "config.h"
+
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/node.h"
+#include "kernels/error.h"
+
+/* A listed daemon or operator. */
+static int
+node_allows(void *arg, const uint8_t id[ID_BYTES])
+{
+	const node *n = arg;
+
+	return peers_find_id(&n->peers, id) >= 0 ||
+	    peers_client_find(&n->peers, id) >= 0;
+}
+
+static int
+is_loopback(const char *host)
+{
+	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+	    strcmp(host, "localhost") == 0;
+}
+
+int
+node_trust_check(const node *n, const peers_list *pl, int self, char *err)
+{
+	int i;
+
+	if (n->tls == NULL)
+		return 0;
+	for (i = 0; i < pl->n; i++)
+		if (!pl->v[i].has_id)
+			return kn_error(err, KN_EINVAL, "%s: %s has no peer id; "
+			    "each line is 'host:port block peer-id' (the id "
+			    "'shardmeter id' prints on that host)",
+			    n->cfg.peers, pl->v[i].addr);
+	if (strcmp(pl->v[self].id_text, tls_ctx_id(n->tls)) != 0)
+		return kn_error(err, KN_EINVAL, "%s: the line of %s names peer "
+		    "id %s, but this daemon's identity (%s) is %s",
+		    n->cfg.peers, pl->v[self].addr, pl->v[self].id_text,
+		    n->cfg.state_dir, tls_ctx_id(n->tls));
+	return 0;
+}
+
+int
+node_trust_setup(node *n, char *err)
+{
+	char why[KN_ERR_LEN];
+	int rc;
+
+	if (strcmp(n->cfg.insecure, "yes") == 0) {
+		if (!is_loopback(n->cfg.listen_host))
+			return kn_error(err, KN_EINVAL, "insecure = yes is "
+			    "refused on %s: plain TCP is for loopback only",
+			    n->cfg.listen_host);
+		return 0;
+	}
+	if ((rc = tls_ctx_new(&n->tls, n->cfg.state_dir, why)) != 0)
+		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ?
+		    ": make one with 'shardmeter init --dir <state_dir>'" : "");
+	tls_ctx_set_allow(n->tls, node_allows, n);
+	return node_trust_check(n, &n->peers, n->self, err);
+}
+
+void
+node_trust_reloaded(node *n)
+{
+	int cut;
+
+	if (n->http == NULL || (cut = hs_server_recheck(n->http)) == 0)
+		return;
+	log_info("SIGHUP: cut off %d connection(s) of peers no longer "
+	    "listed", cut);
+}
