@@ -53,16 +53,20 @@ write_spec(int blocks, int steps, int local_steps, double deadline)
 	    "peer_timeout_ms = 2000\n");
 }
 
-/* peers: n lines, daemon i on base_port + i serving block blocks_of[i] */
+/* peers: n lines, daemon i on base_port + i serving block blocks_of[i]
+ * with its identity in dir/state<i>, and the test as a client */
 static void
 write_peers(int n, const int *block_of)
 {
-	char text[1024] = "# test run\n";
+	char text[2048] = "# test run\n", state[128];
 	int i;
 
-	for (i = 0; i < n; i++)
-		snprintf(text + strlen(text), sizeof(text) - strlen(text),
-		    "127.0.0.1:%d %d\n", base_port + i, block_of[i]);
+	for (i = 0; i < n; i++) {
+		snprintf(state, sizeof(state), "%s/state%d", dir, i);
+		tu_peer_line(text, sizeof(text), base_port + i, block_of[i],
+		    state);
+	}
+	tu_client_line(text, sizeof(text));
 	tu_write_file(dir, "peers", text);
 }
 
@@ -71,7 +75,7 @@ static void
 start_in(int i, int block, const char *state)
 {
 	char listen[32], blk[8], log[128], peers[128], spec[128];
-	char conf[128];
+	char conf[128], ident[128];
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
 	snprintf(blk, sizeof(blk), "%d", block);
@@ -79,6 +83,9 @@ start_in(int i, int block, const char *state)
 	snprintf(peers, sizeof(peers), "%s/peers", dir);
 	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
 	snprintf(conf, sizeof(conf), "%s/daemon.conf", dir);
+	snprintf(ident, sizeof(ident), "%s/state%d", dir, i);
+	if (strcmp(state, ident) != 0 && access(ident, F_OK) == 0)
+		tu_copy_identity(ident, state);
 	pids[i] = tu_daemon_start(log, base_port + i, "-f", "-v", "-c", conf,
 	    "-l", listen, "-b", blk, "-s", state, "-p", peers, "-r", spec, "-D",
 	    "cpu", "-t", "1", (char *)NULL);
@@ -131,6 +138,7 @@ setup(void)
 	daemon_bin = tu_blocktraind();
 	tool = tu_shardmeter();
 	tu_temp_dir(dir, sizeof(dir), "check_daemon");
+	tu_trust_init(dir);
 	base_port = 20000 + (int)(getpid() % 20000);
 	memset(pids, 0, sizeof(pids));
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -446,16 +454,7 @@ craft_update(const char *run_id, int block, long long round, size_t count,
 static int
 raw_request(const char *text, char *answer, size_t alen)
 {
-	int fd = tu_connect(base_port), code = 0;
-	ssize_t n;
-
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	n = read(fd, answer, alen - 1);
-	answer[n > 0 ? n : 0] = '\0';
-	close(fd);
-	sscanf(answer, "HTTP/1.1 %d", &code);
-	return code;
+	return tu_raw_request(base_port, text, answer, alen);
 }
 
 static void
@@ -505,7 +504,7 @@ START_TEST(test_bad_input)
 {
 	int block_of[2] = { 1, 1 };
 	char path[128], answer[2048], hash[65], run_id[PR_RUN_ID_LEN];
-	char err[PR_ERR_LEN], *msg, *bad;
+	char err[PR_ERR_LEN], *msg, *bad, state[128];
 	tu_body b0;
 	json_t *j;
 	long long round;
@@ -540,6 +539,16 @@ START_TEST(test_bad_input)
 		    "Content-Length: 4000000000\r\n\r\n", path);
 		ck_assert_int_eq(raw_request(req, answer, sizeof(answer)), 413);
 	}
+	/* only a replica of the block may post its updates: the test is
+	 * an operator (a client), then acts as the replicas */
+	expect_code("POST", path, "garbage", 7, 403, "only the replicas");
+	snprintf(state, sizeof(state), "%s/state0", dir);
+	tu_act_as(state);
+	msg = craft_update(run_id, 1, round, count, 0.5f, &len);
+	expect_code("POST", path, msg, len, 400, "its sender is replica 0");
+	free(msg);
+	snprintf(state, sizeof(state), "%s/state1", dir);
+	tu_act_as(state);
 	expect_code("POST", path, "garbage", 7, 400, "update refused");
 	msg = craft_update(run_id, 1, round, count, 0.5f, &len);
 	bad = malloc(len + 1);
@@ -634,17 +643,19 @@ START_TEST(test_config_errors)
 	write_spec(1, 10, 5, 1);
 	write_peers(1, block_of);
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
-	    "%s -n -l 127.0.0.1:%d -b 1 "
-	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir), 0);
+	    "%s -n -l 127.0.0.1:%d -b 1 -s %s/state0 "
+	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir, dir),
+	    0);
 	ck_assert_ptr_nonnull(strstr(out, "configuration OK"));
 	ck_assert_int_ne(tu_run_cmd(out, sizeof(out),
-	    "%s -n -l 127.0.0.1:%d -b 1 "
-	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port + 1, dir, dir),
-	    0);
+	    "%s -n -l 127.0.0.1:%d -b 1 -s %s/state0 "
+	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port + 1, dir, dir,
+	    dir), 0);
 	ck_assert_ptr_nonnull(strstr(out, "is not in the peer list"));
 	ck_assert_int_ne(tu_run_cmd(out, sizeof(out),
-	    "%s -n -l 127.0.0.1:%d -b 2 "
-	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir), 0);
+	    "%s -n -l 127.0.0.1:%d -b 2 -s %s/state0 "
+	    "-p %s/peers -r %s/run.conf", daemon_bin, base_port, dir, dir, dir),
+	    0);
 	ck_assert_ptr_nonnull(strstr(out, "does not exist"));
 	tu_write_file(dir, "bad.conf", "eval_evry = 3\n");
 	ck_assert_int_ne(tu_run_cmd(out, sizeof(out), "%s -n -c %s/bad.conf",
@@ -668,7 +679,11 @@ START_TEST(test_long_peer_name)
 	long long in, out, client_in;
 	int i;
 
+	/* plain TCP: over TLS the meter goes by peer id, not by ?from= */
 	write_spec(2, 1000000, 50, 1);
+	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
+	    "eval_windows = 64\ncheckpoint_every = 100\n"
+	    "peer_timeout_ms = 2000\ninsecure = yes\n");
 	snprintf(text, sizeof(text), "127.0.0.1:%d 1\n%s 2\n", base_port,
 	    longname);
 	tu_write_file(dir, "peers", text);

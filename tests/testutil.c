@@ -7,15 +7,18 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon/identity.h"
 #include "kernels/clock.h"
 #include "kernels/rng.h"
 #include "tests/testutil.h"
@@ -356,17 +359,137 @@ on_data(char *p, size_t size, size_t nmemb, void *user)
 	return size * nmemb;
 }
 
+/* Trust */
+
+#define TU_MAX_PINS 64
+
+static char tu_client[512];
+static char tu_acting[512];     /* the identity presented; "": tu_client */
+static struct {
+	int port;
+	uint8_t id[ID_BYTES];
+} tu_pins[TU_MAX_PINS];
+static int tu_npins;
+
+void
+tu_trust_init(const char *dir)
+{
+	char xdg[400], err[KN_ERR_LEN];
+
+	snprintf(xdg, sizeof(xdg), "%s/xdg", dir);
+	snprintf(tu_client, sizeof(tu_client), "%s/shardmeter", xdg);
+	ck_assert_msg(id_create(tu_client, 0, err) == 0, "%s", err);
+	setenv("XDG_CONFIG_HOME", xdg, 1);
+	tu_npins = 0;
+	tu_acting[0] = '\0';
+}
+
+const char *
+tu_client_dir(void)
+{
+	return tu_client;
+}
+
+void
+tu_act_as(const char *dir)
+{
+	snprintf(tu_acting, sizeof(tu_acting), "%s", dir ? dir : "");
+}
+
+/* The identity tu_http presents. */
+static const char *
+acting(void)
+{
+	return tu_acting[0] ? tu_acting : tu_client;
+}
+
+/* The id of the identity in dir, made if missing. */
+static void
+identity_of(const char *dir, uint8_t id[ID_BYTES], char text[ID_LEN])
+{
+	char err[KN_ERR_LEN];
+	int rc = id_create(dir, 0, err);
+
+	ck_assert_msg(rc == 0 || rc == ID_EEXIST, "%s", err);
+	ck_assert_msg(id_of_dir(dir, text, err) == 0, "%s", err);
+	ck_assert_int_eq(id_parse(text, id, err), 0);
+}
+
+void
+tu_peer_line(char *text, size_t size, int port, int block,
+    const char *state)
+{
+	char idtext[ID_LEN];
+	uint8_t id[ID_BYTES];
+	size_t used = strlen(text);
+	int i;
+
+	identity_of(state, id, idtext);
+	snprintf(text + used, size - used, "127.0.0.1:%d %d %s\n", port, block,
+	    idtext);
+	for (i = 0; i < tu_npins && tu_pins[i].port != port; i++)
+		;
+	ck_assert_int_lt(i, TU_MAX_PINS);
+	tu_pins[i].port = port;
+	memcpy(tu_pins[i].id, id, ID_BYTES);
+	if (i == tu_npins)
+		tu_npins++;
+}
+
+void
+tu_client_line(char *text, size_t size)
+{
+	char idtext[ID_LEN];
+	uint8_t id[ID_BYTES];
+	size_t used = strlen(text);
+
+	ck_assert_msg(tu_client[0] != '\0', "tu_trust_init first");
+	identity_of(tu_client, id, idtext);
+	snprintf(text + used, size - used, "client %s test\n", idtext);
+}
+
+const uint8_t *
+tu_port_pin(int port)
+{
+	int i;
+
+	for (i = 0; i < tu_npins; i++)
+		if (tu_pins[i].port == port)
+			return tu_pins[i].id;
+	return NULL;
+}
+
+void
+tu_copy_identity(const char *from, const char *to)
+{
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "mkdir -p '%s' && cp -p "
+	    "'%s/%s' '%s/%s' '%s' && chmod 700 '%s'", to, from, ID_KEY_FILE,
+	    from, ID_CERT_FILE, to, to), 0);
+}
+
 long
 tu_http(const char *method, int port, const char *path, const char *header,
     const void *body, size_t len, tu_body *out)
 {
 	CURL *h = curl_easy_init();
 	struct curl_slist *headers = NULL;
-	char url[512];
+	const uint8_t *pin = tu_port_pin(port);
+	char url[512], cert[600], key[600], pinned[ID_PIN_LEN];
 	long status = 0;
 
 	memset(out, 0, sizeof(*out));
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	snprintf(url, sizeof(url), "%s://127.0.0.1:%d%s", pin ? "https" :
+	    "http", port, path);
+	if (pin != NULL) {
+		snprintf(cert, sizeof(cert), "%s/%s", acting(), ID_CERT_FILE);
+		snprintf(key, sizeof(key), "%s/%s", acting(), ID_KEY_FILE);
+		id_pin(pin, pinned);
+		curl_easy_setopt(h, CURLOPT_SSLCERT, cert);
+		curl_easy_setopt(h, CURLOPT_SSLKEY, key);
+		curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pinned);
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
@@ -385,6 +508,64 @@ tu_http(const char *method, int port, const char *path, const char *header,
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(h);
 	return status;
+}
+
+/* A TLS 1.3 client on fd presenting the test's operator identity; the
+ * server is not checked (tu_http pins; this is for raw bytes). */
+static SSL *
+raw_tls(int fd, SSL_CTX **ctxp)
+{
+	char cert[600], key[600];
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl;
+
+	ck_assert_ptr_nonnull(ctx);
+	snprintf(cert, sizeof(cert), "%s/%s", acting(), ID_CERT_FILE);
+	snprintf(key, sizeof(key), "%s/%s", acting(), ID_KEY_FILE);
+	SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+	ck_assert_int_eq(SSL_CTX_use_certificate_file(ctx, cert,
+	    SSL_FILETYPE_PEM), 1);
+	ck_assert_int_eq(SSL_CTX_use_PrivateKey_file(ctx, key,
+	    SSL_FILETYPE_PEM), 1);
+	ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, fd);
+	ck_assert_msg(SSL_connect(ssl) == 1, "TLS handshake failed");
+	*ctxp = ctx;
+	return ssl;
+}
+
+int
+tu_raw_request(int port, const char *text, char *answer, size_t alen)
+{
+	struct timeval tv = { 0, 500000 };
+	int fd = tu_connect(port), code = 0;
+	SSL_CTX *ctx = NULL;
+	SSL *ssl = NULL;
+	size_t len = 0;
+	ssize_t n;
+
+	ck_assert_int_ge(fd, 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (tu_port_pin(port) != NULL) {
+		ssl = raw_tls(fd, &ctx);
+		ck_assert_int_eq(SSL_write(ssl, text, (int)strlen(text)),
+		    (int)strlen(text));
+	} else
+		ck_assert_int_eq(write(fd, text, strlen(text)),
+		    (ssize_t)strlen(text));
+	while (len < alen - 1) {
+		n = ssl ? SSL_read(ssl, answer + len, (int)(alen - 1 - len)) :
+		    read(fd, answer + len, alen - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	answer[len] = '\0';
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	close(fd);
+	sscanf(answer, "HTTP/1.1 %d", &code);
+	return code;
 }
 
 long

@@ -100,6 +100,34 @@ pid_t tu_daemon_start(const char *log, int port, ...)
  * ended it, -1 when it had to be killed, 0 when *pid was not running. */
 int tu_stop(pid_t *pid, int sig, double limit);
 
+/* Trust (DESIGN section 5): every daemon under test has an identity in
+ * its state directory and a peer-id line in its peer list, and the test
+ * itself is an operator listed as a client.  tu_http then speaks mutual
+ * TLS to those daemons' ports, pinned to their ids. */
+
+/* Makes the test's operator identity in dir/xdg/shardmeter and points
+ * XDG_CONFIG_HOME there, so the shardmeter commands the test runs use it
+ * too.  Call once, before any line below. */
+void tu_trust_init(const char *dir);
+/* Appends "127.0.0.1:port block PEER-ID
+" to text (size bytes) for a
+ * daemon whose state directory is state (its identity made there if
+ * missing), and pins port to that id for tu_http. */
+void tu_peer_line(char *text, size_t size, int port, int block,
+    const char *state);
+/* Appends "client PEER-ID test
+" (the test's operator identity). */
+void tu_client_line(char *text, size_t size);
+/* Copies the identity files of directory from into directory to (made if
+ * missing), for a daemon started on another state directory. */
+void tu_copy_identity(const char *from, const char *to);
+/* From now on tu_http and tu_raw_request present the identity in dir (a
+ * daemon's, to act as that peer); NULL: the operator's again. */
+void tu_act_as(const char *dir);
+/* The operator identity's directory, and a port's pin (NULL if none). */
+const char *tu_client_dir(void);
+const uint8_t *tu_port_pin(int port);
+
 /* An HTTP answer's body, NUL-terminated; the caller frees data. */
 typedef struct {
 	char *data;
@@ -107,11 +135,17 @@ typedef struct {
 } tu_body;
 
 /* One request to 127.0.0.1:port with an optional extra header line and
- * body (NULL: none), 10 s at most.  Returns the status code, 0 when no
- * answer came; out receives the body. */
+ * body (NULL: none), 10 s at most: https as the test's operator when the
+ * port is pinned (tu_peer_line), else plain http.  Returns the status
+ * code, 0 when no answer came; out receives the body. */
 long tu_http(const char *method, int port, const char *path,
     const char *header, const void *body, size_t len, tu_body *out);
 long tu_http_get(int port, const char *path, tu_body *out);
+/* Sends text as it is (TLS as the test's operator when port is pinned)
+ * and reads what comes back until the connection closes or 0.5 s pass
+ * without a byte; the answer NUL-terminated in answer (alen bytes).
+ * Returns the status of its first line, 0 when there is none. */
+int tu_raw_request(int port, const char *text, char *answer, size_t alen);
 /* GET /v1/status of the daemon on port: the JSON object, or NULL when it
  * did not answer 200 with JSON.  The caller json_decref()s it. */
 json_t *tu_status(int port);
