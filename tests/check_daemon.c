@@ -33,24 +33,10 @@ static char dir[64];
 static int base_port;
 static pid_t pids[MAXD + 1];
 
-/* The run: tiny blocks on system text so that a test takes seconds. */
 static void
 write_spec(int blocks, int steps, int local_steps, double deadline)
 {
-	char text[1024];
-
-	snprintf(text, sizeof(text), "seed = 3\n[model]\nblocks = %d\n"
-	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 32\n"
-	    "[data]\ntrain = /usr/share/common-licenses/GPL-3\n"
-	    "valid = /usr/share/common-licenses/GPL-2\n"
-	    "test = /usr/share/common-licenses/GPL-2\n"
-	    "[optim]\nbatch = 16\nsteps = %d\nwarmup = 20\nlr = 3e-3\n"
-	    "[sync]\nlocal_steps = %d\nround_deadline = %g\n", blocks, steps,
-	    local_steps, deadline);
-	tu_write_file(dir, "run.conf", text);
-	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
-	    "eval_windows = 64\ncheckpoint_every = 100\n"
-	    "peer_timeout_ms = 2000\n");
+	tu_write_run(dir, blocks, steps, local_steps, deadline);
 }
 
 /* peers: n lines, daemon i on base_port + i serving block blocks_of[i]

@@ -457,6 +457,8 @@ main(void)
 {
 	Suite *s = suite_create("identity");
 	TCase *tc = tcase_create("identity");
+	/* key generation and the commands it runs take seconds under load */
+	tcase_set_timeout(tc, 60);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_base32_vectors);

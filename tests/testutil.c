@@ -4,9 +4,15 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -359,12 +366,33 @@ on_data(char *p, size_t size, size_t nmemb, void *user)
 	return size * nmemb;
 }
 
+void
+tu_write_run(const char *dir, int blocks, int steps, int local_steps,
+    double deadline)
+{
+	char text[1024];
+
+	snprintf(text, sizeof(text), "seed = 3\n[model]\nblocks = %d\n"
+	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 32\n"
+	    "[data]\ntrain = /usr/share/common-licenses/GPL-3\n"
+	    "valid = /usr/share/common-licenses/GPL-2\n"
+	    "test = /usr/share/common-licenses/GPL-2\n"
+	    "[optim]\nbatch = 16\nsteps = %d\nwarmup = 20\nlr = 3e-3\n"
+	    "[sync]\nlocal_steps = %d\nround_deadline = %g\n", blocks, steps,
+	    local_steps, deadline);
+	tu_write_file(dir, "run.conf", text);
+	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
+	    "eval_windows = 64\ncheckpoint_every = 100\n"
+	    "peer_timeout_ms = 2000\n");
+}
+
 /* Trust */
 
 #define TU_MAX_PINS 64
 
 static char tu_client[512];
 static char tu_acting[512];     /* the identity presented; "": tu_client */
+static char tu_forged[512];     /* a certificate presented without its key */
 static struct {
 	int port;
 	uint8_t id[ID_BYTES];
@@ -382,6 +410,7 @@ tu_trust_init(const char *dir)
 	setenv("XDG_CONFIG_HOME", xdg, 1);
 	tu_npins = 0;
 	tu_acting[0] = '\0';
+	tu_forged[0] = '\0';
 }
 
 const char *
@@ -394,6 +423,89 @@ void
 tu_act_as(const char *dir)
 {
 	snprintf(tu_acting, sizeof(tu_acting), "%s", dir ? dir : "");
+}
+
+void
+tu_act_forged(const char *dir)
+{
+	snprintf(tu_forged, sizeof(tu_forged), "%s", dir ? dir : "");
+}
+
+static void
+write_pem(const char *dir, EVP_PKEY *key, X509 *cert)
+{
+	char path[600];
+	FILE *f;
+
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "mkdir -p -m 700 '%s'", dir), 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, ID_KEY_FILE);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	ck_assert_int_eq(PEM_write_PrivateKey(f, key, NULL, NULL, 0, NULL,
+	    NULL), 1);
+	fclose(f);
+	chmod(path, 0600);
+	snprintf(path, sizeof(path), "%s/%s", dir, ID_CERT_FILE);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	ck_assert_int_eq(PEM_write_X509(f, cert), 1);
+	fclose(f);
+	chmod(path, 0600);
+}
+
+void
+tu_bad_identity(const char *dir, int kind)
+{
+	EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+	EVP_PKEY *other = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+	X509 *cert = X509_new();
+	X509_NAME *name = X509_NAME_new();
+	long day = 24 * 60 * 60;
+
+	ck_assert(key != NULL && other != NULL && cert != NULL && name);
+	X509_set_version(cert, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(cert), 7);
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+	    (const unsigned char *)"shardmeter", -1, -1, 0);
+	X509_set_subject_name(cert, name);
+	X509_set_issuer_name(cert, name);
+	X509_gmtime_adj(X509_getm_notBefore(cert), kind == TU_ID_EXPIRED ?
+	    -10 * day : -day);
+	X509_gmtime_adj(X509_getm_notAfter(cert), kind == TU_ID_EXPIRED ?
+	    -day : 365 * day);
+	X509_set_pubkey(cert, key);
+	ck_assert_int_gt(X509_sign(cert, kind == TU_ID_NOT_SELF_SIGNED ?
+	    other : key, NULL), 0);
+	write_pem(dir, key, cert);
+	X509_NAME_free(name);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	EVP_PKEY_free(other);
+}
+
+/* A key whose public half is cert's and whose private half is random:
+ * OpenSSL takes the pair as given, so the TLS signature it makes is one
+ * the certificate's real key never made. */
+static EVP_PKEY *
+forged_key(X509 *cert)
+{
+	unsigned char pub[32], priv[32];
+	size_t publen = sizeof(pub);
+	EVP_PKEY_CTX *pctx = EVP_PKEY_CTX_new_from_name(NULL, "ED25519", NULL);
+	EVP_PKEY *key = NULL;
+	OSSL_PARAM params[3];
+
+	ck_assert_int_eq(EVP_PKEY_get_raw_public_key(X509_get0_pubkey(cert),
+	    pub, &publen), 1);
+	ck_assert_int_eq(RAND_bytes(priv, sizeof(priv)), 1);
+	params[0] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY,
+	    pub, publen);
+	params[1] = OSSL_PARAM_construct_octet_string(
+	    OSSL_PKEY_PARAM_PRIV_KEY, priv, sizeof(priv));
+	params[2] = OSSL_PARAM_construct_end();
+	ck_assert_int_eq(EVP_PKEY_fromdata_init(pctx), 1);
+	ck_assert_int_eq(EVP_PKEY_fromdata(pctx, &key, EVP_PKEY_KEYPAIR,
+	    params), 1);
+	EVP_PKEY_CTX_free(pctx);
+	return key;
 }
 
 /* The identity tu_http presents. */
@@ -523,48 +635,129 @@ raw_tls(int fd, SSL_CTX **ctxp)
 	snprintf(cert, sizeof(cert), "%s/%s", acting(), ID_CERT_FILE);
 	snprintf(key, sizeof(key), "%s/%s", acting(), ID_KEY_FILE);
 	SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
-	ck_assert_int_eq(SSL_CTX_use_certificate_file(ctx, cert,
-	    SSL_FILETYPE_PEM), 1);
-	ck_assert_int_eq(SSL_CTX_use_PrivateKey_file(ctx, key,
-	    SSL_FILETYPE_PEM), 1);
+	if (tu_forged[0] != '\0') {
+		X509 *x;
+		EVP_PKEY *k;
+		FILE *f;
+
+		snprintf(cert, sizeof(cert), "%s/%s", tu_forged, ID_CERT_FILE);
+		ck_assert_ptr_nonnull(f = fopen(cert, "r"));
+		ck_assert_ptr_nonnull(x = PEM_read_X509(f, NULL, NULL, NULL));
+		fclose(f);
+		k = forged_key(x);
+		ck_assert_int_eq(SSL_CTX_use_cert_and_key(ctx, x, k, NULL, 1),
+		    1);
+		X509_free(x);
+		EVP_PKEY_free(k);
+	} else {
+		ck_assert_int_eq(SSL_CTX_use_certificate_file(ctx, cert,
+		    SSL_FILETYPE_PEM), 1);
+		ck_assert_int_eq(SSL_CTX_use_PrivateKey_file(ctx, key,
+		    SSL_FILETYPE_PEM), 1);
+	}
 	ssl = SSL_new(ctx);
 	SSL_set_fd(ssl, fd);
-	ck_assert_msg(SSL_connect(ssl) == 1, "TLS handshake failed");
 	*ctxp = ctx;
+	if (SSL_connect(ssl) != 1) {
+		SSL_free(ssl);
+		return NULL;
+	}
 	return ssl;
+}
+
+struct tu_conn {
+	int fd;
+	SSL_CTX *ctx;
+	SSL *ssl;       /* NULL: plain TCP */
+};
+
+tu_conn *
+tu_conn_open(int port, int plain)
+{
+	struct timeval tv = { 0, 500000 };
+	tu_conn *c = calloc(1, sizeof(*c));
+
+	ck_assert_ptr_nonnull(c);
+	c->fd = tu_connect(port);
+	ck_assert_int_ge(c->fd, 0);
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (plain || tu_port_pin(port) == NULL)
+		return c;
+	if ((c->ssl = raw_tls(c->fd, &c->ctx)) == NULL) {
+		tu_conn_close(c);
+		return NULL;
+	}
+	return c;
+}
+
+int
+tu_conn_request(tu_conn *c, const char *text, char *answer, size_t alen)
+{
+	size_t len = 0, n = strlen(text);
+	int code = 0;
+	ssize_t r;
+
+	answer[0] = '\0';
+	/* in TLS 1.3 a refused client certificate shows on writing or
+	 * reading, not in SSL_connect */
+	if (c->ssl ? SSL_write(c->ssl, text, (int)n) <= 0 :
+	    write(c->fd, text, n) != (ssize_t)n)
+		return 0;
+	while (len < alen - 1) {
+		r = c->ssl ? SSL_read(c->ssl, answer + len, (int)(alen - 1 -
+		    len)) : read(c->fd, answer + len, alen - 1 - len);
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+	}
+	answer[len] = '\0';
+	sscanf(answer, "HTTP/1.1 %d", &code);
+	return code;
+}
+
+double
+tu_conn_closed_within(tu_conn *c, double limit)
+{
+	double t0 = kn_now();
+	char buf[4096];
+	ssize_t r;
+
+	while (kn_now() - t0 < limit) {
+		ERR_clear_error();
+		r = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) :
+		    read(c->fd, buf, sizeof(buf));
+		if (r > 0)
+			continue;
+		if (r == 0 || (c->ssl ? SSL_get_error(c->ssl, (int)r) !=
+		    SSL_ERROR_WANT_READ && errno != EAGAIN : errno != EAGAIN))
+			return kn_now() - t0;
+	}
+	return -1;
+}
+
+void
+tu_conn_close(tu_conn *c)
+{
+	if (c == NULL)
+		return;
+	SSL_free(c->ssl);
+	SSL_CTX_free(c->ctx);
+	close(c->fd);
+	free(c);
 }
 
 int
 tu_raw_request(int port, const char *text, char *answer, size_t alen)
 {
-	struct timeval tv = { 0, 500000 };
-	int fd = tu_connect(port), code = 0;
-	SSL_CTX *ctx = NULL;
-	SSL *ssl = NULL;
-	size_t len = 0;
-	ssize_t n;
+	tu_conn *c = tu_conn_open(port, 0);
+	int code;
 
-	ck_assert_int_ge(fd, 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (tu_port_pin(port) != NULL) {
-		ssl = raw_tls(fd, &ctx);
-		ck_assert_int_eq(SSL_write(ssl, text, (int)strlen(text)),
-		    (int)strlen(text));
-	} else
-		ck_assert_int_eq(write(fd, text, strlen(text)),
-		    (ssize_t)strlen(text));
-	while (len < alen - 1) {
-		n = ssl ? SSL_read(ssl, answer + len, (int)(alen - 1 - len)) :
-		    read(fd, answer + len, alen - 1 - len);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
+	if (c == NULL) {
+		answer[0] = '\0';
+		return 0;
 	}
-	answer[len] = '\0';
-	SSL_free(ssl);
-	SSL_CTX_free(ctx);
-	close(fd);
-	sscanf(answer, "HTTP/1.1 %d", &code);
+	code = tu_conn_request(c, text, answer, alen);
+	tu_conn_close(c);
 	return code;
 }
 

@@ -100,6 +100,11 @@ pid_t tu_daemon_start(const char *log, int port, ...)
  * ended it, -1 when it had to be killed, 0 when *pid was not running. */
 int tu_stop(pid_t *pid, int sig, double limit);
 
+/* A run of tiny blocks on system text, so that a test takes seconds:
+ * dir/run.conf (the spec) and dir/daemon.conf (blocktrain.conf). */
+void tu_write_run(const char *dir, int blocks, int steps, int local_steps,
+    double deadline);
+
 /* Trust (DESIGN section 5): every daemon under test has an identity in
  * its state directory and a peer-id line in its peer list, and the test
  * itself is an operator listed as a client.  tu_http then speaks mutual
@@ -124,6 +129,16 @@ void tu_copy_identity(const char *from, const char *to);
 /* From now on tu_http and tu_raw_request present the identity in dir (a
  * daemon's, to act as that peer); NULL: the operator's again. */
 void tu_act_as(const char *dir);
+/* Identities a careful daemon refuses, written to dir (key.pem, cert.pem,
+ * the key matching the certificate): a certificate out of date, and one
+ * signed by another key than its own. */
+enum { TU_ID_EXPIRED, TU_ID_NOT_SELF_SIGNED };
+void tu_bad_identity(const char *dir, int kind);
+/* From now on tu_raw_request presents the certificate of the identity in
+ * dir with a key of its own whose public half is the certificate's (what
+ * someone who copied a listed certificate, not its key, can make); NULL:
+ * back to tu_act_as's.  tu_http cannot do this (libcurl refuses). */
+void tu_act_forged(const char *dir);
 /* The operator identity's directory, and a port's pin (NULL if none). */
 const char *tu_client_dir(void);
 const uint8_t *tu_port_pin(int port);
@@ -146,6 +161,16 @@ long tu_http_get(int port, const char *path, tu_body *out);
  * without a byte; the answer NUL-terminated in answer (alen bytes).
  * Returns the status of its first line, 0 when there is none. */
 int tu_raw_request(int port, const char *text, char *answer, size_t alen);
+/* The same in steps, on a connection kept open: TLS as tu_http would
+ * present itself when port is pinned (NULL if the handshake fails), plain
+ * TCP when it is not or plain is set. */
+typedef struct tu_conn tu_conn;
+tu_conn *tu_conn_open(int port, int plain);
+int tu_conn_request(tu_conn *c, const char *text, char *answer,
+    size_t alen);
+/* Seconds until the daemon closes c, or -1 when it has not within limit. */
+double tu_conn_closed_within(tu_conn *c, double limit);
+void tu_conn_close(tu_conn *c);
 /* GET /v1/status of the daemon on port: the JSON object, or NULL when it
  * did not answer 200 with JSON.  The caller json_decref()s it. */
 json_t *tu_status(int port);
