@@ -98,6 +98,10 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "replica", json_integer(n->replica));
 	json_object_set_new(o, "replicas", json_integer(n->replicas));
 	json_object_set_new(o, "addr", json_string(n->cfg.advertise));
+	if (n->tls != NULL)
+		json_object_set_new(o, "id", json_string(tls_ctx_id(n->tls)));
+	if (n->metrics != NULL)
+		json_object_set_new(o, "metrics", json_string(n->metrics_addr));
 	json_object_set_new(o, "state", json_string(n->state));
 	if (n->error[0])
 		json_object_set_new(o, "error", json_string(n->error));
@@ -417,6 +421,22 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 		return 1;
 	}
 	return rounds_handle(n->rounds, req, res, round, rest + used);
+}
+
+void
+api_metrics_handle(void *ctx, const hs_request *req, hs_response *res)
+{
+	node *n = ctx;
+
+	if (strcmp(req->path, "/metrics") != 0) {
+		hs_response_text(res, 404, "this listener serves /metrics only");
+		return;
+	}
+	if (!is_get(req)) {
+		not_allowed(n, req, res);
+		return;
+	}
+	get_metrics(n, req, res);
 }
 
 void

@@ -14,6 +14,8 @@ void api_handle(void *ctx, const hs_request *req, hs_response *res);
  * named, or to the clients. */
 void api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
     size_t out);
+/* The handler of the metrics listener: GET /metrics and nothing else. */
+void api_metrics_handle(void *ctx, const hs_request *req, hs_response *res);
 /* The status as JSON text (malloc'd), for /v1/status and the log. */
 char *api_status_json(node *n, size_t *len);
 

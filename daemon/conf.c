@@ -161,6 +161,10 @@ const pr_key cf_keys[] = {
 	  FIELD(insecure), .def_str = "no", .choices = yes_no,
 	  .doc = "yes: plain TCP without TLS or peer ids, refused unless "
 	  "listen is a loopback address" },
+	{ .section = "", .name = "metrics_listen", .type = PR_KEY_STR,
+	  FIELD(metrics_listen), .def_str = "",
+	  .doc = "host:port of the plain-HTTP /metrics listener; empty: "
+	  "127.0.0.1 on the API port + 2000; off: none" },
 	{ .section = "", .name = "handshake_timeout_ms", .type = PR_KEY_INT,
 	  FIELD(handshake_timeout_ms), .min = 100, .max = 600000,
 	  .def = 5000,

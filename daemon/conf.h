@@ -35,6 +35,9 @@ typedef struct {
 	int min_body_rate;              /* bytes per second */
 	int peer_timeout_ms;
 	char insecure[4];               /* no | yes: plain TCP, loopback only */
+	/* host:port of the plain /metrics listener; "": loopback on the
+	 * API port + 2000; "off": none */
+	char metrics_listen[CF_HOST_LEN + 8];
 	int handshake_timeout_ms;
 	/* the inference pipeline (blocktraind -S) */
 	char pipeline_listen[CF_HOST_LEN + 8];  /* host:port; "": first match */

@@ -356,6 +356,8 @@ shutdown_node(node *n)
 	rounds_free(n->rounds);
 	n->rounds = NULL;
 	hs_server_close(n->http, NULL, NULL);
+	if (n->metrics != NULL)
+		hs_server_close(n->metrics, NULL, NULL);
 	hc_client_close(n->client, NULL, NULL);
 }
 
@@ -599,6 +601,41 @@ start_signals(node *n)
 	uv_signal_start(&n->sighup, on_hup, SIGHUP);
 }
 
+/* Prometheus scrapes plain HTTP: a listener of its own that serves
+ * /metrics and nothing else, read-only, on loopback unless told. */
+static int
+start_metrics(node *n, char *err)
+{
+	hs_config mcfg;
+	char host[CF_HOST_LEN], why[HS_ERR_LEN];
+	int port;
+
+	if (strcmp(n->cfg.metrics_listen, "off") == 0)
+		return 0;
+	if (n->cfg.metrics_listen[0] == '\0') {
+		snprintf(host, sizeof(host), "127.0.0.1");
+		port = n->cfg.listen_port > 0 && n->cfg.listen_port <= 63535 ?
+		    n->cfg.listen_port + 2000 : 0;
+	} else if (cf_parse_hostport(n->cfg.metrics_listen, host,
+	    sizeof(host), &port) != 0)
+		return kn_error(err, KN_EINVAL, "metrics_listen: '%s' is not "
+		    "host:port (or off)", n->cfg.metrics_listen);
+	hs_config_defaults(&mcfg);
+	mcfg.max_body_bytes = 1;        /* nothing to upload */
+	mcfg.max_connections = 16;
+	mcfg.max_connections_per_addr = 8;
+	if (hs_server_new(&n->metrics, n->loop, &mcfg, api_metrics_handle, n,
+	    why) != 0 || hs_server_listen(n->metrics, host, port, why) != 0)
+		return kn_error(err, KN_EIO, "metrics_listen: %s (set "
+		    "metrics_listen to another host:port, or off)", why);
+	snprintf(n->metrics_addr, sizeof(n->metrics_addr), strchr(host, ':') ?
+	    "[%s]:%d" : "%s:%d", host, hs_server_port(n->metrics));
+	if (strncmp(host, "127.", 4) != 0 && strcmp(host, "::1") != 0)
+		log_warnx("metrics on %s, not loopback: anyone who reaches it "
+		    "reads the run's metrics", n->metrics_addr);
+	return 0;
+}
+
 static void
 on_refused(void *ctx, const char *peer, const char *why)
 {
@@ -640,6 +677,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	    why) != 0)
 		return kn_error(err, KN_EIO, "cannot listen on %s:%d: %s",
 		    n->cfg.listen_host, n->cfg.listen_port, why);
+	if ((rc = start_metrics(n, err)) != 0)
+		return rc;
 	if (hc_client_new(&n->client, loop, why) != 0)
 		return kn_error(err, KN_EIO, "%s", why);
 	hc_client_set_tls(n->client, n->tls);

@@ -34,6 +34,8 @@ typedef struct node {
 	const kn_backend *be;
 	char backend_desc[256];
 	hs_server *http;
+	hs_server *metrics;             /* plain /metrics; NULL when off */
+	char metrics_addr[CF_HOST_LEN + 8];
 	hc_client *client;
 	tls_ctx *tls;                   /* NULL with insecure = yes */
 	wk_worker *worker;

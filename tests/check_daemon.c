@@ -125,7 +125,7 @@ setup(void)
 	tool = tu_shardmeter();
 	tu_temp_dir(dir, sizeof(dir), "check_daemon");
 	tu_trust_init(dir);
-	base_port = 20000 + (int)(getpid() % 20000);
+	base_port = tu_port_base(MAXD + 1);
 	memset(pids, 0, sizeof(pids));
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 }
@@ -669,7 +669,7 @@ START_TEST(test_long_peer_name)
 	write_spec(2, 1000000, 50, 1);
 	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
 	    "eval_windows = 64\ncheckpoint_every = 100\n"
-	    "peer_timeout_ms = 2000\ninsecure = yes\n");
+	    "peer_timeout_ms = 2000\nmetrics_listen = off\ninsecure = yes\n");
 	snprintf(text, sizeof(text), "127.0.0.1:%d 1\n%s 2\n", base_port,
 	    longname);
 	tu_write_file(dir, "peers", text);

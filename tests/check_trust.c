@@ -23,7 +23,7 @@ setup(void)
 {
 	tu_temp_dir(dir, sizeof(dir), "check_trust");
 	tu_trust_init(dir);
-	base_port = 50000 + (int)(getpid() % 10000);
+	base_port = tu_port_base(2);
 	pid = 0;
 }
 
@@ -240,6 +240,42 @@ START_TEST(test_meter_by_id)
 }
 END_TEST
 
+/* Prometheus's listener: plain HTTP beside the TLS API, /metrics and
+ * nothing else. */
+START_TEST(test_metrics_listener)
+{
+	char answer[8192], host[64];
+	const char *addr;
+	json_t *j;
+	tu_conn *c;
+	int port = 0;
+
+	tu_write_run(dir, 1, 1000000, 50, 1);
+	write_peers(1);
+	start();
+	j = tu_status(base_port);
+	ck_assert_ptr_nonnull(j);
+	addr = json_string_value(json_object_get(j, "metrics"));
+	ck_assert_ptr_nonnull(addr);
+	ck_assert_int_eq(sscanf(addr, "%63[^:]:%d", host, &port), 2);
+	ck_assert_str_eq(host, "127.0.0.1");
+	json_decref(j);
+	c = tu_conn_open(port, 1);
+	ck_assert_int_eq(tu_conn_request(c, "GET /metrics HTTP/1.1\r\n"
+	    "Host: x\r\n\r\n", answer, sizeof(answer)), 200);
+	ck_assert_ptr_nonnull(strstr(answer, "blocktrain_step"));
+	ck_assert_int_eq(tu_conn_request(c, "GET /v1/status HTTP/1.1\r\n"
+	    "Host: x\r\n\r\n", answer, sizeof(answer)), 404);
+	ck_assert_int_eq(tu_conn_request(c, "GET /v1/blocks/1/checkpoint "
+	    "HTTP/1.1\r\nHost: x\r\n\r\n", answer, sizeof(answer)), 404);
+	ck_assert_int_eq(tu_conn_request(c, "POST /metrics HTTP/1.1\r\n"
+	    "Host: x\r\nContent-Length: 0\r\n\r\n", answer,
+	    sizeof(answer)), 405);
+	tu_conn_close(c);
+	ck_assert_int_eq(tu_stop(&pid, SIGTERM, 15), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -251,6 +287,7 @@ main(void)
 	tcase_add_test(tc, test_handshake_matrix);
 	tcase_add_test(tc, test_sighup_cutoff);
 	tcase_add_test(tc, test_meter_by_id);
+	tcase_add_test(tc, test_metrics_listener);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

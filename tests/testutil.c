@@ -267,6 +267,44 @@ tu_spawn(const char *log, const char *prog, const char *const argv[])
 	return pid;
 }
 
+/* Whether nothing listens on or holds 127.0.0.1:port now. */
+static int
+port_free(int port)
+{
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+	if (fd < 0)
+		return 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+int
+tu_port_base(int n)
+{
+	/* below the kernel's ephemeral range (32768 up), where outgoing
+	 * connections take their ports; spread by pid so that test
+	 * programs running at once start apart */
+	int span = 32000 - 10000 - n, base, tries, i;
+
+	base = 10000 + (int)((unsigned)getpid() * 7919u % (unsigned)span);
+	for (tries = 0; tries < 200; tries++) {
+		for (i = 0; i < n && port_free(base + i); i++)
+			;
+		if (i == n)
+			return base;
+		base = 10000 + (base - 10000 + n + 17) % span;
+	}
+	ck_abort_msg("no %d free ports in a row on loopback", n);
+	return -1;
+}
+
 int
 tu_connect(int port)
 {
@@ -381,9 +419,10 @@ tu_write_run(const char *dir, int blocks, int steps, int local_steps,
 	    "[sync]\nlocal_steps = %d\nround_deadline = %g\n", blocks, steps,
 	    local_steps, deadline);
 	tu_write_file(dir, "run.conf", text);
+	/* the metrics listener on a free port: the status says which */
 	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
 	    "eval_windows = 64\ncheckpoint_every = 100\n"
-	    "peer_timeout_ms = 2000\n");
+	    "peer_timeout_ms = 2000\nmetrics_listen = 127.0.0.1:0\n");
 }
 
 /* Trust */

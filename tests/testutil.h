@@ -84,6 +84,9 @@ const char *tu_wan_relay(void);
 /* Starts prog with argv (argv[0] first, NULL-terminated), its standard
  * error appended to log (NULL: left as it is); returns the pid. */
 pid_t tu_spawn(const char *log, const char *prog, const char *const argv[]);
+/* The first of n ports in a row that are free on loopback now, below
+ * the ephemeral range and spread by pid. */
+int tu_port_base(int n);
 /* A connected TCP socket to 127.0.0.1:port, or -1. */
 int tu_connect(int port);
 /* Waits until 127.0.0.1:port takes a connection (1), or until pid (if
