@@ -21,6 +21,7 @@
 #include "daemon/log.h"
 #include "daemon/peers.h"
 #include "daemon/rounds.h"
+#include "daemon/tls.h"
 #include "kernels/average.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
@@ -48,6 +49,7 @@ struct replica {
 	int k;
 	hs_server *http;
 	hc_client *client;
+	tls_ctx *tls;
 	int port;
 	char addr[64];
 	peers_list peers;
@@ -229,10 +231,20 @@ run_for(double secs)
 	uv_run(&loop, UV_RUN_NOWAIT);
 }
 
+/* The TLS layer's question: a daemon of the peer list. */
+static int
+allow_listed(void *arg, const uint8_t id[ID_BYTES])
+{
+	const struct replica *r = arg;
+
+	return peers_find_id(&r->peers, id) >= 0;
+}
+
 static void
 setup(void)
 {
-	char path[sizeof(dir) + 16], text[256], err[PR_ERR_LEN];
+	char path[sizeof(dir) + 16], text[1024], err[PR_ERR_LEN];
+	char ident[NREP][sizeof(dir) + 16], other[sizeof(dir) + 16];
 	int k, i;
 
 	log_init(1, 0, "check_rounds");
@@ -242,22 +254,36 @@ setup(void)
 	memset(rep, 0, sizeof(rep));
 	tu_temp_dir(dir, sizeof(dir), "check_rounds");
 	for (k = 0; k < NREP; k++) {
+		hs_config hcfg;
+
 		rep[k].k = k;
-		ck_assert_int_eq(hs_server_new(&rep[k].http, &loop, NULL, handler,
-		    &rep[k], err), 0);
+		/* mutual TLS, each replica pinning the others to their ids */
+		snprintf(ident[k], sizeof(ident[k]), "%s/rep%d", dir, k);
+		ck_assert_int_eq(id_create(ident[k], 0, err), 0);
+		ck_assert_int_eq(tls_ctx_new(&rep[k].tls, ident[k], err), 0);
+		tls_ctx_set_allow(rep[k].tls, allow_listed, &rep[k]);
+		hs_config_defaults(&hcfg);
+		hcfg.tls = rep[k].tls;
+		ck_assert_int_eq(hs_server_new(&rep[k].http, &loop, &hcfg,
+		    handler, &rep[k], err), 0);
 		ck_assert_int_eq(hs_server_listen(rep[k].http, "127.0.0.1", 0,
 		    err), 0);
 		rep[k].port = hs_server_port(rep[k].http);
 		snprintf(rep[k].addr, sizeof(rep[k].addr), "127.0.0.1:%d",
 		    rep[k].port);
 		ck_assert_int_eq(hc_client_new(&rep[k].client, &loop, err), 0);
+		hc_client_set_tls(rep[k].client, rep[k].tls);
 		for (i = 0; i < COUNT; i++)
 			rep[k].theta[i] = 0.01f * (float)i;
 	}
 	/* one line per replica, plus a peer of another block between them:
 	 * replica indexes are not line numbers */
-	snprintf(text, sizeof(text), "%s 1\n127.0.0.1:9 2\n%s 1\n%s 1\n",
-	    rep[0].addr, rep[1].addr, rep[2].addr);
+	snprintf(other, sizeof(other), "%s/other", dir);
+	text[0] = '\0';
+	tu_peer_line(text, sizeof(text), rep[0].port, 1, ident[0]);
+	tu_peer_line(text, sizeof(text), 9, 2, other);
+	tu_peer_line(text, sizeof(text), rep[1].port, 1, ident[1]);
+	tu_peer_line(text, sizeof(text), rep[2].port, 1, ident[2]);
 	snprintf(path, sizeof(path), "%s", tu_write_file(dir, "peers", text));
 	for (k = 0; k < NREP; k++) {
 		rounds_config rc = {
@@ -296,8 +322,10 @@ teardown(void)
 		uv_run(&loop, UV_RUN_ONCE);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	ck_assert_int_eq(uv_loop_close(&loop), 0);
-	for (k = 0; k < NREP; k++)
+	for (k = 0; k < NREP; k++) {
 		peers_free(&rep[k].peers);
+		tls_ctx_free(rep[k].tls);
+	}
 	tu_remove_dir(dir);
 }
 
@@ -578,16 +606,18 @@ post_update(int k, int64_t round, struct answer *a)
 	meta.enc = PR_ENC_F32;
 	meta.count = COUNT;
 	ck_assert_int_eq(pr_update_encode(&meta, delta, &buf, &len, err), 0);
-	snprintf(url, sizeof(url), "http://%s/v1/blocks/1/rounds/%" PRId64
+	/* replica 0's update, from replica 0: only its own is taken */
+	snprintf(url, sizeof(url), "https://%s/v1/blocks/1/rounds/%" PRId64
 	    "/updates", rep[k].addr, round);
 	o.method = "POST";
 	o.url = url;
+	o.pin = tu_port_pin(rep[k].port);
 	o.content_type = "application/x-msgpack";
 	o.body = buf;
 	o.body_len = len;
 	o.want_header = ROUNDS_STATE_HEADER;
 	memset(a, 0, sizeof(*a));
-	ck_assert_int_eq(hc_request(rep[1].client, &o, on_answer, a, err), 0);
+	ck_assert_int_eq(hc_request(rep[0].client, &o, on_answer, a, err), 0);
 	free(buf);
 	pending = a;
 	ck_assert(run_until(answered));
