@@ -863,6 +863,14 @@ on_connection(uv_stream_t *listener, int status)
 	uv_tcp_nodelay(&c->tcp, 1);
 	http_parser_init(&c->parser, HTTP_REQUEST);
 	c->parser.data = c;
+	if (s->cfg.tls != NULL && (c->over_limit ||
+	    conns_from(c, s->cfg.max_connections_per_addr) >=
+	    s->cfg.max_connections_per_addr)) {
+		/* over TLS an answer would first cost a handshake; and a
+		 * flood is not logged line by line */
+		hs__conn_close(c);
+		return;
+	}
 	if (c->over_limit) {
 		char msg[HS_MSG_LEN];
 
