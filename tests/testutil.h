@@ -146,6 +146,22 @@ long tu_http_get(int port, const char *path, tu_body *out);
  * without a byte; the answer NUL-terminated in answer (alen bytes).
  * Returns the status of its first line, 0 when there is none. */
 int tu_raw_request(int port, const char *text, char *answer, size_t alen);
+/* A raw TLS 1.3 connection to 127.0.0.1:port presenting the identity
+ * tu_act_as names (the operator's by default), for bytes that are not
+ * HTTP (the pipeline's frames); the server's key is not checked. */
+typedef struct tu_tls tu_tls;
+/* NULL when no TCP connection or no handshake could be made. */
+tu_tls *tu_tls_connect(int port);
+/* Writes all len bytes; 0, or -1 when the connection failed. */
+int tu_tls_write(tu_tls *t, const void *data, size_t len);
+/* Reads what arrives within limit seconds, up to len bytes: the count,
+ * 0 when the peer closed the connection (an alert, close_notify or EOF),
+ * -1 when nothing came in time. */
+ssize_t tu_tls_read(tu_tls *t, void *buf, size_t len, double limit);
+void tu_tls_close(tu_tls *t);
+/* The first of a test's ports: $TU_PORT_BASE when it is set (to keep
+ * runs that share a machine apart), else lo + (pid % span). */
+int tu_port_base(int lo, int span);
 /* GET /v1/status of the daemon on port: the JSON object, or NULL when it
  * did not answer 200 with JSON.  The caller json_decref()s it. */
 json_t *tu_status(int port);
