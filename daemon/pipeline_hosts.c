@@ -291,35 +291,37 @@ ph_logical_spec(const ph_list *pl, pr_spec *s)
 	s->equal_cuts = 1;
 }
 
-int
-ph_find(const ph_list *pl, const char *addr)
+/* The host whose address is addr, or (addr NULL) whose peer id is id. */
+static int
+host_index(const ph_list *pl, const char *addr, const uint8_t *id)
 {
 	int i;
 
 	for (i = 0; i < pl->n; i++)
-		if (strcmp(pl->v[i].addr, addr) == 0)
+		if (addr != NULL ? strcmp(pl->v[i].addr, addr) == 0 :
+		    pl->v[i].has_id && id_equal(pl->v[i].id, id))
 			return i;
 	return -1;
+}
+
+int
+ph_find(const ph_list *pl, const char *addr)
+{
+	return host_index(pl, addr, NULL);
 }
 
 int
 ph_find_id(const ph_list *pl, const uint8_t id[ID_BYTES])
 {
-	int i;
-
-	for (i = 0; i < pl->n; i++)
-		if (pl->v[i].has_id && id_equal(pl->v[i].id, id))
-			return i;
-	return -1;
+	return host_index(pl, NULL, id);
 }
 
 int
 ph_client_find(const ph_list *pl, const uint8_t id[ID_BYTES])
 {
-	int i;
+	/* the client lines are the peer list's, searched the same way */
+	peers_list clients = { .clients = pl->clients,
+	    .nclients = pl->nclients };
 
-	for (i = 0; i < pl->nclients; i++)
-		if (id_equal(pl->clients[i].id, id))
-			return i;
-	return -1;
+	return peers_client_find(&clients, id);
 }
