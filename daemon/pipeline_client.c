@@ -27,6 +27,8 @@ struct pc_conn {
 	uint64_t next_id;
 	char addr[CF_HOST_LEN + 8];
 	tls_conn *tls;                  /* NULL: plain TCP */
+	const char *id;                 /* ours, with tls */
+	int heard;                      /* plaintext came from the host */
 };
 
 static double
@@ -129,12 +131,18 @@ tls_flush(pc_conn *c, char *err)
 static int
 tls_failed(pc_conn *c, int rc, char *err)
 {
+	/* TLS 1.3 ends the client's handshake before the host has checked
+	 * its certificate: a refusal comes as the first thing read */
+	int refused = tls_conn_established(c->tls) && !c->heard;
+
 	if (rc == TLS_ECLOSED)
 		return kn_error(err, KN_EIO, "%.100s closed the connection",
 		    c->addr);
-	return kn_error(err, KN_EIO, "TLS with %.100s: %.200s", c->addr,
-	    tls_conn_error(c->tls)[0] ? tls_conn_error(c->tls) :
-	    "out of memory");
+	return kn_error(err, KN_EIO, "TLS with %.100s: %.200s%s%.64s%s",
+	    c->addr, tls_conn_error(c->tls)[0] ? tls_conn_error(c->tls) :
+	    "out of memory", refused ? " (the host may not list this "
+	    "identity, " : "", refused ? c->id : "", refused ? ", as a "
+	    "client)" : "");
 }
 
 /* Waits by the deadline (ms on the monotonic clock) for bytes from the
@@ -207,6 +215,7 @@ pc_connect(pc_conn **out, const char *addr, tls_ctx *tls,
 	c->fd = fd;
 	c->next_id = 1;
 	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	c->id = tls != NULL ? tls_ctx_id(tls) : NULL;
 	if (tls != NULL && ((rc = tls_conn_new(&c->tls, tls, 0, pin, err)) != 0
 	    || (rc = tls_handshake(c, now_ms() + timeout_ms, err)) != 0)) {
 		pc_close(c);
@@ -224,8 +233,10 @@ pc_close(pc_conn *c)
 	if (c == NULL)
 		return;
 	if (c->tls != NULL) {
-		/* the host tells a client that is done from one cut off */
+		/* the host tells a client that is done from one cut off; a
+		 * host that does not read does not hold us up */
 		tls_conn_shutdown(c->tls);
+		fcntl(c->fd, F_SETFL, O_NONBLOCK);
 		tls_flush(c, err);
 		tls_conn_free(c->tls);
 	}
@@ -279,6 +290,7 @@ read_full(pc_conn *c, char *p, size_t n, double deadline, char *err)
 			/* what the engine holds first, then the socket */
 			if ((k = tls_conn_read(c->tls, p, n)) < 0)
 				return tls_failed(c, (int)k, err);
+			c->heard |= k > 0;
 			if ((rc = tls_flush(c, err)) != 0)
 				return rc;
 		}
