@@ -194,6 +194,20 @@ const pr_key cf_keys[] = {
 	{ .section = "", .name = "pipeline_idle_s", .type = PR_KEY_INT,
 	  FIELD(pipeline_idle_s), .min = 1, .max = 86400, .def = 60,
 	  .doc = "seconds after which an unused KV cache is evicted" },
+	{ .section = "", .name = "pipeline_open_entry", .type = PR_KEY_CHOICE,
+	  FIELD(pipeline_open_entry), .def_str = "no", .choices = yes_no,
+	  .doc = "yes: the entry takes requests from any TLS client, not "
+	  "only the host list's clients" },
+	{ .section = "", .name = "pipeline_client_requests",
+	  .type = PR_KEY_INT, FIELD(pipeline_client_requests), .min = 1,
+	  .max = 65536, .def = 4,
+	  .doc = "requests in flight per connection of a client the host "
+	  "list does not name (open entry)" },
+	{ .section = "", .name = "pipeline_client_rate", .type = PR_KEY_INT,
+	  FIELD(pipeline_client_rate), .min = 1024, .max = 1 << 30,
+	  .def = 1048576,
+	  .doc = "bytes per second read from each connection of a client the "
+	  "host list does not name (open entry)" },
 };
 
 #define NKEYS (sizeof(cf_keys) / sizeof(cf_keys[0]))

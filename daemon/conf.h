@@ -48,6 +48,9 @@ typedef struct {
 	int pipeline_batch;             /* windows per forward pass */
 	int pipeline_cache_mb;          /* KV caches in all */
 	int pipeline_idle_s;            /* an unused KV cache is evicted */
+	char pipeline_open_entry[4];    /* no | yes: any TLS client at the entry */
+	int pipeline_client_requests;   /* in flight per unlisted client */
+	int pipeline_client_rate;       /* bytes/s per unlisted client */
 } cf_config;
 
 /* One row per key (proto/keys.h), which parsing, validation, defaults

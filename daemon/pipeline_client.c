@@ -1,5 +1,6 @@
 /* The pipeline client: blocking sockets with poll() for the bounded
- * waits, frames from proto/pipeline.c. */
+ * waits, the TLS engine of tls.h between the socket and the frames of
+ * proto/pipeline.c when the hosts have peer ids. */
 #include "config.h"
 
 #include <errno.h>
@@ -19,10 +20,15 @@
 #include "daemon/pipeline_client.h"
 #include "kernels/error.h"
 
+#define PC_READ_LEN 16384          /* ciphertext read at once */
+
 struct pc_conn {
 	int fd;
 	uint64_t next_id;
 	char addr[CF_HOST_LEN + 8];
+	tls_conn *tls;                  /* NULL: plain TCP */
+	const char *id;                 /* ours, with tls */
+	int heard;                      /* plaintext came from the host */
 };
 
 static double
@@ -34,16 +40,15 @@ now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-int
-pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err)
+/* A socket connected to addr within timeout_ms into *out. */
+static int
+sock_connect(int *out, const char *addr, int timeout_ms, char *err)
 {
 	char host[CF_HOST_LEN], port[16];
 	struct addrinfo hints = { 0 }, *res = NULL, *ai;
 	int p, fd = -1, rc, one = 1, soerr = 0;
 	socklen_t sl = sizeof(soerr);
-	pc_conn *c;
 
-	*out = NULL;
 	if (cf_parse_hostport(addr, host, sizeof(host), &p) != 0 || p == 0)
 		return kn_error(err, KN_EINVAL, "'%.100s' is not host:port",
 		    addr);
@@ -81,6 +86,128 @@ pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err)
 		    "%.100s: %s", addr, strerror(errno));
 	fcntl(fd, F_SETFL, 0);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	*out = fd;
+	return KN_OK;
+}
+
+static int
+send_all(pc_conn *c, const char *buf, size_t len, char *err)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		ssize_t k = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return kn_error(err, KN_EIO, "sending to %.100s: %s",
+			    c->addr, strerror(errno));
+		off += (size_t)k;
+	}
+	return KN_OK;
+}
+
+/* Sends the ciphertext the engine has made. */
+static int
+tls_flush(pc_conn *c, char *err)
+{
+	while (tls_conn_pending(c->tls) > 0) {
+		size_t len;
+		char *buf = tls_conn_take(c->tls, &len);
+		int rc;
+
+		if (buf == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		rc = send_all(c, buf, len, err);
+		free(buf);
+		if (rc != 0)
+			return rc;
+	}
+	return KN_OK;
+}
+
+/* A failure of the engine as the client's error. */
+static int
+tls_failed(pc_conn *c, int rc, char *err)
+{
+	/* TLS 1.3 ends the client's handshake before the host has checked
+	 * its certificate: a refusal comes as the first thing read */
+	int refused = tls_conn_established(c->tls) && !c->heard;
+
+	if (rc == TLS_ECLOSED)
+		return kn_error(err, KN_EIO, "%.100s closed the connection",
+		    c->addr);
+	return kn_error(err, KN_EIO, "TLS with %.100s: %.200s%s%.64s%s",
+	    c->addr, tls_conn_error(c->tls)[0] ? tls_conn_error(c->tls) :
+	    "out of memory", refused ? " (the host may not list this "
+	    "identity, " : "", refused ? c->id : "", refused ? ", as a "
+	    "client)" : "");
+}
+
+/* Waits by the deadline (ms on the monotonic clock) for bytes from the
+ * socket: plain, up to n of them into p; TLS, fed to the engine.
+ * Returns the bytes put in p (0 with TLS), or a negative code. */
+static ssize_t
+sock_read(pc_conn *c, char *p, size_t n, double deadline, char *err)
+{
+	char buf[PC_READ_LEN];
+
+	for (;;) {
+		struct pollfd pfd = { c->fd, POLLIN, 0 };
+		double left = deadline - now_ms();
+		ssize_t k;
+
+		if (left <= 0 || poll(&pfd, 1, (int)left + 1) == 0)
+			return kn_error(err, PC_ETIMEDOUT, "no answer from %.100s "
+			    "in time", c->addr);
+		k = c->tls != NULL ? recv(c->fd, buf, sizeof(buf), 0) :
+		    recv(c->fd, p, n, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k == 0)
+			return kn_error(err, KN_EIO, "%.100s closed the "
+			    "connection", c->addr);
+		if (k < 0)
+			return kn_error(err, KN_EIO, "reading from %.100s: %s",
+			    c->addr, strerror(errno));
+		if (c->tls == NULL)
+			return k;
+		if (tls_conn_feed(c->tls, buf, (size_t)k) != 0)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		return 0;
+	}
+}
+
+/* The client's side of the handshake, by the deadline. */
+static int
+tls_handshake(pc_conn *c, double deadline, char *err)
+{
+	int rc;
+
+	for (;;) {
+		if ((rc = tls_conn_start(c->tls)) != 0)
+			return tls_failed(c, rc, err);
+		if ((rc = tls_flush(c, err)) != 0)
+			return rc;
+		if (tls_conn_established(c->tls))
+			return KN_OK;
+		if ((rc = (int)sock_read(c, NULL, 0, deadline, err)) < 0)
+			return rc == PC_ETIMEDOUT ? kn_error(err, rc, "no TLS "
+			    "handshake with %.100s in time", c->addr) : rc;
+	}
+}
+
+int
+pc_connect(pc_conn **out, const char *addr, tls_ctx *tls,
+    const uint8_t *pin, int timeout_ms, char *err)
+{
+	pc_conn *c;
+	int fd, rc;
+
+	*out = NULL;
+	if ((rc = sock_connect(&fd, addr, timeout_ms, err)) != 0)
+		return rc;
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		close(fd);
 		return kn_error(err, KN_ENOMEM, "out of memory");
@@ -88,6 +215,12 @@ pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err)
 	c->fd = fd;
 	c->next_id = 1;
 	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	c->id = tls != NULL ? tls_ctx_id(tls) : NULL;
+	if (tls != NULL && ((rc = tls_conn_new(&c->tls, tls, 0, pin, err)) != 0
+	    || (rc = tls_handshake(c, now_ms() + timeout_ms, err)) != 0)) {
+		pc_close(c);
+		return rc;
+	}
 	*out = c;
 	return KN_OK;
 }
@@ -95,8 +228,18 @@ pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err)
 void
 pc_close(pc_conn *c)
 {
+	char err[KN_ERR_LEN];
+
 	if (c == NULL)
 		return;
+	if (c->tls != NULL) {
+		/* the host tells a client that is done from one cut off; a
+		 * host that does not read does not hold us up */
+		tls_conn_shutdown(c->tls);
+		fcntl(c->fd, F_SETFL, O_NONBLOCK);
+		tls_flush(c, err);
+		tls_conn_free(c->tls);
+	}
 	close(c->fd);
 	free(c);
 }
@@ -106,7 +249,7 @@ pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err)
 {
 	pl_frame f = { .type = PL_GEN };
 	char *buf;
-	size_t len, off = 0;
+	size_t len;
 	int rc;
 
 	f.id = c->next_id++;
@@ -119,45 +262,40 @@ pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err)
 	f.data_len = r->prompt_len;
 	if ((rc = pl_frame_encode(&f, &buf, &len, err)) != 0)
 		return rc;
-	while (off < len) {
-		ssize_t k = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			free(buf);
-			return kn_error(err, KN_EIO, "sending to %.100s: %s",
-			    c->addr, strerror(errno));
-		}
-		off += (size_t)k;
-	}
+	if (c->tls == NULL)
+		rc = send_all(c, buf, len, err);
+	else if ((rc = tls_conn_write(c->tls, buf, len)) != 0)
+		rc = tls_failed(c, rc, err);
+	else
+		rc = tls_flush(c, err);
 	free(buf);
+	if (rc != 0)
+		return rc;
 	if (id != NULL)
 		*id = f.id;
 	return KN_OK;
 }
 
-/* Reads exactly n bytes by the deadline (ms on the monotonic clock). */
+/* Reads exactly n bytes of plaintext by the deadline (ms on the
+ * monotonic clock). */
 static int
 read_full(pc_conn *c, char *p, size_t n, double deadline, char *err)
 {
 	while (n > 0) {
-		struct pollfd pfd = { c->fd, POLLIN, 0 };
-		double left = deadline - now_ms();
-		ssize_t k;
+		ssize_t k = 0;
 
-		if (left <= 0 || poll(&pfd, 1, (int)left + 1) == 0)
-			return kn_error(err, PC_ETIMEDOUT, "no answer from %.100s "
-			    "in time", c->addr);
-		k = recv(c->fd, p, n, 0);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k == 0)
-			return kn_error(err, KN_EIO, "%.100s closed the "
-			    "connection", c->addr);
-		if (k < 0)
-			return kn_error(err, KN_EIO, "reading from %.100s: %s",
-			    c->addr, strerror(errno));
+		if (c->tls != NULL) {
+			int rc;
+
+			/* what the engine holds first, then the socket */
+			if ((k = tls_conn_read(c->tls, p, n)) < 0)
+				return tls_failed(c, (int)k, err);
+			c->heard |= k > 0;
+			if ((rc = tls_flush(c, err)) != 0)
+				return rc;
+		}
+		if (k == 0 && (k = sock_read(c, p, n, deadline, err)) < 0)
+			return (int)k;
 		p += k;
 		n -= (size_t)k;
 	}
@@ -215,14 +353,14 @@ pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err)
 }
 
 int
-pc_generate(const char *addr, const pc_request *r, pc_result *res,
-    int timeout_ms, char *err)
+pc_generate(const char *addr, tls_ctx *tls, const uint8_t *pin,
+    const pc_request *r, pc_result *res, int timeout_ms, char *err)
 {
 	pc_conn *c;
 	int rc;
 
 	memset(res, 0, sizeof(*res));
-	if ((rc = pc_connect(&c, addr, timeout_ms, err)) != 0)
+	if ((rc = pc_connect(&c, addr, tls, pin, timeout_ms, err)) != 0)
 		return rc;
 	if ((rc = pc_send(c, r, NULL, err)) == 0)
 		rc = pc_recv(c, res, timeout_ms, err);

@@ -1,13 +1,16 @@
 /* The C client of the inference pipeline: connects to the entry host,
- * sends requests (several may be in flight on one connection, told apart
- * by id) and reads their answers, each with a bounded wait.  Used by
- * `shardmeter generate --peers`, the tests and scripts/bench/pipeline. */
+ * over mutual TLS pinned to its peer id (tls.h) or plain TCP when the
+ * hosts run insecure, sends requests (several may be in flight on one
+ * connection, told apart by id) and reads their answers, each with a
+ * bounded wait.  Used by `shardmeter generate --peers`, the tests and
+ * scripts/bench/pipeline. */
 #ifndef SM_PIPELINE_CLIENT_H
 #define SM_PIPELINE_CLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/tls.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 
@@ -38,17 +41,23 @@ typedef struct {
 	size_t frame_bytes;     /* the answer's frame on the wire */
 } pc_result;
 
-/* addr is host:port (a name or a numeric address). */
-int pc_connect(pc_conn **out, const char *addr, int timeout_ms, char *err);
+/* addr is host:port (a name or a numeric address).  With tls, mutual TLS
+ * presenting tls's identity (an operator's, tls_ctx_new on its
+ * directory), the host pinned to pin (its peer id from the host list);
+ * with tls NULL, plain TCP.  timeout_ms bounds the connection, and then
+ * the handshake. */
+int pc_connect(pc_conn **out, const char *addr, tls_ctx *tls,
+    const uint8_t *pin, int timeout_ms, char *err);
 void pc_close(pc_conn *c);
 /* Sends r under a new id (in *id). */
 int pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err);
 /* The next answer, whatever its id; PC_ETIMEDOUT when none comes within
- * timeout_ms, KN_EIO when the host closed the connection. */
+ * timeout_ms, KN_EIO when the host closed the connection (or, over TLS,
+ * refused our identity: err says so). */
 int pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err);
 void pc_result_clear(pc_result *res);
-/* One request on a connection of its own. */
-int pc_generate(const char *addr, const pc_request *r, pc_result *res,
-    int timeout_ms, char *err);
+/* One request on a connection of its own (tls and pin as pc_connect's). */
+int pc_generate(const char *addr, tls_ctx *tls, const uint8_t *pin,
+    const pc_request *r, pc_result *res, int timeout_ms, char *err);
 
 #endif

@@ -1,4 +1,5 @@
-/* Parsing the pipeline's host list. */
+/* Parsing the pipeline's host list: host lines with their peer ids,
+ * client lines, and the optional logical shape. */
 #include "config.h"
 
 #include <errno.h>
@@ -90,18 +91,17 @@ parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
 	return KN_OK;
 }
 
+/* "host:port BLOCKS [PEER-ID]" */
 static int
-parse_host(ph_host *h, char *line, const char *path, int lineno, char *err)
+parse_host(ph_host *h, char **tok, int n, const char *path, int lineno,
+    char *err)
 {
-	char *tok[3], *save = NULL, *t;
-	int n = 0;
+	char why[KN_ERR_LEN];
 
-	for (t = strtok_r(line, " \t", &save); t != NULL && n < 3;
-	    t = strtok_r(NULL, " \t", &save))
-		tok[n++] = t;
-	if (n != 2)
+	if (n != 2 && n != 3)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'host:port "
-		    "BLOCKS' (BLOCKS: 4, or 4-3 for two blocks)", path, lineno);
+		    "BLOCKS peer-id' (BLOCKS: 4, or 4-3 for two blocks) or "
+		    "'client peer-id [name]'", path, lineno);
 	memset(h, 0, sizeof(*h));
 	if (cf_parse_hostport(tok[0], h->host, sizeof(h->host), &h->port) != 0
 	    || h->port == 0)
@@ -112,7 +112,105 @@ parse_host(ph_host *h, char *line, const char *path, int lineno, char *err)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: blocks '%.20s' are "
 		    "not B or B-C with blocks from 1 to %d", path, lineno,
 		    tok[1], PR_MAX_BLOCKS);
+	if (n == 3) {
+		if (id_parse(tok[2], h->id, why) != 0)
+			return kn_error(err, KN_EINVAL, "%.150s:%d: %.200s",
+			    path, lineno, why);
+		id_format(h->id, h->id_text);
+		h->has_id = 1;
+	}
 	return KN_OK;
+}
+
+/* "client PEER-ID [name]", appended to pl's clients. */
+static int
+parse_client(ph_list *pl, int *cap, char **tok, int n, const char *path,
+    int lineno, char *err)
+{
+	char why[KN_ERR_LEN];
+	peers_client c;
+
+	if (n < 2 || n > 3)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'client "
+		    "peer-id [name]'", path, lineno);
+	memset(&c, 0, sizeof(c));
+	if (id_parse(tok[1], c.id, why) != 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: %.200s", path,
+		    lineno, why);
+	id_format(c.id, c.id_text);
+	if (n == 3 && strlen(tok[2]) >= sizeof(c.name))
+		return kn_error(err, KN_EINVAL, "%.150s:%d: a client name has "
+		    "at most %d bytes", path, lineno, PEERS_NAME_LEN - 1);
+	if (n == 3)
+		snprintf(c.name, sizeof(c.name), "%s", tok[2]);
+	if (ph_find_id(pl, c.id) >= 0 || ph_client_find(pl, c.id) >= 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: peer id %s is "
+		    "listed twice", path, lineno, c.id_text);
+	if (pl->nclients == *cap) {
+		int ncap = *cap ? *cap * 2 : 8;
+		peers_client *v = realloc(pl->clients, (size_t)ncap *
+		    sizeof(*v));
+
+		if (v == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		pl->clients = v;
+		*cap = ncap;
+	}
+	pl->clients[pl->nclients++] = c;
+	return KN_OK;
+}
+
+/* A host line, checked against the lines before it. */
+static int
+add_host(ph_list *pl, char **tok, int n, const char *path, int lineno,
+    char *err)
+{
+	ph_host *h = &pl->v[pl->n];
+	int rc, i, expect;
+
+	if (pl->n == PH_MAX_HOSTS)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: more than %d hosts",
+		    path, lineno, PH_MAX_HOSTS);
+	if ((rc = parse_host(h, tok, n, path, lineno, err)) != 0)
+		return rc;
+	/* traversal order: each host takes over where the last ended */
+	expect = pl->n == 0 ? h->block_hi : pl->v[pl->n - 1].block_lo - 1;
+	if (h->block_hi != expect)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: this host should "
+		    "start at block %d: hosts are listed in traversal order, "
+		    "the last block first", path, lineno, expect);
+	for (i = 0; i < pl->n; i++)
+		if (strcmp(pl->v[i].addr, h->addr) == 0)
+			return kn_error(err, KN_EINVAL, "%.150s:%d: %s is listed "
+			    "twice", path, lineno, h->addr);
+	if (h->has_id && (ph_find_id(pl, h->id) >= 0 ||
+	    ph_client_find(pl, h->id) >= 0))
+		return kn_error(err, KN_EINVAL, "%.150s:%d: peer id %s is "
+		    "listed twice", path, lineno, h->id_text);
+	pl->missing_ids += !h->has_id;
+	pl->n++;
+	return KN_OK;
+}
+
+/* One line that is not blank: a shape, a client or a host. */
+static int
+parse_line(ph_list *pl, int *cap, char *line, const char *path, int lineno,
+    char *err)
+{
+	char *tok[4] = { NULL }, *save = NULL, *t;
+	int n = 0;
+
+	if (strncmp(line, "shape", 5) == 0 && (line[5] == ' ' ||
+	    line[5] == '\t'))
+		return pl->logical ? kn_error(err, KN_EINVAL, "%.150s:%d: a "
+		    "second shape line", path, lineno) :
+		    parse_shape(pl, line + 6, path, lineno, err);
+	for (t = strtok_r(line, " \t", &save); t != NULL && n < 4;
+	    t = strtok_r(NULL, " \t", &save))
+		tok[n++] = t;
+	if (n > 0 && strcmp(tok[0], "client") == 0)
+		return parse_client(pl, cap, tok, n, path, lineno, err);
+	return add_host(pl, tok, n, path, lineno, err);
 }
 
 int
@@ -120,7 +218,7 @@ ph_load(ph_list *pl, const char *path, char *err)
 {
 	FILE *f = fopen(path, "r");
 	char line[1024];
-	int lineno = 0, rc = KN_OK, i, expect;
+	int lineno = 0, rc = KN_OK, cap = 0;
 
 	memset(pl, 0, sizeof(*pl));
 	if (f == NULL)
@@ -130,36 +228,8 @@ ph_load(ph_list *pl, const char *path, char *err)
 		char *s = cf_list_line(line);
 
 		lineno++;
-		if (*s == '\0')
-			continue;
-		if (strncmp(s, "shape", 5) == 0 && (s[5] == ' ' ||
-		    s[5] == '\t')) {
-			rc = pl->logical ? kn_error(err, KN_EINVAL, "%.150s:%d: "
-			    "a second shape line", path, lineno) :
-			    parse_shape(pl, s + 6, path, lineno, err);
-			continue;
-		}
-		if (pl->n == PH_MAX_HOSTS) {
-			rc = kn_error(err, KN_EINVAL, "%.150s:%d: more than %d "
-			    "hosts", path, lineno, PH_MAX_HOSTS);
-			break;
-		}
-		if ((rc = parse_host(&pl->v[pl->n], s, path, lineno, err)) != 0)
-			break;
-		/* traversal order: each host takes over where the last ended */
-		expect = pl->n == 0 ? pl->v[0].block_hi :
-		    pl->v[pl->n - 1].block_lo - 1;
-		if (pl->v[pl->n].block_hi != expect)
-			rc = kn_error(err, KN_EINVAL, "%.150s:%d: this host "
-			    "should start at block %d: hosts are listed in "
-			    "traversal order, the last block first", path, lineno,
-			    expect);
-		for (i = 0; rc == 0 && i < pl->n; i++)
-			if (strcmp(pl->v[i].addr, pl->v[pl->n].addr) == 0)
-				rc = kn_error(err, KN_EINVAL, "%.150s:%d: %s is "
-				    "listed twice", path, lineno, pl->v[i].addr);
-		if (rc == 0)
-			pl->n++;
+		if (*s != '\0')
+			rc = parse_line(pl, &cap, s, path, lineno, err);
 	}
 	fclose(f);
 	if (rc == 0 && pl->n == 0)
@@ -173,7 +243,17 @@ ph_load(ph_list *pl, const char *path, char *err)
 		    "the hosts serve %d", path, pl->blocks, pl->v[0].block_hi);
 	if (rc == 0 && pl->logical)
 		rc = ph_assign(pl, pl->blocks, pl->layers_per_block, err);
+	if (rc != 0)
+		ph_free(pl);
 	return rc;
+}
+
+void
+ph_free(ph_list *pl)
+{
+	free(pl->clients);
+	pl->clients = NULL;
+	pl->nclients = 0;
 }
 
 int
@@ -211,13 +291,37 @@ ph_logical_spec(const ph_list *pl, pr_spec *s)
 	s->equal_cuts = 1;
 }
 
-int
-ph_find(const ph_list *pl, const char *addr)
+/* The host whose address is addr, or (addr NULL) whose peer id is id. */
+static int
+host_index(const ph_list *pl, const char *addr, const uint8_t *id)
 {
 	int i;
 
 	for (i = 0; i < pl->n; i++)
-		if (strcmp(pl->v[i].addr, addr) == 0)
+		if (addr != NULL ? strcmp(pl->v[i].addr, addr) == 0 :
+		    pl->v[i].has_id && id_equal(pl->v[i].id, id))
 			return i;
 	return -1;
+}
+
+int
+ph_find(const ph_list *pl, const char *addr)
+{
+	return host_index(pl, addr, NULL);
+}
+
+int
+ph_find_id(const ph_list *pl, const uint8_t id[ID_BYTES])
+{
+	return host_index(pl, NULL, id);
+}
+
+int
+ph_client_find(const ph_list *pl, const uint8_t id[ID_BYTES])
+{
+	/* the client lines are the peer list's, searched the same way */
+	peers_list clients = { .clients = pl->clients,
+	    .nclients = pl->nclients };
+
+	return peers_client_find(&clients, id);
 }

@@ -1,7 +1,8 @@
-/* The pipeline host's event loop: connections and their frames, the
- * link to the next host, and the entry host's requests with their
- * deadlines.  Compute runs on the thread of serve_compute.c; nothing here
- * reads a float. */
+/* The pipeline host's frames and requests: where each frame goes, the
+ * entry host's requests with their deadlines, the queue for the link to
+ * the next host, and the housekeeping.  Connections are serve_conn.c's;
+ * compute runs on the thread of serve_compute.c; nothing here reads a
+ * float. */
 #include "config.h"
 
 #include <malloc.h>
@@ -21,74 +22,9 @@
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 
-/* An unfinished frame may sit this long before its connection goes. */
-#define PARTIAL_S 10.0
-/* Bytes waiting to be written to one connection before it is dropped:
- * a client that does not read must not hold the host's memory. */
-#define WRITE_BACKLOG ((size_t)256 << 20)
 #define LINK_QUEUE 65536
-#define RECONNECT_S 0.5
 
-
-/* Writing --------------------------------------------------------------- */
-
-typedef struct {
-	uv_write_t req;
-	char *buf;
-} wreq;
-
-static void
-on_written(uv_write_t *w, int status)
-{
-	wreq *r = (wreq *)w;
-
-	(void)status;	/* a failed write shows up as a read error too */
-	free(r->buf);
-	free(r);
-}
-
-static void conn_close(conn *c, const char *why);
-
-/* Takes buf. */
-static int
-conn_write(conn *c, char *buf, size_t len)
-{
-	wreq *r;
-	uv_buf_t b = uv_buf_init(buf, (unsigned)len);
-
-	if (c->closing || uv_stream_get_write_queue_size(
-	    (uv_stream_t *)&c->tcp) > WRITE_BACKLOG) {
-		free(buf);
-		if (!c->closing)
-			conn_close(c, "it does not read what it is sent");
-		return -1;
-	}
-	if ((r = malloc(sizeof(*r))) == NULL) {
-		free(buf);
-		return -1;
-	}
-	r->buf = buf;
-	if (uv_write(&r->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
-		free(buf);
-		free(r);
-		return -1;
-	}
-	return 0;
-}
-
-static int
-conn_send(conn *c, const pl_frame *f)
-{
-	char *buf, err[KN_ERR_LEN];
-	size_t len;
-
-	if (pl_frame_encode(f, &buf, &len, err) != 0) {
-		log_warnx("pipeline: cannot encode a %s frame: %s",
-		    pl_type_name(f->type), err);
-		return -1;
-	}
-	return conn_write(c, buf, len);
-}
+/* Frames out ------------------------------------------------------------ */
 
 static void
 send_error(conn *c, uint64_t id, const char *msg)
@@ -96,7 +32,7 @@ send_error(conn *c, uint64_t id, const char *msg)
 	pl_frame f = { .type = PL_ERR, .id = id };
 
 	snprintf(f.message, sizeof(f.message), "%s", msg);
-	conn_send(c, &f);
+	sv_conn_send(c, &f);
 }
 
 /* The entry's requests ------------------------------------------------- */
@@ -141,6 +77,8 @@ request_remove(sv *s, request *r)
 			break;
 		}
 	s->inflight--;
+	if (r->client != NULL)
+		r->client->inflight--;
 	free(r->seq);
 	free(r);
 }
@@ -169,7 +107,7 @@ request_answer(sv *s, request *r, const unsigned char *data, size_t len)
 	f.hops = r->hops + 2;
 	f.traversals = r->traversals;
 	if (r->client != NULL)
-		conn_send(r->client, &f);
+		sv_conn_send(r->client, &f);
 	s->served++;
 	request_end_ring(s, r);
 	request_remove(s, r);
@@ -223,7 +161,7 @@ link_send_frame(sv *s, const pl_frame *f)
 		return;
 	}
 	if (s->link != NULL && s->link->up) {
-		conn_write(s->link, buf, len);
+		sv_conn_write(s->link, buf, len);
 		return;
 	}
 	/* down or coming up: the frame waits for the connection */
@@ -284,6 +222,15 @@ gen_refused(sv *s, conn *c, const pl_frame *f)
 		send_error(c, f->id, msg);
 		return 1;
 	}
+	/* a client the list does not name, at an open entry */
+	if (c->kind == SV_PEER_OPEN &&
+	    c->inflight >= s->cfg.pipeline_client_requests) {
+		snprintf(msg, sizeof(msg), "too many requests in flight on this "
+		    "connection (the limit is %d)",
+		    s->cfg.pipeline_client_requests);
+		send_error(c, f->id, msg);
+		return 1;
+	}
 	if (plen + f->length > n || (f->mode == PL_MODE_AR && plen < 1)) {
 		snprintf(msg, sizeof(msg), "the prompt (%d bytes) and the output "
 		    "(%d) must fit the window of %d bytes%s", plen, f->length, n,
@@ -322,6 +269,7 @@ gen_request_new(sv *s, conn *c, const pl_frame *f)
 	r->next = s->requests;
 	s->requests = r;
 	s->inflight++;
+	c->inflight++;
 	s->trimmed = 0;
 	return r;
 }
@@ -494,8 +442,8 @@ route(sv *s, pl_frame *f)
 	}
 }
 
-static void
-dispatch(sv *s, conn *c, pl_frame *f)
+void
+sv_dispatch(sv *s, conn *c, pl_frame *f)
 {
 	sc_job *job;
 
@@ -531,216 +479,16 @@ dispatch(sv *s, conn *c, pl_frame *f)
 	pl_frame_clear(f);
 }
 
-/* Connections ------------------------------------------------------------ */
-
-static void
-on_conn_closed(uv_handle_t *h)
-{
-	conn *c = h->data;
-	sv *s = c->s;
-	conn **p;
-
-	for (p = &s->conns; *p != NULL; p = &(*p)->next)
-		if (*p == c) {
-			*p = c->next;
-			break;
-		}
-	free(c->body);
-	free(c);
-}
-
-static void
-conn_close(conn *c, const char *why)
-{
-	sv *s = c->s;
-	request *r;
-
-	if (c->closing)
-		return;
-	c->closing = 1;
-	if (why != NULL)
-		log_info("pipeline: closing %s%s: %s", c->outbound ? "the link "
-		    "to " : "", c->peer, why);
-	for (r = s->requests; r != NULL; r = r->next)
-		if (r->client == c)
-			r->client = NULL;
-	if (c == s->link) {
-		s->link = NULL;
-		s->link_retry = kn_now();
-		if (!s->stopping && s->entry) {
-			char msg[PL_MSG_LEN];
-
-			snprintf(msg, sizeof(msg), "lost the connection to the "
-			    "next host %s: %.100s", c->peer, why ? why : "closed");
-			requests_fail_all(s, msg);
-		}
-		queue_drop_all(s, why ? why : "closed");
-	}
-	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-}
-
-static void
-on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-	static char slab[65536];	/* the loop reads one buffer at a time */
-
-	(void)h;
-	(void)hint;
-	*buf = uv_buf_init(slab, sizeof(slab));
-}
-
-/* Feeds bytes to the frame reader of c; returns -1 when c was closed. */
-static int
-conn_feed(conn *c, const char *p, size_t n)
-{
-	sv *s = c->s;
-	char err[KN_ERR_LEN];
-
-	while (n > 0 && !c->closing) {
-		if (c->partial_since == 0)
-			c->partial_since = kn_now();
-		if (c->hdr_got < PL_HEADER) {
-			size_t k = PL_HEADER - c->hdr_got < n ?
-			    PL_HEADER - c->hdr_got : n;
-
-			memcpy(c->hdr + c->hdr_got, p, k);
-			c->hdr_got += k;
-			p += k;
-			n -= k;
-			if (c->hdr_got < PL_HEADER)
-				break;
-			/* bounded before a byte of the body is kept */
-			c->body_len = pl_frame_length(c->hdr);
-			if (c->body_len == 0 ||
-			    c->body_len > s->cfg.pipeline_max_frame) {
-				snprintf(err, sizeof(err), "a frame of %zu bytes "
-				    "(the limit is %zu)", c->body_len,
-				    s->cfg.pipeline_max_frame);
-				conn_close(c, err);
-				return -1;
-			}
-			if ((c->body = malloc(c->body_len)) == NULL) {
-				conn_close(c, "out of memory");
-				return -1;
-			}
-			c->body_got = 0;
-		}
-		{
-			size_t k = c->body_len - c->body_got < n ?
-			    c->body_len - c->body_got : n;
-			pl_frame f;
-
-			memcpy(c->body + c->body_got, p, k);
-			c->body_got += k;
-			p += k;
-			n -= k;
-			if (c->body_got < c->body_len)
-				break;
-			c->hdr_got = 0;
-			c->partial_since = 0;
-			if (pl_frame_decode(c->body, c->body_len, &f, err) != 0) {
-				free(c->body);
-				c->body = NULL;
-				conn_close(c, err);
-				return -1;
-			}
-			free(c->body);
-			c->body = NULL;
-			dispatch(s, c, &f);
-		}
-	}
-	return 0;
-}
-
-static void
-on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-	conn *c = st->data;
-
-	if (nread < 0) {
-		conn_close(c, nread == UV_EOF ? (c->hdr_got ? "closed in the "
-		    "middle of a frame" : c->outbound ? "closed" : NULL) :
-		    uv_strerror((int)nread));
-		return;
-	}
-	conn_feed(c, buf->base, (size_t)nread);
-}
-
-static conn *
-conn_new(sv *s, int outbound)
-{
-	conn *c = calloc(1, sizeof(*c));
-
-	if (c == NULL)
-		return NULL;
-	c->s = s;
-	c->outbound = outbound;
-	uv_tcp_init(s->loop, &c->tcp);
-	c->tcp.data = c;
-	uv_tcp_nodelay(&c->tcp, 1);
-	c->next = s->conns;
-	s->conns = c;
-	return c;
-}
+/* Connections' news ------------------------------------------------------ */
 
 void
-sv_on_connection(uv_stream_t *server, int status)
+sv_link_up(sv *s)
 {
-	sv *s = server->data;
-	conn *c;
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
-
-	if (status < 0 || s->stopping || (c = conn_new(s, 0)) == NULL)
-		return;
-	if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
-		conn_close(c, NULL);
-		return;
-	}
-	uv_tcp_nodelay(&c->tcp, 1);
-	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-		char ip[48] = "?";
-		int port = 0;
-
-		if (ss.ss_family == AF_INET) {
-			uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		} else if (ss.ss_family == AF_INET6) {
-			uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-		}
-		snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
-	}
-	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-}
-
-typedef struct {
-	uv_connect_t req;
-	sv *s;
-	conn *c;
-} creq;
-
-static void
-on_link_connected(uv_connect_t *req, int status)
-{
-	creq *r = (creq *)req;
-	sv *s = r->s;
-	conn *c = r->c;
 	queued *q, *next;
 
-	free(r);
-	if (c->closing)
-		return;
-	if (status < 0) {
-		conn_close(c, uv_strerror(status));
-		return;
-	}
-	c->up = 1;
-	log_info("pipeline: connected to the next host %s", c->peer);
-	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 	for (q = s->q_head; q != NULL; q = next) {
 		next = q->next;
-		conn_write(c, q->buf, q->len);
+		sv_conn_write(s->link, q->buf, q->len);
 		free(q);
 	}
 	s->q_head = s->q_tail = NULL;
@@ -748,40 +496,25 @@ on_link_connected(uv_connect_t *req, int status)
 }
 
 void
-sv_link_connect(sv *s)
+sv_conn_gone(sv *s, conn *c, const char *why)
 {
-	const ph_host *h = &s->hosts.v[(s->self + 1) % s->hosts.n];
-	const char *addr = s->cfg.pipeline_next[0] ? s->cfg.pipeline_next :
-	    h->addr;
-	char host[CF_HOST_LEN];
-	int port;
-	struct sockaddr_storage sa;
-	creq *r;
-	conn *c;
+	request *r;
 
-	if (s->link != NULL || s->stopping || s->hosts.n < 2)
+	for (r = s->requests; r != NULL; r = r->next)
+		if (r->client == c)
+			r->client = NULL;
+	if (c != s->link)
 		return;
-	if (cf_parse_hostport(addr, host, sizeof(host), &port) != 0 ||
-	    (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
-	    uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa) != 0)) {
-		log_warnx("pipeline: the next host %s is not a numeric "
-		    "host:port", addr);
-		return;
+	s->link = NULL;
+	s->link_retry = kn_now();
+	if (!s->stopping && s->entry) {
+		char msg[PL_MSG_LEN];
+
+		snprintf(msg, sizeof(msg), "lost the connection to the next "
+		    "host %s: %.100s", c->peer, why ? why : "closed");
+		requests_fail_all(s, msg);
 	}
-	if ((c = conn_new(s, 1)) == NULL || (r = malloc(sizeof(*r))) == NULL) {
-		if (c != NULL)
-			conn_close(c, NULL);
-		return;
-	}
-	snprintf(c->peer, sizeof(c->peer), "%.63s", addr);
-	s->link = c;
-	r->s = s;
-	r->c = c;
-	if (uv_tcp_connect(&r->req, &c->tcp, (struct sockaddr *)&sa,
-	    on_link_connected) != 0) {
-		free(r);
-		conn_close(c, "cannot connect");
-	}
+	queue_drop_all(s, why ? why : "closed");
 }
 
 /* Housekeeping: deadlines, stalled frames, the link, idle memory. */
@@ -791,7 +524,6 @@ sv_on_cron(uv_timer_t *t)
 	sv *s = t->data;
 	double tnow = kn_now();
 	request *r, *next;
-	conn *c, *cn;
 
 	for (r = s->requests; r != NULL; r = next) {
 		next = r->next;
@@ -805,17 +537,7 @@ sv_on_cron(uv_timer_t *t)
 			request_fail(s, r, msg);
 		}
 	}
-	for (c = s->conns; c != NULL; c = cn) {
-		cn = c->next;
-		if (!c->closing && c->partial_since > 0 &&
-		    tnow - c->partial_since > PARTIAL_S)
-			conn_close(c, "a frame left unfinished");
-	}
-	if (s->link == NULL && s->hosts.n > 1 &&
-	    tnow - s->link_retry > RECONNECT_S) {
-		s->link_retry = tnow;
-		sv_link_connect(s);
-	}
+	sv_conns_cron(s, tnow);
 	if (s->inflight == 0 && !s->trimmed) {
 		int count;
 		size_t bytes;
@@ -862,13 +584,14 @@ sv_shutdown(sv *s)
 	queue_drop_all(s, "shutting down");
 	for (c = s->conns; c != NULL; c = next) {
 		next = c->next;
-		conn_close(c, NULL);
+		sv_conn_close(c, NULL);
 	}
-	s->closing_handles = 5;
+	s->closing_handles = 6;
 	uv_close((uv_handle_t *)&s->listener, on_handle_closed);
 	uv_close((uv_handle_t *)&s->cron, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
+	uv_close((uv_handle_t *)&s->sighup, on_handle_closed);
 	sc_stop(s->compute, on_compute_closed, s);
 }
 

@@ -1,5 +1,6 @@
-/* blocktraind -S: options, start-up and the loop of a pipeline host
- * (the loop's work is in serve.c). */
+/* blocktraind -S: options, start-up, trust (the identity of the state
+ * directory, the host list's ids) and signals of a pipeline host; the
+ * loop's work is in serve.c and serve_conn.c. */
 #include "config.h"
 
 #include <signal.h>
@@ -23,6 +24,101 @@ on_signal(uv_signal_t *h, int sig)
 {
 	(void)sig;
 	sv_shutdown(h->data);
+}
+
+/* Whether a and b list the same ring: hosts, blocks, ids and shape. */
+static int
+hosts_same(const ph_list *a, const ph_list *b)
+{
+	int i;
+
+	if (a->n != b->n || a->logical != b->logical || (a->logical &&
+	    (a->width != b->width || a->heads != b->heads ||
+	    a->layers_per_block != b->layers_per_block ||
+	    a->window != b->window || a->blocks != b->blocks ||
+	    a->seed != b->seed || a->f16 != b->f16)))
+		return 0;
+	for (i = 0; i < a->n; i++) {
+		const ph_host *x = &a->v[i], *y = &b->v[i];
+
+		if (strcmp(x->addr, y->addr) != 0 || x->block_hi != y->block_hi
+		    || x->block_lo != y->block_lo || x->has_id != y->has_id ||
+		    (x->has_id && !id_equal(x->id, y->id)))
+			return 0;
+	}
+	return 1;
+}
+
+/* The host list again: its clients change at once, and connections of
+ * ids it no longer names are cut off; a changed ring needs a restart. */
+static void
+on_hup(uv_signal_t *h, int sig)
+{
+	sv *s = h->data;
+	ph_list fresh;
+	char err[PR_ERR_LEN];
+	int cut;
+
+	(void)sig;
+	if (ph_load(&fresh, s->cfg.pipeline_hosts, err) != 0) {
+		log_warnx("SIGHUP: keeping the old pipeline host list: %s", err);
+		return;
+	}
+	if (!hosts_same(&s->hosts, &fresh)) {
+		log_warnx("SIGHUP: the hosts, blocks, peer ids or shape of %s "
+		    "changed; that needs a restart of every host, keeping the "
+		    "old list", s->cfg.pipeline_hosts);
+		ph_free(&fresh);
+		return;
+	}
+	ph_free(&s->hosts);
+	s->hosts.clients = fresh.clients;
+	s->hosts.nclients = fresh.nclients;
+	log_info("SIGHUP: pipeline host list reloaded, %d hosts, %d clients",
+	    s->hosts.n, s->hosts.nclients);
+	if ((cut = sv_conns_recheck(s)) > 0)
+		log_info("SIGHUP: cut off %d connection(s) of peer ids no longer "
+		    "listed", cut);
+}
+
+static int
+is_loopback(const char *host)
+{
+	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+	    strcmp(host, "localhost") == 0;
+}
+
+/* TLS as the identity of the state directory, with every host's id in
+ * the list and ours our own; or, with insecure = yes, plain TCP on
+ * loopback only. */
+static int
+trust_setup(sv *s, char *err)
+{
+	const ph_host *me = &s->hosts.v[s->self];
+	char why[KN_ERR_LEN];
+	int rc, i;
+
+	s->open_entry = strcmp(s->cfg.pipeline_open_entry, "yes") == 0;
+	if (strcmp(s->cfg.insecure, "yes") == 0)
+		return is_loopback(me->host) ? KN_OK : kn_error(err, KN_EINVAL,
+		    "insecure = yes is refused on %s: plain TCP is for "
+		    "loopback only", me->host);
+	for (i = 0; i < s->hosts.n; i++)
+		if (!s->hosts.v[i].has_id)
+			return kn_error(err, KN_EINVAL, "%s: %s has no peer id; "
+			    "each host line is 'host:port BLOCKS peer-id' (the "
+			    "id 'shardmeter id --dir STATE_DIR' prints for that "
+			    "host)", s->cfg.pipeline_hosts, s->hosts.v[i].addr);
+	if ((rc = tls_ctx_new(&s->tls, s->cfg.state_dir, why)) != 0)
+		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ? ": make "
+		    "one with 'shardmeter init --dir <state_dir>'" : "");
+	if (strcmp(me->id_text, tls_ctx_id(s->tls)) != 0)
+		return kn_error(err, KN_EINVAL, "%s: the line of %s names peer "
+		    "id %s, but this host's identity (%s) is %s",
+		    s->cfg.pipeline_hosts, me->addr, me->id_text,
+		    s->cfg.state_dir, tls_ctx_id(s->tls));
+	tls_ctx_set_allow(s->tls, sv_allows, s);
+	return KN_OK;
 }
 
 /* The host list and the run it serves, and our place in it. */
@@ -57,7 +153,7 @@ setup(sv *s, char *err)
 		if (s->hosts.v[i].layer_hi <= s->hosts.v[i].layer_lo)
 			return kn_error(err, KN_EINVAL, "host %s gets no causal "
 			    "layers", s->hosts.v[i].addr);
-	return KN_OK;
+	return trust_setup(s, err);
 }
 
 static void
@@ -117,9 +213,11 @@ start_loop(sv *s, const struct sockaddr_storage *sa, char *err)
 	uv_timer_start(&s->cron, sv_on_cron, SV_CRON_MS, SV_CRON_MS);
 	uv_signal_init(s->loop, &s->sigterm);
 	uv_signal_init(s->loop, &s->sigint);
-	s->sigterm.data = s->sigint.data = s;
+	uv_signal_init(s->loop, &s->sighup);
+	s->sigterm.data = s->sigint.data = s->sighup.data = s;
 	uv_signal_start(&s->sigterm, on_signal, SIGTERM);
 	uv_signal_start(&s->sigint, on_signal, SIGINT);
+	uv_signal_start(&s->sighup, on_hup, SIGHUP);
 	signal(SIGPIPE, SIG_IGN);
 	sv_link_connect(s);
 	return KN_OK;
@@ -138,6 +236,13 @@ log_started(const sv *s, const char *desc)
 	    "weights" : "logical shape with random weights" : "trained",
 	    s->hosts.n > 1 ? s->hosts.v[(s->self + 1) % s->hosts.n].addr :
 	    "none", desc);
+	if (s->tls != NULL)
+		log_info("pipeline: mutual TLS as peer id %s%s", tls_ctx_id(s->tls),
+		    s->entry && s->open_entry ? "; the entry is open to any "
+		    "client" : "");
+	else
+		log_warnx("pipeline: insecure = yes: plain TCP, no peer ids; "
+		    "anyone who reaches %s may use the pipeline", me->addr);
 }
 
 int
@@ -169,6 +274,8 @@ sv_main(const startup_flags *f)
 	log_started(&s, desc);
 	uv_run(s.loop, UV_RUN_DEFAULT);
 	uv_loop_close(s.loop);
+	tls_ctx_free(s.tls);
+	ph_free(&s.hosts);
 	kn_pool_shutdown();
 	return 0;
 }

@@ -1,6 +1,7 @@
-/* Private to the pipeline host: its state, shared by serve.c (the loop:
- * connections, frames, requests, housekeeping) and serve_main.c (options
- * and start-up). */
+/* Private to the pipeline host: its state, shared by serve.c (frames,
+ * requests, housekeeping), serve_conn.c (connections: TLS, who each peer
+ * is, limits, the link to the next host) and serve_main.c (options,
+ * start-up, trust, signals). */
 #ifndef SM_SERVE_PRIVATE_H
 #define SM_SERVE_PRIVATE_H
 
@@ -10,6 +11,7 @@
 #include "daemon/conf.h"
 #include "daemon/pipeline_hosts.h"
 #include "daemon/serve_compute.h"
+#include "daemon/tls_stream.h"
 #include "proto/pipeline.h"
 
 /* Housekeeping runs this often (deadlines, stalled frames, the link). */
@@ -17,18 +19,42 @@
 
 typedef struct sv sv;
 
+/* Who is at the other end of a connection, from its peer id once the TLS
+ * handshake is over; it decides which frames the connection may send. */
+typedef enum {
+	SV_PEER_UNKNOWN,                /* TLS, before the handshake ends */
+	SV_PEER_ANY,                    /* insecure = yes: no ids, no checks */
+	SV_PEER_PREV,                   /* the previous host of the ring */
+	SV_PEER_NEXT,                   /* our link, pinned to the next host */
+	SV_PEER_HOST,                   /* another host of the list */
+	SV_PEER_CLIENT,                 /* a client line of the list */
+	SV_PEER_OPEN                    /* anyone else, at an open entry */
+} sv_peer;
+
 typedef struct conn {
 	sv *s;
 	uv_tcp_t tcp;
+	uv_shutdown_t shutdown;
 	int outbound;                   /* our link to the next host */
-	int up;                         /* connected (outbound) */
+	int up;                         /* connected and past TLS (outbound) */
+	tls_conn *tls;                  /* NULL: plain TCP */
+	int handshaking;
+	double opened;                  /* accepted, or connected (outbound) */
+	sv_peer kind;
+	int inflight;                   /* its requests at the entry */
+	/* the rate of a client the list does not name, in bytes */
+	double tokens, tokens_at;
+	int paused;                     /* reading stopped until tokens >= 0 */
 	unsigned char hdr[PL_HEADER];
 	size_t hdr_got;
 	char *body;
 	size_t body_len, body_got;
 	double partial_since;           /* 0: between frames */
 	int closing;
-	char peer[64];
+	int released;                   /* uv_close called */
+	double draining_since;          /* closing once its alert is out */
+	char peer[64];                  /* host:port */
+	char addr[48];                  /* the peer's address, for limits */
 	struct conn *next;
 } conn;
 
@@ -63,11 +89,13 @@ struct sv {
 	char run_id[PR_RUN_ID_LEN];
 	ph_list hosts;
 	int self, entry, exit_host;
+	tls_ctx *tls;                   /* NULL: insecure, plain TCP */
+	int open_entry;                 /* the entry takes any TLS client */
 	const kn_backend *be;
 	sc *compute;
 	uv_tcp_t listener;
 	uv_timer_t cron;
-	uv_signal_t sigterm, sigint;
+	uv_signal_t sigterm, sigint, sighup;
 	conn *conns;
 	conn *link;                     /* to the next host, or NULL */
 	double link_retry;
@@ -81,12 +109,37 @@ struct sv {
 	uint64_t served, failed;
 };
 
+/* serve.c */
+
+void sv_on_cron(uv_timer_t *t);
+void sv_on_compute_done(void *ctx, sc_job *job);
+/* A frame c may send (serve_conn.c checked who c is); takes what f owns. */
+void sv_dispatch(sv *s, conn *c, pl_frame *f);
+/* The link to the next host is up: what waited for it goes. */
+void sv_link_up(sv *s);
+/* c is closing: its requests lose their client; the link's loss fails
+ * what was in flight on it. */
+void sv_conn_gone(sv *s, conn *c, const char *why);
+/* Fails what is in flight, closes every handle; the loop then ends. */
+void sv_shutdown(sv *s);
+
+/* serve_conn.c */
+
 void sv_on_connection(uv_stream_t *server, int status);
 /* Opens the link to the next host unless it is there or opening. */
 void sv_link_connect(sv *s);
-void sv_on_cron(uv_timer_t *t);
-void sv_on_compute_done(void *ctx, sc_job *job);
-/* Fails what is in flight, closes every handle; the loop then ends. */
-void sv_shutdown(sv *s);
+/* Writes buf (len bytes, taken) to c; -1 when c is or goes closing. */
+int sv_conn_write(conn *c, char *buf, size_t len);
+int sv_conn_send(conn *c, const pl_frame *f);
+/* Closes c at once; why (NULL: nothing) goes to the log. */
+void sv_conn_close(conn *c, const char *why);
+/* Stalled frames and handshakes, paused clients, the link's retry. */
+void sv_conns_cron(sv *s, double now);
+/* After the host list's clients changed: connections of ids no longer
+ * allowed are closed, the others take their new kind.  The count
+ * closed. */
+int sv_conns_recheck(sv *s);
+/* Whether the host list or an open entry lets id in (tls_allow_fn). */
+int sv_allows(void *arg, const uint8_t id[ID_BYTES]);
 
 #endif

@@ -1,6 +1,7 @@
 /* Pipeline frames (proto/pipeline.c) and the pipeline host list
- * (daemon/pipeline_hosts.c): round trips, and every kind of bad frame or
- * list refused with its own message. */
+ * (daemon/pipeline_hosts.c): round trips, the hosts' peer ids and the
+ * client lines, and every kind of bad frame or list refused with its own
+ * message. */
 #include "config.h"
 
 #include <check.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/identity.h"
 #include "daemon/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
@@ -272,6 +274,82 @@ START_TEST(test_host_list)
 }
 END_TEST
 
+/* A printed peer id whose bytes are all b. */
+static const char *
+some_id(int b, char out[ID_LEN])
+{
+	uint8_t id[ID_BYTES];
+
+	memset(id, b, sizeof(id));
+	id_format(id, out);
+	return out;
+}
+
+START_TEST(test_host_list_ids)
+{
+	ph_list pl;
+	char err[PR_ERR_LEN], text[1024], a[ID_LEN], b[ID_LEN], c[ID_LEN];
+	uint8_t id[ID_BYTES];
+
+	tu_temp_dir(tmpdir, sizeof(tmpdir), "check_pipeline");
+	snprintf(text, sizeof(text), "127.0.0.1:1 2 %s\n127.0.0.1:2 1 %s  # "
+	    "inner\nclient %s alice\nclient %s\n", some_id(1, a),
+	    some_id(2, b), some_id(3, c), "aaaa-aaaa-aaaa-aaaa-aaaa-aaaa-aaaa-"
+	    "aaaa-aaaa-aaaa-aaaa-aaaa-aaaa");
+	ck_assert_msg(ph_load(&pl, write_list(text), err) == 0, "%s", err);
+	ck_assert_int_eq(pl.n, 2);
+	ck_assert_int_eq(pl.missing_ids, 0);
+	ck_assert(pl.v[0].has_id && pl.v[1].has_id);
+	ck_assert_str_eq(pl.v[1].id_text, b);
+	ck_assert_int_eq(pl.nclients, 2);
+	ck_assert_str_eq(pl.clients[0].name, "alice");
+	ck_assert_str_eq(pl.clients[1].name, "");
+	memset(id, 2, sizeof(id));
+	ck_assert_int_eq(ph_find_id(&pl, id), 1);
+	ck_assert_int_eq(ph_client_find(&pl, id), -1);
+	memset(id, 0, sizeof(id));
+	ck_assert_int_eq(ph_client_find(&pl, id), 1);
+	ph_free(&pl);
+	/* ids may be left out (for hosts that run insecure), and counted */
+	snprintf(text, sizeof(text), "127.0.0.1:1 2-1\n");
+	ck_assert_int_eq(ph_load(&pl, write_list(text), err), 0);
+	ck_assert_int_eq(pl.missing_ids, 1);
+	ck_assert(!pl.v[0].has_id);
+	ph_free(&pl);
+	/* an id twice, on host or client lines */
+	snprintf(text, sizeof(text), "127.0.0.1:1 2 %s\n127.0.0.1:2 1 %s\n",
+	    a, a);
+	ck_assert_int_ne(ph_load(&pl, write_list(text), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "listed twice"));
+	snprintf(text, sizeof(text), "127.0.0.1:1 1 %s\nclient %s\n", a, a);
+	ck_assert_int_ne(ph_load(&pl, write_list(text), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, ":2: peer id"));
+	/* a malformed id, a client line without one or with too much, a
+	 * host line with a fourth field */
+	snprintf(text, sizeof(text), "127.0.0.1:1 1 %s\n", "ABCD-EFGH");
+	ck_assert_int_ne(ph_load(&pl, write_list(text), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, ":1:"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 1\nclient\n"),
+	    err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "client peer-id"));
+	snprintf(text, sizeof(text), "127.0.0.1:1 1\nclient %s a b\n", c);
+	ck_assert_int_ne(ph_load(&pl, write_list(text), err), 0);
+	snprintf(text, sizeof(text), "127.0.0.1:1 1 %s extra\n", a);
+	ck_assert_int_ne(ph_load(&pl, write_list(text), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "host:port BLOCKS peer-id"));
+	/* a shape line still goes with ids */
+	snprintf(text, sizeof(text), "shape width=64 heads=4 layers=2 "
+	    "window=32 blocks=2\n127.0.0.1:1 2 %s\n127.0.0.1:2 1 %s\n"
+	    "client %s\n", a, b, c);
+	ck_assert_int_eq(ph_load(&pl, write_list(text), err), 0);
+	ck_assert(pl.logical);
+	ck_assert_int_eq(pl.nclients, 1);
+	ph_free(&pl);
+	unlink(write_list(""));
+	rmdir(tmpdir);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -281,6 +359,7 @@ main(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_host_list);
+	tcase_add_test(tc, test_host_list_ids);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -1,8 +1,11 @@
 /* The inference pipeline end to end: three blocktraind -S on loopback
  * (with WAN relays between them where a test needs time to act), real
- * sockets, a model trained for the test.  Output against one process in
- * both modes, a host killed in the middle of a request, bad frames, and
- * 64 clients at once with memory back to idle afterwards. */
+ * sockets over mutual TLS (each host its own identity, the test a listed
+ * client), a model trained for the test.  Output against one process in
+ * both modes, a host killed in the middle of a request, bad frames, 64
+ * clients at once with memory back to idle afterwards, and the pipeline's
+ * half of the handshake matrix: who may send which frames where, an open
+ * entry's limits, SIGHUP, and the insecure ring. */
 #include "config.h"
 
 #include <check.h>
@@ -17,6 +20,7 @@
 
 #include "daemon/blocktrain.h"
 #include "daemon/pipeline_client.h"
+#include "daemon/tls.h"
 #include "daemon/train.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
@@ -33,6 +37,7 @@ static char dir[64];
 static int base_port;
 static pid_t host_pid[HOSTS], relay_pid[HOSTS];
 static char entry[32];
+static tls_ctx *operator_tls;   /* the test's own identity, a client line */
 
 /* The run, trained once for the whole suite: three blocks of one layer
  * and the causal LM, a few dozen steps on system text. */
@@ -55,14 +60,56 @@ train_once(void)
 	    "--spec %s/run.conf --dir %s/run --reference causal --quiet "
 	    "--threads 2", tool, dir, dir, tool, dir, dir) == 0, "training: %s",
 	    out);
-	base_port = 21000 + (int)(getpid() % 15000);
+	/* each host its own state directory: its identity beside the run's
+	 * checkpoints */
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "for i in 0 1 2; do mkdir -p "
+	    "%s/host$i && ln -sf %s/run/*.ckpt %s/host$i/ || exit 1; done", dir,
+	    dir, dir), 0);
+	tu_trust_init(dir);
+	{
+		char err[KN_ERR_LEN];
+
+		ck_assert_msg(tls_ctx_new(&operator_tls, tu_client_dir(), err) ==
+		    0, "%s", err);
+	}
+	base_port = tu_port_base(100 + HOSTS + 1);   /* relays at + 100 */
 	snprintf(entry, sizeof(entry), "127.0.0.1:%d", base_port);
 }
 
 static void
 cleanup_once(void)
 {
+	tls_ctx_free(operator_tls);
 	tu_remove_dir(dir);
+}
+
+/* A host's address, in buf. */
+static const char *
+host_addr(char *buf, size_t len, int port)
+{
+	snprintf(buf, len, "127.0.0.1:%d", port);
+	return buf;
+}
+
+/* One request to the host on port as the test's operator, over TLS
+ * pinned to that host's id when the ring has ids. */
+static int
+ask(int port, const pc_request *r, pc_result *res, int timeout_ms, char *err)
+{
+	char addr[32];
+	const uint8_t *pin = tu_port_pin(port);
+
+	return pc_generate(host_addr(addr, sizeof(addr), port), pin ?
+	    operator_tls : NULL, pin, r, res, timeout_ms, err);
+}
+
+/* A connection to the entry as the test's operator. */
+static int
+open_entry(pc_conn **c, char *err)
+{
+	const uint8_t *pin = tu_port_pin(base_port);
+
+	return pc_connect(c, entry, pin ? operator_tls : NULL, pin, 2000, err);
 }
 
 static void
@@ -76,7 +123,7 @@ start_host(int i, int relayed)
 	    + i : base_port + (i + 1) % HOSTS);
 	snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
 	snprintf(log, sizeof(log), "%s/log%d", dir, i);
-	snprintf(ckpt, sizeof(ckpt), "%s/run", dir);
+	snprintf(ckpt, sizeof(ckpt), "%s/host%d", dir, i);
 	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
 	snprintf(conf, sizeof(conf), "%s/serve.conf", dir);
 	host_pid[i] = tu_daemon_start(log, base_port + i, "-S", "-f", "-c",
@@ -125,7 +172,7 @@ wait_ring(double limit)
 	int ok = 0;
 
 	while (!ok && kn_now() - t0 < limit) {
-		if (pc_generate(entry, &r, &res, 2000, err) == 0 && res.ok)
+		if (ask(base_port, &r, &res, 2000, err) == 0 && res.ok)
 			ok = 1;
 		else
 			usleep(100000);
@@ -134,24 +181,59 @@ wait_ring(double limit)
 	ck_assert_msg(ok, "the pipeline did not come up in %.0f s", limit);
 }
 
+/* What write_hosts leaves out. */
+enum { WITHOUT_CLIENT = 1, WITHOUT_IDS = 2 };
+
+/* The host list: the hosts with their ids (each pinned for ask), and
+ * the test's operator as a client, less what flags say. */
 static void
-start_ring(int relayed, double delay_ms)
+write_hosts(int flags)
 {
-	char text[512];
+	char text[1024] = "# traversal order\n", state[128];
+	size_t used;
 	int i;
 
-	snprintf(text, sizeof(text), "# traversal order\n127.0.0.1:%d 3\n"
-	    "127.0.0.1:%d 2\n127.0.0.1:%d 1\n", base_port, base_port + 1,
-	    base_port + 2);
+	for (i = 0; i < HOSTS; i++) {
+		snprintf(state, sizeof(state), "%s/host%d", dir, i);
+		used = strlen(text);
+		if (flags & WITHOUT_IDS)
+			snprintf(text + used, sizeof(text) - used, "127.0.0.1:%d "
+			    "%d\n", base_port + i, HOSTS - i);
+		else
+			tu_peer_line(text, sizeof(text), base_port + i, HOSTS - i,
+			    state);
+	}
+	if (!(flags & (WITHOUT_CLIENT | WITHOUT_IDS)))
+		tu_client_line(text, sizeof(text));
 	tu_write_file(dir, "hosts", text);
-	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 3000\n"
-	    "pipeline_idle_s = 5\npipeline_batch = 8\n");
+}
+
+/* The ring, its host list as write_hosts(flags) makes it, with more
+ * configuration lines after the usual ones. */
+static void
+start_ring_conf(int relayed, double delay_ms, int flags, const char *more)
+{
+	char conf[512];
+	int i;
+
+	write_hosts(flags);
+	/* the 64 clients of one test all come from 127.0.0.1 */
+	snprintf(conf, sizeof(conf), "pipeline_timeout_ms = 3000\n"
+	    "pipeline_idle_s = 5\npipeline_batch = 8\n"
+	    "max_connections_per_addr = 128\n%s", more);
+	tu_write_file(dir, "serve.conf", conf);
 	for (i = 0; i < HOSTS; i++) {
 		if (relayed)
 			start_relay(i, delay_ms);
 		start_host(i, relayed);
 	}
 	wait_ring(20);
+}
+
+static void
+start_ring(int relayed, double delay_ms)
+{
+	start_ring_conf(relayed, delay_ms, 0, "");
 }
 
 static void
@@ -201,7 +283,7 @@ check_same(pl_mode mode, const char *prompt, int length, uint64_t seed)
 	char err[KN_ERR_LEN], expect[256];
 
 	single_process(mode, prompt, length, seed, expect, sizeof(expect));
-	ck_assert_int_eq(pc_generate(entry, &r, &res, 10000, err), 0);
+	ck_assert_msg(ask(base_port, &r, &res, 10000, err) == 0, "%s", err);
 	ck_assert_msg(res.ok, "%s: %s", pl_mode_name(mode), res.error);
 	ck_assert_uint_eq(res.len, (size_t)length);
 	/* the one-process output is text, so bytes that are NUL would
@@ -240,7 +322,7 @@ START_TEST(test_kill_middle_host)
 
 	/* 20 ms each way on every link: 36 traversals take over 2 s */
 	start_ring(1, 20);
-	ck_assert_int_eq(pc_connect(&c, entry, 2000, err), 0);
+	ck_assert_int_eq(open_entry(&c, err), 0);
 	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
 	usleep(400000);
 	t0 = kn_now();
@@ -280,7 +362,7 @@ START_TEST(test_stalled_host_times_out)
 	start_ring(0, 0);
 	kill(host_pid[2], SIGSTOP);
 	t0 = kn_now();
-	ck_assert_int_eq(pc_generate(entry, &r, &res, 10000, err), 0);
+	ck_assert_int_eq(ask(base_port, &r, &res, 10000, err), 0);
 	ck_assert(!res.ok);
 	ck_assert_ptr_nonnull(strstr(res.error, "timed out"));
 	/* not before the 3 s timeout, and soon after it (checked every
@@ -306,7 +388,7 @@ START_TEST(test_many_on_one_connection)
 	int i, k, seen = 0;
 
 	start_ring(0, 0);
-	ck_assert_int_eq(pc_connect(&c, entry, 2000, err), 0);
+	ck_assert_int_eq(open_entry(&c, err), 0);
 	for (i = 0; i < 6; i++) {
 		pl_mode mode = i % 2 ? PL_MODE_AR : PL_MODE_BT;
 
@@ -332,24 +414,65 @@ START_TEST(test_many_on_one_connection)
 }
 END_TEST
 
-static int
-raw_connect(void)
-{
-	int fd = tu_connect(base_port);
+/* A connection to the host on port for raw bytes: TLS as whoever
+ * tu_act_as says, or plain when the ring has no ids. */
+typedef struct {
+	int fd;
+	tu_tls *tls;
+} raw_conn;
 
-	ck_assert_int_ge(fd, 0);
-	return fd;
+static raw_conn
+raw_open(int port)
+{
+	raw_conn r = { -1, NULL };
+
+	if (tu_port_pin(port) != NULL)
+		ck_assert_ptr_nonnull(r.tls = tu_tls_connect(port));
+	else
+		ck_assert_int_ge(r.fd = tu_connect(port), 0);
+	return r;
 }
 
-/* The daemon closes the connection: a read sees EOF within 5 s. */
+static void
+raw_write(raw_conn *r, const void *data, size_t len)
+{
+	if (r->tls != NULL)
+		ck_assert_int_eq(tu_tls_write(r->tls, data, len), 0);
+	else
+		ck_assert_int_eq(write(r->fd, data, len), (ssize_t)len);
+}
+
+/* The host closes the connection: a read sees its end within 5 s,
+ * without a byte before it. */
 static int
-closed_by_peer(int fd)
+raw_closed_by_peer(raw_conn *r)
 {
 	struct timeval tv = { 5, 0 };
 	char b[64];
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return read(fd, b, sizeof(b)) == 0;
+	if (r->tls != NULL)
+		return tu_tls_read(r->tls, b, sizeof(b), 5) == 0;
+	setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return read(r->fd, b, sizeof(b)) == 0;
+}
+
+static void
+raw_close(raw_conn *r)
+{
+	tu_tls_close(r->tls);
+	if (r->fd >= 0)
+		close(r->fd);
+}
+
+/* Bytes that must make the host on port close the connection. */
+static void
+raw_refused(int port, const void *data, size_t len)
+{
+	raw_conn r = raw_open(port);
+
+	raw_write(&r, data, len);
+	ck_assert(raw_closed_by_peer(&r));
+	raw_close(&r);
 }
 
 START_TEST(test_bad_frames)
@@ -358,7 +481,6 @@ START_TEST(test_bad_frames)
 	pc_result res;
 	pc_conn *good;
 	char err[KN_ERR_LEN], expect[64];
-	int fd;
 
 	pc_request inflight = request_for(PL_MODE_AR, "go ", 30, 9);
 	char expect_ar[64];
@@ -366,28 +488,23 @@ START_TEST(test_bad_frames)
 	start_ring(0, 0);
 	single_process(PL_MODE_BT, "ok ", 8, 4, expect, sizeof(expect));
 	single_process(PL_MODE_AR, "go ", 30, 9, expect_ar, sizeof(expect_ar));
-	ck_assert_int_eq(pc_connect(&good, entry, 2000, err), 0);
-	/* a request in flight while the bad frames arrive */
+	ck_assert_int_eq(open_entry(&good, err), 0);
+	/* a request in flight while the bad frames arrive, from a listed
+	 * client over TLS: the frame reader's own checks */
 	ck_assert_int_eq(pc_send(good, &inflight, NULL, err), 0);
 	/* oversized: closed on the header alone */
-	fd = raw_connect();
-	ck_assert_int_eq(write(fd, "\x7f\xff\xff\xff", 4), 4);
-	ck_assert(closed_by_peer(fd));
-	close(fd);
+	raw_refused(base_port, "\x7f\xff\xff\xff", 4);
 	/* malformed body */
-	fd = raw_connect();
-	ck_assert_int_eq(write(fd, "\0\0\0\x05hello", 9), 9);
-	ck_assert(closed_by_peer(fd));
-	close(fd);
+	raw_refused(base_port, "\0\0\0\x05hello", 9);
 	/* a zero-length frame */
-	fd = raw_connect();
-	ck_assert_int_eq(write(fd, "\0\0\0\0", 4), 4);
-	ck_assert(closed_by_peer(fd));
-	close(fd);
+	raw_refused(base_port, "\0\0\0\0", 4);
 	/* truncated: the client goes in the middle of a frame */
-	fd = raw_connect();
-	ck_assert_int_eq(write(fd, "\0\0\0\x64" "abc", 7), 7);
-	close(fd);
+	{
+		raw_conn rc = raw_open(base_port);
+
+		raw_write(&rc, "\0\0\0\x64" "abc", 7);
+		raw_close(&rc);
+	}
 	ck_assert_int_eq(pc_recv(good, &res, 5000, err), 0);
 	ck_assert_msg(res.ok, "%s", res.error);
 	ck_assert_uint_eq(res.len, 30);
@@ -409,11 +526,8 @@ START_TEST(test_bad_frames)
 	pc_result_clear(&res);
 	/* a request sent to a host that is not the entry */
 	{
-		char addr[32];
-
-		snprintf(addr, sizeof(addr), "127.0.0.1:%d", base_port + 1);
 		r = request_for(PL_MODE_BT, "ok ", 8, 4);
-		ck_assert_int_eq(pc_generate(addr, &r, &res, 5000, err), 0);
+		ck_assert_int_eq(ask(base_port + 1, &r, &res, 5000, err), 0);
 		ck_assert(!res.ok);
 		ck_assert_ptr_nonnull(strstr(res.error, "not the entry"));
 		pc_result_clear(&res);
@@ -429,6 +543,216 @@ START_TEST(test_bad_frames)
 	pc_close(good);
 	ck_assert_int_eq(kill(host_pid[0], 0), 0);
 	ck_assert_int_eq(kill(host_pid[1], 0), 0);
+}
+END_TEST
+
+/* The handshake matrix ------------------------------------------------- */
+
+/* Whether the log of host i says text within 2 s. */
+static int
+log_has(int i, const char *text)
+{
+	char path[128], out[65536];
+	double t0 = kn_now();
+
+	snprintf(path, sizeof(path), "%s/log%d", dir, i);
+	do {
+		FILE *f = fopen(path, "r");
+		size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+
+		if (f != NULL)
+			fclose(f);
+		out[n] = '\0';
+		if (strstr(out, text) != NULL)
+			return 1;
+		usleep(100000);
+	} while (kn_now() - t0 < 2);
+	return 0;
+}
+
+/* A well-formed frame of type t (a request, or a traversal for block
+ * 2), encoded with its length; the caller frees it. */
+static char *
+frame_bytes(pl_type t, size_t *len)
+{
+	static unsigned char data[WINDOW], mask[WINDOW];
+	pl_frame f = { .type = t, .id = 77, .steps = 24, .temperature = 0.9,
+	    .seed = 1 };
+	char err[KN_ERR_LEN], *buf;
+
+	memset(mask, 1, sizeof(mask));
+	if (t == PL_BT) {
+		f.end = WINDOW;
+		f.block = 2;
+		f.data = data;
+		f.data_len = f.mask_len = WINDOW;
+		f.mask = mask;
+	} else {
+		f.mode = PL_MODE_BT;
+		f.length = 4;
+		f.data = (unsigned char *)"a";
+		f.data_len = 1;
+	}
+	ck_assert_int_eq(pl_frame_encode(&f, &buf, len, err), 0);
+	return buf;
+}
+
+/* A key of no line of the host list, made once. */
+static tls_ctx *
+stranger(void)
+{
+	char path[128], err[KN_ERR_LEN];
+	tls_ctx *ctx;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/stranger", dir);
+	rc = id_create(path, 0, err);
+	ck_assert_msg(rc == 0 || rc == ID_EEXIST, "%s", err);
+	ck_assert_msg(tls_ctx_new(&ctx, path, err) == 0, "%s", err);
+	return ctx;
+}
+
+/* Who may send what where: a listed client is answered; an unlisted
+ * key, plain TCP, a listed host that is not the previous one sending a
+ * traversal to an inner host, the previous host sending a request and a
+ * client sending a traversal are all refused; and none of them changes
+ * what the listed client gets. */
+START_TEST(test_handshake_matrix)
+{
+	pc_request r = request_for(PL_MODE_BT, "Hs ", 8, 5);
+	pc_result res;
+	tls_ctx *other = stranger();
+	char err[KN_ERR_LEN], host2[128], *bt, *gen;
+	size_t bt_len, gen_len;
+
+	start_ring(0, 0);
+	check_same(PL_MODE_BT, "Hs ", 8, 5);
+	/* a key the list does not name: refused at the handshake */
+	ck_assert_int_ne(pc_generate(entry, other, tu_port_pin(base_port), &r,
+	    &res, 5000, err), 0);
+	pc_result_clear(&res);
+	ck_assert_msg(log_has(0, "is not in the peer list"), "the entry did "
+	    "not log the unlisted key");
+	/* plain TCP: not a TLS hello */
+	ck_assert_int_ne(pc_generate(entry, NULL, NULL, &r, &res, 5000, err),
+	    0);
+	pc_result_clear(&res);
+	/* host 3 is listed, but host 2's previous host is the entry: its
+	 * traversal is refused; and as the entry's previous host it may
+	 * bring the ring's frames there, but not a request */
+	bt = frame_bytes(PL_BT, &bt_len);
+	gen = frame_bytes(PL_GEN, &gen_len);
+	snprintf(host2, sizeof(host2), "%s/host2", dir);
+	tu_act_as(host2);
+	raw_refused(base_port + 1, bt, bt_len);
+	raw_refused(base_port, gen, gen_len);
+	/* a listed client sends requests, never a traversal */
+	tu_act_as(NULL);
+	raw_refused(base_port + 1, bt, bt_len);
+	free(bt);
+	free(gen);
+	ck_assert(log_has(1, "refused a bt frame from a host that is not the "
+	    "previous one"));
+	ck_assert(log_has(1, "refused a bt frame from a listed client"));
+	ck_assert(log_has(0, "refused a gen frame from the previous host"));
+	/* nothing changed */
+	check_same(PL_MODE_BT, "Hs ", 8, 5);
+	check_same(PL_MODE_AR, "Hs ", 8, 5);
+	ck_assert_int_eq(kill(host_pid[1], 0), 0);
+	tls_ctx_free(other);
+}
+END_TEST
+
+/* pipeline_open_entry: any key may ask the entry, within its limits
+ * (one request in flight, 1 KiB/s here); listed clients have none, and
+ * the inner hosts stay closed to it. */
+START_TEST(test_open_entry)
+{
+	pc_request r = request_for(PL_MODE_AR, "Op ", 20, 6);
+	pc_result res;
+	pc_conn *c;
+	tls_ctx *other = stranger();
+	char err[KN_ERR_LEN], addr[32];
+	int i, ok = 0, busy = 0;
+	double t0;
+
+	start_ring_conf(0, 0, 0, "pipeline_open_entry = yes\n"
+	    "pipeline_client_requests = 1\npipeline_client_rate = 1024\n");
+	ck_assert_msg(pc_connect(&c, entry, other, tu_port_pin(base_port),
+	    2000, err) == 0, "%s", err);
+	/* 40 requests of about 90 bytes: over 2 s at 1 KiB/s after the
+	 * first second's worth */
+	t0 = kn_now();
+	for (i = 0; i < 40; i++)
+		ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
+	for (i = 0; i < 40; i++) {
+		ck_assert_msg(pc_recv(c, &res, 20000, err) == 0, "%s", err);
+		ok += res.ok;
+		busy += !res.ok && strstr(res.error, "too many requests") != NULL;
+		pc_result_clear(&res);
+	}
+	ck_assert_int_ge(ok, 1);
+	ck_assert_int_eq(ok + busy, 40);
+	ck_assert_msg(kn_now() - t0 > 1.5, "read at %.0f bytes/s", 40 * 90 /
+	    (kn_now() - t0));
+	pc_close(c);
+	/* a listed client: both in flight at once */
+	ck_assert_int_eq(open_entry(&c, err), 0);
+	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
+	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(pc_recv(c, &res, 10000, err), 0);
+		ck_assert_msg(res.ok, "%s", res.error);
+		pc_result_clear(&res);
+	}
+	pc_close(c);
+	/* an inner host is not the entry, so not open */
+	ck_assert_int_ne(pc_generate(host_addr(addr, sizeof(addr),
+	    base_port + 1), other, tu_port_pin(base_port + 1), &r, &res, 5000,
+	    err), 0);
+	pc_result_clear(&res);
+	check_same(PL_MODE_AR, "Op ", 20, 6);
+	tls_ctx_free(other);
+}
+END_TEST
+
+/* SIGHUP: the entry reads the host list again; the client line gone,
+ * its connection is cut off and a new one refused; back, it is let in
+ * again, and the ring never noticed. */
+START_TEST(test_sighup)
+{
+	pc_request r = request_for(PL_MODE_BT, "Hu ", 8, 7);
+	pc_result res;
+	pc_conn *c;
+	char err[KN_ERR_LEN];
+
+	start_ring(0, 0);
+	ck_assert_int_eq(open_entry(&c, err), 0);
+	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
+	ck_assert_int_eq(pc_recv(c, &res, 10000, err), 0);
+	ck_assert(res.ok);
+	pc_result_clear(&res);
+	write_hosts(WITHOUT_CLIENT);
+	ck_assert_int_eq(kill(host_pid[0], SIGHUP), 0);
+	ck_assert(log_has(0, "cut off 1 connection"));
+	ck_assert_int_ne(pc_recv(c, &res, 5000, err), 0);
+	pc_close(c);
+	ck_assert_int_ne(ask(base_port, &r, &res, 5000, err), 0);
+	pc_result_clear(&res);
+	write_hosts(0);
+	ck_assert_int_eq(kill(host_pid[0], SIGHUP), 0);
+	wait_ring(10);
+	check_same(PL_MODE_BT, "Hu ", 8, 7);
+}
+END_TEST
+
+/* insecure = yes on loopback: plain TCP, a list without ids, the same
+ * outputs. */
+START_TEST(test_insecure_ring)
+{
+	start_ring_conf(0, 0, WITHOUT_IDS, "insecure = yes\n");
+	check_same(PL_MODE_BT, "In ", 10, 8);
+	check_same(PL_MODE_AR, "In ", 10, 8);
 }
 END_TEST
 
@@ -469,7 +793,7 @@ client_run(void *arg)
 	pc_result res;
 	char err[KN_ERR_LEN];
 
-	if (pc_generate(entry, &r, &res, 60000, err) != 0)
+	if (ask(base_port, &r, &res, 60000, err) != 0)
 		snprintf(cl->why, sizeof(cl->why), "%s", err);
 	else if (!res.ok)
 		snprintf(cl->why, sizeof(cl->why), "%s", res.error);
@@ -601,6 +925,10 @@ main(void)
 	tcase_add_test(tc, test_stalled_host_times_out);
 	tcase_add_test(tc, test_many_on_one_connection);
 	tcase_add_test(tc, test_64_clients);
+	tcase_add_test(tc, test_handshake_matrix);
+	tcase_add_test(tc, test_open_entry);
+	tcase_add_test(tc, test_sighup);
+	tcase_add_test(tc, test_insecure_ring);
 	suite_add_tcase(s, tc);
 	rc = tu_run_suite(s);
 	kn_pool_shutdown();

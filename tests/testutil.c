@@ -292,7 +292,10 @@ tu_port_base(int n)
 	 * connections take their ports; spread by pid so that test
 	 * programs running at once start apart */
 	int span = 32000 - 10000 - n, base, tries, i;
+	const char *env = getenv("TU_PORT_BASE");
 
+	if (env != NULL && atoi(env) > 0)
+		return atoi(env);
 	base = 10000 + (int)((unsigned)getpid() * 7919u % (unsigned)span);
 	for (tries = 0; tries < 200; tries++) {
 		for (i = 0; i < n && port_free(base + i); i++)
@@ -798,6 +801,71 @@ tu_raw_request(int port, const char *text, char *answer, size_t alen)
 	code = tu_conn_request(c, text, answer, alen);
 	tu_conn_close(c);
 	return code;
+}
+
+struct tu_tls {
+	int fd;
+	SSL_CTX *ctx;
+	SSL *ssl;
+};
+
+tu_tls *
+tu_tls_connect(int port)
+{
+	char cert[600], key[600];
+	tu_tls *t = calloc(1, sizeof(*t));
+
+	ck_assert_ptr_nonnull(t);
+	if ((t->fd = tu_connect(port)) < 0) {
+		free(t);
+		return NULL;
+	}
+	snprintf(cert, sizeof(cert), "%s/%s", acting(), ID_CERT_FILE);
+	snprintf(key, sizeof(key), "%s/%s", acting(), ID_KEY_FILE);
+	ck_assert_ptr_nonnull(t->ctx = SSL_CTX_new(TLS_client_method()));
+	SSL_CTX_set_min_proto_version(t->ctx, TLS1_3_VERSION);
+	ck_assert_int_eq(SSL_CTX_use_certificate_file(t->ctx, cert,
+	    SSL_FILETYPE_PEM), 1);
+	ck_assert_int_eq(SSL_CTX_use_PrivateKey_file(t->ctx, key,
+	    SSL_FILETYPE_PEM), 1);
+	ck_assert_ptr_nonnull(t->ssl = SSL_new(t->ctx));
+	SSL_set_fd(t->ssl, t->fd);
+	if (SSL_connect(t->ssl) != 1) {
+		tu_tls_close(t);
+		return NULL;
+	}
+	return t;
+}
+
+int
+tu_tls_write(tu_tls *t, const void *data, size_t len)
+{
+	return SSL_write(t->ssl, data, (int)len) == (int)len ? 0 : -1;
+}
+
+ssize_t
+tu_tls_read(tu_tls *t, void *buf, size_t len, double limit)
+{
+	struct timeval tv = { (time_t)limit, (suseconds_t)((limit -
+	    (double)(time_t)limit) * 1e6) };
+	int n;
+
+	setsockopt(t->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if ((n = SSL_read(t->ssl, buf, (int)len)) > 0)
+		return n;
+	/* a receive timeout, else the peer's alert, close_notify or EOF */
+	return SSL_get_error(t->ssl, n) == SSL_ERROR_WANT_READ ? -1 : 0;
+}
+
+void
+tu_tls_close(tu_tls *t)
+{
+	if (t == NULL)
+		return;
+	SSL_free(t->ssl);
+	SSL_CTX_free(t->ctx);
+	close(t->fd);
+	free(t);
 }
 
 long

@@ -85,7 +85,8 @@ const char *tu_wan_relay(void);
  * error appended to log (NULL: left as it is); returns the pid. */
 pid_t tu_spawn(const char *log, const char *prog, const char *const argv[]);
 /* The first of n ports in a row that are free on loopback now, below
- * the ephemeral range and spread by pid. */
+ * the ephemeral range and spread by pid; $TU_PORT_BASE, when set, is
+ * taken as it is (to keep runs that share a machine apart). */
 int tu_port_base(int n);
 /* A connected TCP socket to 127.0.0.1:port, or -1. */
 int tu_connect(int port);
@@ -174,6 +175,19 @@ int tu_conn_request(tu_conn *c, const char *text, char *answer,
 /* Seconds until the daemon closes c, or -1 when it has not within limit. */
 double tu_conn_closed_within(tu_conn *c, double limit);
 void tu_conn_close(tu_conn *c);
+/* A raw TLS 1.3 connection to 127.0.0.1:port presenting the identity
+ * tu_act_as names (the operator's by default), for bytes that are not
+ * HTTP (the pipeline's frames); the server's key is not checked. */
+typedef struct tu_tls tu_tls;
+/* NULL when no TCP connection or no handshake could be made. */
+tu_tls *tu_tls_connect(int port);
+/* Writes all len bytes; 0, or -1 when the connection failed. */
+int tu_tls_write(tu_tls *t, const void *data, size_t len);
+/* Reads what arrives within limit seconds, up to len bytes: the count,
+ * 0 when the peer closed the connection (an alert, close_notify or EOF),
+ * -1 when nothing came in time. */
+ssize_t tu_tls_read(tu_tls *t, void *buf, size_t len, double limit);
+void tu_tls_close(tu_tls *t);
 /* GET /v1/status of the daemon on port: the JSON object, or NULL when it
  * did not answer 200 with JSON.  The caller json_decref()s it. */
 json_t *tu_status(int port);

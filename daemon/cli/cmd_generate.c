@@ -117,6 +117,41 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 	return CLI_CONTINUE;
 }
 
+/* The operator's identity for TLS to the entry host. */
+static int
+gen_identity(tls_ctx **tls, char *err)
+{
+	char dir[PR_PATH_LEN], why[KN_ERR_LEN];
+	int rc;
+
+	if (cli_client_dir(dir, err) != 0)
+		return KN_EINVAL;
+	if ((rc = tls_ctx_new(tls, dir, why)) != 0)
+		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ? ": make "
+		    "an operator identity with 'shardmeter init --client' and "
+		    "list it in the pipeline host list as 'client <its id>'" :
+		    "");
+	return KN_OK;
+}
+
+/* The request and its answer, over TLS pinned to the entry's id when
+ * the host list gives it. */
+static int
+gen_ask(const struct gen_args *g, const ph_list *hosts,
+    const pc_request *req, pc_result *res, char *err)
+{
+	const ph_host *entry = &hosts->v[0];
+	tls_ctx *tls = NULL;
+	int rc;
+
+	if (entry->has_id && (rc = gen_identity(&tls, err)) != 0)
+		return rc;
+	rc = pc_generate(entry->addr, tls, entry->has_id ? entry->id : NULL,
+	    req, res, g->timeout_ms, err);
+	tls_ctx_free(tls);
+	return rc;
+}
+
 /* --peers: one request to the pipeline's entry host. */
 static int
 gen_remote(const struct gen_args *g)
@@ -127,6 +162,7 @@ gen_remote(const struct gen_args *g)
 	pc_result res;
 	double t0;
 	size_t i;
+	int rc;
 
 	if (ph_load(&hosts, g->peers, err) != 0) {
 		fprintf(stderr, "shardmeter generate: %s\n", err);
@@ -140,7 +176,9 @@ gen_remote(const struct gen_args *g)
 	req.temperature = g->temp;
 	req.seed = g->seed;
 	t0 = kn_now();
-	if (pc_generate(hosts.v[0].addr, &req, &res, g->timeout_ms, err) != 0) {
+	rc = gen_ask(g, &hosts, &req, &res, err);
+	ph_free(&hosts);
+	if (rc != 0) {
 		fprintf(stderr, "shardmeter generate: %s\n", err);
 		return 1;
 	}
@@ -270,10 +308,12 @@ const struct cmd_entry cmd_generate_entry = {
 	    "blocktrain|ar] [--verbose] \"PROMPT\"\n"
 	    "With --peers, asks the pipeline of running daemons "
 	    "(blocktraind -S) whose\nhost list is HOSTS: the "
-	    "request goes to its first host, the entry; M\n"
-	    "defaults to 64 there, and an answer that does not "
-	    "come in MS ms (default\n30000) is an error.  "
-	    "--verbose adds the latency and the hosts' compute\n"
+	    "request goes to its first host, the entry, over\n"
+	    "mutual TLS as your operator identity (shardmeter "
+	    "init --client) when the\nlist has peer ids; M "
+	    "defaults to 64 there, and an answer that does not\n"
+	    "come in MS ms (default 30000) is an error.  "
+	    "--verbose adds the\nlatency and the hosts' compute "
 	    "time on stderr.\n"
 	    "Continues PROMPT by M bytes (default: to the end of "
 	    "the window).  blocktrain\nruns the K denoising "

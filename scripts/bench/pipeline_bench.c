@@ -1,8 +1,10 @@
-/* Load for scripts/bench/pipeline: C clients, each on its own connection
- * to the pipeline's entry host, each sending N requests one after the
- * other.  Prints one line of key=value figures: latency per request,
- * output bytes per second over the whole run, and the hosts' compute and
- * the rest per frame hop (the pipeline's own overhead). */
+/* Load for scripts/bench/pipeline and pipeline-tls: C clients, each on
+ * its own connection to the pipeline's entry host (over TLS as an
+ * operator identity when the host list has peer ids), each sending N
+ * requests one after the other.  Prints one line of key=value figures:
+ * latency per request, output bytes per second over the whole run, and
+ * the hosts' compute and the rest per frame hop (the pipeline's own
+ * overhead). */
 #include "config.h"
 
 #include <getopt.h>
@@ -13,11 +15,14 @@
 #include <time.h>
 
 #include "daemon/pipeline_client.h"
+#include "daemon/pipeline_hosts.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 
 struct client {
 	const char *addr;
+	tls_ctx *tls;           /* NULL: plain TCP */
+	const uint8_t *pin;
 	pc_request req;
 	int requests, timeout_ms, index;
 	double *latency;        /* requests seconds */
@@ -36,7 +41,8 @@ run_client(void *arg)
 	pc_conn *conn;
 	int i;
 
-	if (pc_connect(&conn, c->addr, c->timeout_ms, err) != 0) {
+	if (pc_connect(&conn, c->addr, c->tls, c->pin, c->timeout_ms,
+	    err) != 0) {
 		c->failed = c->requests;
 		snprintf(c->why, sizeof(c->why), "%s", err);
 		return NULL;
@@ -81,6 +87,7 @@ cmp_double(const void *a, const void *b)
 /* What the command line asks for. */
 struct bench_opts {
 	const char *addr, *prompt;
+	const char *peers, *identity;   /* --peers, --identity */
 	int length, steps, clients, requests, timeout_ms;
 	double temp;
 	pl_mode mode;
@@ -102,6 +109,8 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 {
 	static const struct option opts[] = {
 		{ "addr", required_argument, NULL, 'a' },
+		{ "peers", required_argument, NULL, 'P' },
+		{ "identity", required_argument, NULL, 'i' },
 		{ "mode", required_argument, NULL, 'o' },
 		{ "length", required_argument, NULL, 'm' },
 		{ "steps", required_argument, NULL, 'k' },
@@ -118,6 +127,8 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'a': o->addr = optarg; break;
+		case 'P': o->peers = optarg; break;
+		case 'i': o->identity = optarg; break;
 		case 'o':
 			if (pl_mode_parse(optarg, &o->mode) != 0) {
 				fprintf(stderr, "pipeline-bench: --mode takes "
@@ -133,34 +144,70 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		case 't': o->temp = atof(optarg); break;
 		case 'w': o->timeout_ms = atoi(optarg); break;
 		case 'h':
-			printf("usage: pipeline-bench --addr HOST:PORT [--mode "
-			    "blocktrain|ar] [--length M]\n    [--steps K] "
-			    "[--prompt P] [--clients C] [--requests N] "
-			    "[--temperature T]\n    [--timeout MS]\n");
+			printf("usage: pipeline-bench --addr HOST:PORT | --peers "
+			    "HOSTS [--identity DIR]\n    [--mode blocktrain|ar] "
+			    "[--length M] [--steps K] [--prompt P]\n    "
+			    "[--clients C] [--requests N] [--temperature T] "
+			    "[--timeout MS]\n"
+			    "--addr: plain TCP to the entry; --peers: the entry "
+			    "of the host list, over TLS\npinned to its peer id "
+			    "as the operator identity in DIR when the list has "
+			    "ids.\n");
 			return 0;
 		default:
 			return 2;
 		}
 	}
-	if (o->addr == NULL || o->length < 1 || o->steps < 1 ||
-	    o->clients < 1 || o->requests < 1) {
-		fprintf(stderr, "pipeline-bench: --addr is required; counts are "
-		    "positive\n");
+	if ((o->addr == NULL) == (o->peers == NULL) || o->length < 1 ||
+	    o->steps < 1 || o->clients < 1 || o->requests < 1) {
+		fprintf(stderr, "pipeline-bench: give --addr or --peers; counts "
+		    "are positive\n");
 		return 2;
 	}
 	return -1;
 }
 
+/* --peers: the entry's address and id, and the identity to present. */
+static int
+open_entry(struct bench_opts *o, ph_list *hosts, tls_ctx **tls)
+{
+	char err[PR_ERR_LEN];
+
+	*tls = NULL;
+	if (o->peers == NULL)
+		return 0;
+	if (ph_load(hosts, o->peers, err) != 0) {
+		fprintf(stderr, "pipeline-bench: %s\n", err);
+		return 2;
+	}
+	o->addr = hosts->v[0].addr;
+	if (!hosts->v[0].has_id)
+		return 0;
+	if (o->identity == NULL) {
+		fprintf(stderr, "pipeline-bench: %s has peer ids: give "
+		    "--identity DIR, an operator identity its client lines "
+		    "name\n", o->peers);
+		return 2;
+	}
+	if (tls_ctx_new(tls, o->identity, err) != 0) {
+		fprintf(stderr, "pipeline-bench: %s\n", err);
+		return 1;
+	}
+	return 0;
+}
+
 /* One client per --clients, each with the same request and room for
  * its latencies. */
 static struct client *
-clients_new(const struct bench_opts *o)
+clients_new(const struct bench_opts *o, tls_ctx *tls, const ph_list *hosts)
 {
 	struct client *cl = calloc((size_t)o->clients, sizeof(*cl));
 	int i;
 
 	for (i = 0; i < o->clients; i++) {
 		cl[i].addr = o->addr;
+		cl[i].tls = tls;
+		cl[i].pin = tls != NULL ? hosts->v[0].id : NULL;
 		cl[i].req.mode = o->mode;
 		cl[i].req.prompt = o->prompt;
 		cl[i].req.prompt_len = strlen(o->prompt);
@@ -244,16 +291,20 @@ print_result(const struct bench_opts *o, const struct totals *t,
 int
 main(int argc, char **argv)
 {
-	struct bench_opts o = { NULL, " The ", 16, 64, 1, 1, 600000, 0.8,
-	    PL_MODE_BT };
+	struct bench_opts o = { .prompt = " The ", .length = 16, .steps = 64,
+	    .clients = 1, .requests = 1, .timeout_ms = 600000, .temp = 0.8,
+	    .mode = PL_MODE_BT };
 	struct client *cl;
 	struct totals t;
+	ph_list hosts = { 0 };
+	tls_ctx *tls;
 	double wall;
 	int i, rc;
 
-	if ((rc = parse_options(argc, argv, &o)) >= 0)
+	if ((rc = parse_options(argc, argv, &o)) >= 0 ||
+	    (rc = open_entry(&o, &hosts, &tls)) != 0)
 		return rc;
-	cl = clients_new(&o);
+	cl = clients_new(&o, tls, &hosts);
 	wall = run_clients(cl, o.clients);
 	gather(cl, &o, &t);
 	print_result(&o, &t, wall, cl[0].frame_bytes);
@@ -261,5 +312,7 @@ main(int argc, char **argv)
 		free(cl[i].latency);
 	free(cl);
 	free(t.latency);
+	tls_ctx_free(tls);
+	ph_free(&hosts);
 	return t.failed ? 1 : 0;
 }
