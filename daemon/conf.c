@@ -62,6 +62,13 @@ cf_list_line(char *line)
 	return s;
 }
 
+int
+cf_is_loopback(const char *host)
+{
+	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+	    strcmp(host, "localhost") == 0;
+}
+
 static int
 set_listen(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 {

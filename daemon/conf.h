@@ -64,6 +64,8 @@ void cf_defaults(cf_config *c);
 int cf_load(cf_config *c, const char *path, char *err);
 /* Parses "host:port" ("[v6]:port" too) into its parts. */
 int cf_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+/* Whether host (as in listen) is a loopback address. */
+int cf_is_loopback(const char *host);
 /* Checks every key against its range or choices. */
 int cf_validate(const cf_config *c, char *err);
 /* Every key as INI text under [blocktraind], values as in c: the

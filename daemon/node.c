@@ -630,7 +630,7 @@ start_metrics(node *n, char *err)
 		    "metrics_listen to another host:port, or off)", why);
 	snprintf(n->metrics_addr, sizeof(n->metrics_addr), strchr(host, ':') ?
 	    "[%s]:%d" : "%s:%d", host, hs_server_port(n->metrics));
-	if (strncmp(host, "127.", 4) != 0 && strcmp(host, "::1") != 0)
+	if (!cf_is_loopback(host))
 		log_warnx("metrics on %s, not loopback: anyone who reaches it "
 		    "reads the run's metrics", n->metrics_addr);
 	return 0;

@@ -20,13 +20,6 @@ node_allows(void *arg, const uint8_t id[ID_BYTES])
 	    peers_client_find(&n->peers, id) >= 0;
 }
 
-static int
-is_loopback(const char *host)
-{
-	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
-	    strcmp(host, "localhost") == 0;
-}
-
 int
 node_trust_check(const node *n, const peers_list *pl, int self, char *err)
 {
@@ -55,7 +48,7 @@ node_trust_setup(node *n, char *err)
 	int rc;
 
 	if (strcmp(n->cfg.insecure, "yes") == 0) {
-		if (!is_loopback(n->cfg.listen_host))
+		if (!cf_is_loopback(n->cfg.listen_host))
 			return kn_error(err, KN_EINVAL, "insecure = yes is "
 			    "refused on %s: plain TCP is for loopback only",
 			    n->cfg.listen_host);

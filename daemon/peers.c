@@ -19,9 +19,8 @@ peers_kind_name(int kind)
 	return kind >= 0 && kind < PEERS_KINDS ? names[kind] : "other";
 }
 
-/* "client peer-id [name]" */
-static int
-parse_client(peers_client *c, char **tok, int n, const char *path,
+int
+peers_parse_client(peers_client *c, char **tok, int n, const char *path,
     int lineno, char *err)
 {
 	char why[KN_ERR_LEN];
@@ -113,7 +112,8 @@ parse_line(peers_list *pl, int *caps, char *line, const char *path,
 	if (strcmp(tok[0], "client") == 0) {
 		peers_client c;
 
-		if ((rc = parse_client(&c, tok, n, path, lineno, err)) != 0)
+		if ((rc = peers_parse_client(&c, tok, n, path, lineno,
+		    err)) != 0)
 			return rc;
 		if (id_taken(pl, c.id))
 			return kn_error(err, KN_EINVAL, "%.150s:%d: peer id %s "

@@ -76,6 +76,11 @@ typedef struct {
  * one node. */
 int peers_load(peers_list *pl, const char *path, char *err);
 void peers_free(peers_list *pl);
+/* The tokens of a line "client peer-id [name]" (n of them, tok[0] being
+ * "client") into c: the pipeline's host list has the same lines.  0 or
+ * KN_EINVAL with "path:lineno: reason" in err. */
+int peers_parse_client(peers_client *c, char **tok, int n, const char *path,
+    int lineno, char *err);
 /* Index of the line whose address is addr, or -1. */
 int peers_find(const peers_list *pl, const char *addr);
 /* Index of the daemon, or of the client, whose peer id is id, or -1. */

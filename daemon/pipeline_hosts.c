@@ -127,22 +127,11 @@ static int
 parse_client(ph_list *pl, int *cap, char **tok, int n, const char *path,
     int lineno, char *err)
 {
-	char why[KN_ERR_LEN];
 	peers_client c;
+	int rc;
 
-	if (n < 2 || n > 3)
-		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'client "
-		    "peer-id [name]'", path, lineno);
-	memset(&c, 0, sizeof(c));
-	if (id_parse(tok[1], c.id, why) != 0)
-		return kn_error(err, KN_EINVAL, "%.150s:%d: %.200s", path,
-		    lineno, why);
-	id_format(c.id, c.id_text);
-	if (n == 3 && strlen(tok[2]) >= sizeof(c.name))
-		return kn_error(err, KN_EINVAL, "%.150s:%d: a client name has "
-		    "at most %d bytes", path, lineno, PEERS_NAME_LEN - 1);
-	if (n == 3)
-		snprintf(c.name, sizeof(c.name), "%s", tok[2]);
+	if ((rc = peers_parse_client(&c, tok, n, path, lineno, err)) != 0)
+		return rc;
 	if (ph_find_id(pl, c.id) >= 0 || ph_client_find(pl, c.id) >= 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: peer id %s is "
 		    "listed twice", path, lineno, c.id_text);

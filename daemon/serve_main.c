@@ -81,13 +81,6 @@ on_hup(uv_signal_t *h, int sig)
 		    "listed", cut);
 }
 
-static int
-is_loopback(const char *host)
-{
-	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
-	    strcmp(host, "localhost") == 0;
-}
-
 /* TLS as the identity of the state directory, with every host's id in
  * the list and ours our own; or, with insecure = yes, plain TCP on
  * loopback only. */
@@ -100,7 +93,7 @@ trust_setup(sv *s, char *err)
 
 	s->open_entry = strcmp(s->cfg.pipeline_open_entry, "yes") == 0;
 	if (strcmp(s->cfg.insecure, "yes") == 0)
-		return is_loopback(me->host) ? KN_OK : kn_error(err, KN_EINVAL,
+		return cf_is_loopback(me->host) ? KN_OK : kn_error(err, KN_EINVAL,
 		    "insecure = yes is refused on %s: plain TCP is for "
 		    "loopback only", me->host);
 	for (i = 0; i < s->hosts.n; i++)

@@ -1409,59 +1409,39 @@ END_TEST
 int
 main(void)
 {
+	/* the plain-only tests are of the client's own failures (no server
+	 * or a silent one) and of the HTTP layer alone */
+	const TTest *both[] = {
+	    test_get_post, test_keepalive, test_concurrent, test_head,
+	    test_413_declared, test_413_chunked, test_400_malformed,
+	    test_431_headers, test_slow_client, test_idle_timeout,
+	    test_body_rate_floor, test_pipelined, test_exchange_bytes,
+	    test_expect_continue, test_http10_and_limits,
+	    test_client_close_in_flight, test_server_close,
+	    test_per_addr_limit, test_body_budget,
+	};
+	const TTest *plain_only[] = {
+	    test_client_close_from_done, test_status_from_handler,
+	    test_client_max_body, test_client_timeout, test_client_refused,
+	    test_path_number,
+	};
 	Suite *s = suite_create("http");
 	TCase *tc = tcase_create("http");
+	size_t i;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_get_post);
-	tcase_add_test(tc, test_keepalive);
-	tcase_add_test(tc, test_concurrent);
-	tcase_add_test(tc, test_client_close_from_done);
-	tcase_add_test(tc, test_head);
-	tcase_add_test(tc, test_status_from_handler);
-	tcase_add_test(tc, test_413_declared);
-	tcase_add_test(tc, test_413_chunked);
-	tcase_add_test(tc, test_400_malformed);
-	tcase_add_test(tc, test_431_headers);
-	tcase_add_test(tc, test_slow_client);
-	tcase_add_test(tc, test_idle_timeout);
-	tcase_add_test(tc, test_body_rate_floor);
-	tcase_add_test(tc, test_pipelined);
-	tcase_add_test(tc, test_exchange_bytes);
-	tcase_add_test(tc, test_expect_continue);
-	tcase_add_test(tc, test_http10_and_limits);
-	tcase_add_test(tc, test_client_max_body);
-	tcase_add_test(tc, test_client_timeout);
-	tcase_add_test(tc, test_client_refused);
-	tcase_add_test(tc, test_client_close_in_flight);
-	tcase_add_test(tc, test_server_close);
-	tcase_add_test(tc, test_path_number);
-	tcase_add_test(tc, test_per_addr_limit);
-	tcase_add_test(tc, test_body_budget);
+	for (i = 0; i < sizeof(both) / sizeof(both[0]); i++)
+		tcase_add_test(tc, both[i]);
+	for (i = 0; i < sizeof(plain_only) / sizeof(plain_only[0]); i++)
+		tcase_add_test(tc, plain_only[i]);
 	suite_add_tcase(s, tc);
+	/* the same over mutual TLS */
 	tc = tcase_create("tls");
 	tcase_add_checked_fixture(tc, setup_tls, teardown);
 	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_get_post);
-	tcase_add_test(tc, test_keepalive);
-	tcase_add_test(tc, test_concurrent);
-	tcase_add_test(tc, test_head);
-	tcase_add_test(tc, test_413_declared);
-	tcase_add_test(tc, test_413_chunked);
-	tcase_add_test(tc, test_400_malformed);
-	tcase_add_test(tc, test_431_headers);
-	tcase_add_test(tc, test_slow_client);
-	tcase_add_test(tc, test_idle_timeout);
-	tcase_add_test(tc, test_body_rate_floor);
-	tcase_add_test(tc, test_pipelined);
-	tcase_add_test(tc, test_exchange_bytes);
-	tcase_add_test(tc, test_expect_continue);
-	tcase_add_test(tc, test_http10_and_limits);
-	tcase_add_test(tc, test_client_close_in_flight);
-	tcase_add_test(tc, test_server_close);
-	tcase_add_test(tc, test_per_addr_limit);
-	tcase_add_test(tc, test_body_budget);
+	for (i = 0; i < sizeof(both) / sizeof(both[0]); i++)
+		tcase_add_test(tc, both[i]);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
