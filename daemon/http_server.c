@@ -211,10 +211,6 @@ on_conn_closed(uv_handle_t *h)
 		s->conns = c->next;
 	if (c->next != NULL)
 		c->next->prev = c->prev;
-	if (c->over_limit)
-		s->nover--;
-	else
-		s->nconns--;
 	request_reset(c);
 	free(c->hbuf);
 	free(c->hdrs);
@@ -232,6 +228,11 @@ hs__conn_close(hs_conn *c)
 	if (c->closing)
 		return;
 	c->closing = 1;
+	/* counted out at once, so that the limits see it gone */
+	if (c->over_limit)
+		c->srv->nover--;
+	else
+		c->srv->nconns--;
 	uv_timer_stop(&c->timer);
 	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 	uv_close((uv_handle_t *)&c->timer, on_conn_closed);
@@ -823,6 +824,43 @@ conns_from(const hs_conn *c, int limit)
 	return n;
 }
 
+/* Over TLS, a connection still in its handshake has proved nothing: when
+ * the limits are reached, the oldest of them (from addr, or from anyone)
+ * makes room for a new one, so that idle or slow strangers cannot keep a
+ * listed peer out; one whose handshake is done is never pushed out.
+ * Returns 1 when one was closed. */
+static int
+evict_handshaking(hs_server *s, const hs_conn *c, const char *addr)
+{
+	hs_conn *o, *oldest = NULL;
+
+	for (o = s->conns; o != NULL; o = o->next)
+		if (o != c && o->handshaking && !o->closing &&
+		    !o->over_limit && (addr == NULL ||
+		    strcmp(o->addr, addr) == 0))
+			oldest = o;     /* the list runs from new to old */
+	if (oldest == NULL)
+		return 0;
+	hs__conn_close(oldest);
+	return 1;
+}
+
+/* Whether the new TLS connection c may stay, room made if need be. */
+static int
+tls_room(hs_server *s, hs_conn *c)
+{
+	int per = s->cfg.max_connections_per_addr;
+
+	if (c->over_limit) {
+		if (!evict_handshaking(s, c, NULL))
+			return 0;
+		c->over_limit = 0;
+		s->nover--;
+		s->nconns++;
+	}
+	return conns_from(c, per) < per || evict_handshaking(s, c, c->addr);
+}
+
 static void
 on_connection(uv_stream_t *listener, int status)
 {
@@ -863,9 +901,7 @@ on_connection(uv_stream_t *listener, int status)
 	uv_tcp_nodelay(&c->tcp, 1);
 	http_parser_init(&c->parser, HTTP_REQUEST);
 	c->parser.data = c;
-	if (s->cfg.tls != NULL && (c->over_limit ||
-	    conns_from(c, s->cfg.max_connections_per_addr) >=
-	    s->cfg.max_connections_per_addr)) {
+	if (s->cfg.tls != NULL && !tls_room(s, c)) {
 		/* over TLS an answer would first cost a handshake; and a
 		 * flood is not logged line by line */
 		hs__conn_close(c);

@@ -276,6 +276,47 @@ START_TEST(test_metrics_listener)
 }
 END_TEST
 
+/* Strangers holding connections open in their handshake (silent, or a
+ * byte at a time) from five addresses, far beyond the limits: the listed
+ * operator is still let in and answered every time. */
+START_TEST(test_flood)
+{
+	int fds[250], n = 0, i, host;
+	double t0, worst = 0;
+	tu_body b;
+
+	tu_write_run(dir, 1, 1000000, 50, 1);
+	tu_write_file(dir, "daemon.conf", "eval_every = 0\n"
+	    "metrics_listen = off\nmax_connections = 64\n"
+	    "max_connections_per_addr = 16\nhandshake_timeout_ms = 20000\n");
+	write_peers(1);
+	start();
+	for (host = 1; host <= 5; host++)
+		for (i = 0; i < 50; i++)
+			if ((fds[n] = tu_connect_from(base_port, host)) >= 0) {
+				/* half of them start a TLS record and stop */
+				if (i % 2 == 0 && write(fds[n], "\x16\x03\x01", 3)
+				    != 3)
+					ck_abort_msg("write");
+				n++;
+			}
+	ck_assert_int_gt(n, 200);
+	usleep(200000);
+	for (i = 0; i < 10; i++) {
+		t0 = kn_now();
+		ck_assert_int_eq(tu_http_get(base_port, "/v1/status", &b), 200);
+		free(b.data);
+		if (kn_now() - t0 > worst)
+			worst = kn_now() - t0;
+	}
+	fprintf(stderr, "# flood: %d strangers held open, the operator "
+	    "answered 10 times, slowest in %.1f ms\n", n, 1000 * worst);
+	for (i = 0; i < n; i++)
+		close(fds[i]);
+	ck_assert_int_eq(tu_stop(&pid, SIGTERM, 15), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -288,6 +329,7 @@ main(void)
 	tcase_add_test(tc, test_sighup_cutoff);
 	tcase_add_test(tc, test_meter_by_id);
 	tcase_add_test(tc, test_metrics_listener);
+	tcase_add_test(tc, test_flood);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

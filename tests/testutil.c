@@ -311,11 +311,26 @@ tu_port_base(int n)
 int
 tu_connect(int port)
 {
+	return tu_connect_from(port, 1);
+}
+
+int
+tu_connect_from(int port, int host)
+{
 	struct sockaddr_in sa = { 0 };
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	if (fd < 0)
 		return -1;
+	if (host != 1) {
+		sa.sin_family = AF_INET;
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + (uint32_t)host);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+			close(fd);
+			return -1;
+		}
+		memset(&sa, 0, sizeof(sa));
+	}
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

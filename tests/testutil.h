@@ -90,6 +90,9 @@ pid_t tu_spawn(const char *log, const char *prog, const char *const argv[]);
 int tu_port_base(int n);
 /* A connected TCP socket to 127.0.0.1:port, or -1. */
 int tu_connect(int port);
+/* The same from 127.0.0.<host> (1 to 254): another address to the
+ * daemon's per-address limits. */
+int tu_connect_from(int port, int host);
 /* Waits until 127.0.0.1:port takes a connection (1), or until pid (if
  * > 0) has exited or limit seconds have passed (0).  Reaps nothing. */
 int tu_wait_port(int port, pid_t pid, double limit);
