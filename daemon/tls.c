@@ -29,6 +29,10 @@ struct tls_conn {
 	tls_ctx *ctx;
 	SSL *ssl;
 	BIO *in, *out;          /* ciphertext from and to the socket */
+	/* what out holds: records appended here and handed over whole by
+	 * tls_conn_take, so a large body is not copied again on its way */
+	char *sent;
+	size_t sent_len, sent_cap;
 	int pinned;
 	uint8_t pin[ID_BYTES];
 	int has_peer;
@@ -223,6 +227,73 @@ tls_ctx_key_path(const tls_ctx *ctx)
 	return ctx->key_path;
 }
 
+/* ---- the output BIO: a buffer of ours ---- */
+
+static BIO_METHOD *out_method;
+static CRYPTO_ONCE out_once = CRYPTO_ONCE_STATIC_INIT;
+
+static int
+out_write(BIO *b, const char *data, size_t len, size_t *written)
+{
+	tls_conn *c = BIO_get_data(b);
+
+	if (c->sent_len + len > c->sent_cap) {
+		size_t cap = c->sent_cap ? c->sent_cap : 16384;
+		char *nb;
+
+		while (cap < c->sent_len + len)
+			cap *= 2;
+		if ((nb = realloc(c->sent, cap)) == NULL)
+			return 0;
+		c->sent = nb;
+		c->sent_cap = cap;
+	}
+	memcpy(c->sent + c->sent_len, data, len);
+	c->sent_len += len;
+	*written = len;
+	return 1;
+}
+
+static long
+out_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	tls_conn *c = BIO_get_data(b);
+
+	(void)num;
+	(void)ptr;
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1;
+	case BIO_CTRL_PENDING:
+	case BIO_CTRL_WPENDING:
+		return c != NULL ? (long)c->sent_len : 0;
+	default:
+		return 0;
+	}
+}
+
+static int
+out_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return 1;
+}
+
+static void
+out_method_make(void)
+{
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+	    "shardmeter tls out");
+
+	if (m != NULL && (BIO_meth_set_write_ex(m, out_write) != 1 ||
+	    BIO_meth_set_ctrl(m, out_ctrl) != 1 ||
+	    BIO_meth_set_create(m, out_create) != 1)) {
+		BIO_meth_free(m);
+		m = NULL;
+	}
+	out_method = m;
+}
+
 /* ---- connections ---- */
 
 int
@@ -240,9 +311,10 @@ tls_conn_new(tls_conn **out, tls_ctx *ctx, int server, const uint8_t *pin,
 		memcpy(c->pin, pin, ID_BYTES);
 	}
 	ERR_clear_error();
-	if ((c->ssl = SSL_new(ctx->ssl)) == NULL ||
+	CRYPTO_THREAD_run_once(&out_once, out_method_make);
+	if (out_method == NULL || (c->ssl = SSL_new(ctx->ssl)) == NULL ||
 	    (c->in = BIO_new(BIO_s_mem())) == NULL ||
-	    (c->out = BIO_new(BIO_s_mem())) == NULL) {
+	    (c->out = BIO_new(out_method)) == NULL) {
 		BIO_free(c->in);
 		SSL_free(c->ssl);
 		free(c);
@@ -250,7 +322,7 @@ tls_conn_new(tls_conn **out, tls_ctx *ctx, int server, const uint8_t *pin,
 	}
 	/* an empty memory BIO means "more to come", not end of file */
 	BIO_set_mem_eof_return(c->in, -1);
-	BIO_set_mem_eof_return(c->out, -1);
+	BIO_set_data(c->out, c);
 	SSL_set_bio(c->ssl, c->in, c->out);
 	SSL_set_app_data(c->ssl, c);
 	if (server)
@@ -268,6 +340,7 @@ tls_conn_free(tls_conn *c)
 		return;
 	SSL_free(c->ssl);       /* and both BIOs */
 	free(c->held);
+	free(c->sent);
 	free(c);
 }
 
@@ -391,6 +464,16 @@ tls_conn_write(tls_conn *c, const void *data, size_t len)
 		c->held_len += len;
 		return handshake(c) < 0 ? KN_EIO : 0;
 	}
+	/* room for the records at once: 16 KiB each, 22 bytes over */
+	if (len > 16384) {
+		size_t want = c->sent_len + len + (len / 16384 + 1) * 32;
+		char *nb;
+
+		if (want > c->sent_cap && (nb = realloc(c->sent, want)) != NULL) {
+			c->sent = nb;
+			c->sent_cap = want;
+		}
+	}
 	ERR_clear_error();
 	while (off < len) {
 		size_t w;
@@ -418,24 +501,19 @@ tls_conn_shutdown(tls_conn *c)
 size_t
 tls_conn_pending(const tls_conn *c)
 {
-	return BIO_ctrl_pending(c->out);
+	return c->sent_len;
 }
 
 char *
 tls_conn_take(tls_conn *c, size_t *len)
 {
-	size_t n = BIO_ctrl_pending(c->out);
-	char *buf;
-	size_t got = 0;
+	char *buf = c->sent;
 
-	*len = 0;
-	if (n == 0 || (buf = malloc(n)) == NULL)
+	*len = c->sent_len;
+	if (c->sent_len == 0)
 		return NULL;
-	if (BIO_read_ex(c->out, buf, n, &got) != 1 || got == 0) {
-		free(buf);
-		return NULL;
-	}
-	*len = got;
+	c->sent = NULL;
+	c->sent_len = c->sent_cap = 0;
 	return buf;
 }
 
