@@ -52,6 +52,26 @@ client_identity(char cert[PR_PATH_LEN + 16], char key[PR_PATH_LEN + 16],
 	return 0;
 }
 
+/* What a failed request means for the operator, in the words of the
+ * peer list: the two failures of trust get a line that says what to do,
+ * anything else curl's text. */
+static void
+tls_failure(const peers_entry *p, CURLcode rc, const char *cerr, char *err)
+{
+	char dir[PR_PATH_LEN], id[ID_LEN], why[KN_ERR_LEN];
+
+	if (rc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
+		kn_error(err, KN_EIO, "%s presented another key than peer id "
+		    "%.14s... of the peer list", p->addr, p->id_text);
+	else if (p->has_id && strstr(cerr, "alert") != NULL &&
+	    cli_client_dir(dir, why) == 0 && id_of_dir(dir, id, why) == 0)
+		kn_error(err, KN_EIO, "refused this operator (%s): its peer "
+		    "list needs 'client %s'", cerr, id);
+	else
+		kn_error(err, KN_EIO, "%s", cerr[0] ? cerr :
+		    curl_easy_strerror(rc));
+}
+
 long
 cli_peer_get(const peers_entry *p, const char *path, size_t max,
     long timeout_ms, struct cli_body *out, char *err)
@@ -95,8 +115,7 @@ cli_peer_get(const peers_entry *p, const char *path, size_t max,
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	else
-		kn_error(err, KN_EIO, "%s", cerr[0] ? cerr :
-		    curl_easy_strerror(rc));
+		tls_failure(p, rc, cerr, err);
 	curl_easy_cleanup(h);
 	return status;
 }
