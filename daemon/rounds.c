@@ -29,6 +29,10 @@
 
 #define MAX_REPLICAS ROUNDS_MAX_REPLICAS
 #define POLL_MS 100
+/* The longest wait before our update is offered again to a replica that
+ * is behind: each offer uploads the whole update, and a replica that
+ * restarted from an older checkpoint is behind for a round or more. */
+#define BEHIND_RETRY_MAX_S 2.0
 
 struct rounds {
 	rounds_config cfg;
@@ -49,6 +53,8 @@ struct rounds {
 	float *delta[MAX_REPLICAS];
 	int fetching[MAX_REPLICAS];
 	int pushed[MAX_REPLICAS];       /* 0 to do, 1 in flight, 2 accepted */
+	double push_at[MAX_REPLICAS];   /* no offer to a replica before */
+	double behind_wait[MAX_REPLICAS];       /* its last wait, 0: none */
 	char *mine;                     /* our update, for retries */
 	size_t mine_len;
 	/* the last commit, kept for late followers */
@@ -74,6 +80,8 @@ drop_round(rounds *r)
 		r->len[i] = 0;
 		r->fetching[i] = 0;
 		r->pushed[i] = 0;
+		r->push_at[i] = 0;
+		r->behind_wait[i] = 0;
 	}
 	free(r->mine);
 	r->mine = NULL;
@@ -496,6 +504,38 @@ catch_up(rounds *r, int k)
 		r->catching_up = 1;
 }
 
+/* The 409 answer of a replica, for the log: one line. */
+static void
+log_ahead(const rounds *r, int replica, int64_t round, const hc_result *res)
+{
+	size_t len = res->body != NULL ? res->body_len : 0;
+
+	while (len > 0 && (res->body[len - 1] == '\n' ||
+	    res->body[len - 1] == '\r'))
+		len--;
+	log_info("round %" PRId64 ": %s is ahead: %.*s", round,
+	    peer_addr(r, replica), (int)(len > 200 ? 200 : len),
+	    len > 0 ? res->body : "");
+}
+
+/* A replica behind us will catch up: offer again, after 0.1, 0.2, 0.4 ...
+ * up to BEHIND_RETRY_MAX_S seconds, saying so once per round. */
+static void
+offer_later(rounds *r, int replica, const hc_result *res)
+{
+	double wait = r->behind_wait[replica] * 2;
+
+	if (wait == 0) {
+		log_ahead(r, replica, r->round, res);
+		wait = POLL_MS / 1000.0;
+	}
+	if (wait > BEHIND_RETRY_MAX_S)
+		wait = BEHIND_RETRY_MAX_S;
+	r->behind_wait[replica] = wait;
+	r->push_at[replica] = now(r) + wait;
+	r->pushed[replica] = 0;
+}
+
 static void
 on_pushed(void *ctx, hc_result *res)
 {
@@ -506,17 +546,15 @@ on_pushed(void *ctx, hc_result *res)
 		return;
 	meter(r, c.replica, PEERS_KIND_UPDATE, res);
 	if (res->status == 409 && r->round == c.round) {
-		log_info("round %" PRId64 ": %s is ahead: %.*s", c.round,
-		    peer_addr(r, c.replica), (int)(res->body_len > 200 ?
-		    200 : res->body_len), res->body ? res->body : "");
 		/* over there: it has moved on, we adopt its weights; behind:
 		 * it will catch up, so offer again */
 		if (res->header != NULL &&
 		    strcmp(res->header, ROUNDS_STATE_OVER) == 0) {
+			log_ahead(r, c.replica, c.round, res);
 			catch_up(r, c.replica);
 			r->pushed[c.replica] = 2;
 		} else {
-			r->pushed[c.replica] = 0;
+			offer_later(r, c.replica, res);
 		}
 	} else if (res->status == 202) {
 		r->pushed[c.replica] = 2;
@@ -627,7 +665,8 @@ push(rounds *r)
 	for (k = 0; k < r->cfg.replicas; k++) {
 		char url[1024];
 
-		if (k == r->cfg.replica || r->pushed[k] != 0 || r->mine == NULL)
+		if (k == r->cfg.replica || r->pushed[k] != 0 || r->mine == NULL ||
+		    now(r) < r->push_at[k])
 			continue;
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates", r->cfg.block, r->round);
@@ -765,6 +804,8 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	r->mine = buf;
 	r->mine_len = len;
 	memset(r->pushed, 0, sizeof(r->pushed));
+	memset(r->push_at, 0, sizeof(r->push_at));
+	memset(r->behind_wait, 0, sizeof(r->behind_wait));
 	push(r);
 	log_debug("round %" PRId64 ": our update is out (%zu bytes, %s)",
 	    round, len, pr_encoding_name(r->cfg.enc));
