@@ -35,7 +35,10 @@ cf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 			return KN_EINVAL;
 		n = (size_t)(colon - s);
 	}
-	if (n == 0 || n >= hostlen)
+	/* brackets only around the host: "[^::1]]:7001" would print as a
+	 * host:port that does not read back */
+	if (n == 0 || n >= hostlen || memchr(s, '[', n) != NULL ||
+	    memchr(s, ']', n) != NULL)
 		return KN_EINVAL;
 	p = strtol(colon + 1, &end, 10);
 	if (end == colon + 1 || *end != '\0' || p < 0 || p > 65535)
