@@ -1,0 +1,50 @@
+/* Fuzz target: blocktrain.conf (daemon/conf.c), read from a file as the
+ * daemon reads it.  A configuration that loads must print to a file that
+ * loads again and prints the same. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conf.h"
+#include "tests/fuzz/fuzz.h"
+
+const char fz_target[] = "conf";
+
+static char *
+print(const cf_config *c, size_t *len)
+{
+	char *text = NULL;
+	FILE *f = open_memstream(&text, len);
+
+	if (f == NULL)
+		abort();
+	if (cf_print(f, c) != 0)
+		fz_fail("a loaded configuration does not print");
+	fclose(f);
+	return text;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static cf_config c, again;
+	char err[PR_ERR_LEN], *text, *text2;
+	size_t len, len2;
+
+	cf_defaults(&c);
+	if (cf_load(&c, fz_file(data, size), err) != 0)
+		return 0;
+	text = print(&c, &len);
+	cf_defaults(&again);
+	if (cf_load(&again, fz_file((const uint8_t *)text, len), err) != 0)
+		fz_fail("a printed configuration does not load: %s", err);
+	text2 = print(&again, &len2);
+	if (len != len2 || memcmp(text, text2, len) != 0)
+		fz_fail("a printed configuration prints differently once "
+		    "loaded");
+	free(text);
+	free(text2);
+	return 0;
+}
