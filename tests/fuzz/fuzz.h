@@ -44,6 +44,12 @@ char *fz_copy(const uint8_t *data, size_t size);
  * the checks behind the hash.  1 when it changed buf, else 0. */
 int fz_rehash(char *buf, size_t len);
 
+/* Whether every line of text (len bytes) is short enough for inih to read
+ * it as one line.  Printed INI text reads back only then: a longer line
+ * (a value near the limit, or a long path that became absolute) is a
+ * known limit of the format, not a finding. */
+int fz_ini_lines_fit(const char *text, size_t len);
+
 /* The value of the top-level unsigned integer field key of a msgpack map,
  * or -1 when there is none. */
 long long fz_map_uint(const char *buf, size_t len, const char *key);

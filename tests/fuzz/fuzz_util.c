@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <ini.h>
 #include <openssl/sha.h>
 
 #include "tests/fuzz/fuzz.h"
@@ -168,4 +169,19 @@ fz_map_uint(const char *buf, size_t len, const char *key)
 	if (at + 1 + (size_t)width > len)
 		return -1;
 	return (long long)load_be(p + at + 1, width);
+}
+
+int
+fz_ini_lines_fit(const char *text, size_t len)
+{
+	size_t start = 0, i;
+
+	/* ini.h: the buffer must be 3 more than the longest line */
+	for (i = 0; i <= len; i++)
+		if (i == len || text[i] == '\n') {
+			if (i - start > INI_MAX_LINE - 3)
+				return 0;
+			start = i + 1;
+		}
+	return 1;
 }
