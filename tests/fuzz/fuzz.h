@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/tensor.h"
 
@@ -37,6 +38,17 @@ void fz_untouched(const void *p, size_t n, const char *what);
 /* A writable copy of the input, of exactly size bytes so that the
  * sanitizer sees a read past them (caller frees). */
 char *fz_copy(const uint8_t *data, size_t size);
+
+/* Runs decode on a copy of the input (fz_copy), and once more on the copy
+ * rehashed (fz_rehash) when that changed it: past the hash check, where
+ * a payload meets the rest of the message. */
+void fz_decode_rehashed(const uint8_t *data, size_t size,
+    void (*decode)(const char *buf, size_t len));
+
+/* What print(f, obj) writes, in a new buffer of *len bytes and a NUL
+ * (caller frees).  A print that fails is a finding. */
+char *fz_print(int (*print)(FILE *f, const void *obj), const void *obj,
+    size_t *len);
 
 /* In a copy of a msgpack map (buf, len bytes, writable) whose top level
  * has a "payload" bin and a "sha256" bin of 32 bytes, writes the payload's

@@ -106,12 +106,6 @@ decode_all(const char *buf, size_t len)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char *copy = fz_copy(data, size);
-
-	decode_all(copy, size);
-	/* and past the hash, where the tensor table meets the payload */
-	if (fz_rehash(copy, size))
-		decode_all(copy, size);
-	free(copy);
+	fz_decode_rehashed(data, size, decode_all);
 	return 0;
 }

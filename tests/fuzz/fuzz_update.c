@@ -79,12 +79,6 @@ decode(const char *buf, size_t len)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char *copy = fz_copy(data, size);
-
-	decode(copy, size);
-	/* and past the hash, where the payload's values are checked */
-	if (fz_rehash(copy, size))
-		decode(copy, size);
-	free(copy);
+	fz_decode_rehashed(data, size, decode);
 	return 0;
 }

@@ -91,6 +91,34 @@ fz_copy(const uint8_t *data, size_t size)
 	return copy;
 }
 
+void
+fz_decode_rehashed(const uint8_t *data, size_t size,
+    void (*decode)(const char *buf, size_t len))
+{
+	char *copy = fz_copy(data, size);
+
+	decode(copy, size);
+	if (fz_rehash(copy, size))
+		decode(copy, size);
+	free(copy);
+}
+
+char *
+fz_print(int (*print)(FILE *f, const void *obj), const void *obj,
+    size_t *len)
+{
+	char *text = NULL;
+	FILE *f = open_memstream(&text, len);
+
+	if (f == NULL)
+		abort();
+	if (print(f, obj) != 0)
+		fz_fail("a value that was read does not print");
+	if (fclose(f) != 0)
+		abort();
+	return text;
+}
+
 /* Offset of the value that follows the key as our encoders write it (a
  * fixstr), or (size_t)-1. */
 static size_t

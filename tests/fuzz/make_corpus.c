@@ -181,12 +181,9 @@ static void
 printed(const char *target, const char *name, int (*print)(FILE *,
     const void *), const void *obj)
 {
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
+	size_t len;
+	char *text = fz_print(print, obj, &len);
 
-	if (f == NULL || print(f, obj) != 0 || fclose(f) != 0)
-		die(target, "cannot print");
 	put(target, name, text, len);
 	free(text);
 }
