@@ -14,9 +14,9 @@
 #include "daemon/conf.h"
 #include "kernels/error.h"
 
-/* No blank, control byte or bracket in a host: "[ 10.0.0.1]:7001" or
- * "[^::1]]:7001" would print as a host:port that reads back as another
- * host, or not at all. */
+/* No blank, control byte, bracket or comment character in a host:
+ * "[ 10.0.0.1]:7001", "[^::1]]:7001" or "[;]:7001" would print as a
+ * host:port that reads back as another host, or not at all. */
 static int
 host_chars(const char *s, size_t n)
 {
@@ -25,7 +25,7 @@ host_chars(const char *s, size_t n)
 	for (i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 
-		if (c <= ' ' || c >= 0x7f || c == '[' || c == ']')
+		if (c <= ' ' || c >= 0x7f || strchr("[];#", c) != NULL)
 			return 0;
 	}
 	return 1;
