@@ -14,6 +14,23 @@
 #include "daemon/conf.h"
 #include "kernels/error.h"
 
+/* No blank, control byte, bracket or comment character in a host:
+ * "[ 10.0.0.1]:7001", "[^::1]]:7001" or "[;]:7001" would print as a
+ * host:port that reads back as another host, or not at all. */
+static int
+host_chars(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c <= ' ' || c >= 0x7f || strchr("[];#", c) != NULL)
+			return 0;
+	}
+	return 1;
+}
+
 int
 cf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 {
@@ -35,7 +52,7 @@ cf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 			return KN_EINVAL;
 		n = (size_t)(colon - s);
 	}
-	if (n == 0 || n >= hostlen)
+	if (n == 0 || n >= hostlen || !host_chars(s, n))
 		return KN_EINVAL;
 	p = strtol(colon + 1, &end, 10);
 	if (end == colon + 1 || *end != '\0' || p < 0 || p > 65535)

@@ -254,6 +254,10 @@ set_size(const pr_key *k, void *obj, const char *v, char *msg)
 int
 pr_key_set(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 {
+	/* inih keeps a ';' right after '=', but printed after "= " it starts
+	 * a comment and the value would read back empty */
+	if (v[0] == ';')
+		return bad(k, msg, "a value may not start with ';'");
 	switch (k->type) {
 	case PR_KEY_INT:
 	case PR_KEY_MIB:

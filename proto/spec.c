@@ -43,21 +43,33 @@ set_cuts(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 	return KN_OK;
 }
 
-/* Equal cuts are derived from blocks, and printed commented out. */
+/* Printed comment lines stay this short: inih reads a longer line as
+ * two, and the second is not 'key = value'. */
+#define CUTS_COMMENT_WIDTH 72
+
+/* Equal cuts are derived from blocks, and printed commented out, over as
+ * many comment lines as they need. */
 static int
 format_cuts(const pr_key *k, const void *obj, char *buf, size_t len)
 {
 	const pr_spec *s = obj;
-	size_t used = 0;
+	size_t used = 0, line = 0;
 	int b;
 
 	(void)k;
 	for (b = 1; b < s->blocks && b < PR_MAX_BLOCKS && used < len; b++) {
+		const char *sep = b > 1 ? ", " : "";
 		char x[32];
+		int n;
 
 		pr_key_real(s->cuts[b], x, sizeof(x));
-		used += (size_t)snprintf(buf + used, len - used, "%s%s",
-		    b > 1 ? ", " : "", x);
+		if (s->equal_cuts && b > 1 &&
+		    used - line + strlen(x) + 2 > CUTS_COMMENT_WIDTH) {
+			sep = ",\n#   ";
+			line = used + 2;
+		}
+		n = snprintf(buf + used, len - used, "%s%s", sep, x);
+		used += n > 0 ? (size_t)n : 0;
 	}
 	return s->equal_cuts;
 }
