@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 #include "daemon/conf.h"
+#include "daemon/identity.h"
+#include "daemon/tls.h"
 #include "proto/checkpoint.h"
 #include "proto/pipeline.h"
 #include "proto/spec.h"
@@ -285,6 +287,49 @@ requests(void)
 	free(http_update);
 }
 
+/* The TLS target's inputs: a mode byte, a piece size, then records.  A
+ * real ClientHello of a fresh identity (mode 0), the same with the
+ * pieces one byte long, plain HTTP at a TLS port, and records that claim
+ * to be data and an alert after a handshake (mode 1). */
+static void
+records(void)
+{
+	static const uint8_t data_rec[] = { 1, 7, 0x17, 0x03, 0x03, 0x00, 0x20,
+	    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+	    20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32 };
+	static const uint8_t alert[] = { 1, 255, 0x15, 0x03, 0x03, 0x00, 0x02,
+	    0x02, 0x28 };
+	char dir[] = "/tmp/make_corpus.XXXXXX", path[64], err[KN_ERR_LEN];
+	uint8_t *in;
+	tls_ctx *ctx;
+	tls_conn *cl;
+	char *hello;
+	size_t len;
+
+	if (mkdtemp(dir) == NULL)
+		die("tls", strerror(errno));
+	snprintf(path, sizeof(path), "%s/id", dir);
+	if (id_create(path, 0, err) != 0 || tls_ctx_new(&ctx, path, err) != 0 ||
+	    tls_conn_new(&cl, ctx, 0, NULL, err) != 0 ||
+	    tls_conn_start(cl) != 0 ||
+	    (hello = tls_conn_take(cl, &len)) == NULL ||
+	    (in = malloc(len + 2)) == NULL)
+		die("tls", err);
+	in[0] = 0;
+	in[1] = 255;
+	memcpy(in + 2, hello, len);
+	put("tls", "client-hello", in, len + 2);
+	in[1] = 0;
+	put("tls", "client-hello-bytewise", in, len + 2);
+	put("tls", "plain-http", "\0\x20GET /v1/status HTTP/1.1\r\n\r\n", 33);
+	put("tls", "data-record", data_rec, sizeof(data_rec));
+	put("tls", "alert", alert, sizeof(alert));
+	free(in);
+	free(hello);
+	tls_conn_free(cl);
+	tls_ctx_free(ctx);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -300,5 +345,6 @@ main(int argc, char **argv)
 	frames();
 	texts();
 	requests();
+	records();
 	return 0;
 }
