@@ -120,7 +120,7 @@ tls_flush(pc_conn *c, char *err)
 		if (buf == NULL)
 			return kn_error(err, KN_ENOMEM, "out of memory");
 		rc = send_all(c, buf, len, err);
-		free(buf);
+		tls_buf_free(buf);
 		if (rc != 0)
 			return rc;
 	}

@@ -62,10 +62,13 @@ ssize_t tls_conn_read(tls_conn *c, void *buf, size_t cap);
 int tls_conn_write(tls_conn *c, const void *data, size_t len);
 /* Queues a close_notify. */
 void tls_conn_shutdown(tls_conn *c);
-/* Ciphertext waiting to go to the socket, and taking it (a malloc'd
- * buffer the caller frees; NULL when there is none or no memory). */
+/* Ciphertext waiting to go to the socket, and taking it (NULL when there
+ * is none). */
 size_t tls_conn_pending(const tls_conn *c);
+/* The buffer tls_conn_take returns goes back with tls_buf_free (never
+ * free()): a few are kept for the next large write. */
 char *tls_conn_take(tls_conn *c, size_t *len);
+void tls_buf_free(char *buf);
 
 int tls_conn_established(const tls_conn *c);
 /* The peer's id once its certificate was accepted, else NULL. */

@@ -15,7 +15,7 @@ on_written(uv_write_t *w, int status)
 {
 	ts_write_t *req = w->data;
 
-	free(req->cipher);
+	tls_buf_free(req->cipher);
 	req->cipher = NULL;
 	req->cb(req, status);
 }
@@ -45,7 +45,7 @@ ts_write(ts_write_t *req, uv_stream_t *st, tls_conn *tls,
 	 * the callback's order with the others */
 	b = uv_buf_init(req->cipher ? req->cipher : "", (unsigned)len);
 	if ((r = uv_write(&req->w, st, &b, 1, on_written)) < 0) {
-		free(req->cipher);
+		tls_buf_free(req->cipher);
 		req->cipher = NULL;
 	}
 	return r;
@@ -78,7 +78,7 @@ ts_flush(uv_stream_t *st, tls_conn *tls)
 	req->w.data = req;
 	b = uv_buf_init(req->cipher, (unsigned)len);
 	if ((r = uv_write(&req->w, st, &b, 1, on_written)) < 0) {
-		free(req->cipher);
+		tls_buf_free(req->cipher);
 		free(req);
 	}
 	return r;

@@ -351,7 +351,7 @@ raw_flush(int fd)
 		else
 			break;  /* the server closed: reading will tell */
 	}
-	free(buf);
+	tls_buf_free(buf);
 }
 
 /* Ciphertext that arrived for fd into its engine: recv's result. */

@@ -76,7 +76,7 @@ carry(tls_conn *a, tls_conn *b)
 	if (buf == NULL)
 		return 0;
 	ck_assert_int_eq(tls_conn_feed(b, buf, len), 0);
-	free(buf);
+	tls_buf_free(buf);
 	return len;
 }
 

@@ -85,7 +85,7 @@ carry(tls_conn *a, tls_conn *b)
 
 	if (buf != NULL && tls_conn_feed(b, buf, len) != 0)
 		abort();
-	free(buf);
+	tls_buf_free(buf);
 }
 
 /* A connection the handshake has opened, seen from the server. */
@@ -140,7 +140,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		off += piece;
 		while ((n = tls_conn_read(sv, plain, sizeof(plain))) > 0)
 			;
-		free(tls_conn_take(sv, &sent));  /* our answers: dropped */
+		tls_buf_free(tls_conn_take(sv, &sent));  /* our answers: dropped */
 	}
 	if (n < 0 && n != TLS_ECLOSED && tls_conn_error(sv)[0] == '\0')
 		fz_fail("a refused connection without a reason");

@@ -325,7 +325,7 @@ records(void)
 	put("tls", "data-record", data_rec, sizeof(data_rec));
 	put("tls", "alert", alert, sizeof(alert));
 	free(in);
-	free(hello);
+	tls_buf_free(hello);
 	tls_conn_free(cl);
 	tls_ctx_free(ctx);
 }
