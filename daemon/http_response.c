@@ -28,6 +28,9 @@ struct hs_out {
 	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
 	hs_meter meter;
 	int pending, failed;
+	size_t nreqs, issued, off;      /* slices, those handed to libuv */
+	struct hs_out *next;            /* in c->unsent */
+	int unlisted;                   /* all handed over, or never will be */
 	ts_write_t reqs[];
 };
 
@@ -73,16 +76,90 @@ out_done(struct hs_out *o)
 		hs__conn_timer(c, HS_T_IDLE);
 }
 
+static void on_write(ts_write_t *req, int status);
+
+/* Hands the next slices to libuv: all at once over plain TCP; over TLS
+ * two ahead of the socket, so that a slice is encrypted while the one
+ * before it is on its way, and a large body is not all encrypted before
+ * its first byte leaves. */
+static void
+out_issue(struct hs_out *o)
+{
+	hs_conn *c = o->c;
+
+	while (o->issued < o->nreqs && !o->failed && !c->closing &&
+	    (c->tls == NULL || o->pending < 2)) {
+		uv_buf_t bufs[2];
+		unsigned nb = 0;
+		size_t n = o->body_len - o->off;
+
+		if (o->issued == 0)
+			bufs[nb++] = uv_buf_init(o->head,
+			    (unsigned)o->head_len);
+		if (n > HS_SLICE_LEN)
+			n = HS_SLICE_LEN;
+		if (n > 0)
+			bufs[nb++] = uv_buf_init(o->body + o->off, (unsigned)n);
+		o->off += n;
+		o->reqs[o->issued].data = o;
+		if (ts_write(&o->reqs[o->issued], (uv_stream_t *)&c->tcp, c->tls,
+		    bufs, nb, on_write) < 0) {
+			o->failed = 1;
+			break;
+		}
+		o->issued++;
+		o->pending++;
+	}
+}
+
+/* The responses of c in order, each once the one before it is all
+ * handed over.  One that leaves the list with no write in flight is
+ * done, unless it is self (the caller's, which the caller ends). */
+static void
+conn_issue(hs_conn *c, struct hs_out *self)
+{
+	struct hs_out *o;
+
+	while ((o = c->unsent) != NULL) {
+		out_issue(o);
+		if (o->issued < o->nreqs && !o->failed && !c->closing)
+			return;
+		if (o->issued < o->nreqs)
+			o->failed = 1;  /* the rest will never go */
+		if ((c->unsent = o->next) == NULL)
+			c->unsent_tail = NULL;
+		o->unlisted = 1;
+		if (o != self && o->pending == 0)
+			out_done(o);
+	}
+}
+
+void
+hs__conn_drop_unsent(hs_conn *c)
+{
+	struct hs_out *o;
+
+	while ((o = c->unsent) != NULL) {
+		c->unsent = o->next;
+		o->failed = 1;
+		out_done(o);
+	}
+	c->unsent_tail = NULL;
+}
+
 static void
 on_write(ts_write_t *req, int status)
 {
 	struct hs_out *o = req->data;
+	hs_conn *c = o->c;
 
 	if (status < 0)
 		o->failed = 1;
-	else if (!o->c->closing && o->c->timer_kind == HS_T_IDLE)
-		hs__conn_timer(o->c, HS_T_IDLE);    /* the peer is taking it */
-	if (--o->pending == 0)
+	else if (!c->closing && c->timer_kind == HS_T_IDLE)
+		hs__conn_timer(c, HS_T_IDLE);       /* the peer is taking it */
+	o->pending--;
+	conn_issue(c, o);
+	if (o->pending == 0 && o->unlisted)
 		out_done(o);
 }
 
@@ -102,7 +179,7 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
     int head_only, int close, hs_meter meter)
 {
 	struct hs_out *o;
-	size_t slices, nreqs, i, off;
+	size_t slices, nreqs;
 	int no_body = status == 204 || status == 304;
 	int len;
 	char *head;
@@ -147,28 +224,14 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	o->bytes_extra = c->continue_bytes;
 	o->meter = meter;
 	c->outs++;
-	for (i = 0, off = 0; i < nreqs; i++) {
-		uv_buf_t bufs[2];
-		unsigned nb = 0;
-		size_t n = o->body_len - off;
-
-		if (i == 0)
-			bufs[nb++] = uv_buf_init(o->head,
-			    (unsigned)o->head_len);
-		if (n > HS_SLICE_LEN)
-			n = HS_SLICE_LEN;
-		if (n > 0)
-			bufs[nb++] = uv_buf_init(o->body + off, (unsigned)n);
-		off += n;
-		o->reqs[i].data = o;
-		if (ts_write(&o->reqs[i], (uv_stream_t *)&c->tcp, c->tls, bufs,
-		    nb, on_write) < 0) {
-			o->failed = 1;
-			break;
-		}
-		o->pending++;
-	}
-	if (o->pending == 0)
+	o->nreqs = nreqs;
+	if (c->unsent_tail != NULL)
+		c->unsent_tail->next = o;
+	else
+		c->unsent = o;
+	c->unsent_tail = o;
+	conn_issue(c, o);
+	if (o->pending == 0 && o->unlisted)
 		out_done(o);
 	else if (o->failed)
 		hs__conn_close(c);

@@ -211,6 +211,7 @@ on_conn_closed(uv_handle_t *h)
 		s->conns = c->next;
 	if (c->next != NULL)
 		c->next->prev = c->prev;
+	hs__conn_drop_unsent(c);
 	request_reset(c);
 	free(c->hbuf);
 	free(c->hdrs);

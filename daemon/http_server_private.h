@@ -43,6 +43,9 @@ struct hs_conn {
 	hs_server *srv;
 	hs_conn *prev, *next;
 	tls_conn *tls;                  /* NULL: plain TCP */
+	/* responses with slices not yet handed to libuv, oldest first: they
+	 * go out in this order (http_response.c) */
+	struct hs_out *unsent, *unsent_tail;
 	char peer[HS_PEER_LEN];
 	char addr[HS_PEER_LEN];         /* the peer without its port */
 	http_parser parser;
@@ -116,6 +119,8 @@ void hs__conn_resume(hs_conn *c);
 
 /* http_response.c */
 
+/* Ends the responses that never got to the socket (c is closed). */
+void hs__conn_drop_unsent(hs_conn *c);
 /* Queues one response; takes body (malloc'd) in every case.  With
  * head_only the length is announced and the body not sent. */
 void hs__conn_send(hs_conn *c, int status, const char *content_type,
