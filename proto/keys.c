@@ -3,6 +3,7 @@
  * printing.  The tables themselves live with their structs. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -251,6 +252,15 @@ set_size(const pr_key *k, void *obj, const char *v, char *msg)
 	return KN_OK;
 }
 
+static int
+has_inline_comment(const char *v)
+{
+	for (; *v != '\0'; v++)
+		if (isspace((unsigned char)v[0]) && v[1] == ';')
+			return 1;
+	return 0;
+}
+
 int
 pr_key_set(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 {
@@ -258,6 +268,11 @@ pr_key_set(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 	 * a comment and the value would read back empty */
 	if (v[0] == ';')
 		return bad(k, msg, "a value may not start with ';'");
+	/* nor hold a blank and then ';': printed, that starts an inline
+	 * comment (a value inih took whole from a line cut at its length
+	 * limit can hold one) */
+	if (has_inline_comment(v))
+		return bad(k, msg, "a value may not hold a blank followed by ';'");
 	switch (k->type) {
 	case PR_KEY_INT:
 	case PR_KEY_MIB:
