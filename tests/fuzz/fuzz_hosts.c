@@ -33,5 +33,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fz_fail("host %d serves blocks %d-%d", i, h->block_hi,
 			    h->block_lo);
 	}
+	for (i = 0; i < pl.nclients; i++)
+		if (ph_client_find(&pl, pl.clients[i].id) != i)
+			fz_fail("client %d is not found by its id", i);
+	ph_free(&pl);
 	return 0;
 }
