@@ -25,6 +25,10 @@ typedef enum {
 #define PR_KEY_ALIAS    0x08    /* sets keys with rows of their own: never
 				 * printed */
 #define PR_KEY_PATH     0x10    /* a path taken relative to the file's folder */
+#define PR_KEY_SOMA     0x20    /* hashed and printed only in a spec of
+				 * method = soma, so that adding SOMA left
+				 * every BlockTrain run id and spec text as
+				 * it was */
 
 typedef struct pr_key pr_key;
 

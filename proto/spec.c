@@ -107,10 +107,18 @@ static const pr_key_ops betas_ops = { set_betas, NULL };
  * as printing needs; the canonical encoding sorts the hashed ones by
  * their dotted names, so the order here does not touch run ids.  The
  * shape limits are the kernels' (kn_model_check_shape). */
+static const char *const methods[] = { "blocktrain", "soma", NULL };
+static const char *const soma_modes[] = { "independent", "summed", NULL };
+
 const pr_key pr_spec_keys[] = {
 	{ .section = "", .name = "seed", .type = PR_KEY_U64, FIELD(seed),
 	  .def = 1, .flags = PR_KEY_HASHED,
 	  .doc = "fixes the initial weights and the training draws" },
+	{ .section = "", .name = "method", .type = PR_KEY_CHOICE,
+	  FIELD(method), .def_str = "blocktrain", .choices = methods,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "blocktrain (blockwise masked diffusion) or soma (zero-order "
+	  "experts)" },
 
 	{ .section = "model", .name = "blocks", .type = PR_KEY_INT,
 	  FIELD(blocks), .min = 1, .max = PR_MAX_BLOCKS, .def = 4,
@@ -209,6 +217,92 @@ const pr_key pr_spec_keys[] = {
 	  FIELD(round_deadline), .min = 0, .max = INFINITY, .def = 60.0,
 	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN,
 	  .doc = "seconds a coordinator waits for the updates of a round" },
+
+	{ .section = "soma", .name = "experts", .type = PR_KEY_INT,
+	  FIELD(soma.experts), .min = 1, .max = 1024, .def = 2,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "experts N, one per data cluster" },
+	{ .section = "soma", .name = "width", .type = PR_KEY_INT,
+	  FIELD(soma.width), .min = 1, .max = 4096, .def = 32,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "an expert's width d (embedding, LSTM state)" },
+	{ .section = "soma", .name = "mlp_mult", .type = PR_KEY_INT,
+	  FIELD(soma.mlp_mult), .min = 1, .max = 64, .def = 4,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "the hidden width of each GELU MLP, in multiples of d" },
+	{ .section = "soma", .name = "layers", .type = PR_KEY_INT,
+	  FIELD(soma.layers), .min = 1, .max = 64, .def = 2,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "residual blocks of an expert, each an LSTM then an MLP" },
+	{ .section = "soma", .name = "window", .type = PR_KEY_INT,
+	  FIELD(soma.window), .min = 1, .max = 65536, .def = 128,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "bytes per training sequence" },
+	{ .section = "soma", .name = "batch", .type = PR_KEY_INT,
+	  FIELD(soma.batch), .min = 1, .max = 65536, .def = 16,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "sequences per minibatch" },
+	{ .section = "soma", .name = "perturbations", .type = PR_KEY_INT,
+	  FIELD(soma.perturbations), .min = 1, .max = 1 << 20, .def = 64,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "SPSA directions P per step (2P forward passes)" },
+	{ .section = "soma", .name = "eps", .type = PR_KEY_REAL,
+	  FIELD(soma.eps), .min = 0, .max = INFINITY, .def = 1e-3,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA | PR_KEY_MIN_OPEN,
+	  .doc = "the initial perturbation size" },
+	{ .section = "soma", .name = "lr", .type = PR_KEY_REAL,
+	  FIELD(soma.lr), .min = 0, .max = INFINITY, .def = 1e-3,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA | PR_KEY_MIN_OPEN,
+	  .doc = "the initial learning rate of the Adam-style update" },
+	{ .section = "soma", .name = "lr_floor", .type = PR_KEY_REAL,
+	  FIELD(soma.lr_floor), .min = 0, .max = INFINITY, .def = 1e-5,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "lr and eps halve on a plateau down to this floor" },
+	{ .section = "soma", .name = "density", .type = PR_KEY_REAL,
+	  FIELD(soma.density), .min = 0, .max = 1, .def = 0.5,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA | PR_KEY_MIN_OPEN,
+	  .doc = "the share of nonzero entries of a direction" },
+	{ .section = "soma", .name = "patience", .type = PR_KEY_INT,
+	  FIELD(soma.patience), .min = 1, .max = INFINITY, .def = 3,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "validations without improvement before lr and eps halve" },
+	{ .section = "soma", .name = "seed_steps", .type = PR_KEY_INT,
+	  FIELD(soma.seed_steps), .min = 0, .max = INFINITY, .def = 500,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "SPSA steps of the N = 1 seed model" },
+	{ .section = "soma", .name = "steps", .type = PR_KEY_INT,
+	  FIELD(soma.steps), .min = 0, .max = INFINITY, .def = 1000,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "SPSA steps of each expert" },
+	{ .section = "soma", .name = "eval_every", .type = PR_KEY_INT,
+	  FIELD(soma.eval_every), .min = 1, .max = INFINITY, .def = 50,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "steps between two validations (the plateau schedule)" },
+	{ .section = "soma", .name = "mode", .type = PR_KEY_CHOICE,
+	  FIELD(soma.mode), .def_str = "independent", .choices = soma_modes,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "independent: each expert its own loss; summed: the control "
+	  "of one summed loss" },
+	{ .section = "soma", .name = "top_k", .type = PR_KEY_INT,
+	  FIELD(soma.top_k), .min = 1, .max = 1024, .def = 4,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "experts mixed at inference; min(top_k, N) are" },
+	{ .section = "soma", .name = "route_bytes", .type = PR_KEY_INT,
+	  FIELD(soma.route_bytes), .min = 1, .max = 1 << 20, .def = 256,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "bytes of a context the router reads" },
+	{ .section = "soma", .name = "eggroll_rank", .type = PR_KEY_INT,
+	  FIELD(soma.eggroll_rank), .min = 1, .max = 1024, .def = 1,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "the rank r of the EGGROLL control's perturbations" },
+	{ .section = "soma", .name = "clusters", .type = PR_KEY_STR,
+	  FIELD(soma.clusters), .flags = PR_KEY_PATH | PR_KEY_SOMA,
+	  .doc = "the folder shardmeter cluster wrote (router.smr, "
+	  "cluster-<e>.txt), local to each host" },
+	{ .section = "soma", .name = "router_sha256", .type = PR_KEY_SHA256,
+	  FIELD(soma.router_sha256), .flags = PR_KEY_HASHED | PR_KEY_SOMA,
+	  .doc = "the SHA-256 of clusters/router.smr, checked when it is "
+	  "opened" },
 };
 
 #define NKEYS (sizeof(pr_spec_keys) / sizeof(pr_spec_keys[0]))
@@ -318,7 +412,19 @@ pr_spec_validate(const pr_spec *s, char *err)
 	if (s->lr_min > s->lr)
 		return kn_error(err, KN_EINVAL, "[optim] need lr_min <= lr, "
 		    "not lr_min %g above lr %g", s->lr_min, s->lr);
+	if (pr_spec_method(s) == PR_METHOD_SOMA) {
+		if (s->soma.lr_floor > s->soma.lr || s->soma.lr_floor > s->soma.eps)
+			return kn_error(err, KN_EINVAL, "[soma] need lr_floor "
+			    "<= lr and <= eps, not %g", s->soma.lr_floor);
+	}
 	return KN_OK;
+}
+
+pr_method
+pr_spec_method(const pr_spec *s)
+{
+	return strcmp(s->method, "soma") == 0 ? PR_METHOD_SOMA :
+	    PR_METHOD_BLOCKTRAIN;
 }
 
 static int
@@ -531,6 +637,9 @@ pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 
 		if (!(k->flags & PR_KEY_HASHED))
 			continue;
+		if ((k->flags & PR_KEY_SOMA) &&
+		    pr_spec_method(s) != PR_METHOD_SOMA)
+			continue;
 		snprintf(keys[n].name, sizeof(keys[n].name), "%s%s%s",
 		    k->section, k->section[0] ? "." : "", k->name);
 		keys[n++].k = k;
@@ -575,5 +684,13 @@ pr_spec_run_id(const pr_spec *s, char id[PR_RUN_ID_LEN], char *err)
 int
 pr_spec_print(FILE *f, const pr_spec *s)
 {
-	return pr_key_print(pr_spec_keys, NKEYS, s, f);
+	pr_key rows[NKEYS];
+	size_t i, n = 0;
+
+	/* a BlockTrain spec prints as it did before SOMA had keys */
+	for (i = 0; i < NKEYS; i++)
+		if (pr_spec_method(s) == PR_METHOD_SOMA ||
+		    !(pr_spec_keys[i].flags & PR_KEY_SOMA))
+			rows[n++] = pr_spec_keys[i];
+	return pr_key_print(rows, n, s, f);
 }

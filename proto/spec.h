@@ -16,7 +16,29 @@
 #define PR_RUN_ID_LEN 65        /* 64 hex digits and NUL */
 #define PR_ERR_LEN 256
 
+typedef enum { PR_METHOD_BLOCKTRAIN = 0, PR_METHOD_SOMA } pr_method;
+
+/* [soma]: the SOMA experts and their zero-order training (DESIGN
+ * section 3).  The expert's shape is its own, not [model]'s. */
 typedef struct {
+	int experts;                    /* N */
+	int width, mlp_mult, layers;    /* d, MLP ratio, residual blocks */
+	int window, batch;              /* bytes per sequence, sequences */
+	int perturbations;              /* P */
+	double eps, lr, lr_floor, density;
+	int patience;                   /* evaluations before halving */
+	int seed_steps, steps, eval_every;
+	char mode[16];                  /* independent | summed */
+	int top_k, route_bytes;
+	int eggroll_rank;
+	/* the output folder of shardmeter cluster: router.smr and
+	 * cluster-<e>.txt; local like the data paths */
+	char clusters[PR_PATH_LEN];
+	char router_sha256[65];
+} pr_soma;
+
+typedef struct {
+	char method[16];                /* blocktrain | soma */
 	/* [model] */
 	int blocks;                     /* T */
 	int width, heads, layers_per_block, window;
@@ -35,7 +57,11 @@ typedef struct {
 	double outer_lr, round_deadline;        /* seconds */
 	/* top level */
 	uint64_t seed;
+	pr_soma soma;
 } pr_spec;
+
+/* PR_METHOD_SOMA when method = soma */
+pr_method pr_spec_method(const pr_spec *s);
 
 /* One row per key (proto/keys.h): its section, name, type, range,
  * default and field; parsing, validation, defaults, printing and the

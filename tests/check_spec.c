@@ -11,6 +11,7 @@
 
 #include "daemon/corpus.h"
 #include "proto/spec.h"
+#include "kernels/error.h"
 #include "tests/testutil.h"
 
 static const char *base =
@@ -360,6 +361,67 @@ START_TEST(test_run_ids_pinned)
 }
 END_TEST
 
+static void
+run_id_of(const char *text, char id[PR_RUN_ID_LEN])
+{
+	char err[PR_ERR_LEN] = "";
+	pr_spec s;
+
+	parse_ok(text, &s);
+	ck_assert_msg(pr_spec_run_id(&s, id, err) == 0, "%s", err);
+}
+
+/* method = soma: its run id covers the [soma] keys but not the local
+ * clusters folder; a BlockTrain spec ignores [soma] entirely */
+START_TEST(test_soma_keys)
+{
+	char a[PR_RUN_ID_LEN], b[PR_RUN_ID_LEN], printed[8192];
+	char err[PR_ERR_LEN] = "";
+	pr_spec s;
+
+	run_id_of(base, a);
+	run_id_of("[soma]\nperturbations = 7\n", b);
+	{
+		char c[PR_RUN_ID_LEN];
+
+		run_id_of("", c);
+		ck_assert_str_eq(b, c);
+	}
+	run_id_of("method = soma\n[soma]\nclusters = /a\n", a);
+	run_id_of("method = soma\n[soma]\nclusters = /b\n", b);
+	ck_assert_str_eq(a, b);
+	run_id_of("method = soma\n[soma]\nperturbations = 7\n", b);
+	ck_assert_str_ne(a, b);
+	run_id_of("method = soma\n[soma]\nmode = summed\n", b);
+	ck_assert_str_ne(a, b);
+
+	parse_ok("method = soma\n[soma]\nexperts = 8\nwidth = 16\n"
+	    "density = 0.25\n", &s);
+	ck_assert_int_eq(pr_spec_method(&s), PR_METHOD_SOMA);
+	ck_assert_int_eq(s.soma.experts, 8);
+	ck_assert_int_eq(s.soma.perturbations, 64);
+	ck_assert(s.soma.density == 0.25);
+	ck_assert_str_eq(s.soma.mode, "independent");
+	round_trip("method = soma\n[soma]\nexperts = 8\nlr = 0.002\n");
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_nonnull(strstr(printed, "\n[soma]\nexperts = 8\n"));
+	parse_ok("", &s);
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_null(strstr(printed, "[soma]"));
+	ck_assert_ptr_null(strstr(printed, "method"));
+
+	ck_assert_int_eq(pr_spec_parse(&s, "method = soma\n[soma]\n"
+	    "density = 0\n", 33, err), KN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "density"));
+	ck_assert_int_eq(pr_spec_parse(&s, "method = soma\n[soma]\n"
+	    "lr = 1e-6\n", 31, err), KN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "lr_floor"));
+	ck_assert_int_eq(pr_spec_parse(&s, "method = somma\n", 15, err),
+	    KN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "method"));
+}
+END_TEST
+
 int
 main(void)
 {
@@ -373,6 +435,7 @@ main(void)
 	tcase_add_test(tc, test_range_errors);
 	tcase_add_test(tc, test_print_round_trip);
 	tcase_add_test(tc, test_key_table);
+	tcase_add_test(tc, test_soma_keys);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pinned");
 	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);
