@@ -55,7 +55,11 @@ static const char *const tensor_keys[T_COUNT] = {
 	"name", "dtype", "shape", "bytes"
 };
 
-static const char *const kinds[] = { "block", "e2e", "causal" };
+/* BlockTrain's three, then SOMA's (DESIGN section 3): an expert (block
+ * holds its index), the N = 1 seed, and the three controls */
+static const char *const kinds[] = { "block", "e2e", "causal", "expert",
+    "seed", "spsa", "eggroll", "bptt" };
+#define KINDS_TEXT "block, e2e, causal, expert, seed, spsa, eggroll or bptt"
 
 struct format {
 	struct pr_mp_format mp;
@@ -143,7 +147,7 @@ check_meta(const pr_ckpt_meta *meta, char *err)
 		    "[0, %d]", meta->block, PR_MAX_BLOCKS);
 	if (!is_kind(meta->kind, strnlen(meta->kind, PR_CKPT_KIND_LEN)))
 		return kn_error(err, KN_EINVAL, "checkpoint kind must be "
-		    "block, e2e or causal");
+		    KINDS_TEXT);
 	if (meta->step < 0 || meta->round < 0)
 		return kn_error(err, KN_EINVAL, "step and round must be "
 		    "non-negative (got %lld and %lld)",
@@ -385,7 +389,7 @@ parse_head(const char *buf, size_t len, const struct format *f,
 	if (o->type != MSGPACK_OBJECT_STR ||
 	    !is_kind(o->via.str.ptr, o->via.str.size))
 		return kn_error(err, KN_EINVAL, "%s field 'kind' must be "
-		    "\"block\", \"e2e\" or \"causal\"", f->mp.what);
+		    "one of " KINDS_TEXT, f->mp.what);
 	memcpy(meta->kind, o->via.str.ptr, o->via.str.size);
 	if ((rc = pr_mp_get_uint(fields[F_STEP], INT64_MAX, &u, f->mp.what,
 	    "step", err)) != 0)

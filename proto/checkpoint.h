@@ -21,8 +21,11 @@
  * run_id "" , block < 0 and kind "" each match anything. */
 typedef struct {
 	char run_id[PR_RUN_ID_LEN];     /* 64 lowercase hex digits */
-	int block;                      /* 0 .. PR_MAX_BLOCKS */
-	char kind[PR_CKPT_KIND_LEN];    /* "block", "e2e" or "causal" */
+	int block;                      /* 0 .. PR_MAX_BLOCKS; an expert's
+					 * index for kind "expert" */
+	/* "block", "e2e", "causal"; SOMA: "expert", "seed", "spsa",
+	 * "eggroll", "bptt" */
+	char kind[PR_CKPT_KIND_LEN];
 	int64_t step;                   /* optimizer steps taken, >= 0 */
 	int64_t round;                  /* averaging rounds done, >= 0 */
 } pr_ckpt_meta;

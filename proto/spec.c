@@ -219,7 +219,7 @@ const pr_key pr_spec_keys[] = {
 	  .doc = "seconds a coordinator waits for the updates of a round" },
 
 	{ .section = "soma", .name = "experts", .type = PR_KEY_INT,
-	  FIELD(soma.experts), .min = 1, .max = 1024, .def = 2,
+	  FIELD(soma.experts), .min = 1, .max = PR_MAX_BLOCKS, .def = 2,
 	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
 	  .doc = "experts N, one per data cluster" },
 	{ .section = "soma", .name = "width", .type = PR_KEY_INT,
@@ -284,7 +284,7 @@ const pr_key pr_spec_keys[] = {
 	  .doc = "independent: each expert its own loss; summed: the control "
 	  "of one summed loss" },
 	{ .section = "soma", .name = "top_k", .type = PR_KEY_INT,
-	  FIELD(soma.top_k), .min = 1, .max = 1024, .def = 4,
+	  FIELD(soma.top_k), .min = 1, .max = PR_MAX_BLOCKS, .def = 4,
 	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
 	  .doc = "experts mixed at inference; min(top_k, N) are" },
 	{ .section = "soma", .name = "route_bytes", .type = PR_KEY_INT,

@@ -533,9 +533,25 @@ START_TEST(test_bad_meta_refused)
 	    err), KN_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "64 lowercase hex"));
 	m = meta;
-	strcpy(m.kind, "expert");
+	strcpy(m.kind, "experts");
 	ck_assert_int_eq(pr_ckpt_encode(&m, table, ntable, params, &out, &len,
 	    err), KN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "kind must be"));
+	/* SOMA's kinds are known: an expert's file round-trips */
+	m = meta;
+	strcpy(m.kind, "expert");
+	m.block = 7;
+	ck_assert_int_eq(pr_ckpt_encode(&m, table, ntable, params, &out, &len,
+	    err), 0);
+	{
+		pr_ckpt_meta got;
+
+		ck_assert_int_eq(pr_ckpt_decode(out, len, &m, NULL, 0, NULL,
+		    &got, err), 0);
+		ck_assert_str_eq(got.kind, "expert");
+		ck_assert_int_eq(got.block, 7);
+	}
+	free(out);
 	m = meta;
 	m.step = -1;
 	ck_assert_int_eq(pr_ckpt_encode(&m, table, ntable, params, &out, &len,
