@@ -129,6 +129,10 @@ kn_egg_init(kn_egg *s, size_t n, const kn_egg_tensor *tensors,
 	s->n = n;
 	s->ntensors = ntensors;
 	s->scratch_len = need;
+	s->alloc_K = cfg->K;
+	s->alloc_k_max = cfg->k_max;
+	s->alloc_groups = cfg->groups;
+	s->alloc_rank = cfg->rank;
 	s->tensors = malloc((size_t)ntensors * sizeof(*tensors));
 	s->copies = malloc((size_t)cfg->k_max * n * sizeof(float));
 	s->losses = malloc((size_t)cfg->K * cfg->groups * sizeof(float));
@@ -323,6 +327,13 @@ kn_egg_step(kn_egg *s, float *theta, kn_zo_eval_fn eval, void *ctx,
 	int threads, blocks = 0, calls, rc, t, k, g;
 	int G = s->cfg.groups;
 
+	if (s->cfg.K != s->alloc_K || s->cfg.k_max != s->alloc_k_max ||
+	    s->cfg.groups != s->alloc_groups || s->cfg.rank != s->alloc_rank)
+		return kn_error(err, KN_EINVAL, "eggroll: K, rank, k_max and "
+		    "groups changed after kn_egg_init");
+	if (!(s->cfg.sigma > 0) || !(s->cfg.lr >= 0))
+		return kn_error(err, KN_EINVAL, "eggroll: sigma %g, lr %g",
+		    (double)s->cfg.sigma, (double)s->cfg.lr);
 	/* kn_pool_run would start the pool itself, with more threads than
 	 * the scratch counted */
 	kn_pool_ensure();

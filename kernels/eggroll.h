@@ -44,9 +44,13 @@ typedef struct {
 	size_t scratch_len;
 	int scratch_threads;
 	double *group_loss;     /* (groups) for kn_zo_stats */
+	/* what the buffers were sized for */
+	int alloc_K, alloc_k_max, alloc_groups, alloc_rank;
 } kn_egg;
 
-/* Tensors must lie inside n, in increasing offset, without overlap. */
+/* Tensors must lie inside n, in increasing offset, without overlap.  K,
+ * rank, k_max and groups are fixed from then on; sigma, lr and seed may
+ * change between steps. */
 int kn_egg_init(kn_egg *s, size_t n, const kn_egg_tensor *tensors,
     int ntensors, const kn_egg_config *cfg, char *err);
 void kn_egg_free(kn_egg *s);

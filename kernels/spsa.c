@@ -195,6 +195,8 @@ kn_spsa_init(kn_spsa *s, size_t n, const kn_spsa_config *cfg, char *err)
 	s->cfg = *cfg;
 	s->n = n;
 	s->seg = n / (size_t)cfg->groups;
+	s->alloc_P = cfg->P;
+	s->alloc_k_max = cfg->k_max;
 	s->best = HUGE_VAL;
 	s->m = calloc(n, sizeof(float));
 	s->v = calloc(n, sizeof(float));
@@ -307,6 +309,10 @@ kn_spsa_estimate(kn_spsa *s, const float *theta, kn_zo_eval_fn eval,
 
 	if ((rc = check_config(&s->cfg, err)) != 0)
 		return rc;
+	if (P != s->alloc_P || s->cfg.k_max != s->alloc_k_max ||
+	    (size_t)G * s->seg != s->n)
+		return kn_error(err, KN_EINVAL, "spsa: P, k_max and groups "
+		    "changed after kn_spsa_init");
 	if (per > (size_t)INT_MAX / (size_t)G)
 		return kn_error(err, KN_EINVAL, "spsa: too many pieces");
 	npieces = (int)(per * (size_t)G);
@@ -335,12 +341,12 @@ kn_spsa_estimate(kn_spsa *s, const float *theta, kn_zo_eval_fn eval,
 				    (float)(sum / (2.0 * s->cfg.eps));
 	}
 	kn_pool_run(npieces, spsa_accumulate, &job);
+	for (g = 0; g < G; g++)
+		s->group_loss[g] /= P;
 	if (stats) {
 		stats->loss = 0;
-		for (g = 0; g < G; g++) {
-			s->group_loss[g] /= P;
+		for (g = 0; g < G; g++)
 			stats->loss += s->group_loss[g] / G;
-		}
 		stats->group_loss = s->group_loss;
 		stats->copies = (uint64_t)2 * P;
 		stats->calls = calls;

@@ -102,8 +102,12 @@ typedef struct {
 	double best;            /* best validation loss so far */
 	int stale;              /* validations since it improved */
 	int halvings;           /* times the schedule halved lr and eps */
+	int alloc_P, alloc_k_max; /* what the buffers were sized for */
 } kn_spsa;
 
+/* Sizes the state for n parameters and cfg; P, k_max and groups are
+ * fixed from then on, the other fields of s->cfg may change between
+ * steps. */
 int kn_spsa_init(kn_spsa *s, size_t n, const kn_spsa_config *cfg,
     char *err);
 void kn_spsa_free(kn_spsa *s);
@@ -124,8 +128,8 @@ int kn_spsa_step(kn_spsa *s, float *theta, kn_zo_eval_fn eval, void *ctx,
 /* The schedule: a validation loss improves when it is below
  * best - plateau_rel * |best| (the first one always does).  After
  * `patience` validations in a row without improvement lr and eps halve,
- * each floored at `floor`, and the count starts again.  Returns 1 when it
- * halved, 0 otherwise. */
+ * each floored at `floor`, and the count starts again.  Returns 1 when
+ * the plateau fired (also once both sit at the floor), 0 otherwise. */
 int kn_spsa_plateau(kn_spsa *s, double val_loss);
 
 #endif

@@ -101,14 +101,14 @@ alloc_doubles(size_t n, double lo, double hi, uint64_t seed)
 
 static void
 spsa_setup(kn_spsa *s, size_t n, int P, float density, int groups,
-    int mode)
+    int mode, int k_max)
 {
 	kn_spsa_config c;
 	char err[KN_ERR_LEN];
 
 	kn_spsa_config_default(&c);
 	c.P = P;
-	c.k_max = 2 * P;
+	c.k_max = k_max ? k_max : 2 * P;
 	c.density = density;
 	c.groups = groups;
 	c.mode = mode;
@@ -213,9 +213,8 @@ START_TEST(test_estimate_uses_keys)
 	ck_assert_ptr_nonnull(z);
 	ck_assert_ptr_nonnull(want);
 	for (mode = 0; mode < 2; mode++) {
-		spsa_setup(&s, n, P, 0.5f, 3, mode);
+		spsa_setup(&s, n, P, 0.5f, 3, mode, 4);
 		s.cfg.expert = 7;
-		s.cfg.k_max = 4;
 		s.step = 11;
 		ck_assert_msg(kn_spsa_estimate(&s, theta, quad_eval, &q,
 		    s.grad, NULL, err) == 0, "%s", err);
@@ -275,7 +274,7 @@ START_TEST(test_unbiased)
 		}
 	q.A = A;
 	quad_grad(&q, theta, grad);
-	spsa_setup(&s, (size_t)d, P, 0.5f, 1, KN_SPSA_INDEPENDENT);
+	spsa_setup(&s, (size_t)d, P, 0.5f, 1, KN_SPSA_INDEPENDENT, 0);
 	for (t = 0; t < draws; t++) {
 		s.step = (uint64_t)t;
 		ck_assert_msg(kn_spsa_estimate(&s, theta, quad_eval, &q,
@@ -329,7 +328,7 @@ START_TEST(test_relative_error)
 		kn_spsa s;
 
 		spsa_setup(&s, (size_t)d, P, cases[c].density, 1,
-		    KN_SPSA_INDEPENDENT);
+		    KN_SPSA_INDEPENDENT, 0);
 		relative_mse(&s, &q, theta, 0, cases[c].draws, &mean, &se);
 		fprintf(stderr, "# relative error d %3d P %2d density %.2f: "
 		    "%.4f +- %.4f, (d-2+1/density)/P %.4f, (d-1)/P %.4f\n",
@@ -362,7 +361,7 @@ START_TEST(test_variance_ratio)
 	double ind, ind_se, sum, sum_se, ratio, rel_se;
 	kn_spsa s;
 
-	spsa_setup(&s, n, P, 0.5f, N, KN_SPSA_INDEPENDENT);
+	spsa_setup(&s, n, P, 0.5f, N, KN_SPSA_INDEPENDENT, 0);
 	relative_mse(&s, &q, theta, 0, draws, &ind, &ind_se);
 	s.cfg.mode = KN_SPSA_SUMMED;
 	relative_mse(&s, &q, theta, draws, draws, &sum, &sum_se);
@@ -399,8 +398,7 @@ START_TEST(test_spsa_threads)
 	for (threads = 1; threads <= 2; threads++) {
 		ck_assert_int_eq(kn_pool_init(threads, err), 0);
 		theta[threads - 1] = tu_alloc_fill(n, -1, 1, 62);
-		spsa_setup(&s, n, 5, 0.5f, 3, KN_SPSA_INDEPENDENT);
-		s.cfg.k_max = 3;
+		spsa_setup(&s, n, 5, 0.5f, 3, KN_SPSA_INDEPENDENT, 3);
 		s.cfg.eps = 1e-2f;
 		s.cfg.lr = 1e-2f;
 		q.calls = 0;
@@ -446,10 +444,9 @@ START_TEST(test_adam_by_hand)
 
 	for (i = 0; i < n; i++)
 		th[i] = theta[i];
-	spsa_setup(&s, n, P, 1.0f, 1, KN_SPSA_INDEPENDENT);
+	spsa_setup(&s, n, P, 1.0f, 1, KN_SPSA_INDEPENDENT, 3);
 	s.cfg.eps = 0.25f;
 	s.cfg.lr = 0.1f;
-	s.cfg.k_max = 3;
 	for (t = 1; t <= 2; t++) {
 		double mean = 0;
 
@@ -505,7 +502,7 @@ START_TEST(test_spsa_errors)
 	kn_spsa s;
 
 	memcpy(before, theta, sizeof(theta));
-	spsa_setup(&s, n, 2, 0.5f, 2, KN_SPSA_INDEPENDENT);
+	spsa_setup(&s, n, 2, 0.5f, 2, KN_SPSA_INDEPENDENT, 0);
 	ck_assert_int_eq(kn_spsa_step(&s, theta, quad_eval, &q, NULL, err),
 	    KN_EIO);
 	ck_assert_ptr_nonnull(strstr(err, "told to fail"));
@@ -515,6 +512,12 @@ START_TEST(test_spsa_errors)
 	    KN_ENUM);
 	ck_assert_mem_eq(theta, before, sizeof(theta));
 	ck_assert_uint_eq(s.step, 0);
+	/* the buffers are sized for P */
+	q.nan = 0;
+	s.cfg.P = 3;
+	ck_assert_int_eq(kn_spsa_step(&s, theta, quad_eval, &q, NULL, err),
+	    KN_EINVAL);
+	ck_assert_mem_eq(theta, before, sizeof(theta));
 	kn_spsa_free(&s);
 	kn_spsa_config_default(&c);
 	c.groups = 4;
@@ -531,7 +534,7 @@ START_TEST(test_plateau)
 	float want = 1e-3f;
 	int i, halvings = 0;
 
-	spsa_setup(&s, 4, 1, 0.5f, 1, KN_SPSA_INDEPENDENT);
+	spsa_setup(&s, 4, 1, 0.5f, 1, KN_SPSA_INDEPENDENT, 0);
 	s.cfg.eps = s.cfg.lr = 1e-3f;
 	s.cfg.patience = 2;
 	ck_assert_int_eq(kn_spsa_plateau(&s, 10.0), 0);
@@ -774,6 +777,35 @@ START_TEST(test_egg_rank)
 }
 END_TEST
 
+/* Whatever the rank, an element of E = A B^T / sqrt(r) has variance 1,
+ * as the vectors' full Gaussian has: the mean square over 400 pairs,
+ * within five standard errors of the per-pair means. */
+START_TEST(test_egg_scale)
+{
+	const int pairs = 400;
+	float E[12 * 9], scratch[(12 + 9) * 4];
+	double sum = 0, sum2 = 0, mean, se;
+	int k, i;
+	kn_egg s;
+
+	egg_setup(&s, 2, 2, 4, 1);
+	for (k = 0; k < pairs; k++) {
+		double ms = 0;
+
+		kn_egg_perturbation(&s, 0, 0, 2 * k, E, scratch);
+		for (i = 0; i < 12 * 9; i++)
+			ms += (double)E[i] * E[i] / (12 * 9);
+		sum += ms;
+		sum2 += ms * ms;
+	}
+	mean = sum / pairs;
+	se = sqrt((sum2 / pairs - mean * mean) / (pairs - 1));
+	ck_assert_msg(fabs(mean - 1) <= 5 * se && se < 0.05,
+	    "mean square %g +- %g", mean, se);
+	kn_egg_free(&s);
+}
+END_TEST
+
 /* 0.5 |theta + b|^2 over the tensors' parameters: what the steps can
  * lower (the rest never moves). */
 static double
@@ -867,6 +899,7 @@ main(void)
 	tcase_add_test(egg, test_egg_population_and_update);
 	tcase_add_test(egg, test_egg_antithetic);
 	tcase_add_test(egg, test_egg_rank);
+	tcase_add_test(egg, test_egg_scale);
 	tcase_add_test(egg, test_egg_descends);
 	tcase_add_test(egg, test_egg_threads);
 	suite_add_tcase(s, dir);
