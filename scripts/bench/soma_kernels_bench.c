@@ -138,7 +138,7 @@ main(int argc, char **argv)
 	for (k = 1; k < b.K; k++)
 		for (i = 0; i < nbody; i++)
 			b.bodies[(size_t)k * nbody + i] = b.bodies[i] +
-			    1e-3f * (float)((k * 7 + i * 13) % 3 - 1);
+			    1e-3f * (float)((int)((k * 7 + i * 13) % 3) - 1);
 	{
 		kn_rng r;
 
