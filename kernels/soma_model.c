@@ -181,56 +181,53 @@ kn_soma_decoder_tensors(const kn_soma_shape *s, kn_soma_tensor *out, int max)
 	return 2;
 }
 
-/* Carves one allocation into 64-byte aligned arrays (int32 arrays have
- * the size of float ones); with base NULL it only counts. */
-struct carve {
-	char *base;
-	size_t used;
-};
-
+/* The next array of count floats (int32 arrays are the same size) in a
+ * work space at base, each 64-byte aligned; with base NULL, *used only
+ * counts the bytes. */
 static void *
-carve(struct carve *c, size_t count)
+next_array(char *base, size_t *used, size_t count)
 {
-	void *p = c->base ? c->base + c->used : NULL;
+	size_t at = *used;
 
-	c->used += (count * sizeof(float) + 63) & ~(size_t)63;
-	return p;
+	*used += (count * sizeof(float) + 63) / 64 * 64;
+	return base != NULL ? base + at : NULL;
 }
 
 static void
-layout(struct soma_acts *a, struct carve *c, const kn_soma_shape *s, int G,
-    int B, int T, int train, size_t nbody)
+layout(struct soma_acts *a, char *base, size_t *used,
+    const kn_soma_shape *s, int G, int B, int T, int train, size_t nbody)
 {
 	size_t d = (size_t)s->width, md = d * s->mlp_mult;
 	size_t N = (size_t)B * T, L = (size_t)s->blocks;
 	size_t sets = train ? L : (size_t)G;    /* activation sets */
 
 	memset(a, 0, sizeof(*a));
-	a->input = carve(c, N);
-	a->target = carve(c, G * N);
-	a->weight = carve(c, G * N);
-	a->x = carve(c, (train ? L + 1 : (size_t)G) * N * d);
-	a->xmid = train ? carve(c, L * N * d) : NULL;
-	a->gates = carve(c, sets * N * 4 * d);
-	a->c = carve(c, sets * N * d);
-	a->h = carve(c, sets * N * d);
-	a->u = carve(c, sets * N * md);
-	a->a = carve(c, sets * N * md);
-	a->y = carve(c, G * N * d);
-	a->logits = carve(c, G * N * KN_SOMA_VOCAB);
-	a->losses = carve(c, G * N);
-	a->zero_row = carve(c, d);
-	a->dummy_row = carve(c, d);
+	*used = 0;
+	a->input = next_array(base, used, N);
+	a->target = next_array(base, used, G * N);
+	a->weight = next_array(base, used, G * N);
+	a->x = next_array(base, used, (train ? L + 1 : (size_t)G) * N * d);
+	a->xmid = train ? next_array(base, used, L * N * d) : NULL;
+	a->gates = next_array(base, used, sets * N * 4 * d);
+	a->c = next_array(base, used, sets * N * d);
+	a->h = next_array(base, used, sets * N * d);
+	a->u = next_array(base, used, sets * N * md);
+	a->a = next_array(base, used, sets * N * md);
+	a->y = next_array(base, used, G * N * d);
+	a->logits = next_array(base, used, G * N * KN_SOMA_VOCAB);
+	a->losses = next_array(base, used, G * N);
+	a->zero_row = next_array(base, used, d);
+	a->dummy_row = next_array(base, used, d);
 	if (!train) {
-		a->bodies = carve(c, G * nbody);
+		a->bodies = next_array(base, used, G * nbody);
 		return;
 	}
-	a->dx = carve(c, N * d);
-	a->dtmp = carve(c, N * d);
-	a->dh = carve(c, N * d);
-	a->dcell = carve(c, (size_t)B * d);
-	a->dgates = carve(c, N * 4 * d);
-	a->du = carve(c, N * md);
+	a->dx = next_array(base, used, N * d);
+	a->dtmp = next_array(base, used, N * d);
+	a->dh = next_array(base, used, N * d);
+	a->dcell = next_array(base, used, (size_t)B * d);
+	a->dgates = next_array(base, used, N * 4 * d);
+	a->du = next_array(base, used, N * md);
 }
 
 /* Lays out the work space for this pass, growing it when it is too small.
@@ -238,20 +235,18 @@ layout(struct soma_acts *a, struct carve *c, const kn_soma_shape *s, int G,
 static int
 workspace(kn_soma_model *m, int G, int B, int T, int train, char *err)
 {
-	struct carve c = { NULL, 0 };
+	size_t bytes;
 
-	layout(&m->a, &c, &m->shape, G, B, T, train, m->nbody);
-	if (c.used > m->work_bytes) {
+	layout(&m->a, NULL, &bytes, &m->shape, G, B, T, train, m->nbody);
+	if (bytes > m->work_bytes) {
 		m->be->free(m->work);
-		m->work = m->be->alloc(c.used);
-		m->work_bytes = m->work != NULL ? c.used : 0;
+		m->work = m->be->alloc(bytes);
+		m->work_bytes = m->work != NULL ? bytes : 0;
 		if (m->work == NULL)
 			return kn_error(err, KN_ENOMEM, "SOMA work space of "
-			    "%zu MiB", c.used >> 20);
+			    "%zu MiB", bytes >> 20);
 	}
-	c.base = m->work;
-	c.used = 0;
-	layout(&m->a, &c, &m->shape, G, B, T, train, m->nbody);
+	layout(&m->a, m->work, &bytes, &m->shape, G, B, T, train, m->nbody);
 	m->be->zero(m->a.zero_row, (size_t)m->shape.width * sizeof(float));
 	return KN_OK;
 }
@@ -367,39 +362,34 @@ kn_soma_get_grads(const kn_soma_model *m, float *host_body,
 		    m->ndec * sizeof(float));
 }
 
+/* Uploads n host floats to dst unless one is not finite. */
 static int
-check_finite(const float *host, size_t n, const char *what, char *err)
+set_params(kn_soma_model *m, float *dst, const float *host, size_t n,
+    const char *what, char *err)
 {
 	long at = kn_first_nonfinite(host, n);
 
 	if (at >= 0)
 		return kn_error(err, KN_ENUM, "%s: value %ld of %zu is not "
 		    "finite", what, at, n);
+	m->be->upload(dst, host, n * sizeof(float));
 	return KN_OK;
 }
 
 int
 kn_soma_set_body(kn_soma_model *m, const float *host, char *err)
 {
-	int rc = check_finite(host, m->nbody, "SOMA body", err);
-
-	if (rc == 0)
-		m->be->upload(m->body, host, m->nbody * sizeof(float));
-	return rc;
+	return set_params(m, m->body, host, m->nbody, "SOMA body", err);
 }
 
 int
 kn_soma_set_decoder(kn_soma_model *m, const float *host, char *err)
 {
-	int rc = check_finite(host, m->ndec, "SOMA decoder", err);
-
-	if (rc == 0)
-		m->be->upload(m->decoder, host, m->ndec * sizeof(float));
-	return rc;
+	return set_params(m, m->decoder, host, m->ndec, "SOMA decoder", err);
 }
 
-void
-kn_soma_init(kn_soma_model *m, uint64_t seed)
+int
+kn_soma_init(kn_soma_model *m, uint64_t seed, char *err)
 {
 	const kn_soma_shape *s = &m->shape;
 	int rows[PER_BLOCK], cols[PER_BLOCK], d = s->width, l, i;
@@ -408,7 +398,7 @@ kn_soma_init(kn_soma_model *m, uint64_t seed)
 	float std[PER_BLOCK] = { 0 };
 
 	if (host == NULL)
-		return;
+		return kn_error(err, KN_ENOMEM, "SOMA initialisation");
 	block_shape(s, rows, cols);
 	std[W_IH] = std[W_HH] = std[W_1] = 1.0f / sqrtf((float)d);
 	/* the residual stream gains 2 blocks of MLP output; keep its sum
@@ -433,6 +423,7 @@ kn_soma_init(kn_soma_model *m, uint64_t seed)
 	m->be->upload(m->decoder, host, m->ndec * sizeof(float));
 	free(host);
 	kn_soma_zero_grad(m);
+	return KN_OK;
 }
 
 /* Checks the shape of a batch and the byte range of its tokens. */
@@ -673,14 +664,12 @@ kn_soma_forward_backward(kn_soma_model *m, const int32_t *tokens, int B,
 static size_t
 group_size(const kn_soma_model *m, int K, int B, int T)
 {
-	struct carve c = { NULL, 0 };
 	struct soma_acts a;
 	size_t budget = m->be->kind == KN_BACKEND_CUDA ? GROUP_BYTES_CUDA :
 	    GROUP_BYTES_CPU;
 	size_t one, g;
 
-	layout(&a, &c, &m->shape, 1, B, T, 0, m->nbody);
-	one = c.used;
+	layout(&a, NULL, &one, &m->shape, 1, B, T, 0, m->nbody);
 	g = budget / one;
 	if (g < 1)
 		g = 1;
@@ -704,7 +693,6 @@ int
 kn_soma_population_loss(kn_soma_model *m, const float *bodies, int K,
     const int32_t *tokens, int B, int T, float *losses, char *err)
 {
-	double part[1];
 	double *lk;
 	int k0, k, G, rc;
 
@@ -713,7 +701,7 @@ kn_soma_population_loss(kn_soma_model *m, const float *bodies, int K,
 	if ((rc = check_tokens(tokens, B, T, T + 1, err)) != 0)
 		return rc;
 	G = (int)group_size(m, K, B, T);
-	lk = G > 1 ? malloc((size_t)G * sizeof(double)) : part;
+	lk = malloc((size_t)G * sizeof(double));
 	if (lk == NULL)
 		return kn_error(err, KN_ENOMEM, "population losses");
 	if ((rc = workspace(m, G, B, T, 0, err)) != 0 ||
@@ -731,8 +719,7 @@ kn_soma_population_loss(kn_soma_model *m, const float *bodies, int K,
 			losses[k0 + k] = (float)lk[k];
 	}
 out:
-	if (lk != part)
-		free(lk);
+	free(lk);
 	return rc;
 }
 

@@ -65,8 +65,9 @@ const kn_backend *kn_soma_backend(const kn_soma_model *m);
 /* Initialises body and decoder from seed alone (kernels/rng.h), the same
  * bytes whatever the thread count or backend: E ~ N(0, 1/sqrt(d)),
  * w_ih, w_hh, w1 ~ N(0, 1/sqrt(fan_in)), w2 ~ N(0, 1/sqrt(2 blocks mult
- * d)), biases 0 except the forget gate's, 1.  Gradients are zeroed. */
-void kn_soma_init(kn_soma_model *m, uint64_t seed);
+ * d)), biases 0 except the forget gate's, 1.  Gradients are zeroed.
+ * Returns 0 or KN_ENOMEM (host staging). */
+int kn_soma_init(kn_soma_model *m, uint64_t seed, char *err);
 
 /* Backend memory: parameters and their gradients (accumulated by the
  * passes below, zeroed by kn_soma_zero_grad), for the optimizer. */

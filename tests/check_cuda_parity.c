@@ -862,7 +862,8 @@ START_TEST(test_matmul_batched)
 			size_t is = shared ? 0 : (size_t)N * C;
 			struct pair inp = pair_normal(K * (size_t)N * C, 0, 1,
 			    700 + k);
-			struct pair w = pair_normal(K * stride, 0, 0.1f, 710 + k);
+			struct pair w = pair_normal(K * stride, 0, 0.1f,
+			    710 + k);
 			struct pair out = pair_const(K * (size_t)N * OC, 7.0f);
 			const float *bc = shared ? NULL :
 			    (const float *)w.c + (size_t)OC * C;
@@ -903,7 +904,8 @@ START_TEST(test_lstm)
 		struct pair dcell = pair_const((size_t)B * C, 7.0f);
 		struct pair dgates = pair_const(N * 4 * C, 7.0f);
 		/* nonzero to start with: the gradient accumulates */
-		struct pair dwhh = pair_normal((size_t)4 * C * C, 0, 1, 830 + k);
+		struct pair dwhh = pair_normal((size_t)4 * C * C, 0, 1,
+		    830 + k);
 
 		cpu->lstm_forward(h.c, c.c, gates.c, whh.c, K, B, T, C, stride);
 		gpu->lstm_forward(h.g, c.g, gates.g, whh.g, K, B, T, C, stride);

@@ -206,8 +206,8 @@ lstm_backward_task(void *ctx, int task, int thread)
 		if (t > 0)
 			kn_gemm_serial(0, 0, b1 - b0, C, 4 * C, 1.0f,
 			    j->dgates + ((size_t)b0 * T + t) * 4 * C, T * 4 * C,
-			    j->whh, C, 1.0f, j->dh + ((size_t)b0 * T + t - 1) * C,
-			    T * C);
+			    j->whh, C, 1.0f,
+			    j->dh + ((size_t)b0 * T + t - 1) * C, T * C);
 	}
 }
 

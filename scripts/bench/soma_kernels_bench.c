@@ -124,7 +124,10 @@ main(int argc, char **argv)
 	}
 	kn_backend_describe(be, desc, sizeof(desc));
 	fprintf(stderr, "soma-kernels-bench: %s\n", desc);
-	kn_soma_init(b.m, 1);
+	if (kn_soma_init(b.m, 1, b.err) != 0) {
+		fprintf(stderr, "soma-kernels-bench: %s\n", b.err);
+		return 1;
+	}
 	nbody = kn_soma_body_params(&shape);
 	b.bodies = malloc((size_t)b.K * nbody * sizeof(float));
 	b.losses = malloc((size_t)b.K * sizeof(float));
