@@ -608,6 +608,45 @@ START_TEST(test_thread_determinism)
 }
 END_TEST
 
+/* The BPTT control as a trainer would run it: AdamW on the gradients in
+ * backend memory learns a periodic text. */
+START_TEST(test_bptt_learns)
+{
+	const int B = 4, T = 24;
+	const char *text = "the cat sat on the mat. ";
+	struct fixture f;
+	int32_t tok[4 * 25];
+	float *mb, *vb, *md, *vd;
+	char err[KN_ERR_LEN];
+	double first = 0.0, loss = 0.0;
+	int step, i;
+
+	for (i = 0; i < B * (T + 1); i++)
+		tok[i] = (unsigned char)text[(i % (T + 1) + 5 * (i / (T + 1))) %
+		    (int)strlen(text)];
+	fixture_open(&f, 16, 4, 2, 6);
+	mb = be->alloc(f.nbody * 4); vb = be->alloc(f.nbody * 4);
+	md = be->alloc(f.ndec * 4); vd = be->alloc(f.ndec * 4);
+	for (step = 1; step <= 60; step++) {
+		kn_soma_zero_grad(f.m);
+		ck_assert_msg(kn_soma_forward_backward(f.m, tok, B, T, &loss,
+		    err) == 0, "%s", err);
+		if (step == 1)
+			first = loss;
+		be->adamw_update(kn_soma_body(f.m), kn_soma_body_grad(f.m), mb,
+		    vb, f.nbody, 1e-2f, 0.9f, 0.99f, 1e-8f, 0.0f, step, 1.0f);
+		be->adamw_update(kn_soma_decoder(f.m),
+		    kn_soma_decoder_grad(f.m), md, vd, f.ndec, 1e-2f, 0.9f,
+		    0.99f, 1e-8f, 0.0f, step, 1.0f);
+	}
+	fprintf(stderr, "# bptt: loss %.3f -> %.3f in 60 steps\n", first,
+	    loss);
+	ck_assert_msg(loss < 0.3 * first, "loss %g -> %g", first, loss);
+	be->free(mb); be->free(vb); be->free(md); be->free(vd);
+	fixture_close(&f);
+}
+END_TEST
+
 static Suite *
 soma_suite(void)
 {
@@ -623,6 +662,7 @@ soma_suite(void)
 	tcase_add_test(tc, test_gradient);
 	tcase_add_test(tc, test_population);
 	tcase_add_test(tc, test_thread_determinism);
+	tcase_add_test(tc, test_bptt_learns);
 	suite_add_tcase(s, tc);
 	return s;
 }
