@@ -21,7 +21,7 @@ usage(void)
 	fprintf(stderr, "usage: soma-kernels-bench [--width D] [--mult M] "
 	    "[--blocks L] [--batch B] [--window T] [--population K]\n"
 	    "                          [--seconds S] [--backend "
-	    "auto|cpu|cuda] [--threads N]\n");
+	    "auto|cpu|cuda] [--threads N] [--group G]\n");
 }
 
 /* Calls fn until at least seconds have passed (after one warm-up call);
@@ -82,6 +82,7 @@ main(int argc, char **argv)
 		{ "seconds", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'e' },
 		{ "threads", required_argument, NULL, 'n' },
+		{ "group", required_argument, NULL, 'g' },
 		{ NULL, 0, NULL, 0 }
 	};
 	kn_soma_shape shape = { 32, 4, 2 };
@@ -91,7 +92,7 @@ main(int argc, char **argv)
 	double seconds = 3.0, t_plain, t_pop, pos_plain, pos_pop;
 	char desc[256];
 	size_t nbody, i;
-	int ch, threads = 0, k;
+	int ch, threads = 0, group = 0, k;
 
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
@@ -103,6 +104,7 @@ main(int argc, char **argv)
 		case 'k': b.K = atoi(optarg); break;
 		case 's': seconds = atof(optarg); break;
 		case 'n': threads = atoi(optarg); break;
+		case 'g': group = atoi(optarg); break;
 		case 'e':
 			if (kn_backend_parse(optarg, &kind) == 0)
 				break;
@@ -122,6 +124,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "soma-kernels-bench: %s\n", b.err);
 		return 1;
 	}
+	kn_soma_set_max_group(b.m, group);
 	kn_backend_describe(be, desc, sizeof(desc));
 	fprintf(stderr, "soma-kernels-bench: %s\n", desc);
 	if (kn_soma_init(b.m, 1, b.err) != 0) {
