@@ -493,6 +493,7 @@ forward(kn_soma_model *m, const float *body, int G, int B, int T, int train)
 	struct soma_acts *a = &m->a;
 	int d = s->width, md = s->mlp_mult * d, N = B * T, L = s->blocks;
 	size_t nd = (size_t)N * d, nb = m->nbody;
+	float *xf;
 	int l, k;
 
 	/* the embedding once, then one copy of the stream per body */
@@ -525,13 +526,10 @@ forward(kn_soma_model *m, const float *body, int G, int B, int T, int train)
 		    N, md, d, G, nd * s->mlp_mult, nb);
 		be->residual_forward(xout, xmid, a->y, G * nd);
 	}
-	{
-		float *xf = a->x + (train ? L * nd : 0);
-
-		be->matmul_forward(a->logits, xf, m->decoder + DEC_E,
-		    m->decoder + DEC_BIAS(d), G * N, d, KN_SOMA_VOCAB);
-		return xf;
-	}
+	xf = a->x + (train ? L * nd : 0);
+	be->matmul_forward(a->logits, xf, m->decoder + DEC_E,
+	    m->decoder + DEC_BIAS(d), G * N, d, KN_SOMA_VOCAB);
+	return xf;
 }
 
 /* Cross-entropy of the G copies' logits; with grad, dlogits (into the
