@@ -104,6 +104,33 @@ struct kn_backend {
 	void (*attention_decode)(float *out, float *kcache, float *vcache,
 	    float *scores, const float *qkv, int pos0, int T, int C, int NH);
 
+	/* K copies of a linear layer on inputs of the same shape, for the
+	 * population of perturbed bodies: for each k < K, out_k (N,OC) =
+	 * inp_k (N,C) . w_k^T (w_k (OC,C)) + bias_k (OC, may be NULL), where
+	 * inp_k = inp + k*inp_stride, w_k = w + k*w_stride, bias_k = bias +
+	 * k*w_stride (strides in floats: copies are rows of one (K, nbody)
+	 * array), out_k = out + k*N*OC.  inp_stride 0 shares one input. */
+	void (*matmul_forward_batched)(float *out, const float *inp,
+	    const float *w, const float *bias, int N, int C, int OC, int K,
+	    size_t inp_stride, size_t w_stride);
+
+	/* K independent LSTM layers (gates i, f, g, o) over B sequences of T
+	 * steps, width C, state starting at zero.  gates (K,B,T,4C): on
+	 * entry x.W_ih^T + b at every position (one GEMM for all); on
+	 * return the gate activations sigma(i), sigma(f), tanh(g), sigma(o),
+	 * kept for the backward pass.  whh_k = whh + k*whh_stride (4C,C).
+	 * h (K,B,T,C) the outputs, c (K,B,T,C) the cell states. */
+	void (*lstm_forward)(float *h, float *c, float *gates,
+	    const float *whh, int K, int B, int T, int C, size_t whh_stride);
+	/* Backpropagation through time of one layer (K = 1): dgates
+	 * (B,T,4C) = gradient w.r.t. the pre-activation gates, i.e. w.r.t.
+	 * the input projections (=); dwhh (4C,C) +=.  dh (B,T,C) holds the
+	 * gradient w.r.t. h from above and is used as work space (its
+	 * contents are lost); dcell (B,C) is work space. */
+	void (*lstm_backward)(float *dgates, float *dwhh, float *dh,
+	    float *dcell, const float *h, const float *c, const float *gates,
+	    const float *whh, int B, int T, int C);
+
 	/* tanh-approximation GELU, as GPT-2 and torch's gelu(approximate=
 	 * "tanh"); exact erf GELU would cost a libm call per element. */
 	void (*gelu_forward)(float *out, const float *inp, size_t n);

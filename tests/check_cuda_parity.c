@@ -842,6 +842,102 @@ START_TEST(test_sample)
 }
 END_TEST
 
+/* The SOMA population's K-copy linear layer: copies are rows of one
+ * (K, stride) array, the bias after the weights in each. */
+START_TEST(test_matmul_batched)
+{
+	static const struct { int N, C, OC, K; } cases[] = {
+		{ 32 * 128, 32, 128, 8 }, { 32 * 128, 128, 32, 3 },
+		{ 150, 7, 5, 3 }, { 1, 1, 1, 1 }
+	};
+	char what[128];
+	size_t k;
+	int shared;
+
+	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		for (shared = 0; shared < 2; shared++) {
+			int N = cases[k].N, C = cases[k].C, OC = cases[k].OC;
+			int K = cases[k].K;
+			size_t stride = (size_t)OC * C + OC + 3;
+			size_t is = shared ? 0 : (size_t)N * C;
+			struct pair inp = pair_normal(K * (size_t)N * C, 0, 1,
+			    700 + k);
+			struct pair w = pair_normal(K * stride, 0, 0.1f,
+			    710 + k);
+			struct pair out = pair_const(K * (size_t)N * OC, 7.0f);
+			const float *bc = shared ? NULL :
+			    (const float *)w.c + (size_t)OC * C;
+			const float *bg = shared ? NULL :
+			    (const float *)w.g + (size_t)OC * C;
+
+			cpu->matmul_forward_batched(out.c, inp.c, w.c, bc, N, C,
+			    OC, K, is, stride);
+			gpu->matmul_forward_batched(out.g, inp.g, w.g, bg, N, C,
+			    OC, K, is, stride);
+			snprintf(what, sizeof(what), "matmul_forward_batched "
+			    "N=%d C=%d OC=%d K=%d%s", N, C, OC, K,
+			    shared ? " shared" : "");
+			expect_close(what, &out, K * (size_t)N * OC, TOL_GEMM);
+			pair_free(&inp); pair_free(&w); pair_free(&out);
+		}
+}
+END_TEST
+
+START_TEST(test_lstm)
+{
+	static const struct { int K, B, T, C; } cases[] = {
+		{ 1, 32, 128, 32 }, { 4, 32, 128, 32 }, { 3, 11, 6, 70 },
+		{ 1, 1, 1, 1 }
+	};
+	char what[128];
+	size_t k;
+
+	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int K = cases[k].K, B = cases[k].B, T = cases[k].T;
+		int C = cases[k].C;
+		size_t N = (size_t)B * T, stride = (size_t)4 * C * C + 5;
+		struct pair gates = pair_normal(K * N * 4 * C, 0, 1, 800 + k);
+		struct pair whh = pair_normal(K * stride, 0, 0.2f, 810 + k);
+		struct pair h = pair_const(K * N * C, 7.0f);
+		struct pair c = pair_const(K * N * C, 7.0f);
+		struct pair dh = pair_normal(N * C, 0, 1, 820 + k);
+		struct pair dcell = pair_const((size_t)B * C, 7.0f);
+		struct pair dgates = pair_const(N * 4 * C, 7.0f);
+		/* nonzero to start with: the gradient accumulates */
+		struct pair dwhh = pair_normal((size_t)4 * C * C, 0, 1,
+		    830 + k);
+
+		cpu->lstm_forward(h.c, c.c, gates.c, whh.c, K, B, T, C, stride);
+		gpu->lstm_forward(h.g, c.g, gates.g, whh.g, K, B, T, C, stride);
+		snprintf(what, sizeof(what), "lstm_forward h K=%d B=%d T=%d "
+		    "C=%d", K, B, T, C);
+		expect_close(what, &h, K * N * C, TOL_GEMM);
+		snprintf(what, sizeof(what), "lstm_forward c K=%d B=%d T=%d "
+		    "C=%d", K, B, T, C);
+		expect_close(what, &c, K * N * C, TOL_GEMM);
+		snprintf(what, sizeof(what), "lstm_forward gates K=%d B=%d "
+		    "T=%d C=%d", K, B, T, C);
+		expect_close(what, &gates, K * N * 4 * C, TOL_GEMM);
+
+		/* the backward pass of copy 0 */
+		cpu->lstm_backward(dgates.c, dwhh.c, dh.c, dcell.c, h.c, c.c,
+		    gates.c, whh.c, B, T, C);
+		gpu->lstm_backward(dgates.g, dwhh.g, dh.g, dcell.g, h.g, c.g,
+		    gates.g, whh.g, B, T, C);
+		snprintf(what, sizeof(what), "lstm_backward dgates B=%d T=%d "
+		    "C=%d", B, T, C);
+		expect_close(what, &dgates, N * 4 * C, TOL_GEMM);
+		snprintf(what, sizeof(what), "lstm_backward dwhh B=%d T=%d "
+		    "C=%d", B, T, C);
+		expect_close(what, &dwhh, (size_t)4 * C * C, TOL_GEMM);
+
+		pair_free(&gates); pair_free(&whh); pair_free(&h);
+		pair_free(&c); pair_free(&dh); pair_free(&dcell);
+		pair_free(&dgates); pair_free(&dwhh);
+	}
+}
+END_TEST
+
 static Suite *
 parity_suite(void)
 {
@@ -861,6 +957,8 @@ parity_suite(void)
 	tcase_add_test(tc, test_xent);
 	tcase_add_test(tc, test_adamw);
 	tcase_add_test(tc, test_sample);
+	tcase_add_test(tc, test_matmul_batched);
+	tcase_add_test(tc, test_lstm);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -49,6 +49,14 @@ void kn_cpu_attention_backward(float *dqkv, float *scratch,
     int C, int NH, int causal);
 void kn_cpu_attention_decode(float *out, float *kcache, float *vcache,
     float *scores, const float *qkv, int pos0, int T, int C, int NH);
+void kn_cpu_matmul_forward_batched(float *out, const float *inp,
+    const float *w, const float *bias, int N, int C, int OC, int K,
+    size_t inp_stride, size_t w_stride);
+void kn_cpu_lstm_forward(float *h, float *c, float *gates, const float *whh,
+    int K, int B, int T, int C, size_t whh_stride);
+void kn_cpu_lstm_backward(float *dgates, float *dwhh, float *dh,
+    float *dcell, const float *h, const float *c, const float *gates,
+    const float *whh, int B, int T, int C);
 void kn_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void kn_cpu_gelu_backward(float *dinp, const float *inp, const float *dout,
     size_t n);

@@ -94,6 +94,15 @@ void attention_backward(float *dqkv, float *scratch,
 void attention_decode(float *out, float *kcache, float *vcache,
     float *scores, const float *qkv, int pos0, int T, int C, int NH);
 
+void matmul_forward_batched(float *out, const float *inp, const float *w,
+    const float *bias, int N, int C, int OC, int K, size_t inp_stride,
+    size_t w_stride);
+void lstm_forward(float *h, float *c, float *gates, const float *whh, int K,
+    int B, int T, int C, size_t whh_stride);
+void lstm_backward(float *dgates, float *dwhh, float *dh, float *dcell,
+    const float *h, const float *c, const float *gates, const float *whh,
+    int B, int T, int C);
+
 void gelu_forward(float *out, const float *inp, size_t n);
 void gelu_backward(float *dinp, const float *inp, const float *dout,
     size_t n);
