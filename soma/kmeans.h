@@ -1,0 +1,34 @@
+/* Balanced spherical k-means for SOMA's clusters (DESIGN section 3):
+ * unit vectors, cosine similarity, k-means++ seeding from a seeded
+ * counter-based generator, and assignments under capacities that keep
+ * every cluster at floor(n/k) or ceil(n/k) points: the balance tolerance
+ * is one point.  The same for a seed whatever the thread count. */
+#ifndef SA_KMEANS_H
+#define SA_KMEANS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SA_KMEANS_ITERS 30
+
+/* Progress after each iteration (NULL: none): the points that changed
+ * cluster and the mean cosine to the assigned centroid. */
+typedef void (*sa_kmeans_progress)(void *ctx, int iter, size_t moved,
+    double mean_cos);
+
+/* Clusters the n points x (n, d), unit rows (zero rows allowed), into k
+ * clusters: centroids (k, d) unit rows, assign (n) the cluster of each
+ * point.  Stops when no point moves or after iters iterations.  0 or
+ * KN_EINVAL (k < 1 or k > n) / KN_ENOMEM. */
+int sa_kmeans(const float *x, size_t n, int d, int k, int iters,
+    uint64_t seed, float *centroids, int *assign, sa_kmeans_progress fn,
+    void *ctx, char *err);
+
+/* The balanced assignment alone, for given centroids: point i's cluster
+ * in assign, taken greedily over all (point, cluster) pairs by descending
+ * cosine, ties to the lower point then the lower cluster, while the
+ * cluster has room.  sims is scratch of n * k floats.  0 or KN_ENOMEM. */
+int sa_kmeans_assign(const float *x, size_t n, int d, int k,
+    const float *centroids, float *sims, int *assign, char *err);
+
+#endif
