@@ -29,7 +29,9 @@ static const char *const router_keys[F_COUNT] = {
 
 static const struct pr_mp_format router_format = {
 	ROUTER_MAGIC, "router", "not a ShardMeter router file",
-	"the file is damaged", PR_ROUTER_VERSION, 2, 2 * F_COUNT + 1
+	"the file is damaged", PR_ROUTER_VERSION, 2,
+	/* room for a few fields too many, so that they are named */
+	2 * F_COUNT + 9
 };
 static const struct pr_mp_format ckpt_name = {
 	"ShardMeter checkpoint", "checkpoint", NULL, NULL, 0, 0, 0
