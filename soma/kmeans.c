@@ -34,17 +34,19 @@ cmp_pair(const void *pa, const void *pb)
 
 int
 sa_kmeans_assign(const float *x, size_t n, int d, int k,
-    const float *centroids, float *sims, int *assign, char *err)
+    const double *weight, const float *centroids, float *sims, int *assign,
+    char *err)
 {
-	size_t i, p, floor_n = n / (size_t)k, nbig = n % (size_t)k, full = 0;
-	size_t *size;
+	size_t i, p, np = n * (size_t)k;
+	double *load, total = 0, wmax = 0, cap, w;
 	struct pair *pairs;
+	int pass;
 
-	pairs = malloc(n * (size_t)k * sizeof(*pairs));
-	size = calloc((size_t)k, sizeof(*size));
-	if (pairs == NULL || size == NULL) {
+	pairs = malloc(np * sizeof(*pairs));
+	load = calloc((size_t)k, sizeof(*load));
+	if (pairs == NULL || load == NULL) {
 		free(pairs);
-		free(size);
+		free(load);
 		return kn_error(err, KN_ENOMEM, "out of memory assigning %zu "
 		    "points to %d clusters", n, k);
 	}
@@ -52,6 +54,9 @@ sa_kmeans_assign(const float *x, size_t n, int d, int k,
 	for (i = 0; i < n; i++) {
 		int c;
 
+		w = weight ? weight[i] : 1.0;
+		total += w;
+		wmax = w > wmax ? w : wmax;
 		assign[i] = -1;
 		for (c = 0; c < k; c++) {
 			p = i * (size_t)k + (size_t)c;
@@ -60,23 +65,26 @@ sa_kmeans_assign(const float *x, size_t n, int d, int k,
 			pairs[p].cluster = (uint32_t)c;
 		}
 	}
-	qsort(pairs, n * (size_t)k, sizeof(*pairs), cmp_pair);
-	/* nbig clusters may hold floor_n + 1 points, the rest floor_n: the
-	 * capacities add up to n, so every point finds room */
-	for (p = 0; p < n * (size_t)k; p++) {
-		uint32_t c = pairs[p].cluster;
+	qsort(pairs, np, sizeof(*pairs), cmp_pair);
+	/* The first pass fills clusters up to the mean load W/k.  A point
+	 * left over found every cluster above W/k - its weight; the second
+	 * pass puts it where it fits under W/k + wmax, which the least
+	 * loaded cluster (below the mean) always has.  So every cluster
+	 * ends within wmax of W/k: for unit weights, floor or ceil of n/k. */
+	cap = total / k;
+	for (pass = 0; pass < 2; pass++, cap = total / k + wmax)
+		for (p = 0; p < np; p++) {
+			uint32_t c = pairs[p].cluster;
 
-		if (assign[pairs[p].point] >= 0)
-			continue;
-		if (size[c] == floor_n + 1 ||
-		    (size[c] == floor_n && full == nbig))
-			continue;
-		assign[pairs[p].point] = (int)c;
-		if (++size[c] == floor_n + 1)
-			full++;
-	}
+			i = pairs[p].point;
+			w = weight ? weight[i] : 1.0;
+			if (assign[i] >= 0 || load[c] + w > cap)
+				continue;
+			assign[i] = (int)c;
+			load[c] += w;
+		}
 	free(pairs);
-	free(size);
+	free(load);
 	return 0;
 }
 
@@ -154,8 +162,8 @@ update_centroids(const float *x, size_t n, int d, int k,
 }
 
 int
-sa_kmeans(const float *x, size_t n, int d, int k, int iters,
-    uint64_t seed, float *centroids, int *assign, sa_kmeans_progress fn,
+sa_kmeans(const float *x, size_t n, int d, int k, const double *weight,
+    int iters, uint64_t seed, float *centroids, int *assign, sa_kmeans_progress fn,
     void *ctx, char *err)
 {
 	float *sims;
@@ -172,6 +180,10 @@ sa_kmeans(const float *x, size_t n, int d, int k, int iters,
 	if (n > UINT32_MAX || n * (size_t)k > (size_t)INT32_MAX)
 		return kn_error(err, KN_EINVAL, "%zu points in %d clusters "
 		    "are too many", n, k);
+	for (i = 0; weight != NULL && i < n; i++)
+		if (!(weight[i] > 0) || !isfinite(weight[i]))
+			return kn_error(err, KN_EINVAL, "point %zu has weight "
+			    "%g; weights must be positive", i, weight[i]);
 	sims = malloc(n * (size_t)k * sizeof(*sims));
 	prev = malloc(n * sizeof(*prev));
 	scratch = malloc((n > (size_t)k * d ? n : (size_t)k * d) *
@@ -187,8 +199,8 @@ sa_kmeans(const float *x, size_t n, int d, int k, int iters,
 	for (it = 0; it < iters; it++) {
 		double cos = 0;
 
-		if ((rc = sa_kmeans_assign(x, n, d, k, centroids, sims,
-		    assign, err)) != 0)
+		if ((rc = sa_kmeans_assign(x, n, d, k, weight, centroids,
+		    sims, assign, err)) != 0)
 			goto out;
 		for (i = 0, moved = 0; i < n; i++) {
 			moved += assign[i] != prev[i];

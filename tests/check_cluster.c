@@ -371,7 +371,7 @@ START_TEST(test_kmeans_recovers)
 	float cen[4 * KM_D], *x = separated(n, 4, truth, share);
 	char err[KN_ERR_LEN];
 
-	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 4, 30, 3, cen, assign, NULL,
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 4, NULL, 30, 3, cen, assign, NULL,
 	    NULL, err), 0);
 	assert_balanced(assign, n, 4);
 	/* one found cluster per group: groups of 50 or 51 fit exactly */
@@ -393,10 +393,10 @@ START_TEST(test_kmeans_balanced)
 	float cen[2 * KM_D], *x = separated(n, 2, truth, share);
 	char err[KN_ERR_LEN];
 
-	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 2, 30, 4, cen, assign, NULL,
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 2, NULL, 30, 4, cen, assign, NULL,
 	    NULL, err), 0);
 	assert_balanced(assign, n, 2);
-	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 202, 30, 4, cen, assign, NULL,
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 202, NULL, 30, 4, cen, assign, NULL,
 	    NULL, err), KN_EINVAL);
 	free(x);
 }
@@ -412,18 +412,53 @@ START_TEST(test_kmeans_deterministic)
 	char err[KN_ERR_LEN];
 
 	ck_assert_int_eq(kn_pool_init(1, err), 0);
-	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 5, 30, 8, c1, a1, NULL, NULL,
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 5, NULL, 30, 8, c1, a1, NULL, NULL,
 	    err), 0);
 	ck_assert_int_eq(kn_pool_init(3, err), 0);
-	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 5, 30, 8, c2, a2, NULL, NULL,
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 5, NULL, 30, 8, c2, a2, NULL, NULL,
 	    err), 0);
 	ck_assert(memcmp(a1, a2, sizeof(a1)) == 0);
 	ck_assert(memcmp(c1, c2, sizeof(c1)) == 0);
 	assert_balanced(a1, n, 5);
 	/* another seed starts elsewhere */
-	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 5, 1, 9, c3, a3, NULL, NULL,
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 5, NULL, 1, 9, c3, a3, NULL, NULL,
 	    err), 0);
 	ck_assert(memcmp(c1, c3, sizeof(c1)) != 0);
+	free(x);
+}
+END_TEST
+
+/* Weighted: every cluster's weight within the largest weight of an
+ * equal share. */
+START_TEST(test_kmeans_weighted)
+{
+	static const int share[3] = { 5, 1, 1 };
+	size_t n = 400, i;
+	int truth[400], assign[400], c;
+	double weight[400], load[4] = { 0 }, total = 0, wmax = 0;
+	float cen[4 * KM_D], *x = separated(n, 3, truth, share);
+	char err[KN_ERR_LEN];
+	kn_rng rng;
+
+	kn_rng_init(&rng, 5, 5);
+	for (i = 0; i < n; i++) {
+		weight[i] = 1 + (double)kn_rng_below(&rng, 100);
+		if (i % 50 == 0)
+			weight[i] = 2000;       /* a few long documents */
+		total += weight[i];
+		wmax = fmax(wmax, weight[i]);
+	}
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 4, weight, 30, 2, cen, assign,
+	    NULL, NULL, err), 0);
+	for (i = 0; i < n; i++)
+		load[assign[i]] += weight[i];
+	for (c = 0; c < 4; c++) {
+		ck_assert_double_le(load[c], total / 4 + wmax);
+		ck_assert_double_ge(load[c], total / 4 - wmax);
+	}
+	weight[7] = 0;
+	ck_assert_int_eq(sa_kmeans(x, n, KM_D, 4, weight, 30, 2, cen, assign,
+	    NULL, NULL, err), KN_EINVAL);
 	free(x);
 }
 END_TEST
@@ -444,6 +479,7 @@ main(void)
 	tcase_add_test(tc, test_kmeans_recovers);
 	tcase_add_test(tc, test_kmeans_balanced);
 	tcase_add_test(tc, test_kmeans_deterministic);
+	tcase_add_test(tc, test_kmeans_weighted);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -102,7 +102,7 @@ setup(void)
 	ck_assert_int_eq(sa_svd(&m, DIMS, 2, 5, f.basis, NULL, err), 0);
 	doc_emb = malloc(NDOCS * DIMS * sizeof(float));
 	sa_embed_rows(&m, f.basis, DIMS, doc_emb);
-	ck_assert_int_eq(sa_kmeans(doc_emb, NDOCS, DIMS, TOPICS, 30, 5,
+	ck_assert_int_eq(sa_kmeans(doc_emb, NDOCS, DIMS, TOPICS, NULL, 30, 5,
 	    f.centroids, assign, NULL, NULL, err), 0);
 	/* three clean topics: each cluster is one topic */
 	for (d = TOPICS; d < NDOCS; d++)

@@ -32,6 +32,8 @@
 struct cluster_args {
 	const char *out;
 	int experts, dims, vocab, chunk, threads;
+	int balance_bytes;      /* --balance bytes: equal bytes, not
+	                         * equal documents */
 	uint64_t seed;
 	char **files;
 	int nfiles;
@@ -48,6 +50,7 @@ struct cluster_run {
 	sa_csr rows;
 	float *basis;           /* (V, D) */
 	float *emb;             /* (ndocs, D) */
+	double *weight;         /* (ndocs) bytes, with --balance bytes */
 	int *assign;            /* (ndocs) */
 	pr_router file;         /* until the router takes it over */
 	sa_router router;
@@ -65,6 +68,7 @@ cluster_parse(const struct cmd_entry *self, struct cluster_args *a,
 		{ "seed", required_argument, NULL, 's' },
 		{ "chunk", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 'T' },
+		{ "balance", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -93,6 +97,15 @@ cluster_parse(const struct cmd_entry *self, struct cluster_args *a,
 				    "an unsigned integer, not '%s'\n", optarg);
 				return 2;
 			}
+			break;
+		case 'b':
+			if (strcmp(optarg, "docs") != 0 &&
+			    strcmp(optarg, "bytes") != 0) {
+				fprintf(stderr, "shardmeter cluster: --balance "
+				    "takes docs or bytes, not '%s'\n", optarg);
+				return 2;
+			}
+			a->balance_bytes = strcmp(optarg, "bytes") == 0;
 			break;
 		case 'h': return cli_help(self);
 		default: return 2;
@@ -218,8 +231,17 @@ cluster_route(struct cluster_run *c, char *err)
 	memcpy(f->idf, c->vocab.idf, c->vocab.n * sizeof(float));
 	memcpy(f->basis, c->basis, c->vocab.n * (size_t)a->dims *
 	    sizeof(float));
+	if (a->balance_bytes) {
+		size_t i;
+
+		if ((c->weight = malloc(c->docs.n * sizeof(*c->weight))) ==
+		    NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		for (i = 0; i < c->docs.n; i++)
+			c->weight[i] = (double)c->docs.v[i].len;
+	}
 	if ((rc = sa_kmeans(c->emb, c->docs.n, a->dims, a->experts,
-	    SA_KMEANS_ITERS, a->seed, f->centroids, c->assign,
+	    c->weight, SA_KMEANS_ITERS, a->seed, f->centroids, c->assign,
 	    kmeans_progress, c, err)) != 0 ||
 	    (rc = pr_router_encode(f, &buf, &len, err)) != 0)
 		return rc;
@@ -311,6 +333,7 @@ cluster_free(struct cluster_run *c)
 	sa_csr_free(&c->rows);
 	free(c->basis);
 	free(c->emb);
+	free(c->weight);
 	free(c->assign);
 	pr_router_free(&c->file);
 	sa_router_free(&c->router);
@@ -355,16 +378,19 @@ const struct cmd_entry cmd_cluster_entry = {
 	"split text into documents and cluster them for SOMA's experts",
 	"usage: shardmeter cluster --experts N --out DIR [--dims D] "
 	    "[--vocab V]\n"
-	"                          [--seed S] [--chunk BYTES] [--threads T] "
-	    "FILE...\n"
+	"                          [--seed S] [--chunk BYTES] "
+	    "[--balance docs|bytes]\n"
+	"                          [--threads T] FILE...\n"
 	"\n"
 	"Splits the FILEs into documents (their <doc ...> ... </doc> entries,\n"
 	"or else chunks of whole lines of at most BYTES bytes, default 4096),\n"
 	"weighs each by word tf-idf over the V words in most documents\n"
 	"(default 20000), embeds them by a truncated SVD of D dimensions\n"
 	"(default 128), and clusters them by balanced spherical k-means with\n"
-	"seed S (default 1) into N clusters, one per expert, each of\n"
-	"floor(n/N) or ceil(n/N) documents.  Writes into DIR:\n"
+	"seed S (default 1) into N clusters, one per expert, of equal size:\n"
+	"floor(n/N) or ceil(n/N) of the n documents, or with --balance bytes\n"
+	"bytes within one document's length of an equal share.  Writes into\n"
+	"DIR:\n"
 	"  router.smr       the router: vocabulary, SVD basis, centroids\n"
 	"  assignment.tsv   document, byte offset (into the FILEs as one\n"
 	"                   text, in the order given), length, cluster\n"
