@@ -8,7 +8,8 @@
 
 extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
     cmd_eval_entry, cmd_generate_entry, cmd_status_entry,
-    cmd_assemble_entry, cmd_demo_entry, cmd_init_entry, cmd_id_entry;
+    cmd_assemble_entry, cmd_demo_entry, cmd_init_entry, cmd_id_entry,
+    cmd_cluster_entry;
 
 const struct cmd_entry *const cmd_table[] = {
 	&cmd_spec_entry,
@@ -20,6 +21,7 @@ const struct cmd_entry *const cmd_table[] = {
 	&cmd_demo_entry,
 	&cmd_init_entry,
 	&cmd_id_entry,
+	&cmd_cluster_entry,
 	NULL
 };
 
