@@ -599,6 +599,29 @@ kn_soma_loss(kn_soma_model *m, const int32_t *tokens, int B, int T,
 }
 
 int
+kn_soma_target_logprobs(kn_soma_model *m, const int32_t *tokens, int B,
+    int T, float *logp, char *err)
+{
+	size_t i, N = (size_t)B * T;
+	int rc;
+
+	if ((rc = check_tokens(tokens, B, T, T + 1, err)) != 0 ||
+	    (rc = workspace(m, 1, B, T, 0, err)) != 0 ||
+	    (rc = load_tokens(m, tokens, B, T, 1, 1, err)) != 0)
+		return rc;
+	forward(m, m->body, 1, B, T, 0);
+	/* the loss op's per-position values at unit weight are -log p */
+	m->be->xent_forward_backward(m->a.losses, NULL, m->a.logits,
+	    m->a.target, m->a.weight, (int)N, KN_SOMA_VOCAB, 1.0f);
+	m->be->download(logp, m->a.losses, N * sizeof(float));
+	if ((rc = m->be->status(err)) != 0)
+		return rc;
+	for (i = 0; i < N; i++)
+		logp[i] = -logp[i];
+	return KN_OK;
+}
+
+int
 kn_soma_decoder_delta(kn_soma_model *m, const int32_t *tokens, int B, int T,
     double *loss, char *err)
 {

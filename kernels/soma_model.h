@@ -89,6 +89,12 @@ void kn_soma_get_grads(const kn_soma_model *m, float *host_body,
  * T+1). */
 int kn_soma_loss(kn_soma_model *m, const int32_t *tokens, int B, int T,
     double *loss, char *err);
+/* logp (B, T), host memory: the log-probability of each target byte
+ * (token t + 1 of each sequence) under the model's own body; their
+ * negated mean is kn_soma_loss.  What a mixture of experts is scored
+ * from. */
+int kn_soma_target_logprobs(kn_soma_model *m, const int32_t *tokens, int B,
+    int T, float *logp, char *err);
 /* The loss and its exact gradient (backpropagation through time),
  * added into the body and decoder gradients; E's gradient has both its
  * uses, input embedding and decoder. */

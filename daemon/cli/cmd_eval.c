@@ -13,6 +13,7 @@
 
 #include "daemon/blocktrain.h"
 #include "daemon/cli/cmd.h"
+#include "daemon/cli/cmd_eval_soma.h"
 #include "daemon/corpus.h"
 #include "daemon/train.h"
 #include "kernels/model.h"
@@ -21,6 +22,7 @@ struct eval_args {
 	struct cli_run run;
 	const char *split;      /* "valid" or "test" */
 	int json;
+	int windows_given;
 	bt_eval_set set;
 };
 
@@ -43,6 +45,7 @@ eval_option(void *args, int ch)
 	case 's': e->split = optarg; return CLI_CONTINUE;
 	case 'j': e->json = 1; return CLI_CONTINUE;
 	case 'w':
+		e->windows_given = 1;
 		return cli_parse_int("eval", "windows", optarg, 1, 1 << 20,
 		    &e->set.windows) ? 2 : CLI_CONTINUE;
 	default: return 2;
@@ -217,6 +220,9 @@ eval_exec(const struct cmd_entry *self, int argc, char **argv)
 		return rc;
 	if ((rc = cli_run_open(&e.run, "eval", 1)) != 0)
 		return rc;
+	if (pr_spec_method(&e.run.spec) == PR_METHOD_SOMA)
+		return cli_eval_soma(&e.run, e.split, e.json,
+		    e.windows_given ? e.set.windows : 0);
 	test = strcmp(e.split, "test") == 0;
 	res.path = test ? e.run.spec.test : e.run.spec.valid;
 	if (corpus_open(&c, res.path, test ? e.run.spec.test_sha256 :
@@ -243,6 +249,12 @@ const struct cmd_entry cmd_eval_entry = {
 	    "per byte), each block's\nshare on its interval, the "
 	    "e2e reference on the same intervals and the causal\n"
 	    "LM's cross-entropy, when their checkpoints are in "
-	    "DIR.\n",
+	    "DIR.\n"
+	    "On a spec of method = soma: each expert's loss on the "
+	    "held-out tail of its\ncluster, the routed mixture of the "
+	    "experts (top-k chosen from the bytes\nbefore each window) "
+	    "on the split, and the seed and every control in DIR on\n"
+	    "the same windows, with the byte positions each trained "
+	    "on; --windows caps\nthe windows.\n",
 	.exec = eval_exec
 };

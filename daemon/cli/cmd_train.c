@@ -6,12 +6,14 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/blocktrain.h"
 #include "daemon/cli/cmd.h"
+#include "daemon/cli/cmd_train_soma.h"
 #include "daemon/train.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
@@ -26,6 +28,10 @@ struct train_args {
 	int every;
 	int replica;
 	int quiet;
+	/* SOMA: --seed, --expert E, --control K, --perturbations, --budget */
+	int soma_seed, expert, perturbations;
+	const char *control;
+	long long budget;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -69,6 +75,25 @@ train_option(void *args, int ch)
 		return cli_parse_int("train", "replica", optarg, 0, 1 << 20,
 		    &t->replica) ? 2 : CLI_CONTINUE;
 	case 'q': t->quiet = 1; return CLI_CONTINUE;
+	case 'z': t->soma_seed = 1; return CLI_CONTINUE;
+	case 'x':
+		return cli_parse_int("train", "expert", optarg, 0,
+		    PR_MAX_BLOCKS - 1, &t->expert) ? 2 : CLI_CONTINUE;
+	case 'c': t->control = optarg; return CLI_CONTINUE;
+	case 'P':
+		return cli_parse_int("train", "perturbations", optarg, 1,
+		    1 << 20, &t->perturbations) ? 2 : CLI_CONTINUE;
+	case 'g': {
+		char *end;
+
+		t->budget = strtoll(optarg, &end, 10);
+		if (*end != '\0' || t->budget < 1) {
+			fprintf(stderr, "shardmeter train: --budget takes a "
+			    "positive count of byte positions\n");
+			return 2;
+		}
+		return CLI_CONTINUE;
+	}
 	default: return 2;
 	}
 }
@@ -86,6 +111,11 @@ train_parse(const struct cmd_entry *self, struct train_args *t, int argc,
 		{ "every", required_argument, NULL, 'e' },
 		{ "replica", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "seed", no_argument, NULL, 'z' },
+		{ "expert", required_argument, NULL, 'x' },
+		{ "control", required_argument, NULL, 'c' },
+		{ "perturbations", required_argument, NULL, 'P' },
+		{ "budget", required_argument, NULL, 'g' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -96,11 +126,6 @@ train_parse(const struct cmd_entry *self, struct train_args *t, int argc,
 	if (optind < argc) {
 		fprintf(stderr, "shardmeter train: unexpected '%s'\n",
 		    argv[optind]);
-		return 2;
-	}
-	if ((t->block > 0) + (t->kind != BT_BLOCK) + t->all != 1) {
-		fprintf(stderr, "shardmeter train: give exactly one of --block "
-		    "B, --reference e2e|causal and --all\n");
 		return 2;
 	}
 	return CLI_CONTINUE;
@@ -202,16 +227,70 @@ train_one(const struct train_args *t)
 	return stop_requested ? 130 : 0;
 }
 
+/* A SOMA spec: exactly one of --seed, --expert E, --control K. */
+static int
+train_soma(struct train_args *t)
+{
+	struct cli_soma_train a = { .run = &t->run, .expert = t->expert,
+	    .P = t->perturbations, .steps = t->steps,
+	    .budget = (uint64_t)t->budget, .quiet = t->quiet,
+	    .stop = &stop_requested };
+
+	if (t->soma_seed + (t->expert >= 0) + (t->control != NULL) != 1 ||
+	    t->block > 0 || t->all || t->kind != BT_BLOCK) {
+		fprintf(stderr, "shardmeter train: on a SOMA spec give exactly "
+		    "one of --seed, --expert E and --control "
+		    "spsa|eggroll|bptt\n");
+		return 2;
+	}
+	if (t->expert >= t->run.spec.soma.experts) {
+		fprintf(stderr, "shardmeter train: expert %d does not exist: "
+		    "the spec has %d (0 to %d)\n", t->expert,
+		    t->run.spec.soma.experts, t->run.spec.soma.experts - 1);
+		return 2;
+	}
+	a.kind = t->soma_seed ? SA_SEED : t->expert >= 0 ? SA_EXPERT : SA_SPSA;
+	if (t->control != NULL) {
+		if (strcmp(t->control, "spsa") == 0)
+			a.kind = SA_SPSA;
+		else if (strcmp(t->control, "eggroll") == 0)
+			a.kind = SA_EGGROLL;
+		else if (strcmp(t->control, "bptt") == 0)
+			a.kind = SA_BPTT;
+		else {
+			fprintf(stderr, "shardmeter train: --control takes "
+			    "spsa, eggroll or bptt\n");
+			return 2;
+		}
+	}
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
+	return cli_train_soma(&a);
+}
+
 static int
 train_exec(const struct cmd_entry *self, int argc, char **argv)
 {
-	struct train_args t = { .kind = BT_BLOCK, .steps = -1, .every = 250 };
+	struct train_args t = { .kind = BT_BLOCK, .steps = -1, .every = 250,
+	    .expert = -1 };
 	int rc;
 
 	if ((rc = train_parse(self, &t, argc, argv)) != CLI_CONTINUE)
 		return rc;
 	if ((rc = cli_run_open(&t.run, "train", 1)) != 0)
 		return rc;
+	if (pr_spec_method(&t.run.spec) == PR_METHOD_SOMA)
+		return train_soma(&t);
+	if (t.soma_seed || t.expert >= 0 || t.control != NULL) {
+		fprintf(stderr, "shardmeter train: --seed, --expert and "
+		    "--control are for a spec of method = soma\n");
+		return 2;
+	}
+	if ((t.block > 0) + (t.kind != BT_BLOCK) + t.all != 1) {
+		fprintf(stderr, "shardmeter train: give exactly one of --block "
+		    "B, --reference e2e|causal and --all\n");
+		return 2;
+	}
 	if (t.steps < 0)
 		t.steps = t.run.spec.steps;
 	if (t.block > t.run.spec.blocks) {
@@ -224,7 +303,8 @@ train_exec(const struct cmd_entry *self, int argc, char **argv)
 
 const struct cmd_entry cmd_train_entry = {
 	.name = "train",
-	.summary = "train a block or a reference of a run",
+	.summary = "train a block or a reference; SOMA: the seed, an expert "
+	    "or a control",
 	.usage = "usage: shardmeter train --spec FILE --dir DIR "
 	    "(--block B | --reference e2e|causal | --all)\n"
 	    "         [--steps N] [--every K] [--backend "
@@ -233,6 +313,21 @@ const struct cmd_entry cmd_train_entry = {
 	    "the bound, or a reference,\nwriting DIR/block-B.ckpt "
 	    "every K steps (default 250) and at the end;\nresumes "
 	    "from the checkpoint it finds.  --all trains the T "
-	    "blocks as\nconcurrent processes.\n",
+	    "blocks as\nconcurrent processes.\n"
+	    "\n"
+	    "On a spec of method = soma:\n"
+	    "usage: shardmeter train --spec FILE --dir DIR (--seed | --expert E |\n"
+	    "         --control spsa|eggroll|bptt) [--perturbations P] "
+	    "[--budget POSITIONS]\n"
+	    "         [--steps N] [--backend auto|cpu|cuda] [--threads T] "
+	    "[--quiet]\n"
+	    "--seed trains the N = 1 seed (DIR/seed.ckpt) on every cluster; "
+	    "--expert E\nstarts from the seed and trains expert E on its "
+	    "cluster (DIR/expert-E.ckpt);\n--control trains one model of N "
+	    "experts' body parameters on every cluster\nwith SPSA at P "
+	    "directions, EGGROLL, or backpropagation through time, for\nas "
+	    "many byte positions as SOMA's seed and experts together "
+	    "(--budget to\nchange it).  Each writes DIR/NAME.csv: step, "
+	    "loss, validation loss, lr, eps,\npositions.\n",
 	.exec = train_exec
 };

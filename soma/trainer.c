@@ -1,0 +1,472 @@
+/* One SOMA model trained in this process: the loop, its validation and
+ * schedule, its compute count and its checkpoint. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/clock.h"
+#include "kernels/eggroll.h"
+#include "kernels/error.h"
+#include "kernels/spsa.h"
+#include "soma/model_file.h"
+#include "soma/text.h"
+#include "soma/trainer.h"
+
+#define VALID_BATCH 32
+/* The stream of a kind's draws: experts 0..63 keep their index, so an
+ * expert's directions are those of (seed, expert, step, j) as DESIGN
+ * section 3 has them; the others sit far above. */
+#define STREAM_SEED (1u << 20)
+#define STREAM_CONTROL (2u << 20)
+/* EGGROLL's perturbation scale against SPSA's eps: a rank-r product of
+ * normals moves every entry, so it is taken larger (our choice) */
+#define EGG_SIGMA_MULT 10.0
+
+static const char *const kind_names[] = { "seed", "expert", "spsa",
+    "eggroll", "bptt" };
+
+const char *
+sa_kind_name(sa_kind k)
+{
+	return kind_names[k];
+}
+
+kn_soma_shape
+sa_expert_shape(const pr_spec *s)
+{
+	kn_soma_shape m = { s->soma.width, s->soma.mlp_mult, s->soma.layers };
+
+	return m;
+}
+
+kn_soma_shape
+sa_control_shape(const pr_spec *s)
+{
+	kn_soma_shape e = sa_expert_shape(s), m = e;
+	size_t want = kn_soma_body_params(&e) * (size_t)s->soma.experts;
+
+	for (;;) {
+		kn_soma_shape next = m;
+
+		next.width++;
+		if (kn_soma_body_params(&next) > want)
+			return m;
+		m = next;
+	}
+}
+
+uint64_t
+sa_step_positions(const pr_spec *s, sa_kind k, int P)
+{
+	uint64_t bt = (uint64_t)s->soma.batch * (uint64_t)s->soma.window;
+
+	if (P <= 0)
+		P = s->soma.perturbations;
+	switch (k) {
+	case SA_BPTT:
+		return bt;
+	case SA_EXPERT:
+		return 2 * (uint64_t)P * bt;
+	default:
+		return (2 * (uint64_t)P + 1) * bt;
+	}
+}
+
+uint64_t
+sa_soma_positions(const pr_spec *s)
+{
+	return (uint64_t)s->soma.seed_steps * sa_step_positions(s, SA_SEED, 0) +
+	    (uint64_t)s->soma.experts * (uint64_t)s->soma.steps *
+	    sa_step_positions(s, SA_EXPERT, 0);
+}
+
+/* ---- the loop's state ---- */
+
+struct trainer {
+	const sa_train_opts *o;
+	const pr_spec *spec;
+	kn_soma_shape shape;
+	kn_soma_model *m;
+	const kn_backend *be;
+	sa_text text;
+	int B, T, P;
+	size_t nbody, ndec;
+	float *theta;           /* host body */
+	int32_t *tokens;        /* (B, T+1) */
+	int32_t *vtokens;       /* (VALID_BATCH, T+1) */
+	int nvalid;
+	float *dm, *dv;         /* backend: decoder Adam moments */
+	float *bm, *bv;         /* backend: body Adam moments (BPTT) */
+	int learn_decoder;
+	kn_spsa spsa;
+	kn_egg egg;
+	int have_spsa, have_egg;
+	double best;            /* EGGROLL's plateau, as kn_spsa_plateau */
+	int stale;
+	uint64_t stream;
+	FILE *log;
+};
+
+static int
+eval_population(void *ctx, const float *thetas, int K, float *losses,
+    char *err)
+{
+	struct trainer *t = ctx;
+
+	return kn_soma_population_loss(t->m, thetas, K, t->tokens, t->B,
+	    t->T, losses, err);
+}
+
+/* The mean loss of the model's body over the validation windows. */
+static int
+validate(struct trainer *t, double *out, char *err)
+{
+	double sum = 0;
+	int i, rc;
+
+	for (i = 0; i < t->nvalid; i += VALID_BATCH) {
+		int b, n = t->nvalid - i < VALID_BATCH ? t->nvalid - i :
+		    VALID_BATCH;
+		double l;
+
+		for (b = 0; b < n; b++)
+			sa_text_valid_window(&t->text, i + b, t->nvalid, t->T,
+			    t->vtokens + (size_t)b * (t->T + 1));
+		if ((rc = kn_soma_loss(t->m, t->vtokens, n, t->T, &l,
+		    err)) != 0)
+			return rc;
+		sum += l * n;
+	}
+	*out = sum / t->nvalid;
+	return KN_OK;
+}
+
+static float *
+be_zeros(const kn_backend *be, size_t n)
+{
+	return be->alloc(n * sizeof(float));
+}
+
+static int
+trainer_open(struct trainer *t, const sa_train_opts *o, char *err)
+{
+	const pr_spec *s = o->spec;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	t->o = o;
+	t->spec = s;
+	t->be = o->be;
+	t->B = s->soma.batch;
+	t->T = s->soma.window;
+	t->P = o->P > 0 ? o->P : s->soma.perturbations;
+	t->shape = o->kind == SA_SEED || o->kind == SA_EXPERT ?
+	    sa_expert_shape(s) : sa_control_shape(s);
+	t->learn_decoder = o->kind != SA_EXPERT;
+	t->best = INFINITY;
+	t->stream = o->kind == SA_EXPERT ? (uint64_t)o->expert :
+	    o->kind == SA_SEED ? STREAM_SEED :
+	    STREAM_CONTROL + (uint64_t)o->kind * 65536 + (uint64_t)t->P;
+	if ((rc = kn_soma_create(&t->m, &t->shape, t->be, err)) != 0)
+		return rc;
+	if ((rc = kn_soma_init(t->m, s->seed ^ (t->stream *
+	    0x9e3779b97f4a7c15ull), err)) != 0)
+		return rc;
+	t->nbody = kn_soma_body_params(&t->shape);
+	t->ndec = kn_soma_decoder_params(&t->shape);
+	if ((rc = sa_text_open(&t->text, o->train, o->ntrain,
+	    SA_TEXT_VALID_SHARE, t->T, err)) != 0)
+		return rc;
+	t->nvalid = sa_text_valid_count(&t->text, t->T,
+	    o->valid_windows > 0 ? o->valid_windows : 64);
+	t->theta = malloc(t->nbody * sizeof(float));
+	t->tokens = malloc((size_t)t->B * (t->T + 1) * sizeof(int32_t));
+	t->vtokens = malloc((size_t)VALID_BATCH * (t->T + 1) *
+	    sizeof(int32_t));
+	t->dm = be_zeros(t->be, t->ndec);
+	t->dv = be_zeros(t->be, t->ndec);
+	if (t->theta == NULL || t->tokens == NULL || t->vtokens == NULL ||
+	    t->dm == NULL || t->dv == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	if (o->kind == SA_EXPERT) {
+		/* the seed's body and its frozen decoder */
+		float *dec = malloc(t->ndec * sizeof(float));
+		pr_ckpt_meta want = { .block = 0, .kind = "seed" };
+
+		if (dec == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		snprintf(want.run_id, sizeof(want.run_id), "%s", o->run_id);
+		rc = sa_model_load(o->seed_path, &want, &t->shape, t->theta,
+		    dec, NULL, err);
+		if (rc == 0 && (rc = kn_soma_set_body(t->m, t->theta,
+		    err)) == 0)
+			rc = kn_soma_set_decoder(t->m, dec, err);
+		free(dec);
+		if (rc != 0)
+			return rc;
+	}
+	kn_soma_get_body(t->m, t->theta);
+	if (o->kind == SA_BPTT) {
+		t->bm = be_zeros(t->be, t->nbody);
+		t->bv = be_zeros(t->be, t->nbody);
+		if (t->bm == NULL || t->bv == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+	} else if (o->kind == SA_EGGROLL) {
+		kn_egg_config c = { 0 };
+		kn_egg_tensor *et;
+		kn_soma_tensor *st;
+		int i, n = kn_soma_body_tensors(&t->shape, NULL, 0);
+
+		c.K = 2 * t->P;
+		c.rank = s->soma.eggroll_rank;
+		c.sigma = (float)(s->soma.eps * EGG_SIGMA_MULT);
+		c.lr = (float)s->soma.lr;
+		c.k_max = c.K;
+		c.groups = 1;
+		c.seed = s->seed ^ t->stream;
+		st = calloc((size_t)n, sizeof(*st));
+		et = calloc((size_t)n, sizeof(*et));
+		if (st == NULL || et == NULL) {
+			free(st);
+			free(et);
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		}
+		kn_soma_body_tensors(&t->shape, st, n);
+		for (i = 0; i < n; i++) {
+			et[i].offset = st[i].offset;
+			et[i].rows = st[i].rows;
+			et[i].cols = st[i].cols;
+		}
+		rc = kn_egg_init(&t->egg, t->nbody, et, n, &c, err);
+		free(st);
+		free(et);
+		if (rc != 0)
+			return rc;
+		t->have_egg = 1;
+	} else {
+		kn_spsa_config c;
+
+		kn_spsa_config_default(&c);
+		c.P = t->P;
+		c.eps = (float)s->soma.eps;
+		c.lr = (float)s->soma.lr;
+		c.density = (float)s->soma.density;
+		c.k_max = 2 * t->P;
+		c.mode = KN_SPSA_INDEPENDENT;
+		c.groups = 1;
+		c.seed = s->seed;
+		c.expert = t->stream;
+		c.patience = s->soma.patience;
+		c.floor = (float)s->soma.lr_floor;
+		if ((rc = kn_spsa_init(&t->spsa, t->nbody, &c, err)) != 0)
+			return rc;
+		t->have_spsa = 1;
+	}
+	if (o->log_path != NULL) {
+		if ((t->log = fopen(o->log_path, "w")) == NULL)
+			return kn_error(err, KN_EIO, "%s: cannot write",
+			    o->log_path);
+		fprintf(t->log, "step,loss,val,lr,eps,positions\n");
+	}
+	return KN_OK;
+}
+
+static void
+trainer_close(struct trainer *t)
+{
+	if (t->log != NULL)
+		fclose(t->log);
+	if (t->have_spsa)
+		kn_spsa_free(&t->spsa);
+	if (t->have_egg)
+		kn_egg_free(&t->egg);
+	if (t->be != NULL) {
+		t->be->free(t->dm);
+		t->be->free(t->dv);
+		t->be->free(t->bm);
+		t->be->free(t->bv);
+	}
+	free(t->theta);
+	free(t->tokens);
+	free(t->vtokens);
+	sa_text_close(&t->text);
+	kn_soma_free(t->m);
+}
+
+/* Adam on the decoder by the delta rule, the body as it is now. */
+static int
+decoder_step(struct trainer *t, long step, double lr, char *err)
+{
+	double loss;
+	int rc;
+
+	kn_soma_zero_grad(t->m);
+	if ((rc = kn_soma_decoder_delta(t->m, t->tokens, t->B, t->T, &loss,
+	    err)) != 0)
+		return rc;
+	t->be->adamw_update(kn_soma_decoder(t->m), kn_soma_decoder_grad(t->m),
+	    t->dm, t->dv, t->ndec, (float)lr, 0.9f, 0.999f, 1e-8f, 0.0f,
+	    (int)step + 1, 1.0f);
+	return t->be->status(err);
+}
+
+/* One step of the kind's optimizer on the batch in t->tokens; its
+ * training loss in *loss. */
+static int
+train_step(struct trainer *t, long step, double *loss, char *err)
+{
+	kn_zo_stats st;
+	int rc;
+
+	if (t->o->kind == SA_BPTT) {
+		kn_soma_zero_grad(t->m);
+		if ((rc = kn_soma_forward_backward(t->m, t->tokens, t->B,
+		    t->T, loss, err)) != 0)
+			return rc;
+		t->be->adamw_update(kn_soma_body(t->m),
+		    kn_soma_body_grad(t->m), t->bm, t->bv, t->nbody,
+		    (float)t->spec->soma.lr, 0.9f, 0.999f, 1e-8f, 0.0f,
+		    (int)step + 1, 1.0f);
+		t->be->adamw_update(kn_soma_decoder(t->m),
+		    kn_soma_decoder_grad(t->m), t->dm, t->dv, t->ndec,
+		    (float)t->spec->soma.lr, 0.9f, 0.999f, 1e-8f, 0.0f,
+		    (int)step + 1, 1.0f);
+		return t->be->status(err);
+	}
+	if (t->have_egg)
+		rc = kn_egg_step(&t->egg, t->theta, eval_population, t, &st,
+		    err);
+	else
+		rc = kn_spsa_step(&t->spsa, t->theta, eval_population, t, &st,
+		    err);
+	if (rc != 0)
+		return rc;
+	*loss = st.loss;
+	if ((rc = kn_soma_set_body(t->m, t->theta, err)) != 0)
+		return rc;
+	if (t->learn_decoder)
+		return decoder_step(t, step, t->have_egg ? t->egg.cfg.lr :
+		    t->spsa.cfg.lr, err);
+	return KN_OK;
+}
+
+/* The plateau schedule after a validation: SPSA's own, and the same
+ * rule for EGGROLL's lr and sigma. */
+static void
+schedule(struct trainer *t, double val)
+{
+	const pr_spec *s = t->spec;
+
+	if (t->have_spsa) {
+		kn_spsa_plateau(&t->spsa, val);
+		return;
+	}
+	if (!t->have_egg)
+		return;
+	if (val < t->best - 1e-3 * fabs(t->best) || isinf(t->best)) {
+		t->best = val;
+		t->stale = 0;
+		return;
+	}
+	if (++t->stale < s->soma.patience)
+		return;
+	t->stale = 0;
+	t->egg.cfg.lr = fmaxf(t->egg.cfg.lr / 2, (float)s->soma.lr_floor);
+	t->egg.cfg.sigma = fmaxf(t->egg.cfg.sigma / 2,
+	    (float)s->soma.lr_floor);
+}
+
+static long
+steps_for(const struct trainer *t)
+{
+	const sa_train_opts *o = t->o;
+	uint64_t per = sa_step_positions(t->spec, o->kind, t->P);
+
+	if (o->steps >= 0)
+		return o->steps;
+	if (o->budget > 0)
+		return (long)((o->budget + per - 1) / per);
+	return o->kind == SA_SEED ? t->spec->soma.seed_steps :
+	    t->spec->soma.steps;
+}
+
+int
+sa_train(const sa_train_opts *o, sa_result *res, char *err)
+{
+	struct trainer t;
+	sa_progress p = { 0 };
+	double t0, busy = 0, val = NAN;
+	float *dec = NULL;
+	int rc;
+
+	memset(res, 0, sizeof(*res));
+	if (o->kind == SA_EXPERT && (o->expert < 0 ||
+	    o->expert >= o->spec->soma.experts))
+		return kn_error(err, KN_EINVAL, "expert %d does not exist: the "
+		    "spec has %d", o->expert, o->spec->soma.experts);
+	if ((rc = trainer_open(&t, o, err)) != 0)
+		goto out;
+	t0 = kn_now();
+	p.steps = steps_for(&t);
+	for (p.step = 0; p.step < p.steps; p.step++) {
+		double s0 = kn_now(), loss;
+
+		if (o->stop != NULL && *o->stop)
+			break;
+		sa_text_batch(&t.text, o->spec->seed, t.stream,
+		    (uint64_t)p.step, t.B, t.T, t.tokens);
+		if ((rc = train_step(&t, p.step, &loss, err)) != 0)
+			goto out;
+		busy += kn_now() - s0;
+		p.positions += sa_step_positions(o->spec, o->kind, t.P);
+		p.loss = loss;
+		if ((p.step + 1) % o->spec->soma.eval_every == 0 ||
+		    p.step + 1 == p.steps) {
+			if ((rc = validate(&t, &val, err)) != 0)
+				goto out;
+			schedule(&t, val);
+		}
+		p.val = val;
+		p.lr = t.have_spsa ? t.spsa.cfg.lr : t.have_egg ?
+		    t.egg.cfg.lr : o->spec->soma.lr;
+		p.eps = t.have_spsa ? t.spsa.cfg.eps : t.have_egg ?
+		    t.egg.cfg.sigma : 0;
+		p.positions_per_s = busy > 0 ? p.positions / busy : 0;
+		if (t.log != NULL)
+			fprintf(t.log, "%ld,%.6f,%.6f,%g,%g,%llu\n",
+			    p.step + 1, p.loss, p.val, p.lr, p.eps,
+			    (unsigned long long)p.positions);
+		if (o->progress != NULL)
+			o->progress(o->user, &p);
+	}
+	if (isnan(val) && (rc = validate(&t, &val, err)) != 0)
+		goto out;
+	{
+		pr_ckpt_meta meta = { .block = o->kind == SA_EXPERT ?
+		    o->expert : 0, .step = p.step, .round = 0 };
+
+		snprintf(meta.run_id, sizeof(meta.run_id), "%s", o->run_id);
+		snprintf(meta.kind, sizeof(meta.kind), "%s",
+		    sa_kind_name(o->kind));
+		if ((dec = malloc(t.ndec * sizeof(float))) == NULL) {
+			rc = kn_error(err, KN_ENOMEM, "out of memory");
+			goto out;
+		}
+		kn_soma_get_body(t.m, t.theta);
+		kn_soma_get_decoder(t.m, dec);
+		if ((rc = sa_model_save(o->out_path, &meta, &t.shape,
+		    t.theta, dec, err)) != 0)
+			goto out;
+	}
+	res->steps = p.step;
+	res->positions = p.positions;
+	res->val = val;
+	res->seconds = kn_now() - t0;
+out:
+	free(dec);
+	trainer_close(&t);
+	return rc;
+}
