@@ -12,6 +12,9 @@
 #include "soma/router.h"
 #include "soma/svd.h"
 
+_Static_assert(SA_WORD_MAX == PR_ROUTER_WORD_MAX,
+    "the router file holds the words the tokenizer makes");
+
 /* A router file is a few tens of MiB at the published sizes. */
 #define ROUTER_MAX_FILE ((size_t)1 << 32)
 

@@ -70,7 +70,9 @@ probe(const uint32_t *slots, size_t nslots, const char *pool,
 	while (slots[i] != 0) {
 		const char *s = pool + start[slots[i] - 1];
 
-		if (memcmp(s, w, n) == 0 && s[n] == '\0')
+		/* strncmp, not memcmp: s may be shorter than n and the
+		 * last word of its pool (w holds no NUL) */
+		if (strncmp(s, w, n) == 0 && s[n] == '\0')
 			return i;
 		i = (i + 1) & (nslots - 1);
 	}

@@ -557,6 +557,78 @@ START_TEST(test_duplicate_word)
 }
 END_TEST
 
+/* shardmeter cluster end to end: the router it writes loads, the
+ * assignment lists every document once, and each expert's text is its
+ * documents in order. */
+START_TEST(test_cluster_command)
+{
+	char dir[128], out[4096], path[300], *file, *tsv, *line;
+	size_t len, tlen, want_len[TOPICS] = { 0 }, off, dlen, doc;
+	int size[TOPICS] = { 0 }, e, rows = 0;
+	char err[KN_ERR_LEN];
+	sa_router loaded;
+
+	tu_temp_dir(dir, sizeof(dir), "check_router_cmd");
+	tu_write_file(dir, "in.txt", text);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts "
+	    "%d --dims %d --vocab 100 --seed 3 --out %s/out %s/in.txt",
+	    tu_shardmeter(), TOPICS, DIMS, dir, dir), 0);
+	ck_assert_ptr_nonnull(strstr(out, "expert\tdocuments\tbytes"));
+	snprintf(path, sizeof(path), "%s/out/router.smr", dir);
+	ck_assert_int_eq(sa_router_load(&loaded, path, err), 0);
+	ck_assert_uint_eq(loaded.file.nexperts, TOPICS);
+	ck_assert_uint_eq(loaded.file.dims, DIMS);
+	ck_assert_uint_eq(loaded.file.prefix, SA_ROUTE_PREFIX);
+	ck_assert_uint_eq(loaded.file.seed, 3);
+	sa_router_free(&loaded);
+
+	snprintf(path, sizeof(path), "%s/out/assignment.tsv", dir);
+	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 20, &file, &tlen, err),
+	    0);
+	tsv = tu_dup_buf(file, tlen, 0);
+	tsv[tlen] = '\0';
+	free(file);
+	line = strtok(tsv, "\n");
+	ck_assert_str_eq(line, "doc\toffset\tlength\tcluster");
+	while ((line = strtok(NULL, "\n")) != NULL) {
+		ck_assert_int_eq(sscanf(line, "%zu\t%zu\t%zu\t%d", &doc, &off,
+		    &dlen, &e), 4);
+		ck_assert_uint_eq(doc, (size_t)rows);
+		ck_assert_uint_eq(off, docs.v[rows].off);
+		ck_assert_uint_eq(dlen, docs.v[rows].len);
+		ck_assert(e >= 0 && e < TOPICS);
+		size[e]++;
+		want_len[e] += dlen;
+		rows++;
+	}
+	ck_assert_int_eq(rows, NDOCS);
+	free(tsv);
+	for (e = 0; e < TOPICS; e++) {
+		ck_assert_int_eq(size[e], NDOCS / TOPICS);
+		snprintf(path, sizeof(path), "%s/out/cluster-%d.txt", dir, e);
+		ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 20, &file, &len,
+		    err), 0);
+		ck_assert_uint_eq(len, want_len[e]);
+		free(file);
+	}
+
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts "
+	    "0 --out %s/out %s/in.txt", tu_shardmeter(), dir, dir), 2);
+	ck_assert_ptr_nonnull(strstr(out, "--experts takes an integer"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts "
+	    "2 --out %s/out %s/missing", tu_shardmeter(), dir, dir), 1);
+	ck_assert_ptr_nonnull(strstr(out, "cannot open"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts "
+	    "2 --dims 500 --out %s/out %s/in.txt", tu_shardmeter(), dir, dir),
+	    1);
+	ck_assert_ptr_nonnull(strstr(out, "--dims 500 needs"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --help",
+	    tu_shardmeter()), 0);
+	ck_assert_ptr_nonnull(strstr(out, "usage: shardmeter cluster"));
+	tu_remove_dir(dir);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -572,6 +644,7 @@ main(void)
 	tcase_add_test(tc, test_malformed_counts);
 	tcase_add_test(tc, test_malformed_content);
 	tcase_add_test(tc, test_duplicate_word);
+	tcase_add_test(tc, test_cluster_command);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
