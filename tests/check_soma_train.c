@@ -148,6 +148,52 @@ START_TEST(test_seed_then_expert)
 }
 END_TEST
 
+/* An expert's whole run, and an EGGROLL run, give the same bytes with one
+ * thread and with three: every parallel sum has a fixed order. */
+START_TEST(test_threads_bitwise)
+{
+	kn_soma_shape s = sa_expert_shape(&spec), c = sa_control_shape(&spec);
+	size_t nb = kn_soma_body_params(&s), nc = kn_soma_body_params(&c);
+	char seedp[400], p[2][400], g[2][400], err[KN_ERR_LEN];
+	float *b[2], *d[2], *e[2], *f[2];
+	sa_result r;
+	int i;
+
+	snprintf(seedp, sizeof(seedp), "%s/seed.ckpt", dir);
+	for (i = 0; i < 2; i++) {
+		snprintf(p[i], sizeof(p[i]), "%s/expert-0.%d.ckpt", dir, i);
+		snprintf(g[i], sizeof(g[i]), "%s/eggroll.%d.ckpt", dir, i);
+		kn_pool_shutdown();
+		ck_assert_int_eq(kn_pool_init(i == 0 ? 1 : 3, err), 0);
+		train(SA_SEED, 0, 3, 0, seedp, &r);
+		train(SA_EXPERT, 0, 3, 0, p[i], &r);
+		{
+			const char *all[2] = { files[0], files[1] };
+			sa_train_opts o = { 0 };
+
+			o.spec = &spec;
+			o.run_id = run_id;
+			o.kind = SA_EGGROLL;
+			o.steps = 3;
+			o.train = all;
+			o.ntrain = 2;
+			o.out_path = g[i];
+			o.valid_windows = 8;
+			o.be = kn_cpu_backend();
+			ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
+		}
+		b[i] = load(p[i], "expert", 0, &s, &d[i]);
+		e[i] = load(g[i], "eggroll", 0, &c, &f[i]);
+	}
+	ck_assert_mem_eq(b[0], b[1], nb * sizeof(float));
+	ck_assert_mem_eq(e[0], e[1], nc * sizeof(float));
+	for (i = 0; i < 2; i++) {
+		free(b[i]); free(d[i]); free(e[i]); free(f[i]);
+	}
+	kn_pool_shutdown();
+}
+END_TEST
+
 START_TEST(test_controls_budget)
 {
 	kn_soma_shape e = sa_expert_shape(&spec), c = sa_control_shape(&spec);
@@ -297,6 +343,7 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_seed_then_expert);
 	tcase_add_test(tc, test_controls_budget);
+	tcase_add_test(tc, test_threads_bitwise);
 	tcase_add_test(tc, test_text);
 	tcase_add_test(tc, test_bad_model_files);
 	suite_add_tcase(s, tc);
