@@ -85,7 +85,10 @@ kn_zo_population(int K, int k_max, size_t n, int groups, int npieces,
 }
 
 /* Elements first .. first + len - 1 of the direction on stream; element i
- * is word i % 4 of Philox block i / 4. */
+ * is 16-bit half i % 8 of Philox block i / 8 (eight elements a call: the
+ * draws were a quarter of an SPSA step's time at one word each).  The
+ * density is taken in steps of 2^-16, and the scale from the density
+ * actually drawn, so that E[z z^T] = I still holds exactly. */
 static void
 direction_range(float *z, size_t first, size_t len, uint64_t seed,
     uint64_t stream, float density)
@@ -93,24 +96,30 @@ direction_range(float *z, size_t first, size_t len, uint64_t seed,
 	uint32_t key[2] = { (uint32_t)seed, (uint32_t)(seed >> 32) };
 	uint32_t ctr[4], w[4];
 	/* u < half: +; half <= u < whole: -; so density 1 has no zeros */
-	uint64_t whole = (uint64_t)ldexp((double)density, 32), half = whole / 2;
-	float scale = 1.0f / sqrtf(density);
-	uint64_t block = UINT64_MAX;
-	size_t i;
+	uint32_t whole = (uint32_t)lrint(ldexp((double)density, 16));
+	uint32_t half;
+	float scale;
+	size_t i = 0;
 
+	if (whole < 2)
+		whole = 2;
+	half = whole / 2;
+	scale = (float)(1.0 / sqrt(ldexp((double)whole, -16)));
 	ctr[2] = (uint32_t)stream;
 	ctr[3] = (uint32_t)(stream >> 32);
-	for (i = 0; i < len; i++) {
-		uint64_t idx = first + i, u;
+	while (i < len) {
+		uint64_t idx = first + i, block = idx / 8;
+		size_t e;
 
-		if (idx / 4 != block) {
-			block = idx / 4;
-			ctr[0] = (uint32_t)block;
-			ctr[1] = (uint32_t)(block >> 32);
-			kn_philox4x32(key, ctr, w);
+		ctr[0] = (uint32_t)block;
+		ctr[1] = (uint32_t)(block >> 32);
+		kn_philox4x32(key, ctr, w);
+		/* the elements of this block still wanted, from idx on */
+		for (e = idx % 8; e < 8 && i < len; e++, i++) {
+			uint32_t u = (w[e / 2] >> (16 * (e % 2))) & 0xffffu;
+
+			z[i] = u < half ? scale : u < whole ? -scale : 0.0f;
 		}
-		u = w[idx % 4];
-		z[i] = u < half ? scale : u < whole ? -scale : 0.0f;
 	}
 }
 

@@ -1,7 +1,12 @@
-/* Times the SOMA expert's forward pass two ways on one backend: the plain
- * loss of one body (K = 1 calls) and the population loss of K bodies (the
- * 2P evaluations of an SPSA step), in byte positions per second (K*B*T
- * per call), and prints one line of key=value pairs with their ratio. */
+/* Times the SOMA expert's forward pass three ways on one backend: the
+ * plain loss of one body on K*B sequences at once (the same positions as
+ * the population, in the batch where the plain pass is fastest), the
+ * population loss of K bodies
+ * (the 2P evaluations of an SPSA step), and a whole SPSA step of P = K/2
+ * directions (directions regenerated, the population, the estimate and
+ * the Adam update), in byte positions per second (K*B*T per call), and
+ * prints one line of key=value pairs with their ratios to the plain
+ * forward. */
 #include "config.h"
 
 #include <getopt.h>
@@ -14,6 +19,7 @@
 #include "kernels/pool.h"
 #include "kernels/rng.h"
 #include "kernels/soma_model.h"
+#include "kernels/spsa.h"
 
 static void
 usage(void)
@@ -45,6 +51,8 @@ time_calls(int (*fn)(void *), void *ctx, double seconds)
 
 struct bench {
 	kn_soma_model *m;
+	kn_spsa spsa;
+	float *theta;
 	float *bodies, *losses;
 	int32_t *tokens;
 	int K, B, T;
@@ -57,7 +65,7 @@ plain(void *ctx)
 	struct bench *b = ctx;
 	double loss;
 
-	return kn_soma_loss(b->m, b->tokens, b->B, b->T, &loss, b->err);
+	return kn_soma_loss(b->m, b->tokens, b->K * b->B, b->T, &loss, b->err);
 }
 
 static int
@@ -67,6 +75,25 @@ population(void *ctx)
 
 	return kn_soma_population_loss(b->m, b->bodies, b->K, b->tokens, b->B,
 	    b->T, b->losses, b->err);
+}
+
+static int
+eval_population(void *ctx, const float *thetas, int K, float *losses,
+    char *err)
+{
+	struct bench *b = ctx;
+
+	return kn_soma_population_loss(b->m, thetas, K, b->tokens, b->B,
+	    b->T, losses, err);
+}
+
+static int
+spsa_step(void *ctx)
+{
+	struct bench *b = ctx;
+
+	return kn_spsa_step(&b->spsa, b->theta, eval_population, b, NULL,
+	    b->err);
 }
 
 int
@@ -89,7 +116,9 @@ main(int argc, char **argv)
 	kn_backend_kind kind = KN_BACKEND_CPU;
 	const kn_backend *be;
 	struct bench b = { .K = 128, .B = 32, .T = 128 };
-	double seconds = 3.0, t_plain, t_pop, pos_plain, pos_pop;
+	double seconds = 3.0, t_plain, t_pop, t_step, pos_plain, pos_pop;
+	double pos_step;
+	kn_spsa_config cfg;
 	char desc[256];
 	size_t nbody, i;
 	int ch, threads = 0, group = 0, k;
@@ -134,7 +163,7 @@ main(int argc, char **argv)
 	nbody = kn_soma_body_params(&shape);
 	b.bodies = malloc((size_t)b.K * nbody * sizeof(float));
 	b.losses = malloc((size_t)b.K * sizeof(float));
-	b.tokens = malloc((size_t)b.B * (b.T + 1) * sizeof(int32_t));
+	b.tokens = malloc((size_t)b.K * b.B * (b.T + 1) * sizeof(int32_t));
 	if (b.bodies == NULL || b.losses == NULL || b.tokens == NULL) {
 		fprintf(stderr, "soma-kernels-bench: out of memory\n");
 		return 1;
@@ -149,22 +178,37 @@ main(int argc, char **argv)
 		kn_rng r;
 
 		kn_rng_init(&r, 7, 0);
-		for (i = 0; i < (size_t)b.B * (b.T + 1); i++)
+		for (i = 0; i < (size_t)b.K * b.B * (b.T + 1); i++)
 			b.tokens[i] = (int32_t)kn_rng_below(&r, 256);
 	}
-	t_plain = time_calls(plain, &b, seconds);
-	t_pop = time_calls(population, &b, seconds);
-	if (t_plain < 0 || t_pop < 0) {
+	kn_spsa_config_default(&cfg);
+	cfg.P = b.K / 2 > 0 ? b.K / 2 : 1;
+	cfg.k_max = 2 * cfg.P;
+	if ((b.theta = malloc(nbody * sizeof(float))) == NULL ||
+	    kn_spsa_init(&b.spsa, nbody, &cfg, b.err) != 0) {
 		fprintf(stderr, "soma-kernels-bench: %s\n", b.err);
 		return 1;
 	}
-	pos_plain = (double)b.B * b.T / t_plain;
+	kn_soma_get_body(b.m, b.theta);
+	t_plain = time_calls(plain, &b, seconds);
+	t_pop = time_calls(population, &b, seconds);
+	t_step = time_calls(spsa_step, &b, seconds);
+	if (t_plain < 0 || t_pop < 0 || t_step < 0) {
+		fprintf(stderr, "soma-kernels-bench: %s\n", b.err);
+		return 1;
+	}
+	pos_plain = (double)b.K * b.B * b.T / t_plain;
 	pos_pop = (double)b.K * b.B * b.T / t_pop;
+	pos_step = 2.0 * cfg.P * b.B * b.T / t_step;
 	printf("impl=shardmeter-%s width=%d mult=%d blocks=%d body_params=%zu "
-	    "B=%d T=%d K=%d threads=%d plain_positions_per_s=%.0f "
-	    "population_positions_per_s=%.0f ratio=%.3f\n", be->name,
+	    "B=%d T=%d K=%d P=%d threads=%d plain_positions_per_s=%.0f "
+	    "population_positions_per_s=%.0f spsa_step_positions_per_s=%.0f "
+	    "population_ratio=%.3f spsa_step_ratio=%.3f\n", be->name,
 	    shape.width, shape.mlp_mult, shape.blocks, nbody, b.B, b.T, b.K,
-	    kn_pool_threads(), pos_plain, pos_pop, pos_pop / pos_plain);
+	    cfg.P, kn_pool_threads(), pos_plain, pos_pop, pos_step,
+	    pos_pop / pos_plain, pos_step / pos_plain);
+	kn_spsa_free(&b.spsa);
+	free(b.theta);
 	kn_soma_free(b.m);
 	free(b.bodies);
 	free(b.losses);
