@@ -159,6 +159,19 @@ host_conn(sq_experts *x, int e, int *h, pc_conn **c, char *err)
 	return KN_OK;
 }
 
+/* After a failed round: answers still on the way must not be taken for
+ * the next request's, so every connection is made afresh. */
+static void
+reset_conns(sq_experts *x)
+{
+	int i;
+
+	for (i = 0; i < PH_MAX_HOSTS; i++) {
+		pc_close(x->conn[i]);
+		x->conn[i] = NULL;
+	}
+}
+
 /* The answer to request id for expert e from host h, of type want;
  * an error frame or a broken connection names the host. */
 static int
@@ -248,7 +261,14 @@ feed(sq_experts *x, uint64_t sid, const int *sel, int pos,
 		}
 		return KN_OK;
 	}
-	/* all requests out, then the answers: one round trip */
+	/* every host reached before anything is sent, then all requests
+	 * out, then the answers: one round trip */
+	for (j = 0; j < x->k; j++) {
+		pc_conn *c;
+
+		if ((rc = host_conn(x, sel[j], &h, &c, err)) != 0)
+			return rc;
+	}
 	for (j = 0; j < x->k; j++) {
 		pl_frame f = { .type = PL_STEP, .id = sid, .expert = sel[j],
 		    .pos = pos, .data = (unsigned char *)bytes,
@@ -258,9 +278,11 @@ feed(sq_experts *x, uint64_t sid, const int *sel, int pos,
 
 		if ((rc = host_conn(x, sel[j], &h, &c, err)) != 0)
 			return rc;
-		if ((rc = pc_send_frame(c, &f, why)) != 0)
+		if ((rc = pc_send_frame(c, &f, why)) != 0) {
+			reset_conns(x);
 			return kn_error(err, rc, "%s: %.200s", host_name(x, h,
 			    name, sizeof(name)), why);
+		}
 		st->frames++;
 	}
 	for (j = 0; j < x->k; j++) {
@@ -268,8 +290,10 @@ feed(sq_experts *x, uint64_t sid, const int *sel, int pos,
 
 		h = ph_expert_host(x->hosts, sel[j]);
 		if ((rc = host_answer(x, h, sid, sel[j], PL_DIST, &f, st,
-		    err)) != 0)
+		    err)) != 0) {
+			reset_conns(x);
 			return rc;
+		}
 		memcpy(logp + j * 256, f.data, 256 * sizeof(float));
 		pl_frame_clear(&f);
 	}
@@ -474,6 +498,8 @@ sq_score(sq_experts *x, const sa_router *r, const sa_windows *w,
 		if (count[e] > 0)
 			rc = score_collect(x, w->T, e, count[e], lp[e], ids[e], st,
 			    err);
+	if (x->served && rc != 0)
+		reset_conns(x);
 	if (x->served && rc == 0)
 		st->rounds = 1;
 	/* the mixture, experts in order as shardmeter eval sums it */
