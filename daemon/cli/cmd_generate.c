@@ -139,23 +139,6 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 	return CLI_CONTINUE;
 }
 
-/* The operator's identity for TLS to the entry host. */
-static int
-gen_identity(tls_ctx **tls, char *err)
-{
-	char dir[PR_PATH_LEN], why[KN_ERR_LEN];
-	int rc;
-
-	if (cli_client_dir(dir, err) != 0)
-		return KN_EINVAL;
-	if ((rc = tls_ctx_new(tls, dir, why)) != 0)
-		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ? ": make "
-		    "an operator identity with 'shardmeter init --client' and "
-		    "list it in the pipeline host list as 'client <its id>'" :
-		    "");
-	return KN_OK;
-}
-
 /* The request and its answer, over TLS pinned to the entry's id when
  * the host list gives it. */
 static int
@@ -166,7 +149,7 @@ gen_ask(const struct gen_args *g, const ph_list *hosts,
 	tls_ctx *tls = NULL;
 	int rc;
 
-	if (entry->has_id && (rc = gen_identity(&tls, err)) != 0)
+	if (entry->has_id && (rc = cli_operator_tls(&tls, err)) != 0)
 		return rc;
 	rc = pc_generate(entry->addr, tls, entry->has_id ? entry->id : NULL,
 	    req, res, g->timeout_ms, err);

@@ -15,25 +15,32 @@
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
-/* The operator's identity, when a host line has a peer id. */
-static int
-soma_identity(const ph_list *hosts, tls_ctx **tls, char *err)
+int
+cli_operator_tls(tls_ctx **tls, char *err)
 {
 	char dir[PR_PATH_LEN], why[KN_ERR_LEN];
-	int i, rc;
+	int rc;
 
-	*tls = NULL;
-	for (i = 0; i < hosts->n && !hosts->v[i].has_id; i++)
-		;
-	if (i == hosts->n)
-		return KN_OK;
 	if (cli_client_dir(dir, err) != 0)
 		return KN_EINVAL;
 	if ((rc = tls_ctx_new(tls, dir, why)) != 0)
 		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ? ": make "
 		    "an operator identity with 'shardmeter init --client' and "
-		    "list it in the host list as 'client <its id>'" : "");
+		    "list it in the pipeline host list as 'client <its id>'" :
+		    "");
 	return KN_OK;
+}
+
+/* The operator's identity, when a host line has a peer id. */
+static int
+soma_identity(const ph_list *hosts, tls_ctx **tls, char *err)
+{
+	int i;
+
+	*tls = NULL;
+	for (i = 0; i < hosts->n && !hosts->v[i].has_id; i++)
+		;
+	return i == hosts->n ? KN_OK : cli_operator_tls(tls, err);
 }
 
 static int

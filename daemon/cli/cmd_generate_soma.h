@@ -3,6 +3,7 @@
 #define SM_CLI_CMD_GENERATE_SOMA_H
 
 #include "daemon/cli/cmd.h"
+#include "daemon/tls.h"
 
 struct cli_soma_gen {
 	struct cli_run *run;    /* --spec, and --dir in process */
@@ -17,6 +18,9 @@ struct cli_soma_gen {
 	int verbose;
 };
 
+/* The operator's identity (shardmeter init --client) for TLS to
+ * pipeline hosts. */
+int cli_operator_tls(tls_ctx **tls, char *err);
 /* Generates (or scores a file) with the routed mixture; the exit
  * status. */
 int cli_generate_soma(const struct cli_soma_gen *a);
