@@ -120,6 +120,7 @@ trust_setup(sv *s, char *err)
 static int
 setup(sv *s, char *err)
 {
+	char why[KN_ERR_LEN];
 	int rc, i;
 
 	if ((rc = ph_load(&s->hosts, s->cfg.pipeline_hosts, err)) != 0)
@@ -137,9 +138,9 @@ setup(sv *s, char *err)
 			    "the spec %s is not method = soma",
 			    s->cfg.pipeline_hosts, s->cfg.spec);
 		if ((rc = ph_soma_check(&s->hosts, s->spec.soma.experts,
-		    err)) != 0)
+		    why)) != 0)
 			return kn_error(err, rc, "%s: %.200s",
-			    s->cfg.pipeline_hosts, err);
+			    s->cfg.pipeline_hosts, why);
 	} else {
 		if ((rc = pr_spec_load(&s->spec, s->cfg.spec, err)) != 0 ||
 		    (rc = pr_spec_run_id(&s->spec, s->run_id, err)) != 0)

@@ -26,6 +26,9 @@
 #define SS_SCORE_BATCH 64
 #define SS_MAX_SESSIONS 65536
 #define SS_CONN_SESSIONS 4096
+/* Bytes predicted per window a host scores: the work space of a pass
+ * grows with it. */
+#define SS_MAX_WIDTH 8192
 
 typedef struct ss_session {
 	conn *owner;
@@ -134,6 +137,11 @@ handle_score(sv *s, conn *c, const pl_frame *f)
 
 	if (x == NULL)
 		return;
+	if (f->width > SS_MAX_WIDTH) {
+		send_err(c, f->id, "windows of %d bytes: a host scores at most "
+		    "%d", f->width, SS_MAX_WIDTH);
+		return;
+	}
 	n = (size_t)f->count * T;
 	tok = malloc((size_t)SS_SCORE_BATCH * (T + 1) * sizeof(int32_t));
 	logp = malloc(n * sizeof(float));
