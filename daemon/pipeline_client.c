@@ -244,12 +244,35 @@ pc_close(pc_conn *c)
 	free(c);
 }
 
+const char *
+pc_addr(const pc_conn *c)
+{
+	return c->addr;
+}
+
+int
+pc_send_frame(pc_conn *c, const pl_frame *f, char *err)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if ((rc = pl_frame_encode(f, &buf, &len, err)) != 0)
+		return rc;
+	if (c->tls == NULL)
+		rc = send_all(c, buf, len, err);
+	else if ((rc = tls_conn_write(c->tls, buf, len)) != 0)
+		rc = tls_failed(c, rc, err);
+	else
+		rc = tls_flush(c, err);
+	free(buf);
+	return rc;
+}
+
 int
 pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err)
 {
 	pl_frame f = { .type = PL_GEN };
-	char *buf;
-	size_t len;
 	int rc;
 
 	f.id = c->next_id++;
@@ -260,16 +283,7 @@ pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err)
 	f.seed = r->seed;
 	f.data = (unsigned char *)r->prompt;
 	f.data_len = r->prompt_len;
-	if ((rc = pl_frame_encode(&f, &buf, &len, err)) != 0)
-		return rc;
-	if (c->tls == NULL)
-		rc = send_all(c, buf, len, err);
-	else if ((rc = tls_conn_write(c->tls, buf, len)) != 0)
-		rc = tls_failed(c, rc, err);
-	else
-		rc = tls_flush(c, err);
-	free(buf);
-	if (rc != 0)
+	if ((rc = pc_send_frame(c, &f, err)) != 0)
 		return rc;
 	if (id != NULL)
 		*id = f.id;
@@ -309,17 +323,18 @@ pc_result_clear(pc_result *res)
 	memset(res, 0, sizeof(*res));
 }
 
-int
-pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err)
+/* The next frame and its length on the wire. */
+static int
+recv_frame(pc_conn *c, pl_frame *f, size_t *wire, int timeout_ms,
+    char *err)
 {
 	double deadline = now_ms() + timeout_ms;
 	unsigned char hdr[PL_HEADER];
 	uint32_t len;
 	char *body;
-	pl_frame f;
 	int rc;
 
-	memset(res, 0, sizeof(*res));
+	memset(f, 0, sizeof(*f));
 	if ((rc = read_full(c, (char *)hdr, PL_HEADER, deadline, err)) != 0)
 		return rc;
 	len = pl_frame_length(hdr);
@@ -329,12 +344,31 @@ pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err)
 	if ((body = malloc(len)) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	if ((rc = read_full(c, body, len, deadline, err)) == 0)
-		rc = pl_frame_decode(body, len, &f, err);
+		rc = pl_frame_decode(body, len, f, err);
 	free(body);
-	if (rc != 0)
+	if (rc == 0)
+		*wire = PL_HEADER + len;
+	return rc;
+}
+
+int
+pc_recv_frame(pc_conn *c, pl_frame *f, int timeout_ms, char *err)
+{
+	size_t wire;
+
+	return recv_frame(c, f, &wire, timeout_ms, err);
+}
+
+int
+pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err)
+{
+	pl_frame f;
+	int rc;
+
+	memset(res, 0, sizeof(*res));
+	if ((rc = recv_frame(c, &f, &res->frame_bytes, timeout_ms, err)) != 0)
 		return rc;
 	res->id = f.id;
-	res->frame_bytes = PL_HEADER + len;
 	if (f.type == PL_OUT) {
 		res->ok = 1;
 		res->output = f.data;

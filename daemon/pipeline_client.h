@@ -49,6 +49,13 @@ typedef struct {
 int pc_connect(pc_conn **out, const char *addr, tls_ctx *tls,
     const uint8_t *pin, int timeout_ms, char *err);
 void pc_close(pc_conn *c);
+/* Any frame as it is (its id the caller's); and the next frame, whatever
+ * its type, decoded strictly into f (the caller clears it).  For the
+ * frames that are not a generation request's: SOMA's score and step. */
+int pc_send_frame(pc_conn *c, const pl_frame *f, char *err);
+int pc_recv_frame(pc_conn *c, pl_frame *f, int timeout_ms, char *err);
+/* The address given to pc_connect. */
+const char *pc_addr(const pc_conn *c);
 /* Sends r under a new id (in *id). */
 int pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err);
 /* The next answer, whatever its id; PC_ETIMEDOUT when none comes within

@@ -10,6 +10,7 @@
 #include "daemon/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
+#include "proto/router.h"
 
 static int
 parse_blocks(const char *s, int *hi, int *lo)
@@ -91,7 +92,34 @@ parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
 	return KN_OK;
 }
 
-/* "host:port BLOCKS [PEER-ID]" */
+/* "experts=E" or "experts=E-F", numbered from 0 */
+static int
+parse_experts(const char *s, int *lo, int *hi)
+{
+	char *end;
+	long a, b;
+
+	if (strncmp(s, "experts=", 8) != 0)
+		return KN_EINVAL;
+	s += 8;
+	a = b = strtol(s, &end, 10);
+	if (end == s || a < 0 || a >= PR_ROUTER_MAX_EXPERTS)
+		return KN_EINVAL;
+	if (*end == '-') {
+		const char *t = end + 1;
+
+		b = strtol(t, &end, 10);
+		if (end == t || b < a || b >= PR_ROUTER_MAX_EXPERTS)
+			return KN_EINVAL;
+	}
+	if (*end != '\0')
+		return KN_EINVAL;
+	*lo = (int)a;
+	*hi = (int)b;
+	return KN_OK;
+}
+
+/* "host:port BLOCKS [PEER-ID]" or "host:port experts=E[-F] [PEER-ID]" */
 static int
 parse_host(ph_host *h, char **tok, int n, const char *path, int lineno,
     char *err)
@@ -108,7 +136,13 @@ parse_host(ph_host *h, char **tok, int n, const char *path, int lineno,
 		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is not "
 		    "host:port", path, lineno, tok[0]);
 	snprintf(h->addr, sizeof(h->addr), "%s", tok[0]);
-	if (parse_blocks(tok[1], &h->block_hi, &h->block_lo) != 0)
+	if (strncmp(tok[1], "experts=", 8) == 0) {
+		if (parse_experts(tok[1], &h->expert_lo, &h->expert_hi) != 0)
+			return kn_error(err, KN_EINVAL, "%.150s:%d: '%.30s' is "
+			    "not experts=E or experts=E-F (E <= F, from 0)", path,
+			    lineno, tok[1]);
+		h->block_hi = h->block_lo = -1;
+	} else if (parse_blocks(tok[1], &h->block_hi, &h->block_lo) != 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: blocks '%.20s' are "
 		    "not B or B-C with blocks from 1 to %d", path, lineno,
 		    tok[1], PR_MAX_BLOCKS);
@@ -162,9 +196,14 @@ add_host(ph_list *pl, char **tok, int n, const char *path, int lineno,
 		    path, lineno, PH_MAX_HOSTS);
 	if ((rc = parse_host(h, tok, n, path, lineno, err)) != 0)
 		return rc;
+	if (pl->n == 0)
+		pl->soma = h->block_hi < 0;
+	if (pl->soma != (h->block_hi < 0))
+		return kn_error(err, KN_EINVAL, "%.150s:%d: a list gives blocks "
+		    "or experts=, not both", path, lineno);
 	/* traversal order: each host takes over where the last ended */
 	expect = pl->n == 0 ? h->block_hi : pl->v[pl->n - 1].block_lo - 1;
-	if (h->block_hi != expect)
+	if (!pl->soma && h->block_hi != expect)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: this host should "
 		    "start at block %d: hosts are listed in traversal order, "
 		    "the last block first", path, lineno, expect);
@@ -223,7 +262,10 @@ ph_load(ph_list *pl, const char *path, char *err)
 	fclose(f);
 	if (rc == 0 && pl->n == 0)
 		rc = kn_error(err, KN_EINVAL, "%.150s: no hosts", path);
-	if (rc == 0 && pl->v[pl->n - 1].block_lo != 1)
+	if (rc == 0 && pl->soma && pl->logical)
+		rc = kn_error(err, KN_EINVAL, "%.150s: a shape line is for "
+		    "BlockTrain hosts, not experts=", path);
+	if (rc == 0 && !pl->soma && pl->v[pl->n - 1].block_lo != 1)
 		rc = kn_error(err, KN_EINVAL, "%.150s: the last host must serve "
 		    "block 1 (it ends at block %d)", path,
 		    pl->v[pl->n - 1].block_lo);
@@ -313,4 +355,39 @@ ph_client_find(const ph_list *pl, const uint8_t id[ID_BYTES])
 	    .nclients = pl->nclients };
 
 	return peers_client_find(&clients, id);
+}
+
+int
+ph_soma_check(const ph_list *pl, int N, char *err)
+{
+	int e, i, count;
+
+	if (!pl->soma)
+		return kn_error(err, KN_EINVAL, "the host list gives blocks; a "
+		    "SOMA spec needs 'host:port experts=E-F peer-id' lines");
+	for (i = 0; i < pl->n; i++)
+		if (pl->v[i].expert_hi >= N)
+			return kn_error(err, KN_EINVAL, "host %s serves expert %d; "
+			    "the spec has %d (0 to %d)", pl->v[i].addr,
+			    pl->v[i].expert_hi, N, N - 1);
+	for (e = 0; e < N; e++) {
+		for (i = count = 0; i < pl->n; i++)
+			count += e >= pl->v[i].expert_lo &&
+			    e <= pl->v[i].expert_hi;
+		if (count != 1)
+			return kn_error(err, KN_EINVAL, "expert %d is served by "
+			    "%d hosts; each must be on exactly one", e, count);
+	}
+	return KN_OK;
+}
+
+int
+ph_expert_host(const ph_list *pl, int e)
+{
+	int i;
+
+	for (i = 0; pl->soma && i < pl->n; i++)
+		if (e >= pl->v[i].expert_lo && e <= pl->v[i].expert_hi)
+			return i;
+	return -1;
 }

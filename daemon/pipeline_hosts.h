@@ -22,6 +22,7 @@ typedef struct {
 	char addr[CF_HOST_LEN + 8];     /* as written */
 	int block_hi, block_lo;         /* blocks served, 1-based, hi >= lo */
 	int layer_lo, layer_hi;         /* causal LM layers [lo, hi) served */
+	int expert_lo, expert_hi;       /* SOMA: experts [lo, hi] served */
 	int has_id;
 	uint8_t id[ID_BYTES];           /* its peer id, when has_id */
 	char id_text[ID_LEN];           /* the same printed, "" without */
@@ -39,6 +40,9 @@ typedef struct {
 	peers_client *clients;          /* the operators of "client" lines */
 	int nclients;
 	int missing_ids;                /* host lines without a peer id */
+	/* SOMA: host lines "host:port experts=E[-F] PEER-ID", each host
+	 * on its own (no ring), experts numbered from 0 */
+	int soma;
 } ph_list;
 
 /* Reads path and checks that the blocks run from T down to 1, each on one
@@ -58,5 +62,9 @@ int ph_find(const ph_list *pl, const char *addr);
 /* Index of the host, or of the client, whose peer id is id, or -1. */
 int ph_find_id(const ph_list *pl, const uint8_t id[ID_BYTES]);
 int ph_client_find(const ph_list *pl, const uint8_t id[ID_BYTES]);
+/* SOMA: that the hosts serve experts 0 .. N-1, each exactly once. */
+int ph_soma_check(const ph_list *pl, int N, char *err);
+/* SOMA: the host serving expert e, or -1. */
+int ph_expert_host(const ph_list *pl, int e);
 
 #endif

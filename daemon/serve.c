@@ -447,6 +447,10 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 {
 	sc_job *job;
 
+	if (s->soma != NULL) {
+		ss_dispatch(s, c, f);
+		return;
+	}
 	switch (f->type) {
 	case PL_GEN:
 		handle_gen(s, c, f);
@@ -503,6 +507,7 @@ sv_conn_gone(sv *s, conn *c, const char *why)
 	for (r = s->requests; r != NULL; r = r->next)
 		if (r->client == c)
 			r->client = NULL;
+	ss_conn_gone(s, c);
 	if (c != s->link)
 		return;
 	s->link = NULL;
@@ -538,7 +543,7 @@ sv_on_cron(uv_timer_t *t)
 		}
 	}
 	sv_conns_cron(s, tnow);
-	if (s->inflight == 0 && !s->trimmed) {
+	if (s->inflight == 0 && !s->trimmed && s->compute != NULL) {
 		int count;
 		size_t bytes;
 
@@ -586,12 +591,14 @@ sv_shutdown(sv *s)
 		next = c->next;
 		sv_conn_close(c, NULL);
 	}
-	s->closing_handles = 6;
+	s->closing_handles = s->compute != NULL ? 6 : 5;
 	uv_close((uv_handle_t *)&s->listener, on_handle_closed);
 	uv_close((uv_handle_t *)&s->cron, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sighup, on_handle_closed);
-	sc_stop(s->compute, on_compute_closed, s);
+	if (s->compute != NULL)
+		sc_stop(s->compute, on_compute_closed, s);
+	ss_stop(s);
 }
 

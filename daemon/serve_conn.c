@@ -220,6 +220,11 @@ conn_established(conn *c)
 static int
 frame_allowed(const conn *c, const pl_frame *f)
 {
+	/* a SOMA host has no ring: clients only, and their own frames */
+	if (c->s->soma != NULL)
+		return (c->kind == SV_PEER_ANY || c->kind == SV_PEER_CLIENT ||
+		    c->kind == SV_PEER_OPEN) && (f->type == PL_SCORE ||
+		    f->type == PL_STEP || f->type == PL_END);
 	switch (c->kind) {
 	case SV_PEER_ANY:
 	case SV_PEER_NEXT:
@@ -575,7 +580,8 @@ sv_link_connect(sv *s)
 	creq *r;
 	conn *c;
 
-	if (s->link != NULL || s->stopping || s->hosts.n < 2)
+	if (s->link != NULL || s->stopping || s->hosts.n < 2 ||
+	    s->hosts.soma)
 		return;
 	if (cf_parse_hostport(addr, host, sizeof(host), &port) != 0 ||
 	    (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&

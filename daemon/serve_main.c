@@ -42,7 +42,9 @@ hosts_same(const ph_list *a, const ph_list *b)
 		const ph_host *x = &a->v[i], *y = &b->v[i];
 
 		if (strcmp(x->addr, y->addr) != 0 || x->block_hi != y->block_hi
-		    || x->block_lo != y->block_lo || x->has_id != y->has_id ||
+		    || x->block_lo != y->block_lo || x->expert_lo !=
+		    y->expert_lo || x->expert_hi != y->expert_hi ||
+		    x->has_id != y->has_id ||
 		    (x->has_id && !id_equal(x->id, y->id)))
 			return 0;
 	}
@@ -118,6 +120,7 @@ trust_setup(sv *s, char *err)
 static int
 setup(sv *s, char *err)
 {
+	char why[KN_ERR_LEN];
 	int rc, i;
 
 	if ((rc = ph_load(&s->hosts, s->cfg.pipeline_hosts, err)) != 0)
@@ -125,6 +128,19 @@ setup(sv *s, char *err)
 	if (s->hosts.logical) {
 		ph_logical_spec(&s->hosts, &s->spec);
 		snprintf(s->run_id, sizeof(s->run_id), "logical");
+	} else if (s->hosts.soma) {
+		/* SOMA: every host takes clients on its own experts */
+		if ((rc = pr_spec_load(&s->spec, s->cfg.spec, err)) != 0 ||
+		    (rc = pr_spec_run_id(&s->spec, s->run_id, err)) != 0)
+			return rc;
+		if (pr_spec_method(&s->spec) != PR_METHOD_SOMA)
+			return kn_error(err, KN_EINVAL, "%s lists experts=, but "
+			    "the spec %s is not method = soma",
+			    s->cfg.pipeline_hosts, s->cfg.spec);
+		if ((rc = ph_soma_check(&s->hosts, s->spec.soma.experts,
+		    why)) != 0)
+			return kn_error(err, rc, "%s: %.200s",
+			    s->cfg.pipeline_hosts, why);
 	} else {
 		if ((rc = pr_spec_load(&s->spec, s->cfg.spec, err)) != 0 ||
 		    (rc = pr_spec_run_id(&s->spec, s->run_id, err)) != 0)
@@ -140,9 +156,9 @@ setup(sv *s, char *err)
 	if ((s->self = ph_find(&s->hosts, s->cfg.pipeline_listen)) < 0)
 		return kn_error(err, KN_EINVAL, "%s is not in the pipeline host "
 		    "list %s", s->cfg.pipeline_listen, s->cfg.pipeline_hosts);
-	s->entry = s->self == 0;
+	s->entry = s->self == 0 || s->hosts.soma;
 	s->exit_host = s->hosts.v[s->self].block_lo == 1;
-	for (i = 0; i < s->hosts.n; i++)
+	for (i = 0; i < s->hosts.n && !s->hosts.soma; i++)
 		if (s->hosts.v[i].layer_hi <= s->hosts.v[i].layer_lo)
 			return kn_error(err, KN_EINVAL, "host %s gets no causal "
 			    "layers", s->hosts.v[i].addr);
@@ -154,11 +170,16 @@ print_check(const sv *s, const startup_flags *f)
 {
 	const ph_host *me = &s->hosts.v[s->self];
 
-	printf("configuration OK: pipeline host %d of %d (%s), blocks "
-	    "%d-%d, causal layers %d-%d, %s\n", s->self + 1, s->hosts.n,
-	    s->entry ? "entry" : "inner", me->block_hi, me->block_lo,
-	    me->layer_lo, me->layer_hi - 1, s->hosts.logical ?
-	    "logical shape, random weights" : s->run_id);
+	if (s->hosts.soma)
+		printf("configuration OK: SOMA host %d of %d, experts %d-%d of "
+		    "%d, %s\n", s->self + 1, s->hosts.n, me->expert_lo,
+		    me->expert_hi, s->spec.soma.experts, s->run_id);
+	else
+		printf("configuration OK: pipeline host %d of %d (%s), blocks "
+		    "%d-%d, causal layers %d-%d, %s\n", s->self + 1, s->hosts.n,
+		    s->entry ? "entry" : "inner", me->block_hi, me->block_lo,
+		    me->layer_lo, me->layer_hi - 1, s->hosts.logical ?
+		    "logical shape, random weights" : s->run_id);
 	startup_print_config(stdout, f, &s->cfg, s->hosts.logical ? NULL :
 	    &s->spec);
 }
@@ -183,6 +204,8 @@ start_compute(sv *s, char *err)
 	};
 	int rc;
 
+	if (s->hosts.soma)
+		return ss_start(s, err);
 	if ((rc = sc_start(&s->compute, s->loop, &so, sv_on_compute_done, s,
 	    note, sizeof(note), err)) != 0)
 		return rc;
@@ -221,14 +244,20 @@ log_started(const sv *s, const char *desc)
 {
 	const ph_host *me = &s->hosts.v[s->self];
 
-	log_info("pipeline host %d of %d listening on %s: blocks %d-%d, "
-	    "causal layers %d-%d of %d, %s; next %s; %s", s->self + 1,
-	    s->hosts.n, me->addr, me->block_hi, me->block_lo, me->layer_lo,
-	    me->layer_hi - 1, s->spec.blocks * s->spec.layers_per_block,
-	    s->hosts.logical ? s->hosts.f16 ? "logical shape with random fp16 "
-	    "weights" : "logical shape with random weights" : "trained",
-	    s->hosts.n > 1 ? s->hosts.v[(s->self + 1) % s->hosts.n].addr :
-	    "none", desc);
+	if (s->hosts.soma)
+		log_info("SOMA host %d of %d listening on %s: experts %d-%d of "
+		    "%d (width %d), %s", s->self + 1, s->hosts.n, me->addr,
+		    me->expert_lo, me->expert_hi, s->spec.soma.experts,
+		    s->spec.soma.width, desc);
+	else
+		log_info("pipeline host %d of %d listening on %s: blocks %d-%d, "
+		    "causal layers %d-%d of %d, %s; next %s; %s", s->self + 1,
+		    s->hosts.n, me->addr, me->block_hi, me->block_lo, me->layer_lo,
+		    me->layer_hi - 1, s->spec.blocks * s->spec.layers_per_block,
+		    s->hosts.logical ? s->hosts.f16 ? "logical shape with random fp16 "
+		    "weights" : "logical shape with random weights" : "trained",
+		    s->hosts.n > 1 ? s->hosts.v[(s->self + 1) % s->hosts.n].addr :
+		    "none", desc);
 	if (s->tls != NULL)
 		log_info("pipeline: mutual TLS as peer id %s%s", tls_ctx_id(s->tls),
 		    s->entry && s->open_entry ? "; the entry is open to any "

@@ -18,6 +18,7 @@
 #define SV_CRON_MS 100
 
 typedef struct sv sv;
+typedef struct ss_host ss_host;         /* serve_soma.c */
 
 /* Who is at the other end of a connection, from its peer id once the TLS
  * handshake is over; it decides which frames the connection may send. */
@@ -92,7 +93,8 @@ struct sv {
 	tls_ctx *tls;                   /* NULL: insecure, plain TCP */
 	int open_entry;                 /* the entry takes any TLS client */
 	const kn_backend *be;
-	sc *compute;
+	sc *compute;                    /* NULL on a SOMA host */
+	ss_host *soma;                  /* the experts of a SOMA host */
 	uv_tcp_t listener;
 	uv_timer_t cron;
 	uv_signal_t sigterm, sigint, sighup;
@@ -122,6 +124,16 @@ void sv_link_up(sv *s);
 void sv_conn_gone(sv *s, conn *c, const char *why);
 /* Fails what is in flight, closes every handle; the loop then ends. */
 void sv_shutdown(sv *s);
+
+/* serve_soma.c: a host of SOMA experts (s->soma set, no ring) */
+
+/* Loads this host's experts from the state directory. */
+int ss_start(sv *s, char *err);
+/* A client's score, step or end frame; takes what f owns. */
+void ss_dispatch(sv *s, conn *c, pl_frame *f);
+/* c's sessions go with it. */
+void ss_conn_gone(sv *s, conn *c);
+void ss_stop(sv *s);
 
 /* serve_conn.c */
 

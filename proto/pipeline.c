@@ -15,6 +15,7 @@
 #define PL_MAGIC "ShardMeter pipeline"
 #define PL_MAX_OBJECTS 64
 #define PL_MAX_WINDOW 65536
+#define PL_MAX_EXPERT 4095
 
 static const struct pr_mp_format frame_format = {
 	PL_MAGIC, "pipeline frame", "not a ShardMeter pipeline frame",
@@ -22,20 +23,21 @@ static const struct pr_mp_format frame_format = {
 };
 
 static const char *const type_names[PL_NTYPES] = {
-	"gen", "bt", "ar", "tok", "out", "err", "end"
+	"gen", "bt", "ar", "tok", "out", "err", "end", "score", "logp",
+	"step", "dist"
 };
 
 enum {
 	K_MAGIC, K_VERSION, K_TYPE, K_ID, K_MODE, K_LENGTH, K_STEPS, K_TEMP,
 	K_SEED, K_FIXED, K_END, K_BLOCK, K_POS, K_COUNT, K_WIDTH, K_BYTE,
-	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_NKEYS
+	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_EXPERT, K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
 	"magic", "version", "type", "id", "mode", "length", "steps",
 	"temperature", "seed", "fixed", "end", "block", "pos", "count",
 	"width", "byte", "data", "mask", "compute_us", "hops", "traversals",
-	"message"
+	"message", "expert"
 };
 
 /* The keys of each type after magic, version, type and id, in the order
@@ -50,6 +52,10 @@ static const int type_keys[PL_NTYPES][14] = {
 	[PL_OUT] = { K_DATA, K_COMPUTE, K_HOPS, K_TRAV, -1 },
 	[PL_ERR] = { K_MESSAGE, -1 },
 	[PL_END] = { -1 },
+	[PL_SCORE] = { K_EXPERT, K_COUNT, K_WIDTH, K_DATA, -1 },
+	[PL_LOGP] = { K_EXPERT, K_COUNT, K_WIDTH, K_DATA, K_COMPUTE, -1 },
+	[PL_STEP] = { K_EXPERT, K_POS, K_DATA, -1 },
+	[PL_DIST] = { K_EXPERT, K_POS, K_DATA, K_COMPUTE, -1 },
 };
 
 const char *
@@ -109,6 +115,7 @@ uint_field(const pl_frame *f, int k)
 	case K_COMPUTE: return f->compute_us;
 	case K_HOPS: return (uint64_t)f->hops;
 	case K_TRAV: return (uint64_t)f->traversals;
+	case K_EXPERT: return (uint64_t)f->expert;
 	default: return 0;
 	}
 }
@@ -229,6 +236,7 @@ decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 	    "pipeline frame", name, err);
 	case K_HOPS: return get_int(o, 1 << 30, &f->hops, name, err);
 	case K_TRAV: return get_int(o, 1 << 30, &f->traversals, name, err);
+	case K_EXPERT: return get_int(o, PL_MAX_EXPERT, &f->expert, name, err);
 	case K_TEMP:
 		if (o->type != MSGPACK_OBJECT_FLOAT64 &&
 		    o->type != MSGPACK_OBJECT_FLOAT32)
@@ -250,6 +258,29 @@ decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 		return KN_OK;
 	}
 	return kn_error(err, KN_EINVAL, "pipeline frame: no field %d", k);
+}
+
+/* n little-endian float32 log-probabilities: finite and at most 0 (a
+ * rounding's worth above is let through). */
+static int
+check_logp(const unsigned char *p, size_t n, char *err)
+{
+	size_t i;
+
+	if (pr_mp_first_nonfinite_le(p, n) >= 0)
+		return kn_error(err, KN_EINVAL, "log-probabilities are not "
+		    "finite");
+	for (i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+		    (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+		float v;
+
+		memcpy(&v, &u, sizeof(v));
+		if (v > 1e-3f)
+			return kn_error(err, KN_EINVAL, "a log-probability is "
+			    "above 0");
+	}
+	return KN_OK;
 }
 
 /* What a well-formed frame of each type must also satisfy. */
@@ -284,6 +315,33 @@ check_frame(const pl_frame *f, char *err)
 		if (pr_mp_first_nonfinite_le(f->data, f->data_len / 4) >= 0)
 			return kn_error(err, KN_EINVAL, "hidden states are not "
 			    "finite");
+		break;
+	case PL_SCORE:
+	case PL_LOGP:
+		if (f->count < 1 || f->width < 1 || f->data_len !=
+		    (size_t)f->count * (f->type == PL_SCORE ? (size_t)f->width +
+		    1 : (size_t)f->width * 4))
+			return kn_error(err, KN_EINVAL, "a %s frame needs count "
+			    "windows of %s", pl_type_name(f->type), f->type ==
+			    PL_SCORE ? "width + 1 bytes" : "width float32 "
+			    "log-probabilities");
+		if (f->type == PL_LOGP && check_logp(f->data, f->data_len / 4,
+		    err) != 0)
+			return KN_EINVAL;
+		break;
+	case PL_STEP:
+		if (f->data_len < 1 || f->data_len > PL_MAX_WINDOW ||
+		    (size_t)f->pos + f->data_len > PL_MAX_WINDOW)
+			return kn_error(err, KN_EINVAL, "a step frame needs 1 to "
+			    "%d bytes and pos + bytes <= %d", PL_MAX_WINDOW,
+			    PL_MAX_WINDOW);
+		break;
+	case PL_DIST:
+		if (f->data_len != 256 * 4 || f->pos < 1)
+			return kn_error(err, KN_EINVAL, "a dist frame needs 256 "
+			    "float32 log-probabilities after pos >= 1 bytes");
+		if (check_logp(f->data, 256, err) != 0)
+			return KN_EINVAL;
 		break;
 	default:
 		break;

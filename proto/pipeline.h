@@ -24,7 +24,12 @@ typedef enum {
 	PL_TOK,         /* last host -> entry: the byte one traversal emits */
 	PL_OUT,         /* entry -> client (and exit -> entry): the result */
 	PL_ERR,         /* an error for the request id */
-	PL_END,         /* entry -> the ring: request over, free its state */
+	PL_END,         /* entry -> the ring: request over, free its state;
+			 * SOMA: client -> host, the id's sessions go */
+	PL_SCORE,       /* SOMA client -> expert host: windows to score */
+	PL_LOGP,        /* expert host -> client: their per-byte log-probs */
+	PL_STEP,        /* SOMA client -> expert host: bytes for a session */
+	PL_DIST,        /* expert host -> client: the next byte's log-probs */
 	PL_NTYPES
 } pl_type;
 
@@ -39,11 +44,17 @@ typedef struct {
 	uint64_t seed;                  /* gen, bt, ar */
 	int fixed, end;                 /* bt, ar: prompt length, prompt+output */
 	int block;                      /* bt: the next block to run, 1-based */
-	int pos, count, width;          /* ar: first position, rows, d; tok: pos */
+	/* ar: first position, rows, d; tok: pos; score, logp: windows and
+	 * bytes predicted per window; step: bytes the session had seen,
+	 * dist: bytes it has seen now */
+	int pos, count, width;
 	int byte;                       /* tok */
+	int expert;                     /* score, logp, step, dist */
 	/* gen: the prompt; bt: the window's symbols (a byte each, 0 where
 	 * masked); out: the output bytes; ar: hidden states, count x width
-	 * little-endian float32.  Owned by the frame. */
+	 * little-endian float32; score: count windows of width + 1 bytes;
+	 * logp: count x width little-endian float32; step: the bytes fed;
+	 * dist: 256 little-endian float32.  Owned by the frame. */
 	unsigned char *data;
 	size_t data_len;
 	unsigned char *mask;            /* bt: one flag per position, 1 masked */

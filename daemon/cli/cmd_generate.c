@@ -10,6 +10,7 @@
 
 #include "daemon/blocktrain.h"
 #include "daemon/cli/cmd.h"
+#include "daemon/cli/cmd_generate_soma.h"
 #include "daemon/pipeline_client.h"
 #include "daemon/pipeline_hosts.h"
 #include "daemon/train.h"
@@ -26,6 +27,9 @@ struct gen_args {
 	float temp;
 	unsigned long long seed;
 	int ar;                 /* the causal LM instead of the blocks */
+	int soma;               /* --mode soma: the routed experts */
+	const char *score;      /* soma: --score FILE */
+	long windows;
 	int timeout_ms;
 	int verbose;
 };
@@ -72,13 +76,25 @@ gen_option(void *args, int ch)
 	case 'o':
 		if (strcmp(optarg, "ar") == 0)
 			g->ar = 1;
+		else if (strcmp(optarg, "soma") == 0)
+			g->soma = 1;
 		else if (strcmp(optarg, "blocktrain") != 0) {
 			fprintf(stderr, "shardmeter generate: --mode takes "
-			    "blocktrain or ar\n");
+			    "blocktrain, ar or soma\n");
 			return 2;
 		}
 		return CLI_CONTINUE;
 	case 'P': g->peers = optarg; return CLI_CONTINUE;
+	case 'c': g->score = optarg; return CLI_CONTINUE;
+	case 'n': {
+		int n;
+
+		if (cli_parse_int("generate", "windows", optarg, 1, 1 << 30,
+		    &n) != 0)
+			return 2;
+		g->windows = n;
+		return CLI_CONTINUE;
+	}
 	case 'v': g->verbose = 1; return CLI_CONTINUE;
 	case 'w':
 		return cli_parse_int("generate", "timeout", optarg, 1,
@@ -101,6 +117,8 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 		{ "peers", required_argument, NULL, 'P' },
 		{ "timeout", required_argument, NULL, 'w' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "score", required_argument, NULL, 'c' },
+		{ "windows", required_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -108,6 +126,10 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 	if ((rc = cli_run_parse(self, &g->run, argc, argv, opts, gen_option,
 	    g)) != CLI_CONTINUE)
 		return rc;
+	if (g->score != NULL && optind == argc) {
+		g->prompt = "";
+		return CLI_CONTINUE;
+	}
 	if (optind + 1 != argc) {
 		fprintf(stderr, "shardmeter generate: give one PROMPT argument "
 		    "(it may be \"\")\n");
@@ -115,23 +137,6 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 	}
 	g->prompt = argv[optind];
 	return CLI_CONTINUE;
-}
-
-/* The operator's identity for TLS to the entry host. */
-static int
-gen_identity(tls_ctx **tls, char *err)
-{
-	char dir[PR_PATH_LEN], why[KN_ERR_LEN];
-	int rc;
-
-	if (cli_client_dir(dir, err) != 0)
-		return KN_EINVAL;
-	if ((rc = tls_ctx_new(tls, dir, why)) != 0)
-		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ? ": make "
-		    "an operator identity with 'shardmeter init --client' and "
-		    "list it in the pipeline host list as 'client <its id>'" :
-		    "");
-	return KN_OK;
 }
 
 /* The request and its answer, over TLS pinned to the entry's id when
@@ -144,7 +149,7 @@ gen_ask(const struct gen_args *g, const ph_list *hosts,
 	tls_ctx *tls = NULL;
 	int rc;
 
-	if (entry->has_id && (rc = gen_identity(&tls, err)) != 0)
+	if (entry->has_id && (rc = cli_operator_tls(&tls, err)) != 0)
 		return rc;
 	rc = pc_generate(entry->addr, tls, entry->has_id ? entry->id : NULL,
 	    req, res, g->timeout_ms, err);
@@ -292,6 +297,19 @@ gen_exec(const struct cmd_entry *self, int argc, char **argv)
 
 	if ((rc = gen_parse(self, &g, argc, argv)) != CLI_CONTINUE)
 		return rc;
+	if ((g.score != NULL || g.windows > 0) && !g.soma) {
+		fprintf(stderr, "shardmeter generate: --score and --windows are "
+		    "for --mode soma\n");
+		return 2;
+	}
+	if (g.soma) {
+		struct cli_soma_gen a = { .run = &g.run, .peers = g.peers,
+		    .prompt = g.prompt, .length = g.length, .temp = g.temp,
+		    .seed = g.seed, .score = g.score, .windows = g.windows,
+		    .timeout_ms = g.timeout_ms, .verbose = g.verbose };
+
+		return cli_generate_soma(&a);
+	}
 	return g.peers != NULL ? gen_remote(&g) : gen_local(&g);
 }
 
@@ -301,7 +319,7 @@ const struct cmd_entry cmd_generate_entry = {
 	.usage = "usage: shardmeter generate --spec FILE --dir DIR "
 	    "[--length M] [--steps K]\n"
 	    "         [--temperature T] [--seed X] [--mode "
-	    "blocktrain|ar] \"PROMPT\"\n"
+	    "blocktrain|ar|soma] \"PROMPT\"\n"
 	    "       shardmeter generate --peers HOSTS [--length M] "
 	    "[--steps K] [--timeout MS]\n"
 	    "         [--temperature T] [--seed X] [--mode "
@@ -320,6 +338,12 @@ const struct cmd_entry cmd_generate_entry = {
 	    "steps (default 64) through blocks T..1 in one\n"
 	    "process; ar samples the causal LM one byte at a "
 	    "time.  The same seed gives\nthe same output, in one "
-	    "process or through the pipeline.\n",
+	    "process or through the pipeline.\n"
+	    "--mode soma (a spec with method = soma) routes the "
+	    "prompt to its top-k\nexperts (--dir DIR in this process, "
+	    "or --peers on hosts serving experts)\nand samples from "
+	    "their mixture; --score FILE [--windows N] instead "
+	    "prints\nthe mixture's nats/byte on FILE's windows, as "
+	    "shardmeter eval does.\n",
 	.exec = gen_exec
 };

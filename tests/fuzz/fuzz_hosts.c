@@ -1,12 +1,14 @@
 /* Fuzz target: the inference pipeline's host list
  * (daemon/pipeline_hosts.c), read from a file as blocktraind -S and
  * `shardmeter generate --peers` read it.  A list that loads must name
- * each host by one address and give it blocks and layers in range. */
+ * each host by one address and give it blocks and layers in range, or
+ * (SOMA) experts in range. */
 #include "config.h"
 
 #include <stdlib.h>
 
 #include "daemon/pipeline_hosts.h"
+#include "proto/router.h"
 #include "kernels/error.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -28,7 +30,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (ph_find(&pl, h->addr) != i)
 			fz_fail("address %s is not found at its line", h->addr);
-		if (h->block_lo < 1 || h->block_hi < h->block_lo ||
+		if (pl.soma) {
+			if (h->expert_lo < 0 || h->expert_hi < h->expert_lo ||
+			    h->expert_hi >= (int)PR_ROUTER_MAX_EXPERTS ||
+			    ph_expert_host(&pl, h->expert_lo) < 0)
+				fz_fail("host %d serves experts %d-%d", i,
+				    h->expert_lo, h->expert_hi);
+		} else if (h->block_lo < 1 || h->block_hi < h->block_lo ||
 		    h->block_hi > PR_MAX_BLOCKS)
 			fz_fail("host %d serves blocks %d-%d", i, h->block_hi,
 			    h->block_lo);

@@ -29,7 +29,7 @@ same_frame(const pl_frame *a, const pl_frame *b)
 	    a->fixed == b->fixed && a->end == b->end &&
 	    a->block == b->block && a->pos == b->pos &&
 	    a->count == b->count && a->width == b->width &&
-	    a->byte == b->byte &&
+	    a->byte == b->byte && a->expert == b->expert &&
 	    same_bytes(a->data, a->data_len, b->data, b->data_len) &&
 	    same_bytes(a->mask, a->mask_len, b->mask, b->mask_len) &&
 	    a->compute_us == b->compute_us && a->hops == b->hops &&

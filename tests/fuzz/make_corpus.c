@@ -172,6 +172,29 @@ frames(void)
 	f = (pl_frame){ .type = PL_OUT, .id = 5, .data = data, .data_len = 7,
 	    .traversals = 1 };
 	frame(&f, "out");
+	{
+		unsigned char win[2 * 4] = "abcdefgh";
+		float lp[2 * 3] = { -1.5f, -0.25f, -3.0f, -0.5f, -2.0f, 0.0f };
+		float dist[256];
+		int c;
+
+		for (c = 0; c < 256; c++)
+			dist[c] = -5.545177f;	/* log(1/256) */
+		f = (pl_frame){ .type = PL_SCORE, .id = 8, .expert = 3,
+		    .count = 2, .width = 3, .data = win, .data_len = 8 };
+		frame(&f, "score");
+		f = (pl_frame){ .type = PL_LOGP, .id = 8, .expert = 3,
+		    .count = 2, .width = 3, .data = (unsigned char *)lp,
+		    .data_len = sizeof(lp), .compute_us = 40 };
+		frame(&f, "logp");
+		f = (pl_frame){ .type = PL_STEP, .id = 9, .expert = 1,
+		    .pos = 4, .data = data, .data_len = 1 };
+		frame(&f, "step");
+		f = (pl_frame){ .type = PL_DIST, .id = 9, .expert = 1,
+		    .pos = 5, .data = (unsigned char *)dist,
+		    .data_len = sizeof(dist), .compute_us = 3 };
+		frame(&f, "dist");
+	}
 	f = (pl_frame){ .type = PL_ERR, .id = 6 };
 	snprintf(f.message, sizeof(f.message), "no such block");
 	frame(&f, "err");
@@ -240,6 +263,8 @@ texts(void)
 	put_text("hosts", "shape", "shape width=64 heads=4 layers=2 window=64 "
 	    "blocks=4 seed=3 storage=f16\n[::1]:7101 4-3\n[::1]:7102 2-1\n");
 	put_text("hosts", "gap", "127.0.0.1:7101 3\n127.0.0.1:7102 1\n");
+	put_text("hosts", "soma", "127.0.0.1:7101 experts=0-1\n"
+	    "127.0.0.1:7102 experts=2\n");
 }
 
 static void
