@@ -59,10 +59,11 @@ peers_json(node *n)
 		json_object_set_new(o, "addr", json_string(p->addr));
 		if (p->expert >= 0)
 			json_object_set_new(o, "expert", json_integer(p->expert));
-		else
+		else {
 			json_object_set_new(o, "block", json_integer(p->block));
-		json_object_set_new(o, "replica", json_integer(
-		    peers_replica_index(&n->peers, i)));
+			json_object_set_new(o, "replica", json_integer(
+			    peers_replica_index(&n->peers, i)));
+		}
 		json_object_set_new(o, "self", json_boolean(p->self));
 		if (p->has_id)
 			json_object_set_new(o, "id", json_string(p->id_text));

@@ -504,6 +504,7 @@ START_TEST(test_peer_lines_refused)
 		{ "127.0.0.1:%d expert:01", "is not expert:E" },
 		{ "127.0.0.1:%d 2", "a block line among expert lines" },
 		{ "127.0.0.1:%d expert:1", "expert 1 is already trained" },
+		{ "127.0.0.1:%d expert:7", "host:port expert:E peer-id" },
 	};
 	char out[8192], line[128], seed[300];
 	size_t i;

@@ -223,7 +223,6 @@ print_json(struct soma_peer *sp, int n, const struct soma_mix *x)
 {
 	json_t *o = json_object(), *ex = json_array(), *mix = json_object();
 	json_t *miss = json_array();
-	char *text;
 	int i;
 
 	for (i = 0; i < n; i++) {
@@ -265,11 +264,7 @@ print_json(struct soma_peer *sp, int n, const struct soma_mix *x)
 	json_object_set_new(o, "run_id", json_string(x->run_id));
 	json_object_set_new(o, "experts", ex);
 	json_object_set_new(o, "mixture", mix);
-	text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
-	if (text != NULL)
-		printf("%s\n", text);
-	free(text);
-	json_decref(o);
+	cli_print_json(o);
 }
 
 int
