@@ -141,7 +141,8 @@ heldout_open(struct soma_training *st, char *err)
 	}
 	st->have_valid = 1;
 	sa_windows_init(&st->win, st->valid.data, st->valid.len,
-	    s->soma.window, o->eval_windows);
+	    s->soma.window, o->eval_windows < PR_HELDOUT_MAX_WINDOWS ?
+	    o->eval_windows : PR_HELDOUT_MAX_WINDOWS);
 	snprintf(path, sizeof(path), "%s/router.smr", s->soma.clusters);
 	if ((rc = sa_router_load(&r, path, err)) != 0)
 		return rc;
