@@ -30,7 +30,7 @@
 #define STEPS 60
 #define EVAL_EVERY 20
 #define WINDOWS 64      /* eval_windows: the held-out set */
-#define T 16
+#define WIN_T 16
 
 static char dir[256], spec_path[300];
 static pr_spec spec;
@@ -142,7 +142,7 @@ setup(void)
 	    "width = 8\nmlp_mult = 2\nlayers = 1\nwindow = %d\nbatch = 4\n"
 	    "perturbations = 4\nseed_steps = 6\nsteps = %d\neval_every = %d\n"
 	    "top_k = 2\nroute_bytes = 64\nclusters = %s/clusters\n", dir, dir,
-	    T, STEPS, EVAL_EVERY, dir);
+	    WIN_T, STEPS, EVAL_EVERY, dir);
 	snprintf(spec_path, sizeof(spec_path), "%s", tu_write_file(dir,
 	    "spec.conf", text));
 	ck_assert_msg(pr_spec_load(&spec, spec_path, err) == 0, "%s", err);
@@ -286,12 +286,12 @@ mixture_here(long *count)
 	sa_windows w;
 	sa_router r;
 	long idx[WINDOWS], i;
-	float *lp = malloc((size_t)WINDOWS * T * sizeof(float));
-	double *mix = calloc((size_t)WINDOWS * T, sizeof(double)), s = 0;
+	float *lp = malloc((size_t)WINDOWS * WIN_T * sizeof(float));
+	double *mix = calloc((size_t)WINDOWS * WIN_T, sizeof(double)), s = 0;
 
 	snprintf(path, sizeof(path), "%s/valid.txt", dir);
 	read_all(path, &text, &len);
-	sa_windows_init(&w, (const unsigned char *)text, len, T, WINDOWS);
+	sa_windows_init(&w, (const unsigned char *)text, len, WIN_T, WINDOWS);
 	ck_assert_int_eq(w.n, WINDOWS);
 	snprintf(path, sizeof(path), "%s/clusters/router.smr", dir);
 	ck_assert_msg(sa_router_load(&r, path, err) == 0, "%s", err);
@@ -321,7 +321,7 @@ mixture_here(long *count)
 		ck_assert_int_eq(sa_score(m, &w, idx, n, lp, err), 0);
 		for (i = 0; i < n; i++)
 			ck_assert_int_eq(hidx[i], idx[i]);
-		ck_assert_double_le(tu_max_rel_err(lp, hlp, (size_t)n * T,
+		ck_assert_double_le(tu_max_rel_err(lp, hlp, (size_t)n * WIN_T,
 		    1e-3), 1e-5);
 		/* the same message with a byte more is refused */
 		b.data = realloc(b.data, b.len + 1);
@@ -337,17 +337,17 @@ mixture_here(long *count)
 				idx[n++] = i;
 		ck_assert_int_eq(sa_score(m, &w, idx, n, lp, err), 0);
 		for (i = 0; i < n; i++)
-			for (j = 0; j < T; j++)
-				mix[i * T + j] += exp(lp[i * T + j]) / 2;
+			for (j = 0; j < WIN_T; j++)
+				mix[i * WIN_T + j] += exp(lp[i * WIN_T + j]) / 2;
 		*count = n;
 		kn_soma_free(m);
 	}
-	for (i = 0; i < *count * T; i++)
+	for (i = 0; i < *count * WIN_T; i++)
 		s -= log(mix[i]);
 	free(lp);
 	free(mix);
 	free(text);
-	return s / ((double)*count * T);
+	return s / ((double)*count * WIN_T);
 }
 
 START_TEST(test_two_experts)
@@ -548,6 +548,56 @@ START_TEST(test_peer_lines_refused)
 }
 END_TEST
 
+/* The held-out message round-trips, and a decoder refuses each kind of
+ * damage with nothing returned. */
+START_TEST(test_heldout_strict)
+{
+	pr_heldout_meta m = { .expert = 1, .experts = 3, .top_k = 2,
+	    .step = 7, .T = 2, .windows = 5, .count = 3 }, got;
+	uint32_t idx[3] = { 0, 2, 4 }, *gi;
+	float lp[6] = { -1, -2, -0.5f, -3, -0.25f, 0 }, *gl;
+	char *buf, err[KN_ERR_LEN];
+	size_t len, at;
+
+	memset(m.run_id, 'a', 64);
+	ck_assert_msg(pr_heldout_encode(&m, idx, lp, &buf, &len, err) == 0,
+	    "%s", err);
+	ck_assert_msg(pr_heldout_decode(buf, len, &got, &gi, &gl, err) == 0,
+	    "%s", err);
+	ck_assert_int_eq(got.count, 3);
+	ck_assert_int_eq(gi[2], 4);
+	ck_assert(gl[3] == -3.0f);
+	free(gi);
+	free(gl);
+	/* a window number out of order */
+	at = tu_find(buf, len, "index") + 5 + 2;        /* bin8: c4 n */
+	buf[at + 4] = 0;
+	ck_assert(pr_heldout_decode(buf, len, &got, &gi, &gl, err) != 0);
+	tu_assert_refused(err, "ascend");
+	ck_assert_ptr_null(gi);
+	buf[at + 4] = 2;
+	/* a probability above 1, then a NaN */
+	at = tu_find(buf, len, "logp") + 4 + 2;
+	memcpy(buf + at, &(float){ 0.5f }, 4);
+	ck_assert(pr_heldout_decode(buf, len, &got, &gi, &gl, err) != 0);
+	tu_assert_refused(err, "finite and <= 0");
+	memcpy(buf + at, &(float){ NAN }, 4);
+	ck_assert(pr_heldout_decode(buf, len, &got, &gi, &gl, err) != 0);
+	memcpy(buf + at, &(float){ -1 }, 4);
+	ck_assert(pr_heldout_decode(buf, len, &got, &gi, &gl, err) == 0);
+	free(gi);
+	free(gl);
+	/* cut short, and another magic */
+	ck_assert(pr_heldout_decode(buf, len - 1, &got, &gi, &gl, err) != 0);
+	buf[tu_find(buf, len, "SOMA")] = 'X';
+	ck_assert(pr_heldout_decode(buf, len, &got, &gi, &gl, err) != 0);
+	free(buf);
+	/* the encoder refuses a routing that is not one */
+	m.top_k = 4;
+	ck_assert(pr_heldout_encode(&m, idx, lp, &buf, &len, err) != 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -556,6 +606,7 @@ main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_heldout_strict);
 	tcase_add_test(tc, test_two_experts);
 	tcase_add_test(tc, test_seed_refused);
 	tcase_add_test(tc, test_peer_lines_refused);
