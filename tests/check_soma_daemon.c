@@ -323,13 +323,14 @@ mixture_here(long *count)
 			ck_assert_int_eq(hidx[i], idx[i]);
 		ck_assert_double_le(tu_max_rel_err(lp, hlp, (size_t)n * WIN_T,
 		    1e-3), 1e-5);
+		free(hidx);
+		free(hlp);
 		/* the same message with a byte more is refused */
 		b.data = realloc(b.data, b.len + 1);
 		ck_assert(pr_heldout_decode(b.data, b.len + 1, &hm, &hidx,
 		    &hlp, err) != 0);
+		ck_assert_ptr_null(hidx);
 		free(b.data);
-		free(hidx);
-		free(hlp);
 		/* the mixture here, over the windows of experts 0 and 1 */
 		n = 0;
 		for (i = 0; i < WINDOWS; i++)
