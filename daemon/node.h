@@ -61,6 +61,7 @@ typedef struct node {
 	 * its line of the peer list, what it reports beside step and loss,
 	 * and its latest held-out message (proto/heldout.h), served as is */
 	int soma, expert;
+	char seed_path[PR_PATH_LEN + 16];       /* state_dir/seed.ckpt */
 	double val, lr, eps;            /* val: NAN before a validation */
 	int64_t val_step;
 	uint64_t positions;

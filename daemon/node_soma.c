@@ -26,9 +26,11 @@ check_seed(node *n, char *err)
 {
 	kn_soma_shape sh = sa_expert_shape(&n->spec);
 	pr_ckpt_meta want = { .block = 0, .kind = "seed" };
-	char path[PR_PATH_LEN + 16], why[KN_ERR_LEN];
+	const char *path = n->seed_path;
+	char why[KN_ERR_LEN];
 
-	snprintf(path, sizeof(path), "%s/seed.ckpt", n->cfg.state_dir);
+	snprintf(n->seed_path, sizeof(n->seed_path), "%s/seed.ckpt",
+	    n->cfg.state_dir);
 	if (access(path, R_OK) != 0)
 		return kn_error(err, KN_EINVAL, "no seed: %.300s: %s; train it "
 		    "with 'shardmeter train --spec SPEC --dir DIR --seed' and "
@@ -98,13 +100,10 @@ node_soma_setup(node *n, char *err)
 void
 node_soma_worker_opts(node *n, wk_opts *wo)
 {
-	static char seed[PR_PATH_LEN + 16];
-
-	snprintf(seed, sizeof(seed), "%s/seed.ckpt", n->cfg.state_dir);
 	memset(wo, 0, sizeof(*wo));
 	wo->soma = 1;
 	wo->expert = n->expert;
-	wo->seed_path = seed;
+	wo->seed_path = n->seed_path;
 	wo->train.spec = &n->spec;
 	wo->train.run_id = n->run_id;
 	wo->train.dir = n->cfg.state_dir;
