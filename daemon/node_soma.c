@@ -1,6 +1,6 @@
 /* blocktraind with a SOMA run spec (DESIGN section 3): one expert per
  * daemon, named by the daemon's line of the peer list ("host:port
- * expert:E peer-id"), trained from the run's seed in state_dir/seed.ckpt.
+ * expert=E peer-id"), trained from the run's seed in state_dir/seed.ckpt.
  * No rounds: the experts only publish their checkpoints and held-out
  * scores.  The setup's checks and the events that differ from
  * BlockTrain's live here. */
@@ -81,7 +81,7 @@ node_soma_setup(node *n, char *err)
 	if (!n->peers.experts)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: the spec is method = "
 		    "soma: a daemon's line names its expert, 'host:port "
-		    "expert:E peer-id' (E from 0)", n->cfg.peers, me->line);
+		    "expert=E peer-id' (E from 0)", n->cfg.peers, me->line);
 	for (i = 0; i < n->peers.n; i++)
 		if (n->peers.v[i].expert >= n->spec.soma.experts)
 			return kn_error(err, KN_EINVAL, "%.150s:%d: expert %d "

@@ -33,7 +33,7 @@ node_trust_check(const node *n, const peers_list *pl, int self, char *err)
 			    "id; each line is 'host:port %s peer-id' (the id "
 			    "'shardmeter id' prints on that host)",
 			    n->cfg.peers, pl->v[i].line, pl->v[i].addr,
-			    pl->experts ? "expert:E" : "block");
+			    pl->experts ? "expert=E" : "block");
 	if (strcmp(pl->v[self].id_text, tls_ctx_id(n->tls)) != 0)
 		return kn_error(err, KN_EINVAL, "%s: the line of %s names peer "
 		    "id %s, but this daemon's identity (%s) is %s",

@@ -1,5 +1,6 @@
 /* The peer list: one daemon per line, "host:port block peer-id" (a SOMA
- * run: "host:port expert:E peer-id", E from 0), and the operators allowed in, "client peer-id [name]"; '#' comments.  The order
+ * run: "host:port expert=E peer-id", E from 0), and the operators
+ * allowed in, "client peer-id [name]"; '#' comments.  The order
  * of the daemon lines gives each block's replicas their index.  A peer id
  * (identity.h) is what TLS pins each link to; a list without ids is only
  * good for a daemon that runs with insecure = yes.  Health and metering

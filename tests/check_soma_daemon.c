@@ -76,7 +76,7 @@ make_text(const char *path, int kind, int lines, uint64_t seed)
 	fclose(f);
 }
 
-/* "127.0.0.1:port expert:E PEER-ID" for the daemon of state, pinned for
+/* "127.0.0.1:port expert=E PEER-ID" for the daemon of state, pinned for
  * tu_http like tu_peer_line's. */
 static void
 expert_line(char *text, size_t size, int port, int expert,
@@ -87,7 +87,7 @@ expert_line(char *text, size_t size, int port, int expert,
 
 	tu_peer_line(tmp, sizeof(tmp), port, 1, state);
 	ck_assert_int_eq(sscanf(tmp, "%*s %*d %127s", id), 1);
-	snprintf(text + used, size - used, "127.0.0.1:%d expert:%d %s\n",
+	snprintf(text + used, size - used, "127.0.0.1:%d expert=%d %s\n",
 	    port, expert, id);
 }
 
@@ -500,12 +500,12 @@ START_TEST(test_peer_lines_refused)
 		const char *line;
 		const char *want;
 	} bad[] = {
-		{ "127.0.0.1:%d expert:x", "'expert:x' is not expert:E" },
-		{ "127.0.0.1:%d expert:-1", "is not expert:E" },
-		{ "127.0.0.1:%d expert:01", "is not expert:E" },
+		{ "127.0.0.1:%d expert=x", "'expert=x' is not expert=E" },
+		{ "127.0.0.1:%d expert=-1", "is not expert=E" },
+		{ "127.0.0.1:%d expert=01", "is not expert=E" },
 		{ "127.0.0.1:%d 2", "a block line among expert lines" },
-		{ "127.0.0.1:%d expert:1", "expert 1 is already trained" },
-		{ "127.0.0.1:%d expert:7", "host:port expert:E peer-id" },
+		{ "127.0.0.1:%d expert=1", "expert 1 is already trained" },
+		{ "127.0.0.1:%d expert=7", "host:port expert=E peer-id" },
 	};
 	char out[8192], line[128], seed[300];
 	size_t i;
@@ -544,7 +544,7 @@ START_TEST(test_peer_lines_refused)
 		tu_write_file(dir, "peers", text);
 		ck_assert_int_ne(check_config(0, out, sizeof(out)), 0);
 		ck_assert_msg(strstr(out, "peers:1:") != NULL &&
-		    strstr(out, "expert:E") != NULL, "%s", out);
+		    strstr(out, "expert=E") != NULL, "%s", out);
 	}
 }
 END_TEST

@@ -122,7 +122,7 @@ void cli_print_json(struct json_t *o);
 /* GET /v1/status of p as JSON (a jansson json_t, the caller's), or NULL
  * with the reason in err. */
 struct json_t *cli_status_fetch(const peers_entry *p, char *err);
-/* shardmeter status on a peer list of expert:E lines, once: a table, or
+/* shardmeter status on a peer list of expert=E lines, once: a table, or
  * JSON; returns the number of daemons that answered. */
 int cli_status_soma(const peers_list *pl, int json);
 

@@ -209,7 +209,7 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 	}
 	if (json && !pl.experts) {
 		fprintf(stderr, "shardmeter status: --json is for a SOMA run "
-		    "(a peer list of expert:E lines)\n");
+		    "(a peer list of expert=E lines)\n");
 		peers_free(&pl);
 		return 2;
 	}
@@ -236,7 +236,7 @@ const struct cmd_entry cmd_status_entry = {
 	    "[--watch[=SECONDS]] [--json]\nOne line per daemon of the "
 	    "peer list, the run's progress with an ETA, and the\n"
 	    "composed held-out bound: the sum of every block's "
-	    "latest share.\nOn a SOMA run (expert:E lines): each expert's "
+	    "latest share.\nOn a SOMA run (expert=E lines): each expert's "
 	    "step, losses and speed, and\nthe routed mixture's held-out "
 	    "loss mixed from the experts' published scores\n(--json: as "
 	    "JSON).\n",

@@ -1,4 +1,4 @@
-/* shardmeter status on a SOMA run (a peer list of expert:E lines): each
+/* shardmeter status on a SOMA run (a peer list of expert=E lines): each
  * expert daemon's progress, and the routed mixture's held-out loss mixed
  * here from the log-probabilities each daemon publishes for the windows
  * routed to it (GET /v1/soma/heldout), so no weights move.  A table, or
