@@ -15,6 +15,7 @@
 #include "daemon/log.h"
 #include "daemon/node.h"
 #include "kernels/clock.h"
+#include "soma/trainer.h"
 
 static const char *
 peer_state_name(peers_state s)
@@ -56,9 +57,13 @@ peers_json(node *n)
 		json_t *o = json_object();
 
 		json_object_set_new(o, "addr", json_string(p->addr));
-		json_object_set_new(o, "block", json_integer(p->block));
-		json_object_set_new(o, "replica", json_integer(
-		    peers_replica_index(&n->peers, i)));
+		if (p->expert >= 0)
+			json_object_set_new(o, "expert", json_integer(p->expert));
+		else {
+			json_object_set_new(o, "block", json_integer(p->block));
+			json_object_set_new(o, "replica", json_integer(
+			    peers_replica_index(&n->peers, i)));
+		}
 		json_object_set_new(o, "self", json_boolean(p->self));
 		if (p->has_id)
 			json_object_set_new(o, "id", json_string(p->id_text));
@@ -82,6 +87,36 @@ peers_json(node *n)
 	return arr;
 }
 
+/* Byte positions one training step evaluates. */
+static double
+step_positions(const node *n)
+{
+	if (n->soma)
+		return (double)sa_step_positions(&n->spec, SA_EXPERT, 0);
+	return (double)n->spec.batch * n->spec.window;
+}
+
+/* What a SOMA expert daemon says beside the common fields. */
+static void
+soma_status(node *n, json_t *o)
+{
+	json_object_set_new(o, "method", json_string("soma"));
+	json_object_set_new(o, "expert", json_integer(n->expert));
+	json_object_set_new(o, "experts", json_integer(n->spec.soma.experts));
+	if (n->val_step > 0) {
+		json_object_set_new(o, "val_loss", json_real(n->val));
+		json_object_set_new(o, "val_step", json_integer(n->val_step));
+	}
+	json_object_set_new(o, "lr", json_real(n->lr));
+	json_object_set_new(o, "eps", json_real(n->eps));
+	json_object_set_new(o, "positions", json_integer(
+	    (json_int_t)n->positions));
+	if (n->heldout != NULL)
+		json_object_set_new(o, "heldout", json_pack("{s:I,s:I}",
+		    "step", (json_int_t)n->heldout_step, "bytes",
+		    (json_int_t)n->heldout_len));
+}
+
 char *
 api_status_json(node *n, size_t *len)
 {
@@ -91,10 +126,15 @@ api_status_json(node *n, size_t *len)
 	int i, k;
 
 	json_object_set_new(o, "run_id", json_string(n->run_id));
-	json_object_set_new(o, "block", json_integer(n->cfg.block));
-	json_object_set_new(o, "blocks", json_integer(n->spec.blocks));
-	json_object_set_new(o, "interval", json_pack("[f,f]",
-	    n->spec.cuts[n->cfg.block - 1], n->spec.cuts[n->cfg.block]));
+	if (n->soma)
+		soma_status(n, o);
+	else {
+		json_object_set_new(o, "block", json_integer(n->cfg.block));
+		json_object_set_new(o, "blocks", json_integer(n->spec.blocks));
+		json_object_set_new(o, "interval", json_pack("[f,f]",
+		    n->spec.cuts[n->cfg.block - 1],
+		    n->spec.cuts[n->cfg.block]));
+	}
 	json_object_set_new(o, "replica", json_integer(n->replica));
 	json_object_set_new(o, "replicas", json_integer(n->replicas));
 	json_object_set_new(o, "addr", json_string(n->cfg.advertise));
@@ -106,13 +146,14 @@ api_status_json(node *n, size_t *len)
 	if (n->error[0])
 		json_object_set_new(o, "error", json_string(n->error));
 	json_object_set_new(o, "step", json_integer(n->step));
-	json_object_set_new(o, "steps", json_integer(n->spec.steps));
+	json_object_set_new(o, "steps", json_integer(n->soma ?
+	    n->spec.soma.steps : n->spec.steps));
 	json_object_set_new(o, "round", json_integer(n->round));
 	json_object_set_new(o, "loss", json_real(n->loss));
 	json_object_set_new(o, "positions_per_s",
 	    json_real(n->positions_per_s));
 	json_object_set_new(o, "steps_per_s", json_real(n->positions_per_s /
-	    ((double)n->spec.batch * n->spec.window)));
+	    step_positions(n)));
 	if (n->have_share) {
 		json_object_set_new(o, "heldout_share", json_real(n->share));
 		json_object_set_new(o, "heldout_share_step",
@@ -177,6 +218,37 @@ metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
 	}
 }
 
+/* The gauges of a SOMA expert daemon. */
+static void
+soma_metrics(node *n, char **b, size_t *len, size_t *cap)
+{
+	metric(b, len, cap, "# HELP blocktrain_soma_expert The expert this "
+	    "daemon trains.\n# TYPE blocktrain_soma_expert gauge\n"
+	    "blocktrain_soma_expert %d\n# HELP blocktrain_steps Steps the "
+	    "expert trains in all.\n# TYPE blocktrain_steps gauge\n"
+	    "blocktrain_steps %d\n", n->expert, n->spec.soma.steps);
+	metric(b, len, cap, "# HELP blocktrain_lr Learning rate now.\n"
+	    "# TYPE blocktrain_lr gauge\nblocktrain_lr %g\n# HELP "
+	    "blocktrain_eps Perturbation size now.\n# TYPE blocktrain_eps "
+	    "gauge\nblocktrain_eps %g\n", n->lr, n->eps);
+	metric(b, len, cap, "# HELP blocktrain_positions_total Byte positions "
+	    "evaluated.\n# TYPE blocktrain_positions_total counter\n"
+	    "blocktrain_positions_total %" PRIu64 "\n", n->positions);
+	if (n->val_step > 0)
+		metric(b, len, cap, "# HELP blocktrain_val_loss_nats Validation "
+		    "loss on the expert's own cluster, nats per byte.\n"
+		    "# TYPE blocktrain_val_loss_nats gauge\n"
+		    "blocktrain_val_loss_nats %.6f\n# HELP blocktrain_val_step "
+		    "Step of that validation.\n# TYPE blocktrain_val_step "
+		    "gauge\nblocktrain_val_step %" PRId64 "\n", n->val,
+		    n->val_step);
+	if (n->heldout != NULL)
+		metric(b, len, cap, "# HELP blocktrain_heldout_step Step of the "
+		    "held-out scores served at /v1/soma/heldout.\n# TYPE "
+		    "blocktrain_heldout_step gauge\nblocktrain_heldout_step %"
+		    PRId64 "\n", n->heldout_step);
+}
+
 static char *
 metrics_text(node *n, size_t *outlen)
 {
@@ -184,9 +256,15 @@ metrics_text(node *n, size_t *outlen)
 	size_t len = 0, cap = 0;
 	int i, k;
 
-	metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps done.\n"
-	    "# TYPE blocktrain_step gauge\nblocktrain_step{block=\"%d\","
-	    "replica=\"%d\"} %" PRId64 "\n", n->cfg.block, n->replica, n->step);
+	if (n->soma)
+		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
+		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
+		    "expert=\"%d\"} %" PRId64 "\n", n->expert, n->step);
+	else
+		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
+		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
+		    "block=\"%d\",replica=\"%d\"} %" PRId64 "\n",
+		    n->cfg.block, n->replica, n->step);
 	metric(&b, &len, &cap, "# HELP blocktrain_rounds_total Averaging "
 	    "rounds completed.\n# TYPE blocktrain_rounds_total counter\n"
 	    "blocktrain_rounds_total %" PRId64 "\n", n->round);
@@ -200,7 +278,9 @@ metrics_text(node *n, size_t *outlen)
 	metric(&b, &len, &cap, "# HELP blocktrain_steps_per_second Training "
 	    "steps per second.\n# TYPE blocktrain_steps_per_second gauge\n"
 	    "blocktrain_steps_per_second %.3f\n", n->positions_per_s /
-	    ((double)n->spec.batch * n->spec.window));
+	    step_positions(n));
+	if (n->soma)
+		soma_metrics(n, &b, &len, &cap);
 	if (n->have_share)
 		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
 		    "This block's share of the held-out bound, nats per byte.\n"
@@ -287,7 +367,9 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 	char etag[80];
 
 	if (n->ckpt == NULL) {
-		hs_response_text(res, 503, "no checkpoint yet: the block is starting");
+		hs_response_text(res, 503, n->soma ? "no checkpoint yet: the "
+		    "expert publishes one at its first validation" :
+		    "no checkpoint yet: the block is starting");
 		return;
 	}
 	snprintf(etag, sizeof(etag), "\"%s\"", n->etag);
@@ -301,6 +383,26 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 	hs_response_body(res, "application/x-msgpack", n->ckpt, n->ckpt_len);
 	log_info("sent the checkpoint of step %" PRId64 " (%zu bytes) to %s",
 	    n->ckpt_step, n->ckpt_len, req->peer);
+}
+
+/* The expert's held-out scores (proto/heldout.h), served as they are. */
+static void
+get_heldout(node *n, const hs_request *req, hs_response *res)
+{
+	(void)req;
+	if (!n->soma) {
+		hs_response_text(res, 404, "this daemon trains block %d of a "
+		    "BlockTrain run: no SOMA held-out scores", n->cfg.block);
+		return;
+	}
+	if (n->heldout == NULL) {
+		hs_response_text(res, 503, "no held-out scores yet: expert %d "
+		    "publishes them at its first validation", n->expert);
+		return;
+	}
+	hs_response_status(res, 200);
+	hs_response_body(res, "application/x-msgpack", n->heldout,
+	    n->heldout_len);
 }
 
 static void
@@ -354,6 +456,7 @@ static const struct {
 	{ "/metrics", PEERS_KIND_OTHER, get_metrics },
 	{ "/v1/spec", PEERS_KIND_OTHER, get_spec },
 	{ "/v1/peers", PEERS_KIND_OTHER, get_peers },
+	{ "/v1/soma/heldout", PEERS_KIND_OTHER, get_heldout },
 	{ "checkpoint", PEERS_KIND_CHECKPOINT, serve_checkpoint },
 };
 
@@ -401,7 +504,13 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 	int64_t round;
 	size_t used;
 
-	if (block != n->cfg.block) {
+	if (n->soma && block != n->expert) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		hs_response_text(res, 404, "this daemon trains expert %d, not "
+		    "expert %" PRId64, n->expert, block);
+		return 1;
+	}
+	if (!n->soma && block != n->cfg.block) {
 		meter(n, res, req, PEERS_KIND_OTHER);
 		hs_response_text(res, 404, "this daemon serves block %d, not "
 		    "block %" PRId64, n->cfg.block, block);
@@ -416,8 +525,12 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 	used += 8;
 	meter(n, res, req, PEERS_KIND_UPDATE);
 	if (n->rounds == NULL) {
-		hs_response_text(res, 404, "block %d has one replica: it "
-		    "exchanges no updates", n->cfg.block);
+		if (n->soma)
+			hs_response_text(res, 404, "expert %d exchanges no "
+			    "updates", n->expert);
+		else
+			hs_response_text(res, 404, "block %d has one replica: "
+			    "it exchanges no updates", n->cfg.block);
 		return 1;
 	}
 	return rounds_handle(n->rounds, req, res, round, rest + used);

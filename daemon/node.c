@@ -121,7 +121,8 @@ probe_answered(node *n, peers_entry *p, const hc_result *r, double t)
 		return;
 	}
 	if (p->state != PEERS_UP)
-		log_info("peer %s (block %d) is up", p->addr, p->block);
+		log_info("peer %s (%s %d) is up", p->addr, p->expert >= 0 ?
+		    "expert" : "block", p->expert >= 0 ? p->expert : p->block);
 	p->state = PEERS_UP;
 	p->why[0] = '\0';
 }
@@ -259,6 +260,10 @@ on_event(void *ctx, wk_event *ev)
 {
 	node *n = ctx;
 
+	if (n->soma && node_soma_event(n, ev)) {
+		wk_event_free(ev);
+		return;
+	}
 	switch (ev->kind) {
 	case WK_STARTED:
 		install_checkpoint(n, ev);
@@ -327,6 +332,13 @@ on_event(void *ctx, wk_event *ev)
 	case WK_ERROR:
 		on_worker_error(n, ev->msg);
 		break;
+	case WK_HELDOUT:
+		free(n->heldout);
+		n->heldout = ev->buf;
+		n->heldout_len = ev->len;
+		n->heldout_step = ev->step;
+		ev->buf = NULL;
+		break;
 	}
 	wk_event_free(ev);
 }
@@ -388,6 +400,14 @@ static int
 peers_acceptable(node *n, const peers_list *fresh, int *i)
 {
 	*i = peers_find(fresh, n->peers.v[n->self].addr);
+	if (n->soma) {
+		if (*i >= 0 && fresh->v[*i].expert == n->expert)
+			return 1;
+		log_warnx("SIGHUP: the new peer list lacks %s training expert "
+		    "%d; keeping the old one", n->peers.v[n->self].addr,
+		    n->expert);
+		return 0;
+	}
 	if (*i < 0 || fresh->v[*i].block != n->cfg.block) {
 		log_warnx("SIGHUP: the new peer list lacks %s serving block %d; "
 		    "keeping the old one", n->peers.v[n->self].addr,
@@ -466,7 +486,8 @@ node_setup(node *n, char *err)
 		return rc;
 	n->spec_body = buf;
 	n->spec_len = len;
-	if (n->cfg.block > n->spec.blocks)
+	n->soma = pr_spec_method(&n->spec) == PR_METHOD_SOMA;
+	if (!n->soma && n->cfg.block > n->spec.blocks)
 		return kn_error(err, KN_EINVAL, "block %d does not exist: the "
 		    "spec has %d blocks", n->cfg.block, n->spec.blocks);
 	if ((rc = peers_load(&n->peers, n->cfg.peers, err)) != 0)
@@ -479,15 +500,23 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "%s is not in the peer list %s "
 		    "(set 'advertise' to the address peers know this host by)",
 		    n->cfg.advertise, n->cfg.peers);
-	if (n->peers.v[n->self].block != n->cfg.block)
+	if (!n->soma && n->peers.experts)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: an expert line, but "
+		    "the spec is method = blocktrain: a line names its block",
+		    n->cfg.peers, n->peers.v[n->self].line);
+	if (!n->soma && n->peers.v[n->self].block != n->cfg.block)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
 	if ((rc = node_trust_setup(n, err)) != 0)
 		return rc;
 	n->peers.v[n->self].self = 1;
-	n->replica = peers_replica_index(&n->peers, n->self);
-	n->replicas = peers_replicas(&n->peers, n->cfg.block);
+	if (n->soma && (rc = node_soma_setup(n, err)) != 0)
+		return rc;
+	if (!n->soma) {
+		n->replica = peers_replica_index(&n->peers, n->self);
+		n->replicas = peers_replicas(&n->peers, n->cfg.block);
+	}
 	if (n->replicas > 1 && n->spec.steps % n->spec.local_steps != 0)
 		return kn_error(err, KN_EINVAL, "[optim] steps (%d) must be a "
 		    "multiple of [sync] local_steps (%d) when a block has "
@@ -569,6 +598,10 @@ start_worker(node *n, char *err)
 {
 	wk_opts wo;
 
+	if (n->soma) {
+		node_soma_worker_opts(n, &wo);
+		return wk_start(&n->worker, n->loop, &wo, on_event, n, err);
+	}
 	memset(&wo, 0, sizeof(wo));
 	wo.train.spec = &n->spec;
 	wo.train.run_id = n->run_id;
@@ -684,13 +717,18 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hc_client_set_tls(n->client, n->tls);
 	if ((rc = start_rounds(n, err)) != 0)
 		return rc;
-	if (n->spec.replicas != n->replicas)
+	if (n->soma)
+		log_info("run %s, expert %d of %d, listening on %s:%d",
+		    n->run_id, n->expert, n->spec.soma.experts,
+		    n->cfg.listen_host, hs_server_port(n->http));
+	else if (n->spec.replicas != n->replicas)
 		log_warnx("the spec says %d replica(s) per block, the peer list "
 		    "gives block %d %d: the peer list is followed",
 		    n->spec.replicas, n->cfg.block, n->replicas);
-	log_info("run %s, block %d (replica %d of %d), listening on %s:%d",
-	    n->run_id, n->cfg.block, n->replica, n->replicas,
-	    n->cfg.listen_host, hs_server_port(n->http));
+	if (!n->soma)
+		log_info("run %s, block %d (replica %d of %d), listening on "
+		    "%s:%d", n->run_id, n->cfg.block, n->replica, n->replicas,
+		    n->cfg.listen_host, hs_server_port(n->http));
 	uv_timer_init(loop, &n->cron);
 	n->cron.data = n;
 	uv_timer_start(&n->cron, on_cron, 200, CRON_MS);
@@ -702,6 +740,8 @@ void
 node_free(node *n)
 {
 	free(n->ckpt);
+	free(n->heldout);
+	n->heldout = NULL;
 	free(n->spec_body);
 	peers_free(&n->peers);
 	tls_ctx_free(n->tls);

@@ -57,6 +57,17 @@ typedef struct node {
 	size_t ckpt_len;
 	char etag[65];
 	int64_t ckpt_step, ckpt_round;
+	/* method = soma (node_soma.c): the expert this daemon trains, from
+	 * its line of the peer list, what it reports beside step and loss,
+	 * and its latest held-out message (proto/heldout.h), served as is */
+	int soma, expert;
+	char seed_path[PR_PATH_LEN + 16];       /* state_dir/seed.ckpt */
+	double val, lr, eps;            /* val: NAN before a validation */
+	int64_t val_step;
+	uint64_t positions;
+	char *heldout;
+	size_t heldout_len;
+	int64_t heldout_step;
 	/* bytes with callers that are not peers (tools, clients) */
 	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
 	uint64_t requests, client_errors;
@@ -74,6 +85,19 @@ int node_setup(node *n, char *err);
 int node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err);
 /* After uv_run has returned: frees what the node still holds. */
 void node_free(node *n);
+
+/* node_soma.c: a SOMA expert daemon. */
+
+/* With a soma spec, after the peer list is loaded and our line found:
+ * our expert from that line, every line checked against the spec, the
+ * seed (state_dir/seed.ckpt, of this run) and the router there.  0 or a
+ * negative code with the reason in err. */
+int node_soma_setup(node *n, char *err);
+/* The trainer thread's options for our expert. */
+void node_soma_worker_opts(node *n, wk_opts *wo);
+/* A trainer event of a soma daemon that differs from BlockTrain's;
+ * 1 when handled (ev is still the caller's), 0 for the common path. */
+int node_soma_event(node *n, const wk_event *ev);
 
 /* node_trust.c: the daemon's identity and who may connect. */
 

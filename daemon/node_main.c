@@ -18,10 +18,16 @@
 static void
 print_check(const node *n)
 {
-	printf("configuration OK: block %d, replica %d of %d, run %s, "
-	    "%d peers, listen %s:%d\n", n->cfg.block, n->replica,
-	    n->replicas, n->run_id, n->peers.n, n->cfg.listen_host,
-	    n->cfg.listen_port);
+	if (n->soma)
+		printf("configuration OK: expert %d of %d, run %s, %d peers, "
+		    "listen %s:%d\n", n->expert, n->spec.soma.experts,
+		    n->run_id, n->peers.n, n->cfg.listen_host,
+		    n->cfg.listen_port);
+	else
+		printf("configuration OK: block %d, replica %d of %d, run %s, "
+		    "%d peers, listen %s:%d\n", n->cfg.block, n->replica,
+		    n->replicas, n->run_id, n->peers.n, n->cfg.listen_host,
+		    n->cfg.listen_port);
 }
 
 int

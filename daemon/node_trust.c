@@ -29,10 +29,11 @@ node_trust_check(const node *n, const peers_list *pl, int self, char *err)
 		return 0;
 	for (i = 0; i < pl->n; i++)
 		if (!pl->v[i].has_id)
-			return kn_error(err, KN_EINVAL, "%s: %s has no peer id; "
-			    "each line is 'host:port block peer-id' (the id "
+			return kn_error(err, KN_EINVAL, "%s:%d: %s has no peer "
+			    "id; each line is 'host:port %s peer-id' (the id "
 			    "'shardmeter id' prints on that host)",
-			    n->cfg.peers, pl->v[i].addr);
+			    n->cfg.peers, pl->v[i].line, pl->v[i].addr,
+			    pl->experts ? "expert=E" : "block");
 	if (strcmp(pl->v[self].id_text, tls_ctx_id(n->tls)) != 0)
 		return kn_error(err, KN_EINVAL, "%s: the line of %s names peer "
 		    "id %s, but this daemon's identity (%s) is %s",

@@ -41,7 +41,27 @@ peers_parse_client(peers_client *c, char **tok, int n, const char *path,
 	return KN_OK;
 }
 
-/* "host:port block [peer-id]" */
+/* "expert=E" of a SOMA run's line, E from 0. */
+static int
+parse_expert(peers_entry *p, const char *tok, const char *path, int lineno,
+    char *err)
+{
+	const char *d = tok + 7;
+	char *end;
+	long e;
+
+	errno = 0;
+	e = strtol(d, &end, 10);
+	if (!isdigit((unsigned char)d[0]) || *end || errno != 0 || e < 0 ||
+	    e >= PR_MAX_BLOCKS || (d[0] == '0' && d[1] != '\0'))
+		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.20s' is not "
+		    "expert=E with E from 0 to %d", path, lineno, tok,
+		    PR_MAX_BLOCKS - 1);
+	p->expert = (int)e;
+	return KN_OK;
+}
+
+/* "host:port block [peer-id]" or "host:port expert=E [peer-id]" */
 static int
 parse_daemon(peers_entry *p, char **tok, int n, const char *path,
     int lineno, char *err)
@@ -52,20 +72,29 @@ parse_daemon(peers_entry *p, char **tok, int n, const char *path,
 
 	if (n < 2 || n > 3)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: expected 'host:port "
-		    "block peer-id' or 'client peer-id [name]'", path, lineno);
+		    "block peer-id', 'host:port expert=E peer-id' or 'client "
+		    "peer-id [name]'", path, lineno);
 	memset(p, 0, sizeof(*p));
+	p->line = lineno;
+	p->expert = -1;
 	if (cf_parse_hostport(tok[0], p->host, sizeof(p->host), &p->port) != 0
 	    || p->port == 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.40s' is not "
 		    "host:port", path, lineno, tok[0]);
 	snprintf(p->addr, sizeof(p->addr), "%s", tok[0]);
-	errno = 0;
-	b = strtol(tok[1], &end, 10);
-	if (end == tok[1] || *end || errno != 0 || b < 1 ||
-	    b > PR_MAX_BLOCKS || !isdigit((unsigned char)tok[1][0]))
-		return kn_error(err, KN_EINVAL, "%.150s:%d: block '%.20s' is not "
-		    "1 to %d", path, lineno, tok[1], PR_MAX_BLOCKS);
-	p->block = (int)b;
+	if (strncmp(tok[1], "expert=", 7) == 0) {
+		if (parse_expert(p, tok[1], path, lineno, err) != 0)
+			return KN_EINVAL;
+	} else {
+		errno = 0;
+		b = strtol(tok[1], &end, 10);
+		if (end == tok[1] || *end || errno != 0 || b < 1 ||
+		    b > PR_MAX_BLOCKS || !isdigit((unsigned char)tok[1][0]))
+			return kn_error(err, KN_EINVAL, "%.150s:%d: block "
+			    "'%.20s' is not 1 to %d (or expert=E)", path,
+			    lineno, tok[1], PR_MAX_BLOCKS);
+		p->block = (int)b;
+	}
 	if (n == 3) {
 		if (id_parse(tok[2], p->id, why) != 0)
 			return kn_error(err, KN_EINVAL, "%.150s:%d: %.200s",
@@ -129,6 +158,19 @@ parse_line(peers_list *pl, int *caps, char *line, const char *path,
 		return rc;
 	if ((rc = parse_daemon(&pl->v[pl->n], tok, n, path, lineno, err)) != 0)
 		return rc;
+	if (pl->n > 0 && (pl->v[pl->n].expert >= 0) != pl->experts)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: %s line among %s "
+		    "lines: a peer list is of one method (blocks for "
+		    "blocktrain, expert=E for soma)", path, lineno,
+		    pl->experts ? "a block" : "an expert", pl->experts ?
+		    "expert" : "block");
+	pl->experts = pl->v[pl->n].expert >= 0;
+	for (i = 0; i < pl->n; i++)
+		if (pl->experts && pl->v[i].expert == pl->v[pl->n].expert)
+			return kn_error(err, KN_EINVAL, "%.150s:%d: expert %d is "
+			    "already trained by %s (line %d): experts have no "
+			    "replicas", path, lineno, pl->v[i].expert,
+			    pl->v[i].addr, pl->v[i].line);
 	for (i = 0; i < pl->n; i++)
 		if (strcmp(pl->v[i].addr, pl->v[pl->n].addr) == 0)
 			return kn_error(err, KN_EINVAL, "%.150s:%d: %s is "

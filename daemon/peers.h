@@ -1,5 +1,6 @@
-/* The peer list: one daemon per line, "host:port block peer-id", and the
- * operators allowed in, "client peer-id [name]"; '#' comments.  The order
+/* The peer list: one daemon per line, "host:port block peer-id" (a SOMA
+ * run: "host:port expert=E peer-id", E from 0), and the operators
+ * allowed in, "client peer-id [name]"; '#' comments.  The order
  * of the daemon lines gives each block's replicas their index.  A peer id
  * (identity.h) is what TLS pins each link to; a list without ids is only
  * good for a daemon that runs with insecure = yes.  Health and metering
@@ -31,7 +32,9 @@ typedef enum {
 typedef struct {
 	char host[CF_HOST_LEN];
 	int port;
-	int block;                      /* 1-based */
+	int block;                      /* 1-based; 0 on an expert line */
+	int expert;                     /* 0-based; -1 on a block line */
+	int line;                       /* in the file, for messages */
 	int has_id;
 	uint8_t id[ID_BYTES];           /* its peer id, when has_id */
 	char id_text[ID_LEN];           /* the same printed, "" without */
@@ -69,11 +72,12 @@ typedef struct {
 	peers_client *clients;
 	int nclients;
 	int missing_ids;                /* daemon lines without a peer id */
+	int experts;                    /* the daemon lines are expert lines */
 } peers_list;
 
 /* Reads path; 0 or a negative code with "file:line: reason" in err.  A
  * peer id listed twice (on any two lines) is refused, so that an id names
- * one node. */
+ * one node, and so is a list that mixes block and expert lines. */
 int peers_load(peers_list *pl, const char *path, char *err);
 void peers_free(peers_list *pl);
 /* The tokens of a line "client peer-id [name]" (n of them, tok[0] being

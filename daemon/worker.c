@@ -9,20 +9,13 @@
 #include <time.h>
 
 #include "daemon/worker.h"
+#include "daemon/worker_private.h"
 #include "kernels/average.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "proto/checkpoint.h"
 
-struct wk_worker {
-	wk_opts o;
-	lt_thread *lt;
-	wk_event_fn on_event;
-	void *ctx;
-	void (*closed)(void *);
-	void *closed_arg;
-};
 
 /* The loop's answer to WK_ROUND_READY, queued to the thread. */
 struct commit {
@@ -52,14 +45,14 @@ commit_free(struct commit *cm)
 	free(cm);
 }
 
-static void
-post(wk_worker *w, wk_event *ev)
+void
+wk__post(wk_worker *w, wk_event *ev)
 {
 	lt_post(w->lt, &ev->link);
 }
 
-static wk_event *
-event(wk_event_kind kind)
+wk_event *
+wk__event(wk_event_kind kind)
 {
 	wk_event *ev = calloc(1, sizeof(*ev));
 
@@ -69,39 +62,34 @@ event(wk_event_kind kind)
 	return ev;
 }
 
-/* kind: WK_ERROR when the thread ends, WK_WARNING when it goes on. */
-static void
-post_message(wk_worker *w, wk_event_kind kind, const char *what,
+void
+wk__post_message(wk_worker *w, wk_event_kind kind, const char *what,
     const char *err)
 {
-	wk_event *ev = event(kind);
+	wk_event *ev = wk__event(kind);
 
 	/* a longer one is cut: it is for the log */
 	if (snprintf(ev->msg, sizeof(ev->msg), "%s: %s", what, err) < 0)
 		ev->msg[0] = '\0';
-	post(w, ev);
+	wk__post(w, ev);
 }
 
-/* The thread ends on it: -1, for the caller to return. */
-static int
-post_error(wk_worker *w, const char *what, const char *err)
+int
+wk__post_error(wk_worker *w, const char *what, const char *err)
 {
-	post_message(w, WK_ERROR, what, err);
+	wk__post_message(w, WK_ERROR, what, err);
 	return -1;
 }
 
-/* The checkpoint just written, read back for the loop to serve. */
-static int
-post_checkpoint(wk_worker *w, tr_trainer *t, wk_event_kind kind, char *err)
+int
+wk__post_file(wk_worker *w, wk_event_kind kind, const char *path,
+    int64_t step, int64_t round, char *err)
 {
-	char path[PR_PATH_LEN + 32];
-	wk_event *ev = event(kind);
+	wk_event *ev = wk__event(kind);
 	int rc;
 
-	ev->step = tr_trainer_steps(t);
-	ev->round = tr_trainer_round(t);
-	tr_model_path(path, sizeof(path), w->o.train.dir, w->o.train.kind,
-	    w->o.train.block, "ckpt");
+	ev->step = step;
+	ev->round = round;
 	rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &ev->buf, &ev->len,
 	    err);
 	if (rc == 0)
@@ -110,8 +98,20 @@ post_checkpoint(wk_worker *w, tr_trainer *t, wk_event_kind kind, char *err)
 		wk_event_free(ev);
 		return rc;
 	}
-	post(w, ev);
+	wk__post(w, ev);
 	return KN_OK;
+}
+
+/* The checkpoint just written, read back for the loop to serve. */
+static int
+post_checkpoint(wk_worker *w, tr_trainer *t, wk_event_kind kind, char *err)
+{
+	char path[PR_PATH_LEN + 32];
+
+	tr_model_path(path, sizeof(path), w->o.train.dir, w->o.train.kind,
+	    w->o.train.block, "ckpt");
+	return wk__post_file(w, kind, path, tr_trainer_steps(t),
+	    tr_trainer_round(t), err);
 }
 
 /* Adopts a published checkpoint: its weights, step and round. */
@@ -175,7 +175,7 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 {
 	kn_model *m = tr_trainer_model(t);
 	size_t n = kn_model_num_params(m);
-	wk_event *ev = event(WK_ROUND_READY);
+	wk_event *ev = wk__event(WK_ROUND_READY);
 	int64_t round = tr_trainer_round(t);
 	struct commit *cm;
 	float *local;
@@ -192,7 +192,7 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 	kn_model_get_params(m, local);
 	kn_update_delta(ev->delta, start, local, n);
 	free(local);
-	post(w, ev);
+	wk__post(w, ev);
 	if ((cm = wait_commit(w, round)) != NULL && cm->avg != NULL) {
 		kn_outer_step(start, cm->avg, cm->lr, n);
 		rc = kn_model_set_params(m, start, err);
@@ -242,24 +242,24 @@ save_or_pause(wk_worker *w, tr_trainer *t, char *err)
 	    !lt_stopping(w->lt)) {
 		snprintf(why, sizeof(why), "%s; training paused, retrying in "
 		    "%d s", err, delay);
-		post_message(w, WK_WARNING, "checkpoint", why);
+		wk__post_message(w, WK_WARNING, "checkpoint", why);
 		if (tries++ == 0) {
-			wk_event *ev = event(WK_PAUSED);
+			wk_event *ev = wk__event(WK_PAUSED);
 
 			ev->step = tr_trainer_steps(t);
-			post(w, ev);
+			wk__post(w, ev);
 		}
 		pause_for(w, delay);
 		delay = delay < 16 ? 2 * delay : 30;
 	}
 	if (rc == 0 && tries > 0) {
-		wk_event *ev = event(WK_RESUMED);
+		wk_event *ev = wk__event(WK_RESUMED);
 
 		ev->step = tr_trainer_steps(t);
 		snprintf(ev->msg, sizeof(ev->msg), "checkpoint written at step "
 		    "%lld after %d tries; training resumed",
 		    (long long)ev->step, tries + 1);
-		post(w, ev);
+		wk__post(w, ev);
 	}
 	return rc;
 }
@@ -287,18 +287,18 @@ training_open(wk_worker *w, struct training *tg)
 
 	tg->set = (bt_eval_set){ o->eval_windows, BT_EVAL_STRATA };
 	if (tr_trainer_open(&tg->t, &o->train, err) != 0)
-		return post_error(w, "cannot start training", err);
+		return wk__post_error(w, "cannot start training", err);
 	if (tr_trainer_removed(tg->t, &removed) > 0)
-		post_message(w, WK_WARNING, "removed the leftovers of an "
+		wk__post_message(w, WK_WARNING, "removed the leftovers of an "
 		    "interrupted write", removed);
 	if (tr_trainer_steps(tg->t) == 0 && save_or_pause(w, tg->t, err) != 0)
-		return post_error(w, "cannot write the first checkpoint", err);
+		return wk__post_error(w, "cannot write the first checkpoint", err);
 	if (post_checkpoint(w, tg->t, WK_STARTED, err) != 0)
-		return post_error(w, "cannot read the checkpoint", err);
+		return wk__post_error(w, "cannot read the checkpoint", err);
 	if (o->valid_path != NULL && o->valid_path[0] != '\0') {
 		if (corpus_open(&tg->valid, o->valid_path, o->valid_sha256,
 		    (size_t)o->train.spec->window + 2, err) != 0)
-			post_message(w, WK_WARNING, "held-out shares disabled",
+			wk__post_message(w, WK_WARNING, "held-out shares disabled",
 			    err);
 		else
 			tg->have_valid = 1;
@@ -309,7 +309,7 @@ training_open(wk_worker *w, struct training *tg)
 		size_t n = kn_model_num_params(tr_trainer_model(tg->t));
 
 		if ((tg->start = malloc(n * sizeof(float))) == NULL)
-			return post_error(w, "training", "out of memory");
+			return wk__post_error(w, "training", "out of memory");
 		kn_model_get_params(tr_trainer_model(tg->t), tg->start);
 	}
 	return 0;
@@ -332,24 +332,24 @@ training_report(wk_worker *w, struct training *tg, int64_t step, float loss)
 	wk_event *ev;
 
 	if (kn_now() - tg->last_progress > 0.2 || step == o->train.steps) {
-		ev = event(WK_PROGRESS);
+		ev = wk__event(WK_PROGRESS);
 		ev->step = step;
 		ev->round = tr_trainer_round(tg->t);
 		ev->loss = loss;
 		ev->positions_per_s = tr_trainer_positions_per_s(tg->t);
-		post(w, ev);
+		wk__post(w, ev);
 		tg->last_progress = kn_now();
 	}
 	if (!tg->have_valid || o->eval_every <= 0 || step % o->eval_every != 0)
 		return 0;
-	ev = event(WK_SHARE);
+	ev = wk__event(WK_SHARE);
 	ev->step = step;
 	if (bt_eval_share(tr_trainer_model(tg->t), o->train.spec, &tg->valid,
 	    &tg->set, tg->lo, tg->hi, &ev->share, err) != 0) {
 		wk_event_free(ev);
-		return post_error(w, "held-out share", err);
+		return wk__post_error(w, "held-out share", err);
 	}
-	post(w, ev);
+	wk__post(w, ev);
 	return 0;
 }
 
@@ -360,7 +360,7 @@ training_checkpoint(wk_worker *w, struct training *tg)
 
 	if (save_or_pause(w, tg->t, err) != 0 ||
 	    post_checkpoint(w, tg->t, WK_CHECKPOINT, err) != 0)
-		return post_error(w, "checkpoint", err);
+		return wk__post_error(w, "checkpoint", err);
 	return 0;
 }
 
@@ -377,14 +377,14 @@ training_step(wk_worker *w, struct training *tg)
 	int round_due;
 
 	if (tr_trainer_step(tg->t, &loss, err) != 0)
-		return post_error(w, "training step", err);
+		return wk__post_error(w, "training step", err);
 	step = tr_trainer_steps(tg->t);
 	if (training_report(w, tg, step, loss) != 0)
 		return -1;
 	round_due = o->replicas > 1 && step % o->local_steps == 0;
 	if (round_due) {
 		if (run_round(w, tg->t, tg->start, err) != 0)
-			return post_error(w, "round", err);
+			return wk__post_error(w, "round", err);
 		if (lt_stopping(w->lt))
 			return 1;
 	}
@@ -409,7 +409,7 @@ run(lt_thread *lt, void *arg)
 	    !lt_stopping(w->lt))
 		rc = training_step(w, &tg);
 	if (rc >= 0 && training_checkpoint(w, &tg) == 0)
-		post(w, event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
+		wk__post(w, wk__event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
 	training_close(&tg);
 }
 
@@ -438,7 +438,8 @@ wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
     wk_event_fn on_event, void *ctx, char *err)
 {
 	wk_worker *w = calloc(1, sizeof(*w));
-	lt_opts lo = { "trainer", run, deliver, free_commit, free_event, w };
+	lt_opts lo = { "trainer", o->soma ? wk__run_soma : run, deliver,
+	    free_commit, free_event, w };
 	int rc;
 
 	*out = NULL;

@@ -26,7 +26,9 @@ typedef enum {
 	                         * the last checkpoint stays (a WK_WARNING
 	                         * says why) */
 	WK_RESUMED,             /* step, msg: the checkpoint was written */
-	WK_ERROR                /* msg; the thread has ended */
+	WK_ERROR,               /* msg; the thread has ended */
+	WK_HELDOUT              /* SOMA: step, buf/len: the held-out
+	                         * message (proto/heldout.h) */
 } wk_event_kind;
 
 typedef struct wk_event {
@@ -34,6 +36,9 @@ typedef struct wk_event {
 	int64_t step, round;
 	float loss;
 	double positions_per_s, share;
+	double val, lr, eps;    /* SOMA progress: NAN val before one */
+	int64_t val_step;
+	uint64_t positions;
 	char *buf;              /* owned by the event */
 	size_t len;
 	char etag[65];
@@ -52,6 +57,13 @@ typedef struct {
 	int replicas;           /* > 1: stop every local_steps for a round */
 	int local_steps;
 	int threads;
+	/* method = soma: train expert `expert` from seed_path with
+	 * sa_train (worker_soma.c); train.spec, run_id, dir, be and
+	 * steps, valid_path and valid_sha256 (the held-out windows) are
+	 * used, the rest not */
+	int soma, expert;
+	const char *seed_path;
+	int soma_valid_windows;         /* own-cluster validation */
 } wk_opts;
 
 typedef struct wk_worker wk_worker;

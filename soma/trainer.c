@@ -399,8 +399,7 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 	struct trainer t;
 	sa_progress p = { 0 };
 	double t0, busy = 0, val = NAN;
-	float *dec = NULL;
-	int rc;
+	int rc, validated;
 
 	memset(res, 0, sizeof(*res));
 	if (o->kind == SA_EXPERT && (o->expert < 0 ||
@@ -423,8 +422,9 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 		busy += kn_now() - s0;
 		p.positions += sa_step_positions(o->spec, o->kind, t.P);
 		p.loss = loss;
-		if ((p.step + 1) % o->spec->soma.eval_every == 0 ||
-		    p.step + 1 == p.steps) {
+		validated = (p.step + 1) % o->spec->soma.eval_every == 0 ||
+		    p.step + 1 == p.steps;
+		if (validated) {
 			if ((rc = validate(&t, &val, err)) != 0)
 				goto out;
 			schedule(&t, val);
@@ -435,6 +435,9 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 		p.eps = t.have_spsa ? t.spsa.cfg.eps : t.have_egg ?
 		    t.egg.cfg.sigma : 0;
 		p.positions_per_s = busy > 0 ? p.positions / busy : 0;
+		if (validated && o->validated != NULL &&
+		    (rc = o->validated(o->user, t.m, &p, err)) != 0)
+			goto out;
 		if (t.log != NULL)
 			fprintf(t.log, "%ld,%.6f,%.6f,%g,%g,%llu\n",
 			    p.step + 1, p.loss, p.val, p.lr, p.eps,
@@ -444,29 +447,39 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 	}
 	if (isnan(val) && (rc = validate(&t, &val, err)) != 0)
 		goto out;
-	{
-		pr_ckpt_meta meta = { .block = o->kind == SA_EXPERT ?
-		    o->expert : 0, .step = p.step, .round = 0 };
-
-		snprintf(meta.run_id, sizeof(meta.run_id), "%s", o->run_id);
-		snprintf(meta.kind, sizeof(meta.kind), "%s",
-		    sa_kind_name(o->kind));
-		if ((dec = malloc(t.ndec * sizeof(float))) == NULL) {
-			rc = kn_error(err, KN_ENOMEM, "out of memory");
-			goto out;
-		}
-		kn_soma_get_body(t.m, t.theta);
-		kn_soma_get_decoder(t.m, dec);
-		if ((rc = sa_model_save(o->out_path, &meta, &t.shape,
-		    t.theta, dec, err)) != 0)
-			goto out;
-	}
+	if ((rc = sa_train_checkpoint(o, t.m, p.step, o->out_path, err)) != 0)
+		goto out;
 	res->steps = p.step;
 	res->positions = p.positions;
 	res->val = val;
 	res->seconds = kn_now() - t0;
 out:
-	free(dec);
 	trainer_close(&t);
+	return rc;
+}
+
+int
+sa_train_checkpoint(const sa_train_opts *o, kn_soma_model *m, long steps,
+    const char *path, char *err)
+{
+	const kn_soma_shape *sh = kn_soma_get_shape(m);
+	pr_ckpt_meta meta = { .block = o->kind == SA_EXPERT ? o->expert : 0,
+	    .step = steps, .round = 0 };
+	float *body = malloc(kn_soma_body_params(sh) * sizeof(float));
+	float *dec = malloc(kn_soma_decoder_params(sh) * sizeof(float));
+	int rc;
+
+	if (body == NULL || dec == NULL) {
+		free(body);
+		free(dec);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	snprintf(meta.run_id, sizeof(meta.run_id), "%s", o->run_id);
+	snprintf(meta.kind, sizeof(meta.kind), "%s", sa_kind_name(o->kind));
+	kn_soma_get_body(m, body);
+	kn_soma_get_decoder(m, dec);
+	rc = sa_model_save(path, &meta, sh, body, dec, err);
+	free(body);
+	free(dec);
 	return rc;
 }

@@ -62,6 +62,12 @@ typedef struct {
 	int valid_windows;      /* per validation; 0: 64 */
 	const kn_backend *be;
 	void (*progress)(void *user, const sa_progress *p);
+	/* After each validation, on this thread: the model as it is (to
+	 * score it, or save it with sa_train_checkpoint) and the progress
+	 * (p->step + 1 steps done).  Non-zero ends training with that code
+	 * and err.  NULL: none.  The daemon publishes from here. */
+	int (*validated)(void *user, kn_soma_model *m, const sa_progress *p,
+	    char *err);
 	void *user;
 	volatile sig_atomic_t *stop;    /* set: checkpoint and return */
 } sa_train_opts;
@@ -74,5 +80,9 @@ typedef struct {
 } sa_result;
 
 int sa_train(const sa_train_opts *o, sa_result *res, char *err);
+/* Writes m as o's checkpoint (kind, expert, run id) after steps steps
+ * to path, atomically; what sa_train writes at its end.  0 or KN_E*. */
+int sa_train_checkpoint(const sa_train_opts *o, kn_soma_model *m,
+    long steps, const char *path, char *err);
 
 #endif

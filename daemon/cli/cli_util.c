@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,17 @@
 #include "daemon/identity.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
+
+void
+cli_print_json(json_t *o)
+{
+	char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+
+	if (text != NULL)
+		printf("%s\n", text);
+	free(text);
+	json_decref(o);
+}
 
 int
 cli_help(const struct cmd_entry *self)

@@ -12,6 +12,9 @@
 #include "kernels/backend.h"
 #include "proto/spec.h"
 
+/* jansson's, for the few functions below that take or give JSON */
+struct json_t;
+
 
 struct cmd_entry {
 	const char *name;
@@ -113,6 +116,16 @@ struct cli_body {
  * the reason in err. */
 long cli_peer_get(const peers_entry *p, const char *path, size_t max,
     long timeout_ms, struct cli_body *out, char *err);
+/* Prints o on stdout, indented with sorted keys, and releases it (a
+ * jansson json_t). */
+void cli_print_json(struct json_t *o);
+/* GET /v1/status of p as JSON (a jansson json_t, the caller's), or NULL
+ * with the reason in err. */
+struct json_t *cli_status_fetch(const peers_entry *p, char *err);
+/* shardmeter status on a peer list of expert=E lines, once: a table, or
+ * JSON; returns the number of daemons that answered. */
+int cli_status_soma(const peers_list *pl, int json);
+
 /* The operator's identity directory: $XDG_CONFIG_HOME/shardmeter, else
  * $HOME/.config/shardmeter.  0, or -1 with the reason in err. */
 int cli_client_dir(char out[PR_PATH_LEN], char *err);

@@ -243,7 +243,6 @@ static void
 print_json(const struct soma_eval *ev, const char *split)
 {
 	json_t *o = json_object(), *ex = json_array(), *c = json_object();
-	char *text;
 	int e, i;
 
 	for (e = 0; e < ev->N; e++)
@@ -262,11 +261,7 @@ print_json(const struct soma_eval *ev, const char *split)
 	    "nats_per_byte", ev->mixture, "top_k", ev->k, "positions",
 	    (json_int_t)sa_soma_positions(ev->s), "routing_s", ev->route_s));
 	json_object_set_new(o, "controls", c);
-	text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
-	if (text != NULL)
-		printf("%s\n", text);
-	free(text);
-	json_decref(o);
+	cli_print_json(o);
 }
 
 int

@@ -30,8 +30,8 @@ struct status_sum {
 	int have[PR_MAX_BLOCKS + 1];
 };
 
-static json_t *
-status_fetch(const peers_entry *p, char *err)
+json_t *
+cli_status_fetch(const peers_entry *p, char *err)
 {
 	struct cli_body b;
 	json_error_t jerr;
@@ -95,7 +95,7 @@ status_peer(const peers_list *pl, int i, struct status_sum *sum)
 {
 	const peers_entry *p = &pl->v[i];
 	char err[KN_ERR_LEN] = "";
-	json_t *s = status_fetch(p, err);
+	json_t *s = cli_status_fetch(p, err);
 	int64_t step, steps;
 	const char *rid;
 	double rate;
@@ -180,6 +180,7 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "peers", required_argument, NULL, 'p' },
 		{ "watch", optional_argument, NULL, 'w' },
+		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -187,12 +188,13 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 	double every = 0;
 	peers_list pl;
 	char err[PR_ERR_LEN];
-	int ch, up;
+	int ch, up, json = 0;
 
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'p': peers = optarg; break;
 		case 'w': every = optarg ? atof(optarg) : 2.0; break;
+		case 'j': json = 1; break;
 		case 'h': return cli_help(self);
 		default: return 2;
 		}
@@ -205,11 +207,18 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter status: %s\n", err);
 		return 1;
 	}
+	if (json && !pl.experts) {
+		fprintf(stderr, "shardmeter status: --json is for a SOMA run "
+		    "(a peer list of expert=E lines)\n");
+		peers_free(&pl);
+		return 2;
+	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	for (;;) {
-		if (every > 0)
+		if (every > 0 && !json)
 			printf("\033[H\033[2J");
-		up = status_once(&pl);
+		up = pl.experts ? cli_status_soma(&pl, json) :
+		    status_once(&pl);
 		fflush(stdout);
 		if (every <= 0)
 			break;
@@ -224,9 +233,12 @@ const struct cmd_entry cmd_status_entry = {
 	.name = "status",
 	.summary = "progress and composed bound of running daemons",
 	.usage = "usage: shardmeter status --peers FILE "
-	    "[--watch[=SECONDS]]\nOne line per daemon of the "
+	    "[--watch[=SECONDS]] [--json]\nOne line per daemon of the "
 	    "peer list, the run's progress with an ETA, and the\n"
 	    "composed held-out bound: the sum of every block's "
-	    "latest share.\n",
+	    "latest share.\nOn a SOMA run (expert=E lines): each expert's "
+	    "step, losses and speed, and\nthe routed mixture's held-out "
+	    "loss mixed from the experts' published scores\n(--json: as "
+	    "JSON).\n",
 	.exec = status_exec
 };
