@@ -110,6 +110,13 @@ struct trainer {
 	FILE *log;
 };
 
+/* BPTT's learning rate: the caller's, or [soma] lr */
+static double
+trainer_lr(const struct trainer *t)
+{
+	return t->o->lr > 0 ? t->o->lr : t->spec->soma.lr;
+}
+
 static int
 eval_population(void *ctx, const float *thetas, int K, float *losses,
     char *err)
@@ -222,8 +229,9 @@ trainer_open(struct trainer *t, const sa_train_opts *o, char *err)
 
 		c.K = 2 * t->P;
 		c.rank = s->soma.eggroll_rank;
-		c.sigma = (float)(s->soma.eps * EGG_SIGMA_MULT);
-		c.lr = (float)s->soma.lr;
+		c.sigma = (float)(o->eps > 0 ? o->eps :
+		    s->soma.eps * EGG_SIGMA_MULT);
+		c.lr = (float)(o->lr > 0 ? o->lr : s->soma.lr);
 		c.k_max = c.K;
 		c.groups = 1;
 		c.seed = s->seed ^ t->stream;
@@ -251,8 +259,8 @@ trainer_open(struct trainer *t, const sa_train_opts *o, char *err)
 
 		kn_spsa_config_default(&c);
 		c.P = t->P;
-		c.eps = (float)s->soma.eps;
-		c.lr = (float)s->soma.lr;
+		c.eps = (float)(o->eps > 0 ? o->eps : s->soma.eps);
+		c.lr = (float)(o->lr > 0 ? o->lr : s->soma.lr);
 		c.density = (float)s->soma.density;
 		c.k_max = 2 * t->P;
 		c.mode = KN_SPSA_INDEPENDENT;
@@ -328,11 +336,11 @@ train_step(struct trainer *t, long step, double *loss, char *err)
 			return rc;
 		t->be->adamw_update(kn_soma_body(t->m),
 		    kn_soma_body_grad(t->m), t->bm, t->bv, t->nbody,
-		    (float)t->spec->soma.lr, 0.9f, 0.999f, 1e-8f, 0.0f,
+		    (float)trainer_lr(t), 0.9f, 0.999f, 1e-8f, 0.0f,
 		    (int)step + 1, 1.0f);
 		t->be->adamw_update(kn_soma_decoder(t->m),
 		    kn_soma_decoder_grad(t->m), t->dm, t->dv, t->ndec,
-		    (float)t->spec->soma.lr, 0.9f, 0.999f, 1e-8f, 0.0f,
+		    (float)trainer_lr(t), 0.9f, 0.999f, 1e-8f, 0.0f,
 		    (int)step + 1, 1.0f);
 		return t->be->status(err);
 	}
@@ -431,7 +439,7 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 		}
 		p.val = val;
 		p.lr = t.have_spsa ? t.spsa.cfg.lr : t.have_egg ?
-		    t.egg.cfg.lr : o->spec->soma.lr;
+		    t.egg.cfg.lr : trainer_lr(&t);
 		p.eps = t.have_spsa ? t.spsa.cfg.eps : t.have_egg ?
 		    t.egg.cfg.sigma : 0;
 		p.positions_per_s = busy > 0 ? p.positions / busy : 0;

@@ -52,6 +52,9 @@ typedef struct {
 	sa_kind kind;
 	int expert;             /* SA_EXPERT: 0 .. N-1 */
 	int P;                  /* SPSA and EGGROLL directions; 0: [soma] */
+	/* > 0: instead of [soma] lr and eps (EGGROLL: its sigma), to tune a
+	 * control; they are not in the run id, so the caller names the file */
+	double lr, eps;
 	long steps;             /* < 0: seed_steps, steps, or from budget */
 	uint64_t budget;        /* controls: positions to spend (0: none) */
 	const char *const *train;       /* the text files */

@@ -4,6 +4,7 @@
  * windows; a table, or JSON. */
 #include "config.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ struct soma_eval {
 	double mixture;
 	long routed[PR_MAX_BLOCKS];             /* windows per expert */
 	int ncontrols;
-	char control_name[MAX_CONTROLS][64];
+	char control_name[MAX_CONTROLS][256];
 	double control_ce[MAX_CONTROLS];
 	uint64_t control_pos[MAX_CONTROLS];
 	double route_s;                         /* routing's wall time */
@@ -172,52 +173,55 @@ out:
 	return rc;
 }
 
-/* The seed and every control file in the run directory, each on the
- * whole split. */
+/* The seed and every control file in the run directory (any name that
+ * cli_soma_parse_stem knows, tuned controls included), each on the whole
+ * split, in name order. */
 static int
 eval_others(struct soma_eval *ev, const kn_backend *be, char *err)
 {
-	static const sa_kind kinds[] = { SA_SEED, SA_SPSA, SA_EGGROLL,
-	    SA_BPTT };
-	static const int Ps[] = { 0, 16, 32, 64, 128, 256, 512, 1024, 2048 };
-	size_t a, b;
-	int rc;
+	struct dirent **names = NULL;
+	int n, i, rc = KN_OK;
 
-	for (a = 0; a < sizeof(kinds) / sizeof(kinds[0]); a++)
-		for (b = 0; b < sizeof(Ps) / sizeof(Ps[0]); b++) {
-			sa_kind k = kinds[a];
-			kn_soma_shape sh = k == SA_SEED ? sa_expert_shape(ev->s) :
-			    sa_control_shape(ev->s);
-			char stem[64], path[PR_PATH_LEN + 80];
-			kn_soma_model *m;
-			pr_ckpt_meta got;
-			int i = ev->ncontrols;
+	if ((n = scandir(ev->run->dir, &names, NULL, alphasort)) < 0)
+		return kn_error(err, KN_EIO, "%s: cannot list it", ev->run->dir);
+	for (i = 0; i < n && rc == 0; i++) {
+		const char *name = names[i]->d_name;
+		size_t len = strlen(name);
+		char stem[256], path[PR_PATH_LEN + 300];
+		kn_soma_shape sh;
+		kn_soma_model *m;
+		pr_ckpt_meta got;
+		sa_kind k;
+		int P, c = ev->ncontrols;
 
-			if ((k == SA_SPSA || k == SA_EGGROLL) != (Ps[b] > 0) ||
-			    i == MAX_CONTROLS)
-				continue;
-			cli_soma_stem(k, 0, Ps[b], stem, sizeof(stem));
-			snprintf(path, sizeof(path), "%s/%s.ckpt",
-			    ev->run->dir, stem);
-			if (access(path, F_OK) != 0)
-				continue;
-			if ((rc = kn_soma_create(&m, &sh, be, err)) != 0)
-				return rc;
-			rc = load_into(m, path, sa_kind_name(k), 0, &got, err);
-			if (rc == 0)
-				rc = score_all(m, &ev->w, &ev->control_ce[i],
-				    err);
-			kn_soma_free(m);
-			if (rc != 0)
-				return rc;
-			snprintf(ev->control_name[i], sizeof(ev->control_name[i]),
-			    "%s", stem);
-			ev->control_pos[i] = k == SA_SEED ? 0 :
-			    (uint64_t)got.step *
-			    sa_step_positions(ev->s, k, Ps[b]);
-			ev->ncontrols++;
-		}
-	return KN_OK;
+		if (len < 6 || len - 5 >= sizeof(stem) ||
+		    strcmp(name + len - 5, ".ckpt") != 0)
+			continue;
+		memcpy(stem, name, len - 5);
+		stem[len - 5] = '\0';
+		if (cli_soma_parse_stem(stem, &k, &P) != 0 || c == MAX_CONTROLS)
+			continue;
+		sh = k == SA_SEED ? sa_expert_shape(ev->s) :
+		    sa_control_shape(ev->s);
+		snprintf(path, sizeof(path), "%s/%s", ev->run->dir, name);
+		if ((rc = kn_soma_create(&m, &sh, be, err)) != 0)
+			break;
+		rc = load_into(m, path, sa_kind_name(k), 0, &got, err);
+		if (rc == 0)
+			rc = score_all(m, &ev->w, &ev->control_ce[c], err);
+		kn_soma_free(m);
+		if (rc != 0)
+			break;
+		snprintf(ev->control_name[c], sizeof(ev->control_name[c]), "%s",
+		    stem);
+		ev->control_pos[c] = k == SA_SEED ? 0 : (uint64_t)got.step *
+		    sa_step_positions(ev->s, k, P);
+		ev->ncontrols++;
+	}
+	for (i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return rc;
 }
 
 static void

@@ -32,6 +32,7 @@ struct train_args {
 	int soma_seed, expert, perturbations;
 	const char *control;
 	long long budget;
+	double lr, eps;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -83,6 +84,19 @@ train_option(void *args, int ch)
 	case 'P':
 		return cli_parse_int("train", "perturbations", optarg, 1,
 		    1 << 20, &t->perturbations) ? 2 : CLI_CONTINUE;
+	case 'L':
+	case 'E': {
+		char *end;
+		double v = strtod(optarg, &end);
+
+		if (*end != '\0' || !(v > 0) || v > 1) {
+			fprintf(stderr, "shardmeter train: --%s takes a number "
+			    "in (0, 1]\n", ch == 'L' ? "lr" : "eps");
+			return 2;
+		}
+		*(ch == 'L' ? &t->lr : &t->eps) = v;
+		return CLI_CONTINUE;
+	}
 	case 'g': {
 		char *end;
 
@@ -116,6 +130,8 @@ train_parse(const struct cmd_entry *self, struct train_args *t, int argc,
 		{ "control", required_argument, NULL, 'c' },
 		{ "perturbations", required_argument, NULL, 'P' },
 		{ "budget", required_argument, NULL, 'g' },
+		{ "lr", required_argument, NULL, 'L' },
+		{ "eps", required_argument, NULL, 'E' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -233,7 +249,8 @@ train_soma(struct train_args *t)
 {
 	struct cli_soma_train a = { .run = &t->run, .expert = t->expert,
 	    .P = t->perturbations, .steps = t->steps,
-	    .budget = (uint64_t)t->budget, .quiet = t->quiet,
+	    .budget = (uint64_t)t->budget, .lr = t->lr, .eps = t->eps,
+	    .quiet = t->quiet,
 	    .stop = &stop_requested };
 
 	if (t->soma_seed + (t->expert >= 0) + (t->control != NULL) != 1 ||
@@ -250,6 +267,11 @@ train_soma(struct train_args *t)
 		return 2;
 	}
 	a.kind = t->soma_seed ? SA_SEED : t->expert >= 0 ? SA_EXPERT : SA_SPSA;
+	if ((t->lr > 0 || t->eps > 0) && t->control == NULL) {
+		fprintf(stderr, "shardmeter train: --lr and --eps tune a "
+		    "control; the seed and the experts take the spec's\n");
+		return 2;
+	}
 	if (t->control != NULL) {
 		if (strcmp(t->control, "spsa") == 0)
 			a.kind = SA_SPSA;
@@ -319,15 +341,17 @@ const struct cmd_entry cmd_train_entry = {
 	    "usage: shardmeter train --spec FILE --dir DIR (--seed | --expert E |\n"
 	    "         --control spsa|eggroll|bptt) [--perturbations P] "
 	    "[--budget POSITIONS]\n"
-	    "         [--steps N] [--backend auto|cpu|cuda] [--threads T] "
-	    "[--quiet]\n"
+	    "         [--lr RATE] [--eps E] [--steps N] [--backend "
+	    "auto|cpu|cuda] [--threads T]\n         [--quiet]\n"
 	    "--seed trains the N = 1 seed (DIR/seed.ckpt) on every cluster; "
 	    "--expert E\nstarts from the seed and trains expert E on its "
 	    "cluster (DIR/expert-E.ckpt);\n--control trains one model of N "
 	    "experts' body parameters on every cluster\nwith SPSA at P "
 	    "directions, EGGROLL, or backpropagation through time, for\nas "
 	    "many byte positions as SOMA's seed and experts together "
-	    "(--budget to\nchange it).  Each writes DIR/NAME.csv: step, "
-	    "loss, validation loss, lr, eps,\npositions.\n",
+	    "(--budget to\nchange it).  --lr and --eps tune a control "
+	    "(for EGGROLL --eps is its sigma,\nby default 10 eps) and go "
+	    "into its file's name.  Each writes DIR/NAME.csv:\nstep, loss, "
+	    "validation loss, lr, eps, positions.\n",
 	.exec = train_exec
 };

@@ -40,6 +40,29 @@ cli_soma_stem(sa_kind k, int expert, int P, char *buf, size_t len)
 		snprintf(buf, len, "%s", sa_kind_name(k));
 }
 
+int
+cli_soma_parse_stem(const char *stem, sa_kind *k, int *P)
+{
+	static const sa_kind kinds[] = { SA_SEED, SA_SPSA, SA_EGGROLL,
+	    SA_BPTT };
+	size_t i;
+
+	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		const char *name = sa_kind_name(kinds[i]);
+		size_t n = strlen(name);
+
+		if (strncmp(stem, name, n) != 0)
+			continue;
+		*k = kinds[i];
+		*P = 0;
+		if (kinds[i] == SA_SPSA || kinds[i] == SA_EGGROLL)
+			return sscanf(stem + n, "-p%d", P) == 1 && *P > 0 ?
+			    0 : -1;
+		return stem[n] == '\0' || stem[n] == '-' ? 0 : -1;
+	}
+	return -1;
+}
+
 /* The text files of a model: expert e's cluster, or every cluster (the
  * seed and the controls), or [data] train without clusters.  Caller
  * frees *paths and its strings. */
@@ -97,6 +120,17 @@ cli_train_soma(const struct cli_soma_train *a)
 	int n = 0, P = a->P > 0 ? a->P : s->soma.perturbations, rc;
 
 	cli_soma_stem(a->kind, a->expert, P, stem, sizeof(stem));
+	if (a->lr > 0 || a->eps > 0) {
+		size_t used = strlen(stem);
+
+		/* a tuned control keeps its settings in its name */
+		if (a->lr > 0)
+			used += (size_t)snprintf(stem + used, sizeof(stem) -
+			    used, "-lr%g", a->lr);
+		if (a->eps > 0 && used < sizeof(stem))
+			snprintf(stem + used, sizeof(stem) - used, "-eps%g",
+			    a->eps);
+	}
 	snprintf(out, sizeof(out), "%s/%s.ckpt", a->run->dir, stem);
 	snprintf(log, sizeof(log), "%s/%s.csv", a->run->dir, stem);
 	snprintf(seed, sizeof(seed), "%s/seed.ckpt", a->run->dir);
@@ -110,6 +144,8 @@ cli_train_soma(const struct cli_soma_train *a)
 	o.kind = a->kind;
 	o.expert = a->expert;
 	o.P = P;
+	o.lr = a->lr;
+	o.eps = a->eps;
 	o.steps = a->steps;
 	if (a->kind == SA_SPSA || a->kind == SA_EGGROLL || a->kind == SA_BPTT)
 		o.budget = a->budget > 0 ? a->budget : sa_soma_positions(s);
