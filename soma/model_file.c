@@ -40,24 +40,38 @@ model_table(const kn_soma_shape *s, kn_tensor **out, char *err)
 	return nb + nd;
 }
 
+/* The flat host buffer of body then decoder, and the table over it; the
+ * table's length, or a negative code with nothing to free. */
+static int
+model_buffers(const kn_soma_shape *s, float **all, kn_tensor **t, char *err)
+{
+	int n;
+
+	*all = malloc((kn_soma_body_params(s) + kn_soma_decoder_params(s)) *
+	    sizeof(float));
+	if (*all == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	if ((n = model_table(s, t, err)) < 0) {
+		free(*all);
+		*all = NULL;
+	}
+	return n;
+}
+
 int
 sa_model_save(const char *path, const pr_ckpt_meta *meta,
     const kn_soma_shape *s, const float *body, const float *decoder,
     char *err)
 {
 	size_t nbody = kn_soma_body_params(s), ndec = kn_soma_decoder_params(s);
-	float *all = malloc((nbody + ndec) * sizeof(float));
+	float *all;
 	kn_tensor *t = NULL;
 	char *buf = NULL;
 	size_t len;
 	int n, rc;
 
-	if (all == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	if ((n = model_table(s, &t, err)) < 0) {
-		free(all);
+	if ((n = model_buffers(s, &all, &t, err)) < 0)
 		return n;
-	}
 	memcpy(all, body, nbody * sizeof(float));
 	memcpy(all + nbody, decoder, ndec * sizeof(float));
 	rc = pr_ckpt_encode(meta, t, n, all, &buf, &len, err);
@@ -75,18 +89,14 @@ sa_model_load(const char *path, const pr_ckpt_meta *expect,
     pr_ckpt_meta *meta_out, char *err)
 {
 	size_t nbody = kn_soma_body_params(s), ndec = kn_soma_decoder_params(s);
-	float *all = malloc((nbody + ndec) * sizeof(float));
+	float *all;
 	kn_tensor *t = NULL;
 	char *buf = NULL, msg[KN_ERR_LEN];
 	size_t len;
 	int n, rc;
 
-	if (all == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	if ((n = model_table(s, &t, err)) < 0) {
-		free(all);
+	if ((n = model_buffers(s, &all, &t, err)) < 0)
 		return n;
-	}
 	rc = pr_ckpt_read_file(path, 16 + 8 * (nbody + ndec) + (1 << 20),
 	    &buf, &len, err);
 	if (rc == 0) {
