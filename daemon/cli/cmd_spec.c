@@ -9,6 +9,7 @@
 #include "daemon/cli/cmd.h"
 #include "kernels/model.h"
 #include "proto/spec.h"
+#include "soma/trainer.h"
 
 static void
 spec_print(const pr_spec *s, const char *id)
@@ -47,6 +48,37 @@ spec_print(const pr_spec *s, const char *id)
 	    s->outer_lr, s->round_deadline);
 }
 
+/* A SOMA spec: the experts, the controls' shape, and the compute that
+ * the controls are matched on. */
+static void
+spec_print_soma(const pr_spec *s, const char *id)
+{
+	const pr_soma *m = &s->soma;
+	kn_soma_shape e = sa_expert_shape(s), c = sa_control_shape(s);
+	int k = m->top_k < m->experts ? m->top_k : m->experts;
+
+	printf("run id      %s\n", id);
+	printf("method      soma: %d experts, top-%d of them mixed, routed on "
+	    "%d bytes (%s losses)\n", m->experts, k, m->route_bytes, m->mode);
+	printf("expert      %d residual blocks (LSTM + GELU MLP x%d), width "
+	    "%d: %zu body and %zu decoder parameters\n", e.blocks, e.mlp_mult,
+	    e.width, kn_soma_body_params(&e), kn_soma_decoder_params(&e));
+	printf("controls    width %d: %zu body parameters (at most %d "
+	    "experts' bodies)\n", c.width, kn_soma_body_params(&c),
+	    m->experts);
+	printf("spsa        P %d, density %g, eps %g, lr %g (halving on a "
+	    "plateau of %d validations to %g)\n", m->perturbations,
+	    m->density, m->eps, m->lr, m->patience, m->lr_floor);
+	printf("steps       seed %d, each expert %d, batch %d x %d bytes, "
+	    "validation every %d\n", m->seed_steps, m->steps, m->batch,
+	    m->window, m->eval_every);
+	printf("compute     %.4g byte positions: seed %.4g, experts %.4g "
+	    "(the controls' budget)\n", (double)sa_soma_positions(s),
+	    (double)m->seed_steps * sa_step_positions(s, SA_SEED, 0),
+	    (double)m->experts * m->steps * sa_step_positions(s, SA_EXPERT,
+	    0));
+}
+
 static int
 spec_exec(const struct cmd_entry *self, int argc, char **argv)
 {
@@ -62,7 +94,10 @@ spec_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter spec: %s\n", err);
 		return 1;
 	}
-	spec_print(&s, id);
+	if (pr_spec_method(&s) == PR_METHOD_SOMA)
+		spec_print_soma(&s, id);
+	else
+		spec_print(&s, id);
 	return 0;
 }
 
