@@ -413,19 +413,28 @@ kn_spsa_step(kn_spsa *s, float *theta, kn_zo_eval_fn eval, void *ctx,
 }
 
 int
+kn_zo_plateau(double *best, int *stale, double val_loss, double rel,
+    int patience)
+{
+	if (val_loss < *best - rel * fabs(*best) || *best == HUGE_VAL) {
+		*best = val_loss;
+		*stale = 0;
+		return 0;
+	}
+	if (++*stale < patience)
+		return 0;
+	*stale = 0;
+	return 1;
+}
+
+int
 kn_spsa_plateau(kn_spsa *s, double val_loss)
 {
 	kn_spsa_config *c = &s->cfg;
 
-	if (val_loss < s->best - c->plateau_rel * fabs(s->best) ||
-	    s->best == HUGE_VAL) {
-		s->best = val_loss;
-		s->stale = 0;
+	if (!kn_zo_plateau(&s->best, &s->stale, val_loss, c->plateau_rel,
+	    c->patience))
 		return 0;
-	}
-	if (++s->stale < c->patience)
-		return 0;
-	s->stale = 0;
 	c->lr = c->lr / 2 > c->floor ? c->lr / 2 : c->floor;
 	c->eps = c->eps / 2 > c->floor ? c->eps / 2 : c->floor;
 	s->halvings++;

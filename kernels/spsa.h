@@ -131,5 +131,10 @@ int kn_spsa_step(kn_spsa *s, float *theta, kn_zo_eval_fn eval, void *ctx,
  * each floored at `floor`, and the count starts again.  Returns 1 when
  * the plateau fired (also once both sit at the floor), 0 otherwise. */
 int kn_spsa_plateau(kn_spsa *s, double val_loss);
+/* The rule alone, for any optimiser's schedule (EGGROLL's too): *best
+ * starts at HUGE_VAL and *stale at 0; returns 1 when the step sizes are
+ * due to halve. */
+int kn_zo_plateau(double *best, int *stale, double val_loss, double rel,
+    int patience);
 
 #endif

@@ -173,7 +173,7 @@ trainer_open(struct trainer *t, const sa_train_opts *o, char *err)
 	t->shape = o->kind == SA_SEED || o->kind == SA_EXPERT ?
 	    sa_expert_shape(s) : sa_control_shape(s);
 	t->learn_decoder = o->kind != SA_EXPERT;
-	t->best = INFINITY;
+	t->best = HUGE_VAL;
 	t->stream = o->kind == SA_EXPERT ? (uint64_t)o->expert :
 	    o->kind == SA_SEED ? STREAM_SEED :
 	    STREAM_CONTROL + (uint64_t)o->kind * 65536 + (uint64_t)t->P;
@@ -374,14 +374,9 @@ schedule(struct trainer *t, double val)
 	}
 	if (!t->have_egg)
 		return;
-	if (val < t->best - 1e-3 * fabs(t->best) || isinf(t->best)) {
-		t->best = val;
-		t->stale = 0;
+	/* the same improvement threshold as SPSA's default */
+	if (!kn_zo_plateau(&t->best, &t->stale, val, 1e-3, s->soma.patience))
 		return;
-	}
-	if (++t->stale < s->soma.patience)
-		return;
-	t->stale = 0;
 	t->egg.cfg.lr = fmaxf(t->egg.cfg.lr / 2, (float)s->soma.lr_floor);
 	t->egg.cfg.sigma = fmaxf(t->egg.cfg.sigma / 2,
 	    (float)s->soma.lr_floor);
