@@ -242,7 +242,8 @@ eval_exec(const struct cmd_entry *self, int argc, char **argv)
 
 const struct cmd_entry cmd_eval_entry = {
 	.name = "eval",
-	.summary = "held-out bound of the blocks and the references",
+	.summary = "held-out bound and references; SOMA: experts, mixture, "
+	    "controls",
 	.usage = "usage: shardmeter eval --spec FILE --dir DIR "
 	    "[--split valid|test] [--json] [--windows N]\n"
 	    "Reports the composed held-out bound (nats and bits "

@@ -231,7 +231,8 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 
 const struct cmd_entry cmd_status_entry = {
 	.name = "status",
-	.summary = "progress and composed bound of running daemons",
+	.summary = "progress and composed bound of running daemons (SOMA: "
+	    "live mixture)",
 	.usage = "usage: shardmeter status --peers FILE "
 	    "[--watch[=SECONDS]] [--json]\nOne line per daemon of the "
 	    "peer list, the run's progress with an ETA, and the\n"

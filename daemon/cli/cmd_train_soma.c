@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/cli/cmd.h"
 #include "daemon/cli/cmd_train_soma.h"
@@ -134,6 +135,12 @@ cli_train_soma(const struct cli_soma_train *a)
 	snprintf(out, sizeof(out), "%s/%s.ckpt", a->run->dir, stem);
 	snprintf(log, sizeof(log), "%s/%s.csv", a->run->dir, stem);
 	snprintf(seed, sizeof(seed), "%s/seed.ckpt", a->run->dir);
+	if (a->kind == SA_EXPERT && access(seed, F_OK) != 0) {
+		fprintf(stderr, "shardmeter train: %s: no seed model; an expert "
+		    "starts from it: run 'shardmeter train --spec FILE --dir "
+		    "%s --seed' first\n", seed, a->run->dir);
+		return 1;
+	}
 	if (cli_soma_text(s, a->kind, a->expert, &paths, &n, err) != 0) {
 		cli_soma_text_free(paths, n);
 		fprintf(stderr, "shardmeter train: %s\n", err);
