@@ -1,0 +1,417 @@
+/* shardmeter plan: loads a topology and a run spec, searches placements,
+ * schedules and network options with the cost model of plan/, prints the
+ * ranked candidates beside the default configuration, and writes the
+ * first choice as files blocktraind runs (plan/output.h). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/cli/cmd.h"
+#include "kernels/clock.h"
+#include "kernels/error.h"
+#include "plan/output.h"
+#include "plan/search.h"
+#include "plan/topology.h"
+
+struct plan_args {
+	const char *topology, *spec, *out;
+	int top, all_options;
+	pl_options o;
+	pl_model m;
+};
+
+/* "3h12m", "14.2 s", "310 ms" */
+static const char *
+duration(double s, char *buf, size_t len)
+{
+	if (s >= 3600)
+		snprintf(buf, len, "%dh%02dm", (int)(s / 3600),
+		    (int)(s / 60) % 60);
+	else if (s >= 100)
+		snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+	else if (s >= 1)
+		snprintf(buf, len, "%.2f s", s);
+	else
+		snprintf(buf, len, "%.1f ms", s * 1000);
+	return buf;
+}
+
+static int
+parse_goal(const char *v, pl_goal *g)
+{
+	if (strcmp(v, "train") == 0)
+		*g = PL_GOAL_TRAIN;
+	else if (strcmp(v, "serve") == 0)
+		*g = PL_GOAL_SERVE;
+	else if (strcmp(v, "both") == 0)
+		*g = PL_GOAL_BOTH;
+	else
+		return -1;
+	return 0;
+}
+
+/* "10,50,200" */
+static int
+parse_h_list(const char *v, pl_options *o)
+{
+	const char *p = v;
+	char *end;
+
+	o->nh = 0;
+	while (*p) {
+		long h = strtol(p, &end, 10);
+
+		if (end == p || h < 1 || h > 1000000 || o->nh == PL_MAX_H ||
+		    (*end != ',' && *end != '\0'))
+			return -1;
+		o->h[o->nh++] = (int)h;
+		p = *end ? end + 1 : end;
+	}
+	return o->nh > 0 ? 0 : -1;
+}
+
+/* "int8=0.6" */
+static int
+parse_zstd_ratio(const char *v, pl_model *m)
+{
+	const char *eq = strchr(v, '=');
+	char *end;
+	double r;
+	int e;
+
+	if (eq == NULL)
+		return -1;
+	r = strtod(eq + 1, &end);
+	if (end == eq + 1 || *end != '\0' || !(r > 0) || r > 1)
+		return -1;
+	for (e = 0; e < PL_ENCS; e++)
+		if ((size_t)(eq - v) == strlen(pl_encoding_name(e)) &&
+		    strncmp(v, pl_encoding_name(e), (size_t)(eq - v)) == 0) {
+			m->zstd_ratio[e] = r;
+			return 0;
+		}
+	return -1;
+}
+
+static int
+plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
+    char **argv)
+{
+	static const struct option opts[] = {
+		{ "topology", required_argument, NULL, 't' },
+		{ "spec", required_argument, NULL, 's' },
+		{ "goal", required_argument, NULL, 'g' },
+		{ "top", required_argument, NULL, 'n' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "replicas", required_argument, NULL, 'r' },
+		{ "max-replicas", required_argument, NULL, 'R' },
+		{ "local-steps", required_argument, NULL, 'H' },
+		{ "zstd-ratio", required_argument, NULL, 'z' },
+		{ "max-streams", required_argument, NULL, 'k' },
+		{ "all-options", no_argument, NULL, 'A' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int ch;
+
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (ch) {
+		case 't':
+			a->topology = optarg;
+			break;
+		case 's':
+			a->spec = optarg;
+			break;
+		case 'o':
+			a->out = optarg;
+			break;
+		case 'g':
+			if (parse_goal(optarg, &a->o.goal) != 0) {
+				fprintf(stderr, "shardmeter plan: --goal is train, "
+				    "serve or both, not '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'n':
+			if (cli_parse_int("plan", "top", optarg, 1, 1000,
+			    &a->top) != 0)
+				return 2;
+			break;
+		case 'r':
+			if (cli_parse_int("plan", "replicas", optarg, 1,
+			    PL_MAX_REPLICAS, &a->o.replicas) != 0)
+				return 2;
+			break;
+		case 'R':
+			if (cli_parse_int("plan", "max-replicas", optarg, 1,
+			    PL_MAX_REPLICAS, &a->o.max_replicas) != 0)
+				return 2;
+			break;
+		case 'k':
+			if (cli_parse_int("plan", "max-streams", optarg, 1, 64,
+			    &a->o.max_streams) != 0)
+				return 2;
+			break;
+		case 'H':
+			if (parse_h_list(optarg, &a->o) != 0) {
+				fprintf(stderr, "shardmeter plan: --local-steps "
+				    "takes up to %d positive integers, as in "
+				    "'25,50,100', not '%s'\n", PL_MAX_H, optarg);
+				return 2;
+			}
+			break;
+		case 'z':
+			if (parse_zstd_ratio(optarg, &a->m) != 0) {
+				fprintf(stderr, "shardmeter plan: --zstd-ratio "
+				    "takes ENCODING=RATIO (f32, f16, bf16 or "
+				    "int8; a ratio in (0, 1]), not '%s'\n",
+				    optarg);
+				return 2;
+			}
+			break;
+		case 'A':
+			a->all_options = 1;
+			break;
+		case 'h':
+			return cli_help(self);
+		default:
+			fprintf(stderr, "%s", self->usage);
+			return 2;
+		}
+	}
+	if (optind < argc || a->topology == NULL || a->spec == NULL) {
+		fprintf(stderr, "shardmeter plan: %s\n%s", optind < argc ?
+		    "unexpected arguments" : "--topology and --spec are needed",
+		    self->usage);
+		return 2;
+	}
+	return CLI_CONTINUE;
+}
+
+/* The network options the search may choose: this build's daemon's,
+ * or with --all-options the issue's whole set. */
+static void
+plan_options(struct plan_args *a, const pl_topology *t)
+{
+	pl_support sup;
+	int i, streams = 1;
+
+	pl_support_detect(&sup);
+	for (i = 0; i < t->n * t->n; i++)
+		if (t->links[i].streams > streams)
+			streams = t->links[i].streams;
+	a->o.int8 = sup.int8 || a->all_options;
+	a->o.zstd = sup.zstd || a->all_options;
+	a->o.overlap = sup.overlap || a->all_options;
+	if (!sup.streams && !a->all_options)
+		a->o.max_streams = 1;
+	else if (a->o.max_streams == 0)
+		a->o.max_streams = streams;
+}
+
+static void
+print_row(const pl_topology *t, const pl_result *r, const pl_result *def,
+    const char *rank, pl_goal goal)
+{
+	const pl_candidate *c = &r->c;
+	const pl_prediction *p = &r->p;
+	const pl_block_pred *bp = &p->block[p->slowest];
+	char d1[32], d2[32], d3[32], d4[32];
+	int b;
+
+	if (goal == PL_GOAL_SERVE) {
+		printf("%-5s %9s %7.2fx (compute %s, network %s) %10.4g B/s"
+		    " | ar %s per %d B, %.4g B/s\n", rank,
+		    duration(p->bt.latency_s, d1, sizeof(d1)),
+		    def->score / r->score,
+		    duration(p->bt.part.compute, d2, sizeof(d2)),
+		    duration(p->bt.part.transfer + p->bt.part.latency, d3,
+		    sizeof(d3)), p->bt.bytes_per_s,
+		    duration(p->ar.latency_s, d4, sizeof(d4)), p->output_bytes,
+		    p->ar.bytes_per_s);
+		printf("      ring:");
+		for (b = c->blocks - 1; b >= 0; b--)
+			printf(" %s", t->hosts[c->ring[b]].name);
+		printf("\n");
+		return;
+	}
+	printf("%-5s %2d %5d %-4s %-4s %2d %-3s %9s %7.2fx %11.4g %9s "
+	    "%10.3g\n", rank, c->nrep[0], c->local_steps,
+	    pl_encoding_name(c->enc), c->zstd ? "zstd" : "-", c->streams,
+	    c->overlap ? "ovl" : "blk", duration(p->train_s, d1, sizeof(d1)),
+	    def->score / r->score, p->positions_per_s,
+	    duration(bp->round_s, d2, sizeof(d2)), p->max_link_bytes_per_h);
+	printf("      block %d decides: %d steps of %s; per round compute "
+	    "%.3g s, stragglers %.3g s, transfer %.3g s, latency %.3g s; "
+	    "update %.4g B\n", p->slowest + 1, c->steps,
+	    duration(bp->step_s, d3, sizeof(d3)), bp->round.compute,
+	    bp->round.straggler, bp->round.transfer, bp->round.latency,
+	    bp->update_bytes);
+	if (p->serve && goal == PL_GOAL_BOTH)
+		printf("      serve: one traversal %s (compute %.3g s, network "
+		    "%.3g s), %.4g B/s batched; ar %s per %d B, %.4g B/s\n",
+		    duration(p->bt.latency_s, d1, sizeof(d1)),
+		    p->bt.part.compute, p->bt.part.transfer +
+		    p->bt.part.latency, p->bt.bytes_per_s,
+		    duration(p->ar.latency_s, d2, sizeof(d2)), p->output_bytes,
+		    p->ar.bytes_per_s);
+}
+
+static void
+print_placement(const pl_topology *t, const pl_candidate *c)
+{
+	int b, r;
+
+	for (b = 0; b < c->blocks; b++) {
+		printf("  block %d (%d layers):", b + 1, c->layers[b]);
+		for (r = 0; r < c->nrep[b]; r++)
+			printf(" %s", t->hosts[c->host[b][r]].name);
+		if (c->ring[b] >= 0)
+			printf("; serves from %s", t->hosts[c->ring[b]].name);
+		printf("\n");
+	}
+}
+
+static void
+print_missing(const struct plan_args *a)
+{
+	pl_support sup;
+
+	pl_support_detect(&sup);
+	printf("\nNot planned (the spec or this build cannot express it):\n"
+	    "  unequal block sizes: the spec has one [model] layers_per_block "
+	    "for every block\n"
+	    "  replica counts that differ by block: [optim] steps is one "
+	    "count for every\n    replica, so the block with fewest "
+	    "replicas would decide; every block gets R\n"
+	    "  microbatches: the spec has no gradient-accumulation key; "
+	    "[optim] batch is kept\n"
+	    "  pipeline_batch: one measured rate per host cannot tell batch "
+	    "sizes apart\n");
+	if (!sup.int8 || !sup.zstd || !sup.streams || !sup.overlap)
+		printf("  %s in this build:%s%s%s%s\n", a->all_options ?
+		    "searched (--all-options) but not" : "not searched, not",
+		    sup.int8 ? "" : " update_encoding = int8,",
+		    sup.zstd ? "" : " update_compression,",
+		    sup.streams ? "" : " update_streams,",
+		    sup.overlap ? "" : " [sync] overlap");
+}
+
+static void
+print_plan(const pl_topology *t, const pr_spec *s, const struct plan_args *a,
+    const pl_plan *plan, double secs)
+{
+	char rank[16];
+	int i;
+
+	printf("plan: %d hosts, %d blocks of %d layers (%zu parameters each), "
+	    "%d steps x %d replica(s) x batch %d x window %d per block\n",
+	    t->n, s->blocks, s->layers_per_block,
+	    pl_block_params(s, s->layers_per_block), s->steps, s->replicas,
+	    s->batch, s->window);
+	printf("search: %s, %.3g placements per option set, %.3g predictions, "
+	    "%.2f s\n\n", plan->exhaustive ? "exhaustive" :
+	    "greedy start and pairwise swaps (a local optimum)",
+	    plan->placements, plan->evaluated, secs);
+	if (a->o.goal == PL_GOAL_SERVE)
+		printf("rank  traversal speedup (breakdown)                   "
+		    "blocktrain output | ar\n");
+	else
+		printf("rank   R     H enc  zstd st ovl      time speedup "
+		    "positions/s     round  link B/h\n");
+	print_row(t, &plan->def, &plan->def, "dflt", a->o.goal);
+	for (i = 0; i < plan->n; i++) {
+		snprintf(rank, sizeof(rank), "%s%d", i == plan->chosen ? "*" :
+		    "", i + 1);
+		print_row(t, &plan->v[i], &plan->def, rank, a->o.goal);
+	}
+	if (plan->chosen >= plan->n) {
+		snprintf(rank, sizeof(rank), "*%d", plan->chosen + 1);
+		print_row(t, &plan->v[plan->chosen], &plan->def, rank,
+		    a->o.goal);
+	}
+	printf("\nfirst choice (*: the simplest within %.0f%% of the fastest):"
+	    "\n", a->o.tie * 100);
+	print_placement(t, &plan->v[plan->chosen].c);
+	print_missing(a);
+}
+
+static int
+cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct plan_args a = { .top = 5 };
+	char err[KN_ERR_LEN];
+	pl_topology t;
+	pl_plan plan;
+	pr_spec s;
+	double t0;
+	int rc;
+
+	pl_options_defaults(&a.o);
+	a.o.max_streams = 0;
+	pl_model_defaults(&a.m);
+	if ((rc = plan_parse(self, &a, argc, argv)) != CLI_CONTINUE)
+		return rc;
+	if (pr_spec_load(&s, a.spec, err) != 0) {
+		fprintf(stderr, "shardmeter plan: %s\n", err);
+		return 1;
+	}
+	if (pl_topology_load(&t, a.topology, err) != 0) {
+		fprintf(stderr, "shardmeter plan: %s\n", err);
+		return 1;
+	}
+	plan_options(&a, &t);
+	t0 = kn_now();
+	if (pl_search(&t, &s, &a.m, &a.o, a.top, &plan, err) != 0) {
+		fprintf(stderr, "shardmeter plan: %s: %s\n", a.topology, err);
+		pl_topology_free(&t);
+		return 1;
+	}
+	print_plan(&t, &s, &a, &plan, kn_now() - t0);
+	rc = 0;
+	if (a.out != NULL) {
+		if (pl_write(a.out, &t, &s, &a.o, &plan, err) != 0) {
+			fprintf(stderr, "shardmeter plan: %s\n", err);
+			rc = 1;
+		} else {
+			printf("\nwrote %s/spec.conf, peers, %sconf/ and "
+			    "plan.json\n", a.out, plan.v[plan.chosen].c.ring[0]
+			    >= 0 ? "pipeline, " : "");
+		}
+	}
+	pl_plan_free(&plan);
+	pl_topology_free(&t);
+	return rc;
+}
+
+const struct cmd_entry cmd_plan_entry = {
+	.name = "plan",
+	.summary = "predict and rank placements, schedules and network options",
+	.usage = "usage: shardmeter plan --topology FILE --spec FILE\n"
+	    "    [--goal train|serve|both] [--top N] [--out DIR]\n"
+	    "    [--replicas R | --max-replicas R] [--local-steps H,H,...]\n"
+	    "    [--zstd-ratio ENC=RATIO] [--max-streams K] [--all-options]\n"
+	    "Predicts, for the hosts and links of the topology file (from "
+	    "'shardmeter probe'\nor written by hand), how the run spec would "
+	    "train and serve under each\ncandidate: which hosts train which "
+	    "block, R replicas per block, H local\nsteps, the update encoding, "
+	    "zstd, parallel streams and overlapped rounds.\nPrints the N "
+	    "fastest (default 5) beside the default configuration (hosts in\n"
+	    "list order, one replica each, the spec's H, f32, blocking), each "
+	    "with its\nbreakdown, and with --out writes the first choice: "
+	    "spec.conf, peers,\npipeline, conf/HOST.conf and plan.json.\n"
+	    "  --goal       train: time to the spec's positions (default); "
+	    "serve: the\n               latency of one pipeline traversal; both: "
+	    "train, with the ring\n"
+	    "  --replicas   plan exactly R replicas per block\n"
+	    "  --local-steps  the H to try (default: the spec's H/2, H, 2H, "
+	    "4H)\n"
+	    "  --zstd-ratio compressed/raw size of an encoding under zstd "
+	    "(default 1)\n"
+	    "  --all-options  also try the options this build's daemon has no "
+	    "key for\n",
+	.exec = cmd_plan_exec
+};

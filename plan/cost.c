@@ -1,0 +1,459 @@
+/* The cost model of shardmeter plan.  A round (daemon/rounds.c): every
+ * replica runs H steps, POSTs its encoded update to every other replica
+ * (one way: half a round trip and the bytes over the link's rate), the
+ * coordinator (replica 0) commits as the last update reaches it, and a
+ * follower learns of the commit by the poll it sends every PL_POLL_S
+ * (or every round trip, when that is longer): half a poll period and
+ * half a round trip on average.  Overlapped rounds run the next H steps
+ * while the exchange is in flight, so a round costs the larger of the
+ * two and not their sum. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/blocktrain.h"
+#include "kernels/error.h"
+#include "plan/cost.h"
+#include "proto/update.h"
+
+const char *
+pl_encoding_name(pl_encoding e)
+{
+	static const char *const names[PL_ENCS] = { "f32", "f16", "bf16",
+	    "int8" };
+
+	return (unsigned)e < PL_ENCS ? names[e] : "?";
+}
+
+/* The update message's bytes beside its payload (magic, run id, block,
+ * round, replica, step, encoding, count, the bin header, SHA-256), as
+ * proto/update.c writes them for a round and step of a long run; 251 is
+ * its documented bound. */
+static double
+update_head_bytes(void)
+{
+	pr_update_meta meta = { .block = 1, .round = 100000, .replica = 1,
+	    .step = 10000000, .enc = PR_ENC_F32, .count = 1 };
+	char *buf;
+	size_t len;
+	float one = 0.0f;
+
+	memset(meta.run_id, 'a', PR_RUN_ID_LEN - 1);
+	if (pr_update_encode(&meta, &one, &buf, &len, NULL) != 0)
+		return 251;
+	free(buf);
+	/* a large payload's bin header has 3 bytes more than a 4-byte one */
+	return (double)(len - sizeof(float) + 3);
+}
+
+void
+pl_model_defaults(pl_model *m)
+{
+	int e;
+
+	memset(m, 0, sizeof(*m));
+	for (e = 0; e < PL_ENCS; e++)
+		m->zstd_ratio[e] = 1.0;
+	m->update_head = update_head_bytes();
+}
+
+size_t
+pl_block_params(const pr_spec *s, int layers)
+{
+	kn_model_shape shape = pr_spec_block_shape(s);
+
+	shape.layers = layers;
+	return kn_model_params_for(&shape);
+}
+
+double
+pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc, int zstd)
+{
+	double n = (double)count, payload;
+
+	switch (enc) {
+	case PL_ENC_F32:
+		payload = 4 * n;
+		break;
+	case PL_ENC_INT8:
+		payload = n + 4 * ceil(n / PL_INT8_BLOCK);
+		break;
+	default:
+		payload = 2 * n;
+		break;
+	}
+	if (zstd)
+		payload *= m->zstd_ratio[enc];
+	return m->update_head + payload;
+}
+
+double
+pl_link_rate(const pl_link *l, int streams)
+{
+	if (streams <= 1 || l->streams <= 1)
+		return l->stream_bps;
+	if (streams >= l->streams)
+		return l->multi_bps;
+	return l->stream_bps + (l->multi_bps - l->stream_bps) *
+	    (streams - 1) / (l->streams - 1);
+}
+
+/* FLOPs per position of a window of shape s with layers layers. */
+static double
+flops_per_position(kn_model_shape shape, int layers)
+{
+	shape.layers = layers;
+	return kn_model_flops_per_window(&shape) / shape.window;
+}
+
+static double
+scaled_rate(const pl_topology *t, const pr_spec *s, double rate, int layers,
+    int causal)
+{
+	kn_model_shape mine = pr_spec_block_shape(s);
+
+	mine.causal = causal;
+	return rate * flops_per_position(t->shape, t->shape.layers) /
+	    flops_per_position(mine, layers);
+}
+
+double
+pl_train_rate(const pl_topology *t, const pr_spec *s, int host, int layers)
+{
+	return scaled_rate(t, s, t->hosts[host].train_pps, layers, 0);
+}
+
+double
+pl_forward_rate(const pl_topology *t, const pr_spec *s, int host, int layers)
+{
+	return scaled_rate(t, s, t->hosts[host].forward_pps, layers, 0);
+}
+
+/* A time with its bandwidth and latency parts. */
+struct path {
+	double bw, lat;
+};
+
+static double
+path_total(struct path p)
+{
+	return p.bw + p.lat;
+}
+
+/* Bytes from host a reach host b, one way. */
+static struct path
+one_way(const pl_topology *t, int a, int b, double bytes, int streams)
+{
+	const pl_link *l = pl_topology_link(t, a, b);
+	struct path p = { bytes / pl_link_rate(l, streams), l->rtt_ms / 2000 };
+
+	return p;
+}
+
+/* Block b's round: the exchange's critical path, from the round's start,
+ * with the compute of the sender it starts from. */
+static void
+predict_round(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
+    int b, double U, pl_block_pred *bp, struct path *crit)
+{
+	const int *h = c->host[b];
+	int R = c->nrep[b], H = c->local_steps, i, f;
+	double step[PL_MAX_REPLICAS], smin = INFINITY, smax = 0;
+	double commit = 0, end = 0, ready_c = 0, ready_end = 0, X, exposed;
+	struct path commit_p = { 0, 0 }, end_p = { 0, 0 };
+
+	for (i = 0; i < R; i++) {
+		step[i] = (double)s->batch * s->window /
+		    pl_train_rate(t, s, h[i], c->layers[b]);
+		smin = fmin(smin, step[i]);
+		smax = fmax(smax, step[i]);
+	}
+	/* the coordinator commits when the last update reaches it */
+	for (i = 1; i < R; i++) {
+		struct path p = one_way(t, h[i], h[0], U, c->streams);
+
+		if (H * step[i] + path_total(p) > commit) {
+			commit = H * step[i] + path_total(p);
+			commit_p = p;
+			ready_c = H * step[i];
+		}
+	}
+	end = commit;
+	end_p = commit_p;
+	ready_end = ready_c;
+	for (f = 1; f < R; f++) {
+		const pl_link *back = pl_topology_link(t, h[f], h[0]);
+		double rtt = back->rtt_ms / 1000;
+		double period = PL_POLL_S * fmax(1, ceil(rtt / PL_POLL_S - 1e-9));
+		struct path wait = { commit_p.bw, commit_p.lat + period / 2 +
+		    rtt / 2 };
+
+		if (ready_c + path_total(wait) > end) {
+			end = ready_c + path_total(wait);
+			end_p = wait;
+			ready_end = ready_c;
+		}
+		/* every other replica's own update reaches f directly */
+		for (i = 0; i < R; i++) {
+			struct path p;
+
+			if (i == f)
+				continue;
+			p = one_way(t, h[i], h[f], U, c->streams);
+			if (H * step[i] + path_total(p) > end) {
+				end = H * step[i] + path_total(p);
+				end_p = p;
+				ready_end = H * step[i];
+			}
+		}
+	}
+	bp->step_s = smax;
+	*crit = end_p;
+	X = end - H * smax;
+	bp->exchange_s = X > 0 ? X : 0;
+	bp->round.compute = H * smin;
+	if (!c->overlap) {
+		bp->round.straggler = ready_end - H * smin;
+		bp->round.transfer = end_p.bw;
+		bp->round.latency = end_p.lat;
+		bp->round_s = end;
+		return;
+	}
+	/* the exchange runs under the next H steps; what sticks out past
+	 * them is paid, split as the critical path is */
+	bp->round.straggler = H * (smax - smin);
+	exposed = bp->exchange_s - H * smax;
+	if (exposed > 0 && path_total(end_p) > 0) {
+		bp->round.transfer = exposed * end_p.bw / path_total(end_p);
+		bp->round.latency = exposed * end_p.lat / path_total(end_p);
+	}
+	bp->round_s = H * smax + (exposed > 0 ? exposed : 0);
+}
+
+static void
+scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
+{
+	out->compute = in->compute * k;
+	out->straggler = in->straggler * k;
+	out->transfer = in->transfer * k;
+	out->latency = in->latency * k;
+}
+
+static void
+predict_block(const pl_topology *t, const pr_spec *s, const pl_model *m,
+    const pl_candidate *c, int b, pl_block_pred *bp)
+{
+	double positions = (double)s->batch * s->window, rounds, tail;
+	struct path crit;
+	int H = c->local_steps;
+
+	memset(bp, 0, sizeof(*bp));
+	bp->update_bytes = pl_update_bytes(m, pl_block_params(s,
+	    c->layers[b]), c->enc, c->zstd);
+	if (c->nrep[b] <= 1) {
+		bp->step_s = positions / pl_train_rate(t, s, c->host[b][0],
+		    c->layers[b]);
+		bp->round_s = H * bp->step_s;
+		bp->round.compute = bp->round_s;
+		bp->positions_per_s = positions / bp->step_s;
+		bp->train_s = c->steps * bp->step_s;
+		bp->train.compute = bp->train_s;
+		return;
+	}
+	predict_round(t, s, c, b, bp->update_bytes, bp, &crit);
+	bp->positions_per_s = c->nrep[b] * positions * H / bp->round_s;
+	rounds = (double)c->steps / H;
+	scale_breakdown(&bp->train, &bp->round, rounds);
+	bp->train_s = rounds * bp->round_s;
+	if (c->overlap && path_total(crit) > 0) {
+		/* the last exchange has no next steps to hide behind */
+		tail = fmin(bp->exchange_s, H * bp->step_s);
+		bp->train_s += tail;
+		bp->train.transfer += tail * crit.bw / path_total(crit);
+		bp->train.latency += tail * crit.lat / path_total(crit);
+	}
+}
+
+static int
+check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
+    char *err)
+{
+	unsigned char used[PL_MAX_HOSTS] = { 0 };
+	int b, r, replicated = 0;
+
+	if (c->blocks != s->blocks)
+		return kn_error(err, KN_EINVAL, "the candidate has %d blocks, "
+		    "the spec %d", c->blocks, s->blocks);
+	if (c->steps < 1 || c->local_steps < 1 || c->streams < 1 ||
+	    (unsigned)c->enc >= PL_ENCS)
+		return kn_error(err, KN_EINVAL, "steps, local steps and streams "
+		    "must be positive");
+	for (b = 0; b < c->blocks; b++) {
+		if (c->layers[b] < 1 || c->nrep[b] < 1 ||
+		    c->nrep[b] > PL_MAX_REPLICAS)
+			return kn_error(err, KN_EINVAL, "block %d: %d layers, %d "
+			    "replicas", b + 1, c->layers[b], c->nrep[b]);
+		replicated |= c->nrep[b] > 1;
+		for (r = 0; r < c->nrep[b]; r++) {
+			int h = c->host[b][r];
+
+			if (h < 0 || h >= t->n)
+				return kn_error(err, KN_EINVAL, "block %d: host "
+				    "%d is not in the topology", b + 1, h);
+			if (used[h]++)
+				return kn_error(err, KN_EINVAL, "host %s trains "
+				    "two blocks or replicas",
+				    t->hosts[h].name);
+		}
+	}
+	if (replicated && c->steps % c->local_steps != 0)
+		return kn_error(err, KN_EINVAL, "steps (%d) must be a multiple "
+		    "of the local steps (%d) when a block has replicas",
+		    c->steps, c->local_steps);
+	return KN_OK;
+}
+
+/* One hop of the ring: frame bytes from a to b, nothing when a is b. */
+static void
+hop(const pl_topology *t, int a, int b, double bytes, pl_breakdown *part)
+{
+	struct path p;
+
+	if (a == b)
+		return;
+	p = one_way(t, a, b, bytes, 1);
+	part->transfer += p.bw;
+	part->latency += p.lat;
+}
+
+/* The BlockTrain traversal: the host of block T first, down to block 1,
+ * whose host sends the output back to the entry; each block runs its
+ * share of PL_SERVE_STEPS denoising steps, a forward pass over the
+ * window each. */
+static void
+predict_serve_bt(const pl_topology *t, const pr_spec *s,
+    const pl_candidate *c, pl_prediction *p)
+{
+	double busy[PL_MAX_HOSTS] = { 0 }, frame = 2.0 * s->window +
+	    PL_FRAME_BYTES, worst = 0;
+	int b, T = c->blocks;
+
+	memset(&p->bt, 0, sizeof(p->bt));
+	for (b = T - 1; b >= 0; b--) {
+		double pass = bt_steps_of(s, PL_SERVE_STEPS, b) *
+		    (double)s->window / pl_forward_rate(t, s, c->ring[b],
+		    c->layers[b]);
+
+		p->bt.part.compute += pass;
+		busy[c->ring[b]] += pass;
+		hop(t, c->ring[b], b > 0 ? c->ring[b - 1] : c->ring[T - 1],
+		    frame, &p->bt.part);
+	}
+	for (b = 0; b < T; b++)
+		worst = fmax(worst, busy[c->ring[b]]);
+	p->bt.latency_s = p->bt.part.compute + p->bt.part.transfer +
+	    p->bt.part.latency;
+	p->bt.bytes_per_s = p->output_bytes / worst;
+}
+
+/* The causal LM split evenly by layers over the ring's hosts in order
+ * (PROTOCOL.md): one traversal per output byte, one new position through
+ * each host's layers, hidden states (d floats) between hosts. */
+static void
+predict_serve_ar(const pl_topology *t, const pr_spec *s,
+    const pl_candidate *c, pl_prediction *p)
+{
+	int order[PR_MAX_BLOCKS], nh = 0, b, i, total = 0;
+	double per_byte_cap = INFINITY, hidden = 4.0 * s->width +
+	    PL_FRAME_BYTES;
+	pl_breakdown one = { 0 };
+
+	memset(&p->ar, 0, sizeof(p->ar));
+	for (b = c->blocks - 1; b >= 0; b--) {
+		total += c->layers[b];
+		if (nh == 0 || order[nh - 1] != c->ring[b])
+			order[nh++] = c->ring[b];
+	}
+	for (i = 0; i < nh; i++) {
+		int lo = (int)((long)i * total / nh);
+		int hi = (int)((long)(i + 1) * total / nh);
+		kn_model_shape shape = pr_spec_block_shape(s);
+		double rate;
+
+		shape.causal = 1;
+		rate = t->hosts[order[i]].forward_pps *
+		    flops_per_position(t->shape, t->shape.layers) /
+		    flops_per_position(shape, hi - lo);
+		one.compute += 1 / rate;
+		per_byte_cap = fmin(per_byte_cap, rate);
+		if (nh > 1) {
+			const pl_link *l = pl_topology_link(t, order[i],
+			    order[(i + 1) % nh]);
+			double bytes = i + 1 < nh ? hidden : PL_FRAME_BYTES;
+
+			hop(t, order[i], order[(i + 1) % nh], bytes, &one);
+			per_byte_cap = fmin(per_byte_cap, l->stream_bps / bytes);
+		}
+	}
+	scale_breakdown(&p->ar.part, &one, p->output_bytes);
+	p->ar.latency_s = p->ar.part.compute + p->ar.part.transfer +
+	    p->ar.part.latency;
+	p->ar.bytes_per_s = per_byte_cap;
+}
+
+int
+pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
+    const pl_candidate *c, pl_prediction *p, char *err)
+{
+	int b, rc;
+
+	memset(p, 0, sizeof(*p));
+	if ((rc = check_candidate(t, s, c, err)) != 0)
+		return rc;
+	for (b = 0; b < c->blocks; b++) {
+		pl_block_pred *bp = &p->block[b];
+
+		predict_block(t, s, m, c, b, bp);
+		p->positions_per_s += bp->positions_per_s;
+		if (bp->train_s > p->train_s) {
+			p->train_s = bp->train_s;
+			p->slowest = b;
+		}
+		if (c->nrep[b] > 1)
+			p->max_link_bytes_per_h = fmax(p->max_link_bytes_per_h,
+			    bp->update_bytes * 3600 / bp->round_s);
+	}
+	p->output_bytes = s->window;
+	p->serve = 1;
+	for (b = 0; b < c->blocks; b++)
+		if (c->ring[b] < 0 || c->ring[b] >= t->n)
+			p->serve = 0;
+	if (p->serve) {
+		predict_serve_bt(t, s, c, p);
+		predict_serve_ar(t, s, c, p);
+	}
+	return KN_OK;
+}
+
+void
+pl_link_bytes(const pl_topology *t, const pl_candidate *c,
+    const pl_prediction *p, double *bytes_per_h)
+{
+	int b, i, j;
+
+	memset(bytes_per_h, 0, (size_t)t->n * t->n * sizeof(double));
+	for (b = 0; b < c->blocks; b++) {
+		const pl_block_pred *bp = &p->block[b];
+
+		if (c->nrep[b] <= 1)
+			continue;
+		for (i = 0; i < c->nrep[b]; i++)
+			for (j = 0; j < c->nrep[b]; j++)
+				if (i != j)
+					bytes_per_h[(size_t)c->host[b][i] * t->n +
+					    c->host[b][j]] = bp->update_bytes *
+					    3600 / bp->round_s;
+	}
+}

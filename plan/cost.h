@@ -1,0 +1,126 @@
+/* The planner's cost model: for one candidate (placement, scheduling and
+ * network options) on a topology, the predicted step and round time of
+ * each block, positions/s, bytes per link per hour, time to the run's
+ * steps, and the inference pipeline's latency and output rate, each with
+ * its breakdown.  It mirrors what the daemon does (daemon/rounds.c,
+ * daemon/worker.c, the pipeline in proto/PROTOCOL.md); shardmeter(1)
+ * states every assumption.  Pure arithmetic: no I/O, no clock. */
+#ifndef PL_COST_H
+#define PL_COST_H
+
+#include "plan/topology.h"
+#include "proto/spec.h"
+
+#define PL_MAX_REPLICAS 64      /* rounds.c's ROUNDS_MAX_REPLICAS */
+/* rounds.c polls the coordinator for the commit every POLL_MS */
+#define PL_POLL_S 0.1
+/* int8 updates: one f32 scale per this many values (the encoding's block) */
+#define PL_INT8_BLOCK 256
+/* the pipeline's denoising steps per request (shardmeter generate's default) */
+#define PL_SERVE_STEPS 64
+/* a pipeline frame's fixed bytes beside its payload (PROTOCOL.md) */
+#define PL_FRAME_BYTES 150
+
+typedef enum {
+	PL_ENC_F32, PL_ENC_F16, PL_ENC_BF16, PL_ENC_INT8, PL_ENCS
+} pl_encoding;
+
+/* "f32", "f16", "bf16", "int8" as the daemon's update_encoding spells
+ * them */
+const char *pl_encoding_name(pl_encoding e);
+
+/* One way to run the spec. */
+typedef struct {
+	int blocks;                             /* T, the spec's */
+	int layers[PR_MAX_BLOCKS];              /* L_b, block b (0-based) */
+	int nrep[PR_MAX_BLOCKS];                /* replicas of block b */
+	/* host indices; [b][0] is replica 0, the round's coordinator */
+	int host[PR_MAX_BLOCKS][PL_MAX_REPLICAS];
+	int steps;                              /* each replica's steps */
+	int local_steps;                        /* H */
+	int overlap;                            /* rounds overlap compute */
+	pl_encoding enc;
+	int zstd;                               /* updates zstd-compressed */
+	int streams;                            /* TCP streams per transfer */
+	/* serving: the host of each block in the pipeline ring, -1: none */
+	int ring[PR_MAX_BLOCKS];
+} pl_candidate;
+
+/* Where time goes, in seconds; the parts add up to the whole. */
+typedef struct {
+	double compute;         /* the fastest replica's steps */
+	double straggler;       /* waiting for the slowest replica */
+	double transfer;        /* bytes over the links' rates */
+	double latency;         /* round trips and the commit poll */
+} pl_breakdown;
+
+typedef struct {
+	double step_s;          /* the slowest replica's step */
+	double exchange_s;      /* a round's exchange, after the last step */
+	double round_s;         /* one round's period (H steps and what
+	                         * of the exchange is not hidden); one
+	                         * replica: H steps */
+	pl_breakdown round;     /* round_s in parts */
+	double update_bytes;    /* one replica's encoded update */
+	double positions_per_s; /* all replicas together */
+	double train_s;         /* to the candidate's steps */
+	pl_breakdown train;     /* train_s in parts */
+} pl_block_pred;
+
+typedef struct {
+	double latency_s;       /* one request, one output */
+	pl_breakdown part;      /* latency_s: compute and network */
+	double bytes_per_s;     /* output bytes/s with the ring saturated */
+} pl_serve_mode;
+
+typedef struct {
+	pl_block_pred block[PR_MAX_BLOCKS];
+	int slowest;                    /* the block that decides train_s */
+	double train_s;                 /* to every block's steps */
+	double positions_per_s;         /* all blocks together */
+	double max_link_bytes_per_h;    /* the busiest link */
+	int serve;                      /* the ring was set: below is valid */
+	pl_serve_mode bt;               /* blocktrain: one traversal */
+	pl_serve_mode ar;               /* causal LM: one traversal per byte */
+	int output_bytes;               /* of the serve predictions */
+} pl_prediction;
+
+/* What the model needs beyond the topology and the spec. */
+typedef struct {
+	/* zstd's size ratio (compressed/raw) per encoding; 1: none */
+	double zstd_ratio[PL_ENCS];
+	/* an update message's bytes beside its payload, measured with
+	 * proto/update.c's encoder */
+	double update_head;
+} pl_model;
+
+void pl_model_defaults(pl_model *m);
+
+/* Parameters of block b's shape with layers layers (kernels' count). */
+size_t pl_block_params(const pr_spec *s, int layers);
+/* Bytes of one encoded update of count parameters (the message's
+ * fixed part included, zstd's ratio applied). */
+double pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc,
+    int zstd);
+/* Bytes/s of a link with n parallel streams: the measured single and
+ * multi figures, linear between 1 and the measured count, flat beyond. */
+double pl_link_rate(const pl_link *l, int streams);
+/* A host's training (forward) positions/s on a block of layers layers:
+ * its measured rate scaled by FLOPs per position against the
+ * topology's measured shape. */
+double pl_train_rate(const pl_topology *t, const pr_spec *s, int host,
+    int layers);
+double pl_forward_rate(const pl_topology *t, const pr_spec *s, int host,
+    int layers);
+
+/* Predicts c.  0, or KN_EINVAL with the reason (a host used twice, a
+ * host out of range, steps not a multiple of H with replicas). */
+int pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
+    const pl_candidate *c, pl_prediction *p, char *err);
+
+/* Bytes per hour each link carries in training, [from * n + to]
+ * (t->n x t->n doubles, written whole). */
+void pl_link_bytes(const pl_topology *t, const pl_candidate *c,
+    const pl_prediction *p, double *bytes_per_h);
+
+#endif

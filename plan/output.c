@@ -1,0 +1,395 @@
+/* Writing a plan: the spec, peer list, pipeline host list and daemon
+ * configuration lines that run the first choice, and plan.json.  A key
+ * this build's daemon lacks is written commented out with the reason,
+ * so every file still loads and nothing is set silently. */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/conf.h"
+#include "kernels/error.h"
+#include "plan/output.h"
+
+#define DEFAULT_PORT 7300
+
+static const pr_key *
+conf_key(const char *name)
+{
+	return pr_key_find(cf_keys, cf_nkeys, "", name);
+}
+
+static const pr_key *
+overlap_key(void)
+{
+	return pr_key_find(pr_spec_keys, pr_spec_nkeys, "sync", "overlap");
+}
+
+void
+pl_support_detect(pl_support *sup)
+{
+	const pr_key *enc = conf_key("update_encoding");
+	int i;
+
+	memset(sup, 0, sizeof(*sup));
+	for (i = 0; enc != NULL && enc->choices != NULL &&
+	    enc->choices[i] != NULL; i++)
+		if (strcmp(enc->choices[i], "int8") == 0)
+			sup->int8 = 1;
+	sup->zstd = conf_key("update_compression") != NULL;
+	sup->streams = conf_key("update_streams") != NULL;
+	sup->overlap = overlap_key() != NULL;
+}
+
+void
+pl_host_addr(const pl_topology *t, int h, char *buf, size_t len)
+{
+	const pl_host *host = &t->hosts[h];
+
+	if (host->address[0])
+		snprintf(buf, len, "%s", host->address);
+	else if (strchr(host->name, ':') != NULL)
+		snprintf(buf, len, "%s", host->name);
+	else
+		snprintf(buf, len, "%s:%d", host->name, DEFAULT_PORT);
+}
+
+int
+pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
+    char *err)
+{
+	char cwd[PATH_MAX], msg[KN_ERR_LEN];
+	const pr_key *ov = overlap_key();
+	size_t i;
+
+	*out = *s;
+	out->steps = c->steps;
+	out->replicas = c->nrep[0];
+	out->local_steps = c->local_steps;
+	if (ov != NULL && pr_key_set(ov, out, NULL, c->overlap ? "yes" : "no",
+	    msg) != 0)
+		return kn_error(err, KN_EINVAL, "[sync] overlap: %s", msg);
+	/* the plan's folder is not the spec's: its data paths must not be
+	 * relative to either */
+	if (getcwd(cwd, sizeof(cwd)) == NULL)
+		return kn_error(err, KN_EIO, "getcwd: %s", strerror(errno));
+	for (i = 0; i < pr_spec_nkeys; i++) {
+		const pr_key *k = &pr_spec_keys[i];
+		char *path = (char *)out + k->offset, joined[PR_PATH_LEN];
+
+		if (!(k->flags & PR_KEY_PATH) || path[0] == '\0' ||
+		    path[0] == '/')
+			continue;
+		if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", cwd,
+		    path) >= sizeof(joined))
+			return kn_error(err, KN_EINVAL, "[%s] %s: path too long",
+			    k->section, k->name);
+		snprintf(path, k->size, "%s", joined);
+	}
+	return pr_spec_validate(out, err);
+}
+
+static json_t *
+breakdown_json(const pl_breakdown *b)
+{
+	return json_pack("{s:f,s:f,s:f,s:f}", "compute", b->compute,
+	    "straggler", b->straggler, "transfer", b->transfer, "latency",
+	    b->latency);
+}
+
+static json_t *
+serve_json(const pl_serve_mode *m)
+{
+	return json_pack("{s:f,s:o,s:f}", "latency_s", m->latency_s,
+	    "breakdown", breakdown_json(&m->part), "output_bytes_per_s",
+	    m->bytes_per_s);
+}
+
+static json_t *
+links_json(const pl_topology *t, const pl_result *r)
+{
+	size_t n = (size_t)t->n * t->n, k;
+	double *bytes = malloc(n * sizeof(double));
+	json_t *arr = json_array();
+
+	if (bytes == NULL)
+		return arr;
+	pl_link_bytes(t, &r->c, &r->p, bytes);
+	for (k = 0; k < n; k++)
+		if (bytes[k] > 0)
+			json_array_append_new(arr, json_pack("{s:s,s:s,s:f}",
+			    "from", t->hosts[k / t->n].name, "to",
+			    t->hosts[k % t->n].name, "bytes_per_hour",
+			    bytes[k]));
+	free(bytes);
+	return arr;
+}
+
+json_t *
+pl_result_json(const pl_topology *t, const pl_result *r, const pl_result *def)
+{
+	const pl_candidate *c = &r->c;
+	const pl_prediction *p = &r->p;
+	json_t *blocks = json_array(), *o;
+	int b, k;
+
+	for (b = 0; b < c->blocks; b++) {
+		const pl_block_pred *bp = &p->block[b];
+		json_t *hosts = json_array();
+
+		for (k = 0; k < c->nrep[b]; k++)
+			json_array_append_new(hosts,
+			    json_string(t->hosts[c->host[b][k]].name));
+		json_array_append_new(blocks, json_pack("{s:i,s:i,s:o,s:f,s:f,"
+		    "s:f,s:f,s:f,s:f,s:o,s:o}", "block", b + 1, "layers",
+		    c->layers[b], "hosts", hosts, "step_s", bp->step_s,
+		    "round_s", bp->round_s, "exchange_s", bp->exchange_s,
+		    "update_bytes", bp->update_bytes, "positions_per_s",
+		    bp->positions_per_s, "train_s", bp->train_s, "round",
+		    breakdown_json(&bp->round), "train",
+		    breakdown_json(&bp->train)));
+	}
+	o = json_pack("{s:{s:i,s:i,s:i,s:s,s:b,s:i,s:b},s:o,s:f,s:f,s:i,s:f,"
+	    "s:o}", "options", "replicas", c->nrep[0], "local_steps",
+	    c->local_steps, "steps", c->steps, "encoding",
+	    pl_encoding_name(c->enc), "zstd", c->zstd, "streams", c->streams,
+	    "overlap", c->overlap, "blocks", blocks, "train_s", p->train_s,
+	    "positions_per_s", p->positions_per_s, "slowest_block",
+	    p->slowest + 1, "max_link_bytes_per_hour",
+	    p->max_link_bytes_per_h, "links", links_json(t, r));
+	if (def != NULL && r->score > 0)
+		json_object_set_new(o, "speedup", json_real(def->score /
+		    r->score));
+	if (p->serve) {
+		json_t *ring = json_array();
+
+		for (b = c->blocks - 1; b >= 0; b--)
+			json_array_append_new(ring,
+			    json_string(t->hosts[c->ring[b]].name));
+		json_object_set_new(o, "serve", json_pack("{s:o,s:i,s:i,s:o,"
+		    "s:o}", "ring", ring, "output_bytes", p->output_bytes,
+		    "denoising_steps", PL_SERVE_STEPS, "blocktrain",
+		    serve_json(&p->bt), "ar", serve_json(&p->ar)));
+	}
+	return o;
+}
+
+static const char *
+goal_name(pl_goal g)
+{
+	return g == PL_GOAL_SERVE ? "serve" : g == PL_GOAL_BOTH ? "both" :
+	    "train";
+}
+
+json_t *
+pl_plan_json(const pl_topology *t, const pr_spec *s, const pl_options *o,
+    const pl_plan *plan)
+{
+	json_t *cands = json_array();
+	char run_id[PR_RUN_ID_LEN] = "";
+	int i;
+
+	pr_spec_run_id(s, run_id, NULL);
+	for (i = 0; i < plan->nall; i++) {
+		json_t *r;
+
+		if (i >= plan->n && i != plan->chosen)
+			continue;
+		r = pl_result_json(t, &plan->v[i], &plan->def);
+
+		json_object_set_new(r, "rank", json_integer(i + 1));
+		json_array_append_new(cands, r);
+	}
+	return json_pack("{s:i,s:s,s:s,s:s,s:{s:s,s:f,s:f},s:o,s:o,s:i}",
+	    "version", 1, "goal", goal_name(o->goal), "measured_at",
+	    t->measured_at, "spec_run_id", run_id, "search", "method",
+	    plan->exhaustive ? "exhaustive" : "greedy and swaps",
+	    "evaluated", plan->evaluated, "placements_per_option_set",
+	    plan->placements, "default", pl_result_json(t, &plan->def, NULL),
+	    "candidates", cands, "chosen", plan->chosen + 1);
+}
+
+static FILE *
+open_out(const char *dir, const char *name, char *path, size_t len,
+    char *err)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/%s", dir, name);
+	if ((f = fopen(path, "w")) == NULL)
+		kn_error(err, KN_EIO, "cannot write %.200s: %s", path,
+		    strerror(errno));
+	return f;
+}
+
+static int
+close_out(FILE *f, const char *path, char *err)
+{
+	if (ferror(f) | (fclose(f) != 0))
+		return kn_error(err, KN_EIO, "cannot write %.200s", path);
+	return KN_OK;
+}
+
+static int
+write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
+    char *err)
+{
+	char path[PR_PATH_LEN];
+	pr_spec out;
+	FILE *f;
+	int rc;
+
+	if ((rc = pl_candidate_spec(s, c, &out, err)) != 0)
+		return rc;
+	if ((f = open_out(dir, "spec.conf", path, sizeof(path), err)) == NULL)
+		return KN_EIO;
+	fprintf(f, "# written by shardmeter plan: the first choice\n");
+	if (overlap_key() == NULL)
+		fprintf(f, "# [sync] overlap = %s: not written, this build's "
+		    "spec has no such key\n", c->overlap ? "yes" : "no");
+	pr_spec_print(f, &out);
+	return close_out(f, path, err);
+}
+
+static int
+write_peers(const char *dir, const pl_topology *t, const pl_candidate *c,
+    char *err)
+{
+	char path[PR_PATH_LEN], addr[PL_NAME_LEN + 8];
+	FILE *f;
+	int b, r;
+
+	if ((f = open_out(dir, "peers", path, sizeof(path), err)) == NULL)
+		return KN_EIO;
+	fprintf(f, "# written by shardmeter plan: host:port block [peer-id];"
+	    "\n# a block's lines give its replicas their order (replica 0 "
+	    "coordinates).\n# NAME:%d is a placeholder for a host the "
+	    "topology gives no address.\n", DEFAULT_PORT);
+	for (b = 0; b < c->blocks; b++)
+		for (r = 0; r < c->nrep[b]; r++) {
+			int h = c->host[b][r];
+
+			pl_host_addr(t, h, addr, sizeof(addr));
+			fprintf(f, "%s %d%s%s\n", addr, b + 1,
+			    t->hosts[h].id[0] ? " " : "", t->hosts[h].id);
+		}
+	return close_out(f, path, err);
+}
+
+static int
+write_pipeline(const char *dir, const pl_topology *t, const pl_candidate *c,
+    char *err)
+{
+	char path[PR_PATH_LEN], addr[PL_NAME_LEN + 8];
+	FILE *f;
+	int b;
+
+	if ((f = open_out(dir, "pipeline", path, sizeof(path), err)) == NULL)
+		return KN_EIO;
+	fprintf(f, "# written by shardmeter plan: the ring in traversal order, "
+	    "the entry first\n");
+	for (b = c->blocks - 1; b >= 0; b--) {
+		int h = c->ring[b];
+
+		pl_host_addr(t, h, addr, sizeof(addr));
+		fprintf(f, "%s %d%s%s\n", addr, b + 1, t->hosts[h].id[0] ?
+		    " " : "", t->hosts[h].id);
+	}
+	return close_out(f, path, err);
+}
+
+/* One daemon's lines; a key the daemon lacks is written commented out. */
+static void
+conf_line(FILE *f, const char *name, const char *value, int exists)
+{
+	if (exists)
+		fprintf(f, "%s = %s\n", name, value);
+	else
+		fprintf(f, "# %s = %s   (not in this build's blocktraind)\n",
+		    name, value);
+}
+
+static int
+write_confs(const char *dir, const pl_topology *t, const pl_candidate *c,
+    char *err)
+{
+	char sub[PR_PATH_LEN], path[PR_PATH_LEN], name[PL_NAME_LEN + 8];
+	char addr[PL_NAME_LEN + 8], v[32];
+	pl_support sup;
+	int b, r, rc = 0;
+	size_t i;
+
+	pl_support_detect(&sup);
+	snprintf(sub, sizeof(sub), "%s/conf", dir);
+	if (mkdir(sub, 0777) != 0 && errno != EEXIST)
+		return kn_error(err, KN_EIO, "cannot make %.200s: %s", sub,
+		    strerror(errno));
+	for (b = 0; b < c->blocks && rc == 0; b++)
+		for (r = 0; r < c->nrep[b] && rc == 0; r++) {
+			int h = c->host[b][r];
+			FILE *f;
+
+			/* a file name of the host's name, ':' and '/' aside */
+			snprintf(name, sizeof(name), "%s.conf", t->hosts[h].name);
+			for (i = 0; name[i]; i++)
+				if (name[i] == '/' || name[i] == ':')
+					name[i] = '_';
+			if ((f = open_out(sub, name, path, sizeof(path),
+			    err)) == NULL)
+				return KN_EIO;
+			pl_host_addr(t, h, addr, sizeof(addr));
+			fprintf(f, "# %s: merge into its blocktrain.conf (spec, "
+			    "peers and state_dir as on that host)\n",
+			    t->hosts[h].name);
+			snprintf(v, sizeof(v), "%d", b + 1);
+			conf_line(f, "block", v, 1);
+			conf_line(f, "advertise", addr, 1);
+			conf_line(f, "update_encoding", pl_encoding_name(c->enc),
+			    c->enc != PL_ENC_INT8 || sup.int8);
+			conf_line(f, "update_compression", c->zstd ? "zstd" :
+			    "none", sup.zstd);
+			snprintf(v, sizeof(v), "%d", c->streams);
+			conf_line(f, "update_streams", v, sup.streams);
+			rc = close_out(f, path, err);
+		}
+	return rc;
+}
+
+static int
+write_json(const char *dir, const pl_topology *t, const pr_spec *s,
+    const pl_options *o, const pl_plan *plan, char *err)
+{
+	char path[PR_PATH_LEN];
+	json_t *j = pl_plan_json(t, s, o, plan);
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/plan.json", dir);
+	rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS |
+	    JSON_REAL_PRECISION(10));
+	json_decref(j);
+	return rc != 0 ? kn_error(err, KN_EIO, "cannot write %.200s", path) :
+	    KN_OK;
+}
+
+int
+pl_write(const char *dir, const pl_topology *t, const pr_spec *s,
+    const pl_options *o, const pl_plan *plan, char *err)
+{
+	const pl_candidate *c = &plan->v[plan->chosen].c;
+	int rc;
+
+	if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+		return kn_error(err, KN_EIO, "cannot make %.200s: %s", dir,
+		    strerror(errno));
+	if ((rc = write_spec(dir, s, c, err)) != 0 ||
+	    (rc = write_peers(dir, t, c, err)) != 0 ||
+	    (c->ring[0] >= 0 && (rc = write_pipeline(dir, t, c, err)) != 0) ||
+	    (rc = write_confs(dir, t, c, err)) != 0)
+		return rc;
+	return write_json(dir, t, s, o, plan, err);
+}

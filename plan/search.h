@@ -1,0 +1,73 @@
+/* The planner's search over candidates (plan/cost.h): for training, one
+ * best placement per set of options (replicas, H, encoding, zstd,
+ * streams, overlap), found exhaustively when the placements are few and
+ * by a greedy start and pairwise swaps when they are many; for serving,
+ * the host of each block in the pipeline ring.  shardmeter plan calls it;
+ * tests/check_plan.c checks its choices on constructed topologies. */
+#ifndef PL_SEARCH_H
+#define PL_SEARCH_H
+
+#include "plan/cost.h"
+
+typedef enum { PL_GOAL_TRAIN, PL_GOAL_SERVE, PL_GOAL_BOTH } pl_goal;
+
+#define PL_MAX_H 8
+
+typedef struct {
+	pl_goal goal;
+	int replicas;           /* 0: search 1 .. hosts / blocks; else that */
+	int max_replicas;       /* 0: no bound but the hosts' */
+	int h[PL_MAX_H], nh;    /* local steps to try; nh 0: the spec's
+	                         * H / 2, H, 2H and 4H */
+	/* options the daemon can run: the search tries only these */
+	int int8, zstd, overlap;
+	int max_streams;        /* 1: one stream per transfer */
+	/* placements per option set up to which the search is exhaustive */
+	double exhaustive_limit;
+	/* the first choice: the simplest candidate within this fraction of
+	 * the fastest (the model's error is larger than such gains) */
+	double tie;
+} pl_options;
+
+typedef struct {
+	pl_candidate c;
+	pl_prediction p;
+	double score;           /* seconds, what the goal ranks by */
+	int simplicity;         /* options changed from the default */
+} pl_result;
+
+typedef struct {
+	pl_result *v;           /* ranked, fastest first */
+	int n;                  /* the top rows asked for (or fewer) */
+	int nall;               /* rows in v, n and those below */
+	int chosen;             /* the first choice, an index into v */
+	pl_result def;          /* the default configuration */
+	int exhaustive;         /* every placement was tried */
+	double evaluated;       /* candidates predicted */
+	double placements;      /* placements per option set, largest */
+} pl_plan;
+
+void pl_options_defaults(pl_options *o);
+
+/* Equal blocks, one replica each on the hosts in list order, the spec's
+ * H, f32, one stream, blocking rounds; the ring in the same order. */
+int pl_default_candidate(const pl_topology *t, const pr_spec *s,
+    pl_candidate *c, char *err);
+
+/* Each replica's steps when every block has R replicas: the spec's
+ * positions per block (steps x replicas x batch x window) held, rounded
+ * up to a multiple of H when R > 1. */
+int pl_steps_for(const pr_spec *s, int R, int H);
+
+/* Searches; plan->v holds at most top rows.  0, or a negative KN_E* code
+ * with the reason (a spec the topology cannot host).  The caller frees
+ * plan with pl_plan_free. */
+int pl_search(const pl_topology *t, const pr_spec *s, const pl_model *m,
+    const pl_options *o, int top, pl_plan *plan, char *err);
+void pl_plan_free(pl_plan *plan);
+
+/* A lower bound of the device memory that training a block of layers
+ * layers needs: parameters, gradients and AdamW's two moments in f32. */
+double pl_train_bytes(const pr_spec *s, int layers);
+
+#endif
