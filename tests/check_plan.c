@@ -1,0 +1,644 @@
+/* The planner: its cost model on constructed topologies whose answer is
+ * known (a slow link, a fast host, int8 against f32, overlapped rounds,
+ * bytes per hour by hand), the search's greedy path against exhaustive
+ * search, the files a plan writes read back by the daemon's own readers,
+ * and clear errors for bad topology files.  No daemons, no timings. */
+#include "config.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/peers.h"
+#include "daemon/pipeline_hosts.h"
+#include "kernels/error.h"
+#include "plan/cost.h"
+#include "plan/output.h"
+#include "plan/search.h"
+#include "plan/topology.h"
+#include "proto/update.h"
+#include "tests/testutil.h"
+
+/* int8's gain over f32 when compute dominates stays below this */
+#define COMPUTE_BOUND_EPS 0.01
+
+static void
+spec_of(pr_spec *s, int blocks, int layers, int steps, int H)
+{
+	char text[512], err[PR_ERR_LEN];
+	int n;
+
+	n = snprintf(text, sizeof(text), "[model]\nblocks = %d\nwidth = 64\n"
+	    "heads = 4\nlayers_per_block = %d\nwindow = 32\n[optim]\n"
+	    "batch = 8\nsteps = %d\nwarmup = 10\n[sync]\nlocal_steps = %d\n",
+	    blocks, layers, steps, H);
+	ck_assert_msg(pr_spec_parse(s, text, (size_t)n, err) == 0, "%s", err);
+}
+
+/* n equal hosts (rate positions/s at the spec's shape), every link bw
+ * bytes/s at rtt_ms. */
+static void
+topo_of(pl_topology *t, const pr_spec *s, int n, double rate, double bw,
+    double rtt_ms)
+{
+	int i;
+
+	memset(t, 0, sizeof(*t));
+	t->n = n;
+	t->shape = pr_spec_block_shape(s);
+	t->batch = s->batch;
+	t->hosts = calloc((size_t)n, sizeof(pl_host));
+	t->links = calloc((size_t)n * n, sizeof(pl_link));
+	ck_assert(t->hosts != NULL && t->links != NULL);
+	for (i = 0; i < n; i++) {
+		snprintf(t->hosts[i].name, sizeof(t->hosts[i].name), "h%d", i);
+		t->hosts[i].memory_bytes = 1e12;
+		t->hosts[i].train_pps = rate;
+		t->hosts[i].forward_pps = 3 * rate;
+	}
+	for (i = 0; i < n * n; i++) {
+		t->links[i].rtt_ms = rtt_ms;
+		t->links[i].stream_bps = t->links[i].multi_bps = bw;
+		t->links[i].streams = 1;
+	}
+}
+
+static void
+set_pair(pl_topology *t, int a, int b, double bw)
+{
+	t->links[a * t->n + b].stream_bps = t->links[a * t->n + b].multi_bps =
+	    bw;
+	t->links[b * t->n + a].stream_bps = t->links[b * t->n + a].multi_bps =
+	    bw;
+}
+
+static void
+plan_of(const pl_topology *t, const pr_spec *s, const pl_options *o,
+    pl_plan *plan)
+{
+	char err[KN_ERR_LEN];
+	pl_model m;
+
+	pl_model_defaults(&m);
+	ck_assert_msg(pl_search(t, s, &m, o, 1000, plan, err) == 0, "%s", err);
+}
+
+static const pl_candidate *
+chosen(const pl_plan *plan)
+{
+	return &plan->v[plan->chosen].c;
+}
+
+static int
+uses(const pl_candidate *c, int b, int host)
+{
+	int r;
+
+	for (r = 0; r < c->nrep[b]; r++)
+		if (c->host[b][r] == host)
+			return 1;
+	return 0;
+}
+
+/* One block, two replicas out of three hosts: with every link alike the
+ * first two hosts in list order are taken; with the link between them
+ * ten times slower, the replicated block moves off it. */
+START_TEST(test_slow_link_moves_replicas)
+{
+	pl_topology t;
+	pl_options o;
+	pl_plan plan;
+	pr_spec s;
+
+	spec_of(&s, 1, 2, 400, 20);
+	/* an update of ~100k floats over 1e6 B/s: transfer matters */
+	topo_of(&t, &s, 3, 2000, 1e6, 1);
+	pl_options_defaults(&o);
+	o.replicas = 2;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert(uses(chosen(&plan), 0, 0) && uses(chosen(&plan), 0, 1));
+	pl_plan_free(&plan);
+
+	set_pair(&t, 0, 1, 1e5);
+	plan_of(&t, &s, &o, &plan);
+	ck_assert_int_eq(chosen(&plan)->nrep[0], 2);
+	ck_assert(!(uses(chosen(&plan), 0, 0) && uses(chosen(&plan), 0, 1)));
+	ck_assert(uses(chosen(&plan), 0, 2));
+	pl_plan_free(&plan);
+	pl_topology_free(&t);
+}
+END_TEST
+
+/* The best f32 and int8 rows of a plan. */
+static void
+best_by_encoding(const pl_plan *plan, double *f32, double *int8)
+{
+	int i;
+
+	*f32 = *int8 = INFINITY;
+	for (i = 0; i < plan->nall; i++) {
+		const pl_result *r = &plan->v[i];
+
+		if (r->c.enc == PL_ENC_F32)
+			*f32 = fmin(*f32, r->score);
+		if (r->c.enc == PL_ENC_INT8)
+			*int8 = fmin(*int8, r->score);
+	}
+	ck_assert(isfinite(*f32) && isfinite(*int8));
+}
+
+START_TEST(test_int8_only_when_link_bound)
+{
+	double f32, int8;
+	pl_topology t;
+	pl_options o;
+	pl_plan plan;
+	pr_spec s;
+
+	spec_of(&s, 1, 2, 400, 20);
+	pl_options_defaults(&o);
+	o.replicas = 2;
+	o.int8 = 1;
+	o.nh = 1;
+	o.h[0] = 20;
+	/* compute-bound: a fast link, slow hosts */
+	topo_of(&t, &s, 2, 2000, 1e11, 0.05);
+	plan_of(&t, &s, &o, &plan);
+	best_by_encoding(&plan, &f32, &int8);
+	ck_assert_msg(f32 / int8 - 1 < COMPUTE_BOUND_EPS, "int8 gains %g",
+	    f32 / int8 - 1);
+	ck_assert_int_ne(chosen(&plan)->enc, PL_ENC_INT8);
+	pl_plan_free(&plan);
+	pl_topology_free(&t);
+
+	/* link-bound: the same hosts behind a slow link */
+	topo_of(&t, &s, 2, 2000, 2e4, 0.05);
+	plan_of(&t, &s, &o, &plan);
+	best_by_encoding(&plan, &f32, &int8);
+	ck_assert_msg(f32 / int8 > 2, "int8 gains only %g", f32 / int8 - 1);
+	ck_assert_int_eq(chosen(&plan)->enc, PL_ENC_INT8);
+	ck_assert_int_eq(plan.v[0].c.enc, PL_ENC_INT8);
+	pl_plan_free(&plan);
+	pl_topology_free(&t);
+}
+END_TEST
+
+/* A host twice as fast: the plan trains a block on it and leaves the
+ * slow host idle; and, in the cost model, more layers on it shorten the
+ * run (the spec cannot express unequal blocks, so the search keeps
+ * them equal). */
+START_TEST(test_fast_host)
+{
+	pl_candidate c;
+	pl_prediction eq, more, fewer;
+	char err[KN_ERR_LEN];
+	pl_topology t;
+	pl_options o;
+	pl_plan plan;
+	pl_model m;
+	pr_spec s;
+
+	spec_of(&s, 2, 4, 400, 20);
+	topo_of(&t, &s, 4, 1000, 1e9, 1);
+	t.hosts[1].train_pps = 2000;
+	t.hosts[0].train_pps = 500;
+	pl_options_defaults(&o);
+	o.replicas = 1;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert(uses(chosen(&plan), 0, 1) || uses(chosen(&plan), 1, 1));
+	ck_assert(!uses(chosen(&plan), 0, 0) && !uses(chosen(&plan), 1, 0));
+	ck_assert_double_lt(plan.v[plan.chosen].score, plan.def.score);
+	pl_plan_free(&plan);
+
+	pl_model_defaults(&m);
+	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	c.host[0][0] = 1;       /* the fast host */
+	c.host[1][0] = 2;
+	ck_assert(pl_predict(&t, &s, &m, &c, &eq, err) == 0);
+	c.layers[0] = 5;
+	c.layers[1] = 3;
+	ck_assert(pl_predict(&t, &s, &m, &c, &more, err) == 0);
+	c.layers[0] = 3;
+	c.layers[1] = 5;
+	ck_assert(pl_predict(&t, &s, &m, &c, &fewer, err) == 0);
+	ck_assert_double_lt(more.train_s, eq.train_s);
+	ck_assert_double_lt(eq.train_s, fewer.train_s);
+	pl_topology_free(&t);
+}
+END_TEST
+
+/* Two replicas over one link: the round by hand, the bytes per hour by
+ * hand, the update's size against a real encoded update. */
+START_TEST(test_round_and_bytes_by_hand)
+{
+	double rate = 4000, bw = 3e6, rtt = 0.004, U, step, end, bph, *out;
+	pl_prediction p;
+	pl_candidate c;
+	char err[KN_ERR_LEN];
+	pr_update_meta meta = { .block = 1, .round = 7, .replica = 1,
+	    .step = 140, .enc = PR_ENC_F32 };
+	kn_model_shape shape;
+	pl_topology t;
+	pl_model m;
+	pr_spec s;
+	size_t count, len;
+	float *zeros;
+	char *buf;
+
+	spec_of(&s, 1, 2, 400, 20);
+	topo_of(&t, &s, 2, rate, bw, rtt * 1000);
+	pl_model_defaults(&m);
+	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	c.nrep[0] = 2;
+	c.host[0][1] = 1;
+	c.steps = 200;
+	ck_assert(pl_predict(&t, &s, &m, &c, &p, err) == 0);
+
+	shape = (kn_model_shape){ 64, 4, 2, 32, 0 };
+	count = kn_model_params_for(&shape);
+	U = m.update_head + 4.0 * count;
+	ck_assert_double_eq_tol(p.block[0].update_bytes, U, 1e-6);
+	/* a real update of that many parameters is that long, give or take
+	 * the width of its integers */
+	zeros = calloc(count, sizeof(float));
+	memset(meta.run_id, 'f', PR_RUN_ID_LEN - 1);
+	meta.count = count;
+	ck_assert(pr_update_encode(&meta, zeros, &buf, &len, err) == 0);
+	ck_assert_double_le(fabs((double)len - U), 16);
+	free(buf);
+	free(zeros);
+
+	/* H steps, replica 1's update reaches the coordinator (half a round
+	 * trip and the bytes), the commit is seen by replica 1's poll (half
+	 * the 100 ms poll period and half a round trip) */
+	step = s.batch * s.window / rate;
+	end = 20 * step + rtt / 2 + U / bw + PL_POLL_S / 2 + rtt / 2;
+	ck_assert_double_eq_tol(p.block[0].round_s, end, 1e-9 * end);
+	ck_assert_double_eq_tol(p.block[0].round.compute, 20 * step, 1e-9);
+	ck_assert_double_eq_tol(p.block[0].round.transfer, U / bw, 1e-9);
+	ck_assert_double_eq_tol(p.block[0].round.latency, rtt + PL_POLL_S / 2,
+	    1e-9);
+	ck_assert_double_eq_tol(p.train_s, 10 * end, 1e-9 * end);
+	bph = U * 3600 / end;
+	out = calloc(4, sizeof(double));
+	pl_link_bytes(&t, &c, &p, out);
+	ck_assert_double_eq_tol(out[0 * 2 + 1], bph, 1e-9 * bph);
+	ck_assert_double_eq_tol(out[1 * 2 + 0], bph, 1e-9 * bph);
+	ck_assert_double_eq(out[0], 0);
+	ck_assert_double_eq_tol(p.max_link_bytes_per_h, bph, 1e-9 * bph);
+	free(out);
+	pl_topology_free(&t);
+}
+END_TEST
+
+/* Overlapped rounds cost max(compute, exchange), blocking their sum. */
+START_TEST(test_overlap_max_not_sum)
+{
+	double bws[2] = { 1e8, 2e4 };
+	char err[KN_ERR_LEN];
+	pl_prediction blk, ovl;
+	pl_candidate c;
+	pl_topology t;
+	pl_model m;
+	pr_spec s;
+	int k;
+
+	spec_of(&s, 1, 2, 400, 20);
+	pl_model_defaults(&m);
+	for (k = 0; k < 2; k++) {
+		double compute, X;
+
+		topo_of(&t, &s, 2, 4000, bws[k], 2);
+		ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+		c.nrep[0] = 2;
+		c.host[0][1] = 1;
+		c.steps = 200;
+		ck_assert(pl_predict(&t, &s, &m, &c, &blk, err) == 0);
+		c.overlap = 1;
+		ck_assert(pl_predict(&t, &s, &m, &c, &ovl, err) == 0);
+		compute = 20 * blk.block[0].step_s;
+		X = blk.block[0].exchange_s;
+		/* the exchange hides under the compute on a fast link and
+		 * the compute under the exchange on a slow one */
+		ck_assert(k == 0 ? X < compute : X > compute);
+		ck_assert_double_eq_tol(blk.block[0].round_s, compute + X,
+		    1e-9 * (compute + X));
+		ck_assert_double_eq_tol(ovl.block[0].round_s, fmax(compute, X),
+		    1e-9 * (compute + X));
+		/* ten rounds; the last exchange has nothing to hide behind */
+		ck_assert_double_eq_tol(blk.train_s, 10 * (compute + X),
+		    1e-9 * blk.train_s);
+		ck_assert_double_eq_tol(ovl.train_s, 10 * fmax(compute, X) +
+		    fmin(compute, X), 1e-9 * ovl.train_s);
+		ck_assert_double_eq_tol(ovl.block[0].round.compute +
+		    ovl.block[0].round.straggler + ovl.block[0].round.transfer +
+		    ovl.block[0].round.latency, ovl.block[0].round_s, 1e-9);
+		pl_topology_free(&t);
+	}
+}
+END_TEST
+
+/* Two sites of three hosts joined by a slow link: the greedy start and
+ * swaps reach what trying every placement finds. */
+START_TEST(test_greedy_matches_exhaustive)
+{
+	pl_plan all, greedy;
+	pl_topology t;
+	pl_options o;
+	pr_spec s;
+	int a, b;
+
+	spec_of(&s, 2, 2, 400, 20);
+	topo_of(&t, &s, 6, 2000, 1e8, 0.1);
+	for (a = 0; a < 6; a++)
+		for (b = 0; b < 6; b++)
+			if (a != b && (a % 2) != (b % 2)) {
+				t.links[a * 6 + b].stream_bps = 1e5;
+				t.links[a * 6 + b].multi_bps = 1e5;
+				t.links[a * 6 + b].rtt_ms = 80;
+			}
+	t.hosts[5].train_pps = 1000;
+	pl_options_defaults(&o);
+	o.replicas = 2;
+	plan_of(&t, &s, &o, &all);
+	ck_assert_int_eq(all.exhaustive, 1);
+	o.exhaustive_limit = 0;
+	plan_of(&t, &s, &o, &greedy);
+	ck_assert_int_eq(greedy.exhaustive, 0);
+	ck_assert_double_le(greedy.v[0].score, all.v[0].score * (1 + 1e-9));
+	ck_assert_double_le(all.v[0].score, greedy.v[0].score * (1 + 1e-9));
+	/* each block within one site, the slow host left out */
+	for (b = 0; b < 2; b++) {
+		const pl_candidate *c = &greedy.v[0].c;
+
+		ck_assert_int_eq(c->host[b][0] % 2, c->host[b][1] % 2);
+		ck_assert(!uses(c, b, 5));
+	}
+	pl_plan_free(&all);
+	pl_plan_free(&greedy);
+	pl_topology_free(&t);
+}
+END_TEST
+
+static const char *topo_head =
+    "{ \"version\": 1, \"measured_at\": \"by hand\",\n"
+    "  \"shape\": { \"width\": 64, \"heads\": 4, \"layers\": 2, "
+    "\"window\": 32, \"batch\": 8 },\n";
+
+/* hosts h0..h(n-1) at 127.0.0.1:7400+i with all links */
+static char *
+full_topology(int n)
+{
+	size_t cap = 65536, used = 0;
+	char *text = malloc(cap);
+	int i, j;
+
+	used += (size_t)snprintf(text + used, cap - used, "%s  \"hosts\": [",
+	    topo_head);
+	for (i = 0; i < n; i++)
+		used += (size_t)snprintf(text + used, cap - used, "%s{ \"name\": "
+		    "\"h%d\", \"address\": \"127.0.0.1:%d\", \"memory_bytes\": "
+		    "1e9, \"train_positions_per_s\": %d, "
+		    "\"forward_positions_per_s\": 9000 }", i ? ", " : "", i,
+		    7400 + i, 3000 + 100 * i);
+	used += (size_t)snprintf(text + used, cap - used, "],\n  \"links\": [");
+	for (i = 0; i < n; i++)
+		for (j = 0; j < n; j++)
+			if (i != j)
+				used += (size_t)snprintf(text + used, cap - used,
+				    "%s{ \"from\": \"h%d\", \"to\": \"h%d\", "
+				    "\"rtt_ms\": 1, \"rtt_spread_ms\": 0.1, "
+				    "\"samples\": 20, \"stream_bytes_per_s\": 1e7, "
+				    "\"streams\": 4, \"multi_bytes_per_s\": 3e7 }",
+				    used > 0 && text[used - 1] == '[' ? "" : ", ",
+				    i, j);
+	snprintf(text + used, cap - used, "] }\n");
+	return text;
+}
+
+/* The files of a plan load with the daemon's own readers and say what
+ * the plan says. */
+START_TEST(test_written_plan_loads)
+{
+	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
+	const pl_candidate *c;
+	pl_topology t;
+	pl_options o;
+	pl_plan plan;
+	peers_list pl;
+	ph_list hosts;
+	pr_spec s, back;
+	json_t *j;
+	json_error_t jerr;
+	char *text = full_topology(5);
+	int b, r, i;
+
+	spec_of(&s, 2, 2, 400, 20);
+	ck_assert_msg(pl_topology_parse(&t, text, strlen(text), "t.json",
+	    err) == 0, "%s", err);
+	free(text);
+	pl_options_defaults(&o);
+	o.goal = PL_GOAL_BOTH;
+	o.replicas = 2;
+	plan_of(&t, &s, &o, &plan);
+	c = chosen(&plan);
+	tu_temp_dir(dir, sizeof(dir), "check_plan");
+	ck_assert_msg(pl_write(dir, &t, &s, &o, &plan, err) == 0, "%s", err);
+
+	snprintf(path, sizeof(path), "%s/spec.conf", dir);
+	ck_assert_msg(pr_spec_load(&back, path, err) == 0, "%s", err);
+	ck_assert_int_eq(back.blocks, 2);
+	ck_assert_int_eq(back.replicas, 2);
+	ck_assert_int_eq(back.steps, c->steps);
+	ck_assert_int_eq(back.steps, 200);      /* 400 steps over 2 replicas */
+	ck_assert_int_eq(back.local_steps, c->local_steps);
+	ck_assert_int_eq(back.steps % back.local_steps, 0);
+
+	snprintf(path, sizeof(path), "%s/peers", dir);
+	ck_assert_msg(peers_load(&pl, path, err) == 0, "%s", err);
+	ck_assert_int_eq(pl.n, 4);
+	for (b = 0; b < 2; b++) {
+		ck_assert_int_eq(peers_replicas(&pl, b + 1), 2);
+		for (r = 0; r < 2; r++) {
+			pl_host_addr(&t, c->host[b][r], addr, sizeof(addr));
+			i = peers_find(&pl, addr);
+			ck_assert_int_ge(i, 0);
+			ck_assert_int_eq(pl.v[i].block, b + 1);
+			ck_assert_int_eq(peers_replica_index(&pl, i), r);
+		}
+	}
+	peers_free(&pl);
+
+	snprintf(path, sizeof(path), "%s/pipeline", dir);
+	ck_assert_msg(ph_load(&hosts, path, err) == 0, "%s", err);
+	ck_assert_int_eq(hosts.n, 2);
+	pl_host_addr(&t, c->ring[1], addr, sizeof(addr));
+	ck_assert_str_eq(hosts.v[0].addr, addr);
+	ck_assert_int_eq(hosts.v[0].block_hi, 2);
+	ph_free(&hosts);
+
+	snprintf(path, sizeof(path), "%s/plan.json", dir);
+	j = json_load_file(path, 0, &jerr);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "chosen")),
+	    plan.chosen + 1);
+	ck_assert_ptr_nonnull(json_object_get(json_object_get(j, "default"),
+	    "train_s"));
+	json_decref(j);
+	tu_remove_dir(dir);
+	pl_plan_free(&plan);
+	pl_topology_free(&t);
+}
+END_TEST
+
+static void
+refused(const char *text, const char *want)
+{
+	char err[KN_ERR_LEN] = "";
+	pl_topology t;
+
+	ck_assert_int_eq(pl_topology_parse(&t, text, strlen(text), "bad.json",
+	    err), KN_EINVAL);
+	ck_assert_msg(strstr(err, want) != NULL && strstr(err, "bad.json"),
+	    "'%s' lacks '%s'", err, want);
+}
+
+static char *
+replaced(const char *text, const char *from, const char *to)
+{
+	const char *at = strstr(text, from);
+	char *out = malloc(strlen(text) + strlen(to) + 1);
+
+	ck_assert_ptr_nonnull(at);
+	memcpy(out, text, (size_t)(at - text));
+	strcpy(out + (at - text), to);
+	strcat(out, at + strlen(from));
+	return out;
+}
+
+/* text less the object that starts with from, and its ", " */
+static char *
+without_link(const char *text, const char *from)
+{
+	const char *at = strstr(text, from), *end;
+	char *out = malloc(strlen(text) + 1);
+
+	ck_assert_ptr_nonnull(at);
+	end = strstr(at, "}, ");
+	ck_assert_ptr_nonnull(end);
+	memcpy(out, text, (size_t)(at - text));
+	strcpy(out + (at - text), end + 3);
+	return out;
+}
+
+START_TEST(test_bad_topologies)
+{
+	char *good = full_topology(3), *bad;
+	char err[KN_ERR_LEN];
+	pl_topology t;
+	pl_options o;
+	pl_plan plan;
+	pl_model m;
+	pr_spec s;
+
+	ck_assert_msg(pl_topology_parse(&t, good, strlen(good), "ok.json",
+	    err) == 0, "%s", err);
+	bad = replaced(good, "\"train_positions_per_s\"",
+	    "\"trian_positions_per_s\"");
+	refused(bad, "unknown key \"trian_positions_per_s\"");
+	free(bad);
+	bad = without_link(good, "{ \"from\": \"h1\", \"to\": \"h0\"");
+	refused(bad, "no link from h1 to h0");
+	free(bad);
+	bad = replaced(good, "\"stream_bytes_per_s\": 1e7",
+	    "\"stream_bytes_per_s\": -1e7");
+	refused(bad, "must be a positive finite number");
+	free(bad);
+	bad = replaced(good, "\"name\": \"h2\"", "\"name\": \"h0\"");
+	refused(bad, "named twice");
+	free(bad);
+	refused("{ \"version\": 1,\n  \"hosts\": [ }", "bad.json:2");
+
+	/* more blocks than hosts */
+	spec_of(&s, 4, 2, 400, 20);
+	pl_options_defaults(&o);
+	pl_model_defaults(&m);
+	ck_assert_int_eq(pl_search(&t, &s, &m, &o, 5, &plan, err), KN_EINVAL);
+	ck_assert_msg(strstr(err, "4 blocks") && strstr(err, "3 hosts"), "%s",
+	    err);
+	pl_topology_free(&t);
+	free(good);
+}
+END_TEST
+
+/* Hosts with "count" and links between sites expand into the full form;
+ * a host's own link overrides its site's, and the same pair twice at one
+ * level is refused. */
+START_TEST(test_compact_form)
+{
+	static const char *compact =
+	    "  \"hosts\": [ { \"name\": \"a\", \"count\": 2, "
+	    "\"memory_bytes\": 1e9, \"train_positions_per_s\": 1000, "
+	    "\"forward_positions_per_s\": 3000 },\n"
+	    "    { \"name\": \"solo\", \"site\": \"b\", \"memory_bytes\": 1e9, "
+	    "\"train_positions_per_s\": 500, \"forward_positions_per_s\": "
+	    "1500 } ],\n"
+	    "  \"links\": [ { \"from\": \"site:a\", \"to\": \"site:a\", "
+	    "\"rtt_ms\": 0.01, \"stream_bytes_per_s\": 1e10 },\n"
+	    "    { \"from\": \"site:a\", \"to\": \"site:b\", \"rtt_ms\": 80, "
+	    "\"stream_bytes_per_s\": 1e8, \"streams\": 8, "
+	    "\"multi_bytes_per_s\": 1e9 },\n"
+	    "    { \"from\": \"site:b\", \"to\": \"site:a\", \"rtt_ms\": 80, "
+	    "\"stream_bytes_per_s\": 1e8 },\n"
+	    "    { \"from\": \"a-1\", \"to\": \"solo\", \"rtt_ms\": 30, "
+	    "\"stream_bytes_per_s\": 2e8 }%s ] }\n";
+	char text[4096], err[KN_ERR_LEN];
+	pl_topology t;
+	int n;
+
+	n = snprintf(text, sizeof(text), "%s", topo_head);
+	snprintf(text + n, sizeof(text) - n, compact, "");
+	ck_assert_msg(pl_topology_parse(&t, text, strlen(text), "c.json",
+	    err) == 0, "%s", err);
+	ck_assert_int_eq(t.n, 3);
+	ck_assert_str_eq(t.hosts[0].name, "a-0");
+	ck_assert_str_eq(t.hosts[1].name, "a-1");
+	ck_assert_double_eq(pl_topology_link(&t, 0, 1)->rtt_ms, 0.01);
+	ck_assert_double_eq(pl_topology_link(&t, 0, 2)->rtt_ms, 80);
+	ck_assert_double_eq(pl_topology_link(&t, 0, 2)->multi_bps, 1e9);
+	ck_assert_double_eq(pl_topology_link(&t, 1, 2)->rtt_ms, 30);
+	ck_assert_double_eq(pl_topology_link(&t, 2, 1)->rtt_ms, 80);
+	ck_assert_double_eq_tol(pl_link_rate(pl_topology_link(&t, 0, 2), 8),
+	    1e9, 1e-3);
+	ck_assert_double_eq_tol(pl_link_rate(pl_topology_link(&t, 0, 2), 1),
+	    1e8, 1e-3);
+	pl_topology_free(&t);
+	snprintf(text + n, sizeof(text) - n, compact, ", { \"from\": \"a-1\", "
+	    "\"to\": \"solo\", \"rtt_ms\": 31, \"stream_bytes_per_s\": 2e8 }");
+	refused(text, "given twice");
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("plan");
+	TCase *tc = tcase_create("cost");
+
+	tcase_add_test(tc, test_slow_link_moves_replicas);
+	tcase_add_test(tc, test_int8_only_when_link_bound);
+	tcase_add_test(tc, test_fast_host);
+	tcase_add_test(tc, test_round_and_bytes_by_hand);
+	tcase_add_test(tc, test_overlap_max_not_sum);
+	tcase_add_test(tc, test_greedy_matches_exhaustive);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("files");
+	tcase_add_test(tc, test_written_plan_loads);
+	tcase_add_test(tc, test_bad_topologies);
+	tcase_add_test(tc, test_compact_form);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s);
+}
