@@ -5,7 +5,6 @@
  * expanded here, so the cost model only ever sees the full form. */
 #include "config.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 
 #include "kernels/error.h"
 #include "plan/topology.h"
+#include "proto/checkpoint.h"
 
 #define SITE_PREFIX "site:"
 
@@ -401,34 +401,21 @@ pl_topology_parse(pl_topology *t, const char *text, size_t len,
 int
 pl_topology_load(pl_topology *t, const char *path, char *err)
 {
-	FILE *f = fopen(path, "rb");
 	char *text;
-	long size;
+	size_t len;
 	int rc;
 
 	memset(t, 0, sizeof(*t));
-	if (f == NULL)
-		return kn_error(err, KN_EIO, "cannot open topology %.150s: %s",
-		    path, strerror(errno));
-	if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 ||
-	    size > (64 << 20)) {
-		fclose(f);
-		return kn_error(err, KN_EIO, "topology %.150s is unreadable or "
-		    "larger than 64 MiB", path);
+	/* the reader of whole files the checkpoints use: bounded, and a
+	 * file that is not regular is refused */
+	if ((rc = pr_ckpt_read_file(path, (size_t)64 << 20, &text, &len,
+	    err)) != 0) {
+		char msg[KN_ERR_LEN];
+
+		snprintf(msg, sizeof(msg), "%s", err ? err : "");
+		return kn_error(err, rc, "topology: %.200s", msg);
 	}
-	rewind(f);
-	if ((text = malloc((size_t)size + 1)) == NULL) {
-		fclose(f);
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	}
-	if (fread(text, 1, (size_t)size, f) != (size_t)size) {
-		free(text);
-		fclose(f);
-		return kn_error(err, KN_EIO, "cannot read topology %.150s",
-		    path);
-	}
-	fclose(f);
-	rc = pl_topology_parse(t, text, (size_t)size, path, err);
+	rc = pl_topology_parse(t, text, len, path, err);
 	free(text);
 	return rc;
 }
