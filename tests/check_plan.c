@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/peers.h"
 #include "daemon/pipeline_hosts.h"
@@ -622,6 +623,49 @@ START_TEST(test_compact_form)
 }
 END_TEST
 
+/* The command on files: the table with the default and a first choice,
+ * the files written, and a bad topology named with its reason. */
+START_TEST(test_command)
+{
+	char dir[256], out[16384], *text = full_topology(4), *bad;
+	const char *topo, *spec;
+	int rc;
+
+	tu_temp_dir(dir, sizeof(dir), "check_plan_cmd");
+	topo = tu_write_file(dir, "topology.json", text);
+	topo = strdup(topo);
+	spec = strdup(tu_write_file(dir, "spec.conf", "[model]\nblocks = 2\n"
+	    "width = 64\nheads = 4\nlayers_per_block = 2\nwindow = 32\n"
+	    "[optim]\nbatch = 8\nsteps = 400\nwarmup = 10\n"));
+	rc = tu_run_cmd(out, sizeof(out), "%s plan --topology %s --spec %s "
+	    "--goal both --top 3 --out %s/out 2>&1", tu_shardmeter(), topo,
+	    spec, dir);
+	ck_assert_msg(rc == 0, "%s", out);
+	ck_assert_ptr_nonnull(strstr(out, "dflt "));
+	ck_assert_ptr_nonnull(strstr(out, "search: exhaustive"));
+	ck_assert_ptr_nonnull(strstr(out, "first choice"));
+	ck_assert_ptr_nonnull(strstr(out, "unequal block sizes"));
+	ck_assert_ptr_nonnull(strstr(out, "wrote "));
+	snprintf(out, sizeof(out), "%s/out/plan.json", dir);
+	ck_assert_int_eq(access(out, R_OK), 0);
+	snprintf(out, sizeof(out), "%s/out/peers", dir);
+	ck_assert_int_eq(access(out, R_OK), 0);
+
+	bad = replaced(text, "\"rtt_ms\": 1,", "\"rtt_ms\": 0,");
+	tu_write_file(dir, "topology.json", bad);
+	rc = tu_run_cmd(out, sizeof(out), "%s plan --topology %s --spec %s "
+	    "2>&1", tu_shardmeter(), topo, spec);
+	ck_assert_int_eq(rc, 1);
+	ck_assert_msg(strstr(out, "topology.json: links[0] (h0 -> h1): "
+	    "\"rtt_ms\" must be a positive finite number") != NULL, "%s", out);
+	free(bad);
+	free(text);
+	free((char *)topo);
+	free((char *)spec);
+	tu_remove_dir(dir);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -639,6 +683,7 @@ main(void)
 	tcase_add_test(tc, test_written_plan_loads);
 	tcase_add_test(tc, test_bad_topologies);
 	tcase_add_test(tc, test_compact_form);
+	tcase_add_test(tc, test_command);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
