@@ -385,7 +385,7 @@ START_TEST(test_unknown_encoding)
 
 	memcpy(b + at, "f64", 3);
 	reject(b, msg_len, "update has unknown encoding 'f64'; this build "
-	    "reads f32, f16 and bf16");
+	    "reads f32, f16, bf16 and int8");
 	memcpy(b + at, "F32", 3);
 	reject(b, msg_len, "unknown encoding 'F32'");
 	memcpy(b + at - 1, "\xd5\x01\x00\x00", 4);  /* "f32" -> fixext 2 */
@@ -552,9 +552,14 @@ START_TEST(test_bad_meta_refused)
 	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
 	    KN_EINVAL);
 	m = meta;
-	m.enc = (pr_encoding)3;
+	m.enc = (pr_encoding)4;
 	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
 	    KN_EINVAL);
+	m = meta;
+	m.comp = (pr_compression)2;
+	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
+	    KN_EINVAL);
+	ck_assert_str_eq(err, "unknown update compression 2");
 	m = meta;
 	m.count = 0;
 	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
