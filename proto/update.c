@@ -477,24 +477,33 @@ pack_message(const pr_update_meta *m, pr_compression comp,
 	return 0;
 }
 
-/* The raw payload, compressed into one zstd frame that records its
- * size; sent only when smaller than the raw bytes. */
+/* The raw payload, compressed into one zstd frame that records its size
+ * and a checksum of its content (so a damaged frame that still decodes
+ * is caught); sent only when smaller than the raw bytes. */
 static int
 encode_zstd(const pr_update_meta *m, const float *delta, size_t raw,
     char **buf, size_t *len, char *err)
 {
-	unsigned char *plain, *z = NULL;
+	unsigned char *plain = NULL, *z = NULL;
 	size_t bound = ZSTD_compressBound(raw), zlen = 0;
+	ZSTD_CCtx *cctx = ZSTD_createCCtx();
 	int rc;
 
-	if ((plain = malloc(raw)) == NULL ||
+	if (cctx == NULL || (plain = malloc(raw)) == NULL ||
 	    (z = malloc(bound)) == NULL) {
 		free(plain);
+		ZSTD_freeCCtx(cctx);
 		return kn_error(err, KN_ENOMEM, "cannot allocate %.1f MiB to "
 		    "compress an update", (double)(raw + bound) / 1048576.0);
 	}
 	if ((rc = fill_payload(plain, m->enc, delta, m->count, err)) == 0) {
-		zlen = ZSTD_compress(z, bound, plain, raw, PR_ZSTD_LEVEL);
+		zlen = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel,
+		    PR_ZSTD_LEVEL);
+		if (!ZSTD_isError(zlen))
+			zlen = ZSTD_CCtx_setParameter(cctx,
+			    ZSTD_c_checksumFlag, 1);
+		if (!ZSTD_isError(zlen))
+			zlen = ZSTD_compress2(cctx, z, bound, plain, raw);
 		if (ZSTD_isError(zlen))
 			rc = kn_error(err, KN_ENOMEM, "zstd could not compress "
 			    "an update: %s", ZSTD_getErrorName(zlen));
@@ -505,6 +514,7 @@ encode_zstd(const pr_update_meta *m, const float *delta, size_t raw,
 	else if (rc == 0)
 		rc = pack_message(m, PR_COMP_NONE, plain, raw, NULL, buf, len,
 		    err);
+	ZSTD_freeCCtx(cctx);
 	free(plain);
 	free(z);
 	return rc;
@@ -667,6 +677,11 @@ check_frame(const void *z, size_t zlen, size_t raw, char *err)
 	if (declared != raw)
 		return kn_error(err, KN_EINVAL, "update's zstd frame holds %llu "
 		    "bytes, but the payload takes %zu", declared, raw);
+	/* the frame header descriptor follows the 4-byte magic (RFC 8878,
+	 * 3.1.1.1.1); its bit 2 is the content checksum flag */
+	if (!(((const unsigned char *)z)[4] & 0x04))
+		return kn_error(err, KN_EINVAL, "update's zstd frame has no "
+		    "content checksum");
 	frame = ZSTD_findFrameCompressedSize(z, zlen);
 	if (ZSTD_isError(frame))
 		return kn_error(err, KN_EINVAL, "update's zstd frame is "
