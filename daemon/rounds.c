@@ -9,13 +9,9 @@
  * updates in replica order, the very bytes that were sent (its own update
  * decoded from its own encoding too), so that all replicas end bitwise
  * identical.  A replica that was left out, or is behind, adopts the
- * coordinator's published checkpoint instead.
- *
- * With a lossy encoding (f16, bf16, int8) each replica keeps what its
- * encoding dropped from the update it sent, the residual, and adds it to
- * its next update (error feedback), so the rounding does not pile up
- * over rounds; adopting a checkpoint clears it, since the update it
- * belonged to was not averaged. */
+ * coordinator's published checkpoint instead.  With a lossy encoding,
+ * each replica adds to its update what the encoding dropped from the
+ * last one it sent (error feedback), until it adopts a checkpoint. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -486,20 +482,17 @@ clear_residual(rounds *r)
 static float *
 with_feedback(rounds *r, const float *delta, size_t count)
 {
-	float *sent;
+	float *sent = NULL;
 
 	if (r->cfg.enc == PR_ENC_F32)
 		return NULL;
 	if (r->residual_count != count) {
 		clear_residual(r);
-		if ((r->residual = calloc(count, sizeof(float))) == NULL) {
-			log_warnx("round %" PRId64 ": no memory for error "
-			    "feedback; the update goes without it", r->round);
-			return NULL;
-		}
-		r->residual_count = count;
+		r->residual = calloc(count, sizeof(float));
+		r->residual_count = r->residual != NULL ? count : 0;
 	}
-	if ((sent = malloc(count * sizeof(float))) == NULL) {
+	if (r->residual == NULL ||
+	    (sent = malloc(count * sizeof(float))) == NULL) {
 		log_warnx("round %" PRId64 ": no memory for error feedback; "
 		    "the update goes without it", r->round);
 		clear_residual(r);

@@ -75,17 +75,27 @@ static const char *const encoding_names[] = { "f32", "f16", "bf16",
 static const char *const compression_names[] = { "none", "zstd" };
 #define NCOMPRESSIONS 2
 
-int
-pr_encoding_parse(const char *s, pr_encoding *e)
+/* The index of s among n names, or -1. */
+static int
+name_index(const char *s, const char *const *names, int n)
 {
 	int i;
 
-	for (i = 0; i < NENCODINGS; i++)
-		if (strcmp(s, encoding_names[i]) == 0) {
-			*e = (pr_encoding)i;
-			return 0;
-		}
-	return KN_EINVAL;
+	for (i = 0; i < n; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int
+pr_encoding_parse(const char *s, pr_encoding *e)
+{
+	int i = name_index(s, encoding_names, NENCODINGS);
+
+	if (i < 0)
+		return KN_EINVAL;
+	*e = (pr_encoding)i;
+	return 0;
 }
 
 static int
@@ -139,14 +149,12 @@ pr_update_payload_bytes(pr_encoding e, size_t count)
 int
 pr_compression_parse(const char *s, pr_compression *c)
 {
-	int i;
+	int i = name_index(s, compression_names, NCOMPRESSIONS);
 
-	for (i = 0; i < NCOMPRESSIONS; i++)
-		if (strcmp(s, compression_names[i]) == 0) {
-			*c = (pr_compression)i;
-			return 0;
-		}
-	return KN_EINVAL;
+	if (i < 0)
+		return KN_EINVAL;
+	*c = (pr_compression)i;
+	return 0;
 }
 
 const char *
