@@ -683,8 +683,8 @@ check_frame(const void *z, size_t zlen, size_t raw, char *err)
 		return kn_error(err, KN_EINVAL, "update's zstd frame does not "
 		    "say its size; it must be %zu bytes", raw);
 	if (declared != raw)
-		return kn_error(err, KN_EINVAL, "update's zstd frame holds %llu "
-		    "bytes, but the payload takes %zu", declared, raw);
+		return kn_error(err, KN_EINVAL, "update's zstd frame holds "
+		    "%llu bytes, but the payload takes %zu", declared, raw);
 	/* the frame header descriptor follows the 4-byte magic (RFC 8878,
 	 * 3.1.1.1.1); its bit 2 is the content checksum flag */
 	if (!(((const unsigned char *)z)[4] & 0x04))
@@ -695,8 +695,8 @@ check_frame(const void *z, size_t zlen, size_t raw, char *err)
 		return kn_error(err, KN_EINVAL, "update's zstd frame is "
 		    "damaged: %s", ZSTD_getErrorName(frame));
 	if (frame != zlen)
-		return kn_error(err, KN_EINVAL, "update's payload has %zu bytes "
-		    "after its zstd frame", zlen - frame);
+		return kn_error(err, KN_EINVAL, "update's payload has %zu "
+		    "bytes after its zstd frame", zlen - frame);
 	return 0;
 }
 

@@ -834,8 +834,8 @@ START_TEST(test_int8_malformed)
 		memcpy(b + at + 4, &bad_scale[k], 4);  /* little-endian host */
 		tu_rehash(b, len);
 		reject_n(b, len, &m, "update holds int8 scale");
-		reject_n(b, len, &m, "for values 256 to 511; a scale is finite, "
-		    "not negative, and at most 3.4e38 / 127");
+		reject_n(b, len, &m, "for values 256 to 511; a scale is "
+		    "finite, not negative, and at most 3.4e38 / 127");
 		reject_n(b, len, NULL, "update holds int8 scale");
 		free(b);
 	}
