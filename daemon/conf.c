@@ -113,7 +113,9 @@ format_listen(const pr_key *k, const void *obj, char *buf, size_t len)
 
 static const pr_key_ops listen_ops = { set_listen, format_listen };
 static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
-static const char *const encodings[] = { "f32", "f16", "bf16", NULL };
+static const char *const encodings[] = { "f32", "f16", "bf16", "int8",
+	NULL };
+static const char *const compressions[] = { "none", "zstd", NULL };
 static const char *const yes_no[] = { "no", "yes", NULL };
 
 #define FIELD(f) .offset = offsetof(cf_config, f), \
@@ -156,6 +158,10 @@ const pr_key cf_keys[] = {
 	{ .section = "", .name = "update_encoding", .type = PR_KEY_CHOICE,
 	  FIELD(update_encoding), .def_str = "f32", .choices = encodings,
 	  .doc = "how the updates this daemon sends are encoded" },
+	{ .section = "", .name = "update_compression", .type = PR_KEY_CHOICE,
+	  FIELD(update_compression), .def_str = "none",
+	  .choices = compressions,
+	  .doc = "zstd: compress the updates this daemon sends" },
 	{ .section = "", .name = "max_body", .type = PR_KEY_SIZE,
 	  FIELD(max_body), .def = 0,
 	  .doc = "the largest request body; 0: the largest update + 1 MiB" },

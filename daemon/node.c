@@ -588,6 +588,9 @@ start_rounds(node *n, char *err)
 	if (pr_encoding_parse(n->cfg.update_encoding, &rc.enc) != 0)
 		return kn_error(err, KN_EINVAL, "update_encoding: unknown '%s'",
 		    n->cfg.update_encoding);
+	if (pr_compression_parse(n->cfg.update_compression, &rc.comp) != 0)
+		return kn_error(err, KN_EINVAL, "update_compression: unknown "
+		    "'%s'", n->cfg.update_compression);
 	rc.count = kn_model_params_for(&(kn_model_shape){ n->spec.width,
 	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0 });
 	return rounds_new(&n->rounds, &rc, err);

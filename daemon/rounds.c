@@ -9,7 +9,9 @@
  * updates in replica order, the very bytes that were sent (its own update
  * decoded from its own encoding too), so that all replicas end bitwise
  * identical.  A replica that was left out, or is behind, adopts the
- * coordinator's published checkpoint instead. */
+ * coordinator's published checkpoint instead.  With a lossy encoding,
+ * each replica adds to its update what the encoding dropped from the
+ * last one it sent (error feedback), until it adopts a checkpoint. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -25,6 +27,7 @@
 #include "daemon/rounds.h"
 #include "kernels/average.h"
 #include "kernels/error.h"
+#include "kernels/feedback.h"
 #include "proto/update.h"
 
 #define MAX_REPLICAS ROUNDS_MAX_REPLICAS
@@ -65,6 +68,10 @@ struct rounds {
 	int polling, catching_up;
 	double next_poll;
 	int diverged_from;              /* replica to copy next round, or -1 */
+	/* error feedback: residual_count floats that our encoding dropped
+	 * from the updates we sent; NULL in f32 and until the first */
+	float *residual;
+	size_t residual_count;
 };
 
 static void
@@ -179,6 +186,7 @@ release(rounds *r)
 	drop_round(r);
 	for (i = 0; i < MAX_REPLICAS; i++)
 		free(r->kept[i]);
+	free(r->residual);
 	free(r);
 }
 
@@ -459,6 +467,41 @@ apply(rounds *r, uint64_t members)
 	end_round(r);
 }
 
+/* The update the residual was kept for was not averaged: the weights we
+ * go on from are not the ones it corrects. */
+static void
+clear_residual(rounds *r)
+{
+	free(r->residual);
+	r->residual = NULL;
+	r->residual_count = 0;
+}
+
+/* Our update plus the residual, to encode instead of delta: a new buffer
+ * (NULL: send delta as it is: f32, or no memory for feedback). */
+static float *
+with_feedback(rounds *r, const float *delta, size_t count)
+{
+	float *sent = NULL;
+
+	if (r->cfg.enc == PR_ENC_F32)
+		return NULL;
+	if (r->residual_count != count) {
+		clear_residual(r);
+		r->residual = calloc(count, sizeof(float));
+		r->residual_count = r->residual != NULL ? count : 0;
+	}
+	if (r->residual == NULL ||
+	    (sent = malloc(count * sizeof(float))) == NULL) {
+		log_warnx("round %" PRId64 ": no memory for error feedback; "
+		    "the update goes without it", r->round);
+		clear_residual(r);
+		return NULL;
+	}
+	kn_feedback_add(sent, delta, r->residual, count);
+	return sent;
+}
+
 static void
 on_checkpoint(void *ctx, hc_result *res)
 {
@@ -484,6 +527,7 @@ on_checkpoint(void *ctx, hc_result *res)
 	    peer_addr(r, c.replica), res->body_len);
 	journal(r, "round %" PRId64 " left out: adopted the checkpoint of %s",
 	    r->round, peer_addr(r, c.replica));
+	clear_residual(r);
 	commit(r, r->round, NULL, body, res->body_len);
 	end_round(r);
 }
@@ -769,8 +813,9 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 {
 	pr_update_meta meta = { 0 };
 	char err[KN_ERR_LEN], *buf;
+	float *sent;
 	size_t len;
-	int rep;
+	int rep, rc;
 
 	if (r->round != round)
 		drop_round(r);	/* what came for another round is of no use */
@@ -785,19 +830,29 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	meta.step = step;
 	meta.enc = r->cfg.enc;
 	meta.count = count;
-	if (pr_update_encode(&meta, delta, &buf, &len, err) != 0) {
+	meta.comp = r->cfg.comp;
+	sent = with_feedback(r, delta, count);
+	if ((rc = pr_update_encode(&meta, sent ? sent : delta, &buf, &len,
+	    err)) != 0)
 		log_warnx("round %" PRId64 ": cannot encode our update: %s",
 		    round, err);
+	/* our own contribution as the others will see it */
+	else if ((rc = store_update(r, buf, len, round, r->cfg.replica, &rep,
+	    err)) != 0) {
+		log_warnx("round %" PRId64 ": %s", round, err);
+		free(buf);
+	}
+	if (rc != 0) {
+		/* the weights stay our own: the residual corrects nothing */
+		free(sent);
+		clear_residual(r);
 		commit(r, round, NULL, NULL, 0);
 		return;
 	}
-	/* our own contribution as the others will see it */
-	if (store_update(r, buf, len, round, r->cfg.replica, &rep,
-	    err) != 0) {
-		log_warnx("round %" PRId64 ": %s", round, err);
-		free(buf);
-		commit(r, round, NULL, NULL, 0);
-		return;
+	if (sent != NULL) {
+		kn_feedback_residual(r->residual, sent,
+		    r->delta[r->cfg.replica], count);
+		free(sent);
 	}
 	r->active = 1;
 	r->ready_at = now(r);
@@ -807,8 +862,9 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	memset(r->push_at, 0, sizeof(r->push_at));
 	memset(r->behind_wait, 0, sizeof(r->behind_wait));
 	push(r);
-	log_debug("round %" PRId64 ": our update is out (%zu bytes, %s)",
-	    round, len, pr_encoding_name(r->cfg.enc));
+	log_debug("round %" PRId64 ": our update is out (%zu bytes, %s%s)",
+	    round, len, pr_encoding_name(r->cfg.enc),
+	    r->cfg.comp == PR_COMP_ZSTD ? ", zstd" : "");
 	progress(r);
 }
 

@@ -52,7 +52,8 @@ typedef struct rounds_config {
 	const char *run_id;
 	const char *advertise;          /* host:port, sent as ?from= */
 	size_t count;                   /* floats in an update */
-	pr_encoding enc;
+	pr_encoding enc;                /* lossy ones get error feedback */
+	pr_compression comp;
 	double round_deadline;          /* seconds */
 	double outer_lr;
 	long peer_timeout_ms;

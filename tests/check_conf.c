@@ -76,6 +76,14 @@ START_TEST(test_config)
 	ck_assert_uint_eq(c.max_body, (size_t)64 << 20);
 	ck_assert_int_eq(c.eval_every, 50);
 	ck_assert_int_eq(c.checkpoint_every, 100);     /* default */
+	ck_assert_str_eq(c.update_compression, "none"); /* default */
+	ck_assert_int_eq(cf_load(&c, write_tmp("a2.conf",
+	    "update_encoding = int8\nupdate_compression = zstd\n"), err), 0);
+	ck_assert_str_eq(c.update_encoding, "int8");
+	ck_assert_str_eq(c.update_compression, "zstd");
+	ck_assert_int_eq(cf_load(&c, write_tmp("a3.conf",
+	    "update_compression = none\n"), err), 0);
+	ck_assert_str_eq(c.update_compression, "none");
 	ck_assert_int_ne(cf_load(&c, write_tmp("b.conf",
 	    "blok = 2\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "b.conf:1: unknown key 'blok'"));
@@ -176,7 +184,11 @@ START_TEST(test_range_errors)
 	    "r2.conf:2: threads: 'many' is not an integer (need 0 <= threads "
 	    "<= 256)");
 	refused("r3.conf", "update_encoding = f64\n",
-	    "r3.conf:1: update_encoding: 'f64' is not f32, f16 or bf16");
+	    "r3.conf:1: update_encoding: 'f64' is not f32, f16, bf16 or int8");
+	refused("r5.conf", "\nupdate_compression = lz4\n",
+	    "r5.conf:2: update_compression: 'lz4' is not none or zstd");
+	refused("r6.conf", "update_compression = ZSTD\n",
+	    "r6.conf:1: update_compression: 'ZSTD' is not none or zstd");
 	refused("r4.conf", "pipeline_max_frame = 0\n",
 	    "need 1 <= pipeline_max_frame <= 1024");
 	/* a struct filled in by flags is checked by the same rows */
@@ -222,7 +234,7 @@ START_TEST(test_print_round_trip)
 	    "spec = /s/run.conf\npeers = /s/peers\nstate_dir = /s/state\n"
 	    "block = 7\ndevice = cuda\nthreads = 12\neval_every = 0\n"
 	    "eval_windows = 9\ncheckpoint_every = 3\nupdate_encoding = bf16\n"
-	    "max_body = 3G\npeer_timeout_ms = 100\n"
+	    "update_compression = zstd\nmax_body = 3G\npeer_timeout_ms = 100\n"
 	    "pipeline_listen = h:1\npipeline_hosts = /s/pipeline\n"
 	    "pipeline_next = relay:9\npipeline_timeout_ms = 3600000\n"
 	    "pipeline_max_frame = 1024\npipeline_batch = 1\n"

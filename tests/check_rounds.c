@@ -4,8 +4,9 @@
  * one clock the test can move forward.  The "trainer" of each replica is
  * a vector of weights here: an average is applied to it, a checkpoint is
  * its bytes.  Covers the coordinator's choice, a member missing the
- * deadline, catch-up, a split round and its healing, and the status of an
- * update that cannot be stored for want of memory. */
+ * deadline, catch-up, a split round and its healing, the status of an
+ * update that cannot be stored for want of memory, and rounds in int8
+ * (with and without zstd) with error feedback. */
 #include "config.h"
 
 #include <check.h>
@@ -67,6 +68,9 @@ static uv_loop_t loop;
 static struct replica rep[NREP];
 static char dir[64];
 static double skew;             /* the test's clock runs ahead by this */
+/* how the replicas send their updates: set by the fixture */
+static pr_encoding setup_enc = PR_ENC_F32;
+static pr_compression setup_comp = PR_COMP_NONE;
 static int closed_count;
 
 static double
@@ -291,7 +295,8 @@ setup(void)
 			.peers = &rep[k].peers, .block = 1, .replica = k,
 			.replicas = NREP, .run_id = RUN_ID,
 			.advertise = rep[k].addr, .count = COUNT,
-			.enc = PR_ENC_F32, .round_deadline = DEADLINE,
+			.enc = setup_enc, .comp = setup_comp,
+			.round_deadline = DEADLINE,
 			.outer_lr = OUTER_LR, .peer_timeout_ms = 2000,
 			.ops = { fake_now, on_meter, on_journal, on_commit },
 			.arg = &rep[k],
@@ -669,13 +674,156 @@ START_TEST(test_out_of_memory_is_503)
 }
 END_TEST
 
+/* ---- lossy encodings and error feedback ---- */
+
+static void
+setup_f32(void)
+{
+	setup_enc = PR_ENC_F32;
+	setup_comp = PR_COMP_NONE;
+	setup();
+}
+
+static void
+setup_int8(void)
+{
+	setup_enc = PR_ENC_INT8;
+	setup_comp = PR_COMP_NONE;
+	setup();
+}
+
+static void
+setup_int8_zstd(void)
+{
+	setup_enc = PR_ENC_INT8;
+	setup_comp = PR_COMP_ZSTD;
+	setup();
+}
+
+/* What a replica's update becomes on the wire: decode(encode(sent)) in
+ * the fixture's encoding, by proto/update.c directly. */
+static int compressed;           /* updates wire() saw compressed */
+
+static void
+wire(const float *sent, int64_t round, float *decoded)
+{
+	pr_update_meta m = { 0 }, got;
+	char err[KN_ERR_LEN], *buf;
+	size_t len;
+
+	snprintf(m.run_id, sizeof(m.run_id), RUN_ID);
+	m.block = 1;
+	m.round = round;
+	m.enc = setup_enc;
+	m.comp = setup_comp;
+	m.count = COUNT;
+	ck_assert_int_eq(pr_update_encode(&m, sent, &buf, &len, err), 0);
+	ck_assert_int_eq(pr_update_decode(buf, len, &m, decoded, &got, err),
+	    0);
+	compressed += got.comp == PR_COMP_ZSTD;
+	free(buf);
+}
+
+/* The round's outcome for the members, computed here: each member sends
+ * its update plus its residual (error feedback), keeps what the encoding
+ * dropped, and all average the decoded updates in replica order; theta
+ * takes the trainer's outer step.  Without feedback, the theta it would
+ * be goes to plain (NULL: not wanted). */
+static void
+lossy_expected(float *theta, float residual[NREP][COUNT], uint64_t members,
+    int64_t round, float *plain)
+{
+	float sent[NREP][COUNT], dec[NREP][COUNT], avg[COUNT];
+	float bare[NREP][COUNT], bare_avg[COUNT];
+	const float *list[NREP], *bare_list[NREP];
+	int k, i, m = 0;
+
+	for (k = 0; k < NREP; k++) {
+		if (!(members & (1u << k)))
+			continue;
+		update_of(k, round, bare[k]);
+		for (i = 0; i < COUNT; i++)
+			sent[k][i] = bare[k][i] + residual[k][i];
+		wire(sent[k], round, dec[k]);
+		for (i = 0; i < COUNT; i++)
+			residual[k][i] = sent[k][i] - dec[k][i];
+		wire(bare[k], round, bare[k]);
+		bare_list[m] = bare[k];
+		list[m++] = dec[k];
+	}
+	kn_average(avg, list, m, COUNT);
+	kn_average(bare_avg, bare_list, m, COUNT);
+	for (i = 0; i < COUNT; i++) {
+		if (plain != NULL)
+			plain[i] = theta[i] - OUTER_LR * bare_avg[i];
+		theta[i] -= OUTER_LR * avg[i];
+	}
+}
+
+/* Rounds 0 to 2 with every replica: all end bitwise identical, on the
+ * weights computed here with feedback, which from round 1 on differ from
+ * those without.  Round 3 leaves replica 2 out (it adopts the
+ * checkpoint, and so forgets its residual); round 4 is whole again. */
+START_TEST(test_lossy_rounds)
+{
+	static float residual[NREP][COUNT];
+	float theta[COUNT], plain[COUNT];
+	int64_t round;
+	int k, c;
+
+	memset(residual, 0, sizeof(residual));
+	memcpy(theta, rep[0].theta, sizeof(theta));
+	compressed = 0;
+	for (round = 0; round < 3; round++) {
+		for (k = 0; k < NREP; k++)
+			send_update(k);
+		c = (int)round + 1;
+		wait_commits(c, c, c);
+		lossy_expected(theta, residual, 7, round, plain);
+		for (k = 0; k < NREP; k++) {
+			ck_assert_int_eq(rep[k].avg_commits, c);
+			ck_assert_msg(memcmp(rep[k].theta, theta,
+			    sizeof(theta)) == 0, "round %d: replica %d is "
+			    "not on the weights of error feedback",
+			    (int)round, k);
+		}
+		if (round > 0)
+			ck_assert(memcmp(plain, theta, sizeof(theta)) != 0);
+	}
+	/* round 3 without replica 2 */
+	send_update(0);
+	send_update(1);
+	skew += DEADLINE + 1;
+	wait_commits(4, 4, 3);
+	lossy_expected(theta, residual, 3, 3, NULL);
+	ck_assert(memcmp(rep[0].theta, theta, sizeof(theta)) == 0);
+	send_update(2);
+	wait_commits(4, 4, 4);
+	ck_assert_int_eq(rep[2].ckpt_commits, 1);
+	assert_same_weights(0, 2);
+	memset(residual[2], 0, sizeof(residual[2]));
+	/* round 4: replica 2 sends its update with no residual */
+	for (k = 0; k < NREP; k++)
+		send_update(k);
+	wait_commits(5, 5, 5);
+	lossy_expected(theta, residual, 7, 4, NULL);
+	for (k = 0; k < NREP; k++)
+		ck_assert_msg(memcmp(rep[k].theta, theta, sizeof(theta)) == 0,
+		    "round 4: replica %d differs", k);
+	/* with zstd asked for, the updates did travel compressed */
+	ck_assert_int_eq(compressed > 0, setup_comp == PR_COMP_ZSTD);
+}
+END_TEST
+
 int
 main(void)
 {
 	Suite *s = suite_create("rounds");
 	TCase *tc = tcase_create("rounds");
+	TCase *int8 = tcase_create("int8");
+	TCase *int8_zstd = tcase_create("int8_zstd");
 
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, setup_f32, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_all_members);
 	tcase_add_test(tc, test_coordinator_choice);
@@ -684,5 +832,13 @@ main(void)
 	tcase_add_test(tc, test_conflict_kinds);
 	tcase_add_test(tc, test_out_of_memory_is_503);
 	suite_add_tcase(s, tc);
+	tcase_add_checked_fixture(int8, setup_int8, teardown);
+	tcase_set_timeout(int8, 60);
+	tcase_add_test(int8, test_lossy_rounds);
+	suite_add_tcase(s, int8);
+	tcase_add_checked_fixture(int8_zstd, setup_int8_zstd, teardown);
+	tcase_set_timeout(int8_zstd, 60);
+	tcase_add_test(int8_zstd, test_lossy_rounds);
+	suite_add_tcase(s, int8_zstd);
 	return tu_run_suite(s);
 }

@@ -1,10 +1,11 @@
-/* The update message: round trips in f32, f16 and bf16 within each
- * encoding's rounding, and every kind of damaged, foreign or mismatched
- * message rejected with its own reason and without touching the caller's
- * buffers. */
+/* The update message: round trips in f32, f16, bf16 and int8 within
+ * each encoding's rounding, and every kind of damaged, foreign or
+ * mismatched message rejected with its own reason and without touching
+ * the caller's buffers.  Compression: tests/check_update_zstd.c. */
 #include "config.h"
 
 #include <check.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -137,6 +138,22 @@ START_TEST(test_encoding_names)
 	ck_assert_uint_eq(pr_encoding_width(PR_ENC_F32), 4);
 	ck_assert_uint_eq(pr_encoding_width(PR_ENC_F16), 2);
 	ck_assert_uint_eq(pr_encoding_width(PR_ENC_BF16), 2);
+	ck_assert_int_eq(pr_encoding_parse("int8", &e), 0);
+	ck_assert_int_eq(e, PR_ENC_INT8);
+	ck_assert_str_eq(pr_encoding_name(PR_ENC_INT8), "int8");
+	ck_assert_uint_eq(pr_encoding_width(PR_ENC_INT8), 1);
+	ck_assert_int_eq(pr_encoding_parse("i8", &e), KN_EINVAL);
+	/* 256 values and 4 bytes of scale per started block */
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_INT8, 1), 5);
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_INT8, 256), 260);
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_INT8, 257), 265);
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_F16, 10), 20);
+	ck_assert_uint_eq(pr_update_payload_bytes((pr_encoding)4, 10), 0);
+	/* the largest int8 count whose payload fits a bin, and one more */
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_INT8, 4228890875u),
+	    4294967295u);
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_INT8, 4228890876u),
+	    0);
 }
 END_TEST
 
@@ -385,7 +402,7 @@ START_TEST(test_unknown_encoding)
 
 	memcpy(b + at, "f64", 3);
 	reject(b, msg_len, "update has unknown encoding 'f64'; this build "
-	    "reads f32, f16 and bf16");
+	    "reads f32, f16, bf16 and int8");
 	memcpy(b + at, "F32", 3);
 	reject(b, msg_len, "unknown encoding 'F32'");
 	memcpy(b + at - 1, "\xd5\x01\x00\x00", 4);  /* "f32" -> fixext 2 */
@@ -397,15 +414,15 @@ END_TEST
 /* Truncation at every length of a small update in each encoding. */
 START_TEST(test_truncated)
 {
-	static const pr_encoding encs[3] = { PR_ENC_F32, PR_ENC_F16,
-	    PR_ENC_BF16 };
+	static const pr_encoding encs[4] = { PR_ENC_F32, PR_ENC_F16,
+	    PR_ENC_BF16, PR_ENC_INT8 };
 	pr_update_meta m = meta;
 	char *buf;
 	size_t len, n;
 	int k;
 
 	m.count = 3;
-	for (k = 0; k < 3; k++) {
+	for (k = 0; k < 4; k++) {
 		m.enc = encs[k];
 		buf = encode(&m, delta, &len);
 		for (n = 0; n < len; n++) {
@@ -485,7 +502,7 @@ START_TEST(test_nonfinite)
 	m.count = 8;
 	for (k = 0; k < 3; k++) {
 		x[6] = k == 0 ? NAN : k == 1 ? INFINITY : -INFINITY;
-		for (enc = 0; enc < 3; enc++) {
+		for (enc = 0; enc < 4; enc++) {
 			m.enc = (pr_encoding)enc;
 			ck_assert_int_eq(pr_update_encode(&m, x, &out, &len,
 			    err), KN_ENUM);
@@ -552,9 +569,14 @@ START_TEST(test_bad_meta_refused)
 	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
 	    KN_EINVAL);
 	m = meta;
-	m.enc = (pr_encoding)3;
+	m.enc = (pr_encoding)4;
 	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
 	    KN_EINVAL);
+	m = meta;
+	m.comp = (pr_compression)2;
+	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
+	    KN_EINVAL);
+	ck_assert_str_eq(err, "unknown update compression 2");
 	m = meta;
 	m.count = 0;
 	ck_assert_int_eq(pr_update_encode(&m, delta, &out, &len, err),
@@ -630,7 +652,8 @@ START_TEST(test_mutations)
 {
 	static const unsigned char with[] = { 0x00, 0xff, 0xc1, 0x80, 0xdd,
 	    0xc6 };
-	static const pr_encoding encs[2] = { PR_ENC_F16, PR_ENC_BF16 };
+	static const pr_encoding encs[3] = { PR_ENC_F16, PR_ENC_BF16,
+	    PR_ENC_INT8 };
 	pr_update_meta m = meta;
 	char err[PR_ERR_LEN], *buf, *b;
 	float out[40];
@@ -638,7 +661,7 @@ START_TEST(test_mutations)
 	int enc;
 
 	m.count = 40;
-	for (enc = 0; enc < 2; enc++) {
+	for (enc = 0; enc < 3; enc++) {
 		m.enc = encs[enc];
 		buf = encode(&m, delta, &len);
 		b = tu_dup_buf(buf, len, 0);
@@ -657,6 +680,204 @@ START_TEST(test_mutations)
 		free(b);
 		free(buf);
 	}
+}
+END_TEST
+
+/* ---- int8 ---- */
+
+#define NINT8 (6 * PR_INT8_BLOCK + 77)  /* a short last block */
+
+static float
+le_float_at(const char *p)
+{
+	uint32_t u = (uint32_t)(unsigned char)p[0] |
+	    (uint32_t)(unsigned char)p[1] << 8 |
+	    (uint32_t)(unsigned char)p[2] << 16 |
+	    (uint32_t)(unsigned char)p[3] << 24;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* Blocks of different magnitudes: mixed (with zeros), all zeros, huge,
+ * tiny normal, subnormal, one large value among small ones, and the
+ * short last block of mixed signs. */
+static void
+int8_data(float *x)
+{
+	static const float mag[7] = { 1e-2f, 0, 1e37f, 1e-30f, 1e-42f, 1e-6f,
+	    3.0f };
+	uint32_t h = 12345;
+	size_t i;
+
+	for (i = 0; i < NINT8; i++) {
+		size_t b = i / PR_INT8_BLOCK;
+
+		h = h * 1664525u + 1013904223u;
+		x[i] = mag[b] * ((float)(h >> 8) / 16777216.0f * 2 - 1);
+		if (i % 17 == 0)
+			x[i] = 0;
+	}
+	x[5 * PR_INT8_BLOCK + 3] = 250.0f;
+	x[NINT8 - 1] = -3.0f;       /* the largest is negative */
+}
+
+/* Each value within half its block's scale (plus the rounding of a
+ * division and a product), each scale max |x| / 127 up to an ulp or
+ * two, the scales first in the payload and q = x / scale rounded, all
+ * checked in double. */
+START_TEST(test_int8_round_trip)
+{
+	pr_update_meta m = meta, got;
+	float *x = malloc(NINT8 * sizeof(float));
+	float *out = malloc(NINT8 * sizeof(float));
+	char err[PR_ERR_LEN], *buf;
+	size_t len, size, at, nb = (NINT8 + PR_INT8_BLOCK - 1) / PR_INT8_BLOCK;
+	size_t b, i;
+
+	int8_data(x);
+	m.enc = PR_ENC_INT8;
+	m.count = NINT8;
+	buf = encode(&m, x, &len);
+	at = tu_payload_at(buf, len, &size);
+	ck_assert_uint_eq(size, NINT8 + 4 * nb);
+	ck_assert_uint_eq(pr_update_payload_bytes(PR_ENC_INT8, NINT8), size);
+	ck_assert_int_eq(pr_update_decode(buf, len, &m, out, &got, err), 0);
+	ck_assert_int_eq(got.enc, PR_ENC_INT8);
+	ck_assert_int_eq(got.comp, PR_COMP_NONE);
+	for (b = 0; b < nb; b++) {
+		size_t lo = b * PR_INT8_BLOCK, hi = lo + PR_INT8_BLOCK;
+		double top = 0, s = le_float_at(buf + at + 4 * b);
+
+		hi = hi > NINT8 ? NINT8 : hi;
+		for (i = lo; i < hi; i++)
+			top = fabs(x[i]) > top ? fabs(x[i]) : top;
+		if (top == 0) {
+			ck_assert(s == 0 && !signbit(s));
+		} else {
+			/* m / s <= 127 in float: s may sit half an ulp
+			 * below the exact quotient */
+			ck_assert_msg(s >= top / 127 * (1 - 0x1p-23) &&
+			    s <= top / 127 * (1 + 0x1p-21) + 0x1p-148,
+			    "block %zu: scale %g, "
+			    "max %g", b, s, top);
+		}
+		for (i = lo; i < hi; i++) {
+			int q = (signed char)buf[at + 4 * nb + i];
+			double tol = s * (0.5 + 0x1p-16) + 0x1p-149;
+
+			ck_assert_int_ne(q, -128);
+			ck_assert_msg(fabs(out[i] - (double)x[i]) <= tol,
+			    "value %zu: %g decoded as %g, scale %g", i,
+			    (double)x[i], (double)out[i], s);
+			ck_assert((double)out[i] == (double)(float)(q * s) ||
+			    s == 0);
+			if (s > 0)
+				ck_assert(fabs(q - x[i] / s) <= 0.5 + 0x1p-16);
+			if (x[i] == 0)
+				ck_assert(out[i] == 0);
+		}
+	}
+	/* the largest value of a block is exact up to the product */
+	ck_assert(fabs(out[5 * PR_INT8_BLOCK + 3] - 250.0) <= 250.0 * 0x1p-20);
+	ck_assert(fabs(out[NINT8 - 1] + 3.0) <= 3.0 * 0x1p-20);
+	free(buf);
+	free(out);
+	free(x);
+}
+END_TEST
+
+/* A value whose scale x 127 would overflow is refused by the writer;
+ * one just below is written. */
+START_TEST(test_int8_overflow_refused)
+{
+	pr_update_meta m = meta;
+	float x[300] = { 0 };
+	char err[PR_ERR_LEN], *out;
+	size_t len;
+
+	m.enc = PR_ENC_INT8;
+	m.count = 300;
+	x[280] = 3.0e38f;
+	out = encode(&m, x, &len);
+	free(out);
+	x[290] = -FLT_MAX;
+	ck_assert_int_eq(pr_update_encode(&m, x, &out, &len, err), KN_ENUM);
+	ck_assert_ptr_null(out);
+	ck_assert_ptr_nonnull(strstr(err, "at index 290 is too large for an "
+	    "int8 scale"));
+}
+END_TEST
+
+/* Each damage in a valid int8 message of 600 values (3 blocks), with
+ * the hash made right again: refused, nothing written. */
+START_TEST(test_int8_malformed)
+{
+	static const float bad_scale[6] = { NAN, INFINITY, -INFINITY, -1.0f,
+	    -0.0f, 1e37f };
+	pr_update_meta m = meta, e;
+	float x[600];
+	char *buf, *b;
+	size_t len, size, at, i, cat;
+	int k;
+
+	for (i = 0; i < 600; i++)
+		x[i] = (float)((int)(i % 41) - 20) * 0.01f;
+	m.enc = PR_ENC_INT8;
+	m.count = 600;
+	buf = encode(&m, x, &len);
+	at = tu_payload_at(buf, len, &size);
+	ck_assert_uint_eq(size, 600 + 12);
+	for (k = 0; k < 6; k++) {
+		b = tu_dup_buf(buf, len, 0);
+		memcpy(b + at + 4, &bad_scale[k], 4);  /* little-endian host */
+		tu_rehash(b, len);
+		reject_n(b, len, &m, "update holds int8 scale");
+		reject_n(b, len, &m, "for values 256 to 511; a scale is "
+		    "finite, not negative, and at most 3.4e38 / 127");
+		reject_n(b, len, NULL, "update holds int8 scale");
+		free(b);
+	}
+	/* the last, short block names its own end */
+	b = tu_dup_buf(buf, len, 0);
+	memcpy(b + at + 8, &bad_scale[3], 4);
+	tu_rehash(b, len);
+	reject_n(b, len, &m, "for values 512 to 599");
+	/* q = -128, with a fine scale */
+	memcpy(b, buf, len);
+	b[at + 12 + 300] = (char)0x80;
+	tu_rehash(b, len);
+	reject_n(b, len, &m, "update holds int8 value -128 at index 300; "
+	    "int8 values lie in [-127, 127]");
+	reject_n(b, len, NULL, "int8 value -128 at index 300");
+	/* 127 and -127 are fine */
+	b[at + 12 + 300] = (char)0x81;
+	b[at + 12 + 301] = (char)0x7f;
+	tu_rehash(b, len);
+	ck_assert_int_eq(pr_update_decode(b, len, &m, x, NULL, NULL), 0);
+	/* a count that disagrees with the payload, and with the caller */
+	memcpy(b, buf, len);
+	cat = tu_find(b, len, "count") + strlen("count");
+	ck_assert_int_eq((unsigned char)b[cat], 0xcd);  /* uint16 600 */
+	b[cat + 2] = (char)(600 + 1 - 512);
+	e = m;
+	e.count = 601;
+	reject_n(b, len, &e, "update payload holds 612 bytes, but 601 int8 "
+	    "values take 613");
+	b[cat + 2] = (char)(600 - 1 - 512);
+	e.count = 599;
+	reject_n(b, len, &e, "update payload holds 612 bytes, but 599 int8 "
+	    "values take 611");
+	reject_n(b, len, &m, "update holds 599 parameters, expected 600");
+	free(b);
+	/* a short payload: the whole message cut inside it */
+	for (i = at + 1; i < len; i += 97) {
+		b = tu_dup_buf(buf, i, 0);
+		reject_n(b, i, &m, "update is truncated");
+		free(b);
+	}
+	free(buf);
 }
 END_TEST
 
@@ -686,6 +907,9 @@ main(void)
 	tcase_add_test(tc, test_garbage);
 	tcase_add_test(tc, test_too_many_objects);
 	tcase_add_test(tc, test_mutations);
+	tcase_add_test(tc, test_int8_round_trip);
+	tcase_add_test(tc, test_int8_overflow_refused);
+	tcase_add_test(tc, test_int8_malformed);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -98,6 +98,29 @@ checkpoints(void)
 	put("checkpoint", "empty-map", "\x80", 1);
 }
 
+/* Compressed seeds: values that repeat, so that zstd shrinks them. */
+static void
+updates_zstd(const pr_update_meta *like)
+{
+	static float delta[512];
+	pr_update_meta m = *like;
+	char err[PR_ERR_LEN], *buf, name[32];
+	size_t len, i;
+
+	for (i = 0; i < 512; i++)
+		delta[i] = 0.25f * (float)(i % 9) - 1.0f;
+	m.count = 512;
+	m.comp = PR_COMP_ZSTD;
+	for (m.enc = PR_ENC_F32; m.enc <= PR_ENC_INT8; m.enc++) {
+		if (pr_update_encode(&m, delta, &buf, &len, err) != 0)
+			die("update", err);
+		snprintf(name, sizeof(name), "%s-zstd",
+		    pr_encoding_name(m.enc));
+		put("update", name, buf, len);
+		free(buf);
+	}
+}
+
 static void
 updates(void)
 {
@@ -114,7 +137,8 @@ updates(void)
 	    pr_spec_run_id(&s, m.run_id, err) != 0)
 		die("spec", err);
 	params_fill(delta, FZ_PARAMS, 0.5f);
-	for (e = PR_ENC_F32; e <= PR_ENC_BF16; e++) {
+	updates_zstd(&m);
+	for (e = PR_ENC_F32; e <= PR_ENC_INT8; e++) {
 		m.enc = e;
 		if (pr_update_encode(&m, delta, &buf, &len, err) != 0)
 			die("update", err);
