@@ -124,7 +124,8 @@ param(const hs_request *req, hs_response *res, const char *key, double lo,
 	return 0;
 }
 
-/* 409 while a round is in progress or another probe runs; 0 to go on. */
+/* 409 while a round is in progress or another probe runs, 503 while
+ * the daemon stops; 0 to go on. */
 static int
 refused(node *n, hs_response *res)
 {
@@ -132,6 +133,10 @@ refused(node *n, hs_response *res)
 		hs_response_text(res, 409, "a round of averaging is in progress "
 		    "(round %" PRId64 "): probe again when it is over",
 		    n->round);
+		return 1;
+	}
+	if (n->stopping) {
+		hs_response_text(res, 503, "the daemon is stopping");
 		return 1;
 	}
 	if (n->probe->busy) {
@@ -142,12 +147,17 @@ refused(node *n, hs_response *res)
 	return 0;
 }
 
+/* Whether the method is one of allowed ("GET, HEAD"); else a 405. */
 static int
 method_is(const hs_request *req, hs_response *res, const char *allowed)
 {
-	if (strstr(allowed, req->method) != NULL &&
-	    strcmp(req->method, "") != 0)
-		return 1;
+	size_t n = strlen(req->method);
+	const char *p;
+
+	for (p = allowed; (p = strstr(p, req->method)) != NULL; p += n)
+		if (n > 0 && (p == allowed || p[-1] == ' ') &&
+		    (p[n] == ',' || p[n] == '\0'))
+			return 1;
 	hs_response_header(res, "Allow", allowed);
 	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
 	    req->path);
