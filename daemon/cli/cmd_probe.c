@@ -109,7 +109,8 @@ num(json_t *o, const char *key)
 	return json_number_value(json_object_get(o, key));
 }
 
-/* The compute answer of host i into t (the shape of the first). */
+/* The compute answer of host i into t (the shape of the first that
+ * answered). */
 static int
 take_compute(topo_topology *t, int i, json_t *o, char *err)
 {
@@ -122,13 +123,13 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 	    (int)json_integer_value(json_object_get(sh, "batch")) };
 	const char *dev = json_string_value(json_object_get(o, "device"));
 
-	if (i == 0)
-		t->shape = s;
+	if (t->shape.width == 0)
+		t->shape = s;   /* the first that answered */
 	else if (memcmp(&s, &t->shape, sizeof(s)) != 0)
 		return kn_error(err, KN_EINVAL, "%s trains another block shape "
-		    "(width %d, %d layers, window %d, batch %d) than %s: do they "
-		    "run one spec?", h->name, s.width, s.layers, s.window,
-		    s.batch, t->hosts[0].name);
+		    "(width %d, %d layers, window %d, batch %d) than the daemons "
+		    "before it: do they run one spec?", h->name, s.width,
+		    s.layers, s.window, s.batch);
 	snprintf(h->device, sizeof(h->device), "%s", dev ? dev : "?");
 	h->memory_bytes = num(o, "memory_bytes");
 	h->train_positions_per_s = num(o, "train_positions_per_s");
