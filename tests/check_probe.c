@@ -241,6 +241,24 @@ START_TEST(test_links_count)
 }
 END_TEST
 
+/* One probe at a time: the second is refused while the first runs. */
+START_TEST(test_one_at_a_time)
+{
+	char *why;
+	json_t *o;
+
+	ck_assert_int_eq(post(base_port + 1, "/v1/probe/compute", NULL), 202);
+	ck_assert_int_eq(post(base_port + 1, "/v1/probe/links", &why), 409);
+	ck_assert_msg(strstr(why, "another probe is running") != NULL, "%s",
+	    why);
+	free(why);
+	ck_assert_int_eq(result(base_port + 1, "compute", &o), 200);
+	ck_assert(json_number_value(json_object_get(o,
+	    "train_positions_per_s")) > 0);
+	json_decref(o);
+}
+END_TEST
+
 START_TEST(test_bounds)
 {
 	static const char *const bad[] = {
@@ -396,6 +414,7 @@ main(void)
 	tcase_add_test(tc, test_source_exact);
 	tcase_add_test(tc, test_sink_exact);
 	tcase_add_test(tc, test_links_count);
+	tcase_add_test(tc, test_one_at_a_time);
 	tcase_add_test(tc, test_shardmeter_probe);
 	tcase_add_test(tc, test_outsider_refused);
 	tcase_add_test(tc, test_unreachable_and_bad_peers);
