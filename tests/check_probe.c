@@ -29,7 +29,7 @@ static void
 start(int i, const char *rundir, int block)
 {
 	char listen[32], log[128], peers[128], spec[128], conf[128];
-	char state[128], b[8];
+	char state[128], b[16];
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
 	snprintf(log, sizeof(log), "%s/log%d", dir, i);
