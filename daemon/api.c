@@ -14,6 +14,7 @@
 #include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
+#include "daemon/probe.h"
 #include "kernels/clock.h"
 #include "soma/trainer.h"
 
@@ -563,6 +564,11 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	n->requests++;
 	if (route(n, req, res, req->path))
 		return;
+	if (strncmp(req->path, "/v1/probe/", 10) == 0) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		pb_handle(n, req, res, req->path + 10);
+		return;
+	}
 	if (strncmp(req->path, "/v1/blocks/", 11) == 0 &&
 	    (used = hs_path_number(p, INT_MAX, &block)) > 0 &&
 	    p[used] == '/' && route_block(n, req, res, block, p + used + 1))

@@ -30,6 +30,7 @@ struct hc_xfer {
 	CURL *easy;
 	struct curl_slist *headers;
 	char *req_body;
+	size_t zeros_left;              /* body_zeros still to send */
 	char *body;
 	size_t body_len, body_cap, max_body;
 	int too_big, nomem;
@@ -169,7 +170,7 @@ xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 	hc_result r;
 	char msg[CURL_ERROR_SIZE + 96];
 	long status = 0, header_size = 0, request_size = 0;
-	curl_off_t down = 0, up = 0, total_us = 0;
+	curl_off_t down = 0, up = 0, total_us = 0, pre_us = 0;
 	struct curl_header *h;
 
 	memset(&r, 0, sizeof(r));
@@ -179,9 +180,11 @@ xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 	curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &up);
 	curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &request_size);
 	curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+	curl_easy_getinfo(x->easy, CURLINFO_PRETRANSFER_TIME_T, &pre_us);
 	r.bytes_in = (size_t)down + (size_t)header_size;
 	r.bytes_out = (size_t)up + (size_t)request_size;
 	r.total_s = (double)total_us / 1e6;
+	r.pretransfer_s = (double)pre_us / 1e6;
 	if (cancelled != NULL)
 		r.error = cancelled;
 	else if (x->too_big || code == CURLE_FILESIZE_EXCEEDED) {
@@ -364,6 +367,20 @@ on_body(char *ptr, size_t size, size_t nmemb, void *userp)
 	return n;
 }
 
+/* The zeros of a body_zeros upload, as curl asks for them. */
+static size_t
+on_read_zeros(char *buf, size_t size, size_t nitems, void *userp)
+{
+	struct hc_xfer *x = userp;
+	size_t n = size * nitems;
+
+	if (n > x->zeros_left)
+		n = x->zeros_left;
+	memset(buf, 0, n);
+	x->zeros_left -= n;
+	return n;
+}
+
 /* ---- the client ---- */
 
 int
@@ -458,8 +475,12 @@ request_check(const hc_client *c, const hc_request_opts *o,
 		    "https" : "no TLS identity for an https url");
 		return UV_EINVAL;
 	}
-	if (!upload && o->body_len > 0) {
+	if (!upload && (o->body_len > 0 || o->body_zeros > 0)) {
 		set_err(err, "a %s request has no body", method);
+		return UV_EINVAL;
+	}
+	if (o->body_zeros > 0 && o->body != NULL) {
+		set_err(err, "a request has a body or zeros, not both");
 		return UV_EINVAL;
 	}
 	return 0;
@@ -475,7 +496,8 @@ xfer_new(struct hc_xfer **out, hc_client *c, const hc_request_opts *o,
 
 	if ((x = calloc(1, sizeof(*x))) == NULL ||
 	    (x->easy = curl_easy_init()) == NULL ||
-	    (upload && (x->req_body = malloc(o->body_len + 1)) == NULL)) {
+	    (upload && o->body_zeros == 0 &&
+	    (x->req_body = malloc(o->body_len + 1)) == NULL)) {
 		if (x != NULL)
 			curl_easy_cleanup(x->easy);
 		free(x);
@@ -488,8 +510,9 @@ xfer_new(struct hc_xfer **out, hc_client *c, const hc_request_opts *o,
 	x->want_header = o->want_header;
 	x->max_body = o->max_body_bytes ? o->max_body_bytes :
 	    HC_DEFAULT_MAX_BODY_BYTES;
-	if (upload && o->body_len > 0)
+	if (upload && o->body_zeros == 0 && o->body_len > 0)
 		memcpy(x->req_body, o->body, o->body_len);
+	x->zeros_left = o->body_zeros;
 	if (upload)
 		r = header_add(x, "Expect", NULL);
 	if (r == 0)
@@ -561,7 +584,14 @@ xfer_setopts(struct hc_xfer *x, const hc_request_opts *o,
 	SETOPT(CURLOPT_HTTPHEADER, x->headers);
 	if (strcmp(method, "HEAD") == 0)
 		SETOPT(CURLOPT_NOBODY, 1L);
-	else if (upload) {
+	else if (upload && o->body_zeros > 0) {
+		SETOPT(CURLOPT_POST, 1L);
+		SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_zeros);
+		SETOPT(CURLOPT_READFUNCTION, on_read_zeros);
+		SETOPT(CURLOPT_READDATA, x);
+		if (strcmp(method, "PUT") == 0)
+			SETOPT(CURLOPT_CUSTOMREQUEST, "PUT");
+	} else if (upload) {
 		SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
 		SETOPT(CURLOPT_POSTFIELDS, x->req_body);
 		if (strcmp(method, "PUT") == 0)

@@ -30,6 +30,9 @@ typedef struct {
 	const char *content_type;       /* NULL: no Content-Type */
 	const void *body;               /* POST and PUT only; copied */
 	size_t body_len;
+	/* POST and PUT, body NULL: send this many zeros, made as they are
+	 * sent and never held whole (a link probe's upload) */
+	size_t body_zeros;
 	const char *if_none_match;      /* NULL: not sent */
 	long timeout_ms;                /* whole request; 0: default */
 	long connect_timeout_ms;        /* 0: default */
@@ -56,6 +59,9 @@ typedef struct hc_result {
 	const char *etag;       /* the ETag header; NULL if none or on error */
 	const char *header;     /* the want_header one, likewise */
 	double total_s;                 /* whole transfer, seconds */
+	/* from the start until the request began to go out (connection
+	 * and TLS handshake, when a new one was needed), seconds */
+	double pretransfer_s;
 	/* as curl counts them: body + headers received; body + request
 	 * head sent */
 	size_t bytes_in, bytes_out;

@@ -17,6 +17,9 @@
 
 #define HS_SLICE_LEN (1024 * 1024)      /* body bytes per uv_write */
 
+/* What every slice of a pattern body is made of (hs_response_body_pattern) */
+static const char hs_pattern[HS_SLICE_LEN];
+
 /* One response being written: the head and the body in slices, each its
  * own uv_write, so every slice taken by the peer restarts the timer. */
 struct hs_out {
@@ -25,6 +28,7 @@ struct hs_out {
 	size_t head_len;
 	char *body;                     /* owned; NULL after HEAD */
 	size_t body_len;
+	int pattern;                    /* body_len zeros from hs_pattern */
 	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
 	hs_meter meter;
 	int pending, failed;
@@ -99,7 +103,9 @@ out_issue(struct hs_out *o)
 		if (n > HS_SLICE_LEN)
 			n = HS_SLICE_LEN;
 		if (n > 0)
-			bufs[nb++] = uv_buf_init(o->body + o->off, (unsigned)n);
+			/* libuv and TLS only read what a buffer points to */
+			bufs[nb++] = uv_buf_init(o->pattern ? (char *)hs_pattern :
+			    o->body + o->off, (unsigned)n);
 		o->off += n;
 		o->reqs[o->issued].data = o;
 		if (ts_write(&o->reqs[o->issued], (uv_stream_t *)&c->tcp, c->tls,
@@ -176,7 +182,7 @@ reason_phrase(int status)
 void
 hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    int head_only, int close, hs_meter meter)
+    int pattern, int head_only, int close, hs_meter meter)
 {
 	struct hs_out *o;
 	size_t slices, nreqs;
@@ -187,8 +193,10 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	if (no_body || head_only) {
 		free(body);
 		body = NULL;
+		pattern = 0;
 	}
-	slices = body ? (body_len + HS_SLICE_LEN - 1) / HS_SLICE_LEN : 0;
+	slices = body || pattern ? (body_len + HS_SLICE_LEN - 1) /
+	    HS_SLICE_LEN : 0;
 	nreqs = slices > 0 ? slices : 1;
 	o = calloc(1, sizeof(*o) + nreqs * sizeof(ts_write_t));
 	head = malloc(headers_len + 512 +
@@ -219,7 +227,8 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	o->head = head;
 	o->head_len = (size_t)len;
 	o->body = body;
-	o->body_len = body ? body_len : 0;
+	o->body_len = body || pattern ? body_len : 0;
+	o->pattern = pattern;
 	o->bytes_in = c->req_in;
 	o->bytes_extra = c->continue_bytes;
 	o->meter = meter;
@@ -308,7 +317,21 @@ hs_response_body_owned(hs_response *res, const char *content_type,
 	res->content_type = ct;
 	res->body = body;
 	res->body_len = body ? len : 0;
+	res->pattern = 0;
 	return 0;
+}
+
+int
+hs_response_body_pattern(hs_response *res, const char *content_type,
+    size_t len)
+{
+	int rc = hs_response_body_owned(res, content_type, NULL, 0);
+
+	if (rc == 0) {
+		res->pattern = 1;
+		res->body_len = len;
+	}
+	return rc;
 }
 
 int

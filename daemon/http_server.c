@@ -192,6 +192,8 @@ request_reset(hs_conn *c)
 	c->body = NULL;
 	c->body_len = c->body_cap = 0;
 	c->continue_bytes = 0;
+	c->discarding = 0;
+	c->discard_max = 0;
 	c->reject_status = 0;
 	c->reject_msg[0] = '\0';
 	c->in_body = 0;
@@ -299,7 +301,7 @@ conn_fail(hs_conn *c, int status, const char *msg)
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	hs__conn_timer(c, HS_T_IDLE);
 	hs__conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0,
-	    0, 1, (hs_meter){ HS_METER_ERROR, -1 });
+	    0, 0, 1, (hs_meter){ HS_METER_ERROR, -1 });
 	request_reset(c);
 }
 
@@ -353,7 +355,8 @@ conn_dispatch(hs_conn *c)
 	*q = '\0';
 	req.path = url;
 	req.body = c->body ? c->body : empty;
-	req.body_len = c->body_len;
+	req.body_len = c->discarding ? 0 : c->body_len;
+	req.discarded = c->discarding ? c->body_len : 0;
 	req.peer = c->peer;
 	req.peer_id = c->tls != NULL ? tls_conn_peer_id(c->tls) : NULL;
 	req.http_major = c->http_major;
@@ -368,13 +371,13 @@ conn_dispatch(hs_conn *c)
 		res.body = strdup(res.nomem ? "out of memory building the "
 		    "response\n" : "the handler set no status\n");
 		hs__conn_send(c, 500, "text/plain", "", 0, res.body,
-		    res.body ? strlen(res.body) : 0, c->method == HTTP_HEAD,
+		    res.body ? strlen(res.body) : 0, 0, c->method == HTTP_HEAD,
 		    !c->keep_alive, (hs_meter){ HS_METER_ERROR, -1 });
 	} else
 		hs__conn_send(c, res.status, res.content_type,
 		    res.headers ? res.headers : "", res.headers_len, res.body,
-		    res.body_len, c->method == HTTP_HEAD, !c->keep_alive,
-		    res.meter);
+		    res.body_len, res.pattern, c->method == HTTP_HEAD,
+		    !c->keep_alive, res.meter);
 	free(res.headers);
 	free(res.content_type);
 	request_reset(c);
@@ -582,17 +585,31 @@ on_continue_written(ts_write_t *req, int status)
 	free(req);
 }
 
+/* The most body bytes the request being read may bring. */
+static size_t
+body_max(const hs_conn *c)
+{
+	return c->discarding ? c->discard_max : c->srv->cfg.max_body_bytes;
+}
+
 static int
 on_headers_complete(http_parser *p)
 {
 	hs_conn *c = p->data;
-	size_t max = c->srv->cfg.max_body_bytes;
+	const hs_config *cfg = &c->srv->cfg;
+	size_t max;
 	const char *expect;
 	hs_request req;
 
 	if (header_end(c) < 0)
 		return -1;
 	c->in_body = 1;
+	/* the target is the first string of hbuf */
+	if (cfg->discard != NULL && cfg->discard(c->srv->ctx,
+	    http_method_str((enum http_method)p->method), c->hbuf,
+	    &c->discard_max))
+		c->discarding = 1;
+	max = body_max(c);
 	if (p->http_major != 1 || p->http_minor > 1)
 		return reject(c, 505, "HTTP/%u.%u is not supported: HTTP/1.0 "
 		    "and HTTP/1.1 only", p->http_major, p->http_minor);
@@ -626,7 +643,7 @@ static int
 on_chunk_header(http_parser *p)
 {
 	hs_conn *c = p->data;
-	size_t max = c->srv->cfg.max_body_bytes;
+	size_t max = body_max(c);
 
 	if (p->content_length > max - c->body_len)
 		return reject(c, 413, "chunked request body exceeds the limit "
@@ -638,11 +655,15 @@ static int
 on_body(http_parser *p, const char *at, size_t len)
 {
 	hs_conn *c = p->data;
-	size_t max = c->srv->cfg.max_body_bytes;
+	size_t max = body_max(c);
 
 	if (len > max - c->body_len)
 		return reject(c, 413, "request body exceeds the limit of %zu "
 		    "bytes", max);
+	if (c->discarding) {
+		c->body_len += len;     /* counted, never held */
+		return 0;
+	}
 	if (c->body_len + len + 1 > c->body_cap) {
 		/* grows as bytes arrive, never to more than was declared */
 		size_t need = c->body_len + len + 1;

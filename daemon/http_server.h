@@ -38,6 +38,9 @@ typedef struct hs_request {
 	const char *peer;       /* "127.0.0.1:50312" or "[::1]:50312" */
 	/* the peer id its certificate proved (TLS), NULL over plain TCP */
 	const uint8_t *peer_id;
+	/* body bytes read and dropped unbuffered, as hs_config.discard
+	 * asked (body is then ""), else 0 */
+	size_t discarded;
 	int http_major, http_minor;
 	void *priv;             /* the server's; do not touch */
 } hs_request;
@@ -121,6 +124,13 @@ typedef struct {
 	/* from accepting a connection to the end of its TLS handshake */
 	unsigned handshake_timeout_ms;
 	hs_refused_fn on_refused;       /* NULL: not told */
+	/* Whether the body of a request is read and dropped instead of
+	 * buffered (a link probe's sink), so that it takes nothing of
+	 * max_buffered_bytes: 1 with its limit in *max (which replaces
+	 * max_body_bytes), or 0.  target is the raw request target, query
+	 * included.  NULL: every body is buffered. */
+	int (*discard)(void *ctx, const char *method, const char *target,
+	    size_t *max);
 } hs_config;
 
 void hs_config_defaults(hs_config *cfg);
@@ -164,6 +174,10 @@ int hs_response_body(hs_response *res, const char *content_type,
  * is written, or at once if this fails. */
 int hs_response_body_owned(hs_response *res, const char *content_type,
     void *body, size_t len);
+/* A body of len bytes (zeros) written from one static slice, never
+ * allocated: a link probe's source. */
+int hs_response_body_pattern(hs_response *res, const char *content_type,
+    size_t len);
 /* What on_exchange will be told this exchange was. */
 void hs_response_meter(hs_response *res, int kind, int who);
 /* A status with a JSON body (compact), taking o's reference; 500 when o

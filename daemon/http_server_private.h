@@ -32,6 +32,7 @@ struct hs_response {
 	char *content_type;
 	char *body;
 	size_t body_len;
+	int pattern;                    /* body_len zeros, no body buffer */
 	hs_meter meter;
 	int nomem;
 };
@@ -61,6 +62,7 @@ struct hs_conn {
 	unsigned closing : 1;
 	unsigned eof : 1;
 	unsigned handshaking : 1;       /* TLS, before its first request */
+	unsigned discarding : 1;        /* the body is counted, not kept */
 	char *held;             /* unparsed bytes while the pipeline is full */
 	size_t held_len;
 	/* the request being read */
@@ -74,6 +76,7 @@ struct hs_conn {
 	int last_cb;
 	char *body;
 	size_t body_len, body_cap;
+	size_t discard_max;             /* the limit of a discarded body */
 	size_t continue_bytes;
 	int reject_status;
 	char reject_msg[HS_MSG_LEN];
@@ -122,9 +125,10 @@ void hs__conn_resume(hs_conn *c);
 /* Ends the responses that never got to the socket (c is closed). */
 void hs__conn_drop_unsent(hs_conn *c);
 /* Queues one response; takes body (malloc'd) in every case.  With
- * head_only the length is announced and the body not sent. */
+ * head_only the length is announced and the body not sent; with pattern
+ * body is NULL and body_len zeros are sent from a static slice. */
 void hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    int head_only, int close, hs_meter meter);
+    int pattern, int head_only, int close, hs_meter meter);
 
 #endif

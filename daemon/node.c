@@ -18,6 +18,7 @@
 #include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
+#include "daemon/probe.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 
@@ -246,6 +247,7 @@ on_round_ready(node *n, wk_event *ev)
 	 * at is this one */
 	n->step = ev->step;
 	n->state = "round";
+	n->in_round = n->rounds != NULL;
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
 		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
@@ -361,6 +363,8 @@ shutdown_node(node *n)
 	uv_close((uv_handle_t *)&n->sigterm, on_closed_handle);
 	uv_close((uv_handle_t *)&n->sigint, on_closed_handle);
 	uv_close((uv_handle_t *)&n->sighup, on_closed_handle);
+	/* first: a compute probe holds the trainer until it is done */
+	pb_close(n);
 	if (n->worker != NULL) {
 		wk_close(n->worker, NULL, NULL);
 		n->worker = NULL;
@@ -561,6 +565,7 @@ rounds_commit(void *arg, int64_t round, float *avg, float outer_lr,
 		free(ckpt);
 	}
 	n->state = "training";
+	n->in_round = 0;
 }
 
 static int
@@ -704,6 +709,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hcfg.tls = n->tls;
 	hcfg.handshake_timeout_ms = (unsigned)n->cfg.handshake_timeout_ms;
 	hcfg.on_refused = on_refused;
+	hcfg.discard = pb_discard;
 	if (n->tls == NULL)
 		log_warnx("insecure = yes: plain TCP, no peer ids; anyone who "
 		    "reaches %s:%d may use the API", n->cfg.listen_host,
@@ -718,6 +724,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	if (hc_client_new(&n->client, loop, why) != 0)
 		return kn_error(err, KN_EIO, "%s", why);
 	hc_client_set_tls(n->client, n->tls);
+	if ((rc = pb_start(n, err)) != 0)
+		return rc;
 	if ((rc = start_rounds(n, err)) != 0)
 		return rc;
 	if (n->soma)
@@ -742,6 +750,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 void
 node_free(node *n)
 {
+	pb_free(n);
 	free(n->ckpt);
 	free(n->heldout);
 	n->heldout = NULL;

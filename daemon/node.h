@@ -40,6 +40,9 @@ typedef struct node {
 	tls_ctx *tls;                   /* NULL with insecure = yes */
 	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
+	struct pb_state *probe;         /* probe.c */
+	/* our update is out and the round's outcome not back: probes wait */
+	int in_round;
 	uv_timer_t cron;
 	uv_signal_t sigterm, sigint, sighup;
 	/* what we report */

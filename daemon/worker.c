@@ -393,6 +393,74 @@ training_step(wk_worker *w, struct training *tg)
 	return 0;
 }
 
+/* An absolute CLOCK_MONOTONIC time s seconds from now. */
+static struct timespec
+after(double s)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_sec += (time_t)s;
+	t.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
+/* Between steps: waits while a compute probe holds training.  A stop
+ * waits too: the probe uses the thread pool meanwhile, and releases
+ * within its bounded time (probe.c). */
+static void
+hold_point(wk_worker *w)
+{
+	pthread_mutex_lock(&w->hold_lock);
+	while (w->hold) {
+		if (!w->held) {
+			w->held = 1;
+			pthread_cond_broadcast(&w->hold_moved);
+		}
+		pthread_cond_wait(&w->hold_moved, &w->hold_lock);
+	}
+	w->held = 0;
+	pthread_mutex_unlock(&w->hold_lock);
+}
+
+void
+wk_hold(wk_worker *w)
+{
+	pthread_mutex_lock(&w->hold_lock);
+	w->hold = 1;
+	pthread_mutex_unlock(&w->hold_lock);
+}
+
+int
+wk_wait_held(wk_worker *w, double timeout_s)
+{
+	struct timespec t = after(timeout_s);
+	int rc = 0;
+
+	pthread_mutex_lock(&w->hold_lock);
+	while (!w->held && !w->ended && rc == 0)
+		if (pthread_cond_timedwait(&w->hold_moved, &w->hold_lock,
+		    &t) != 0)
+			rc = -1;
+	if (w->held || w->ended)
+		rc = 0;
+	pthread_mutex_unlock(&w->hold_lock);
+	return rc;
+}
+
+void
+wk_release(wk_worker *w)
+{
+	pthread_mutex_lock(&w->hold_lock);
+	w->hold = 0;
+	pthread_cond_broadcast(&w->hold_moved);
+	pthread_mutex_unlock(&w->hold_lock);
+}
+
 static void
 run(lt_thread *lt, void *arg)
 {
@@ -406,11 +474,29 @@ run(lt_thread *lt, void *arg)
 		return;
 	}
 	while (rc == 0 && tr_trainer_steps(tg.t) < w->o.train.steps &&
-	    !lt_stopping(w->lt))
+	    !lt_stopping(w->lt)) {
+		hold_point(w);
 		rc = training_step(w, &tg);
+	}
 	if (rc >= 0 && training_checkpoint(w, &tg) == 0)
 		wk__post(w, wk__event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
 	training_close(&tg);
+}
+
+/* The thread's work, then the mark a probe's wk_wait_held looks for. */
+static void
+run_then_end(lt_thread *lt, void *arg)
+{
+	wk_worker *w = arg;
+
+	if (w->o.soma)
+		wk__run_soma(lt, arg);
+	else
+		run(lt, arg);
+	pthread_mutex_lock(&w->hold_lock);
+	w->ended = 1;
+	pthread_cond_broadcast(&w->hold_moved);
+	pthread_mutex_unlock(&w->hold_lock);
 }
 
 static void
@@ -438,8 +524,9 @@ wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
     wk_event_fn on_event, void *ctx, char *err)
 {
 	wk_worker *w = calloc(1, sizeof(*w));
-	lt_opts lo = { "trainer", o->soma ? wk__run_soma : run, deliver,
-	    free_commit, free_event, w };
+	lt_opts lo = { "trainer", run_then_end, deliver, free_commit,
+	    free_event, w };
+	pthread_condattr_t attr;
 	int rc;
 
 	*out = NULL;
@@ -448,7 +535,14 @@ wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
 	w->o = *o;
 	w->on_event = on_event;
 	w->ctx = ctx;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_mutex_init(&w->hold_lock, NULL);
+	pthread_cond_init(&w->hold_moved, &attr);
+	pthread_condattr_destroy(&attr);
 	if ((rc = lt_start(&w->lt, loop, &lo, err)) != 0) {
+		pthread_mutex_destroy(&w->hold_lock);
+		pthread_cond_destroy(&w->hold_moved);
 		free(w);
 		return rc;
 	}
@@ -485,6 +579,8 @@ on_closed(void *arg)
 
 	if (w->closed != NULL)
 		w->closed(w->closed_arg);
+	pthread_mutex_destroy(&w->hold_lock);
+	pthread_cond_destroy(&w->hold_moved);
 	free(w);
 }
 

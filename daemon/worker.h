@@ -84,6 +84,15 @@ void wk_stop(wk_worker *w);
  * left out of the round or is behind. */
 void wk_commit_round(wk_worker *w, int64_t round, float *avg,
     float outer_lr, char *ckpt, size_t len);
+/* A compute probe (probe.h) measures the device alone, so training
+ * waits meanwhile.  On the probe's thread, never the loop's: wk_hold asks
+ * the trainer to wait at its next step boundary, wk_wait_held blocks
+ * until it waits there or its work has ended (0), or timeout_s passes
+ * (-1), and wk_release, which must follow every wk_hold, lets it go on.
+ * A stop waits for the release too. */
+void wk_hold(wk_worker *w);
+int wk_wait_held(wk_worker *w, double timeout_s);
+void wk_release(wk_worker *w);
 /* Joins the thread and closes the async handle; done runs when the handle
  * is closed and w is freed. */
 void wk_close(wk_worker *w, void (*done)(void *arg), void *arg);

@@ -3,11 +3,18 @@
 #ifndef SM_WORKER_PRIVATE_H
 #define SM_WORKER_PRIVATE_H
 
+#include <pthread.h>
+
 #include "daemon/worker.h"
 
 struct wk_worker {
 	wk_opts o;
 	lt_thread *lt;
+	/* wk_hold's: asked, the trainer waits at a step boundary, its work
+	 * has ended */
+	pthread_mutex_t hold_lock;
+	pthread_cond_t hold_moved;
+	int hold, held, ended;
 	wk_event_fn on_event;
 	void *ctx;
 	void (*closed)(void *);

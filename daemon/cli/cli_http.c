@@ -76,6 +76,13 @@ long
 cli_peer_get(const peers_entry *p, const char *path, size_t max,
     long timeout_ms, struct cli_body *out, char *err)
 {
+	return cli_peer_request(p, "GET", path, max, timeout_ms, out, err);
+}
+
+long
+cli_peer_request(const peers_entry *p, const char *method, const char *path,
+    size_t max, long timeout_ms, struct cli_body *out, char *err)
+{
 	CURL *h;
 	char cerr[CURL_ERROR_SIZE] = "", url[CF_HOST_LEN + 256];
 	char cert[PR_PATH_LEN + 16], key[PR_PATH_LEN + 16], pin[ID_PIN_LEN];
@@ -111,6 +118,8 @@ cli_peer_get(const peers_entry *p, const char *path, size_t max,
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+	if (strcmp(method, "POST") == 0)	/* with an empty body */
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
 	rc = curl_easy_perform(h);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);

@@ -116,6 +116,10 @@ struct cli_body {
  * the reason in err. */
 long cli_peer_get(const peers_entry *p, const char *path, size_t max,
     long timeout_ms, struct cli_body *out, char *err);
+/* The same with method "GET" or "POST" (an empty body). */
+long cli_peer_request(const peers_entry *p, const char *method,
+    const char *path, size_t max, long timeout_ms, struct cli_body *out,
+    char *err);
 /* Prints o on stdout, indented with sorted keys, and releases it (a
  * jansson json_t). */
 void cli_print_json(struct json_t *o);

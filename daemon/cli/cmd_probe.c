@@ -1,0 +1,429 @@
+/* shardmeter probe: asks every daemon of a peer list for its compute probe
+ * and then its link probe (one daemon at a time, so that no probe shares
+ * a core or a link with another), writes the topology file
+ * (proto/topology.h) and prints it as tables. */
+#include "config.h"
+
+#include <curl/curl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/cli/cmd.h"
+#include "daemon/peers.h"
+#include "daemon/probe.h"
+#include "kernels/clock.h"
+#include "kernels/error.h"
+#include "proto/topology.h"
+
+#define POLL_US 100000          /* between GETs of a running probe */
+
+struct probe_args {
+	const char *peers, *out;
+	int samples, streams;
+	long long bytes;
+	double seconds;
+};
+
+/* One request to daemon p: its JSON answer in *out (the caller's) and the
+ * status; 0 with err when it did not answer, or not in JSON. */
+static long
+ask(const peers_entry *p, const char *method, const char *path,
+    json_t **out, char *err)
+{
+	struct cli_body b;
+	json_error_t jerr;
+	char why[KN_ERR_LEN];
+	long st;
+
+	*out = NULL;
+	st = cli_peer_request(p, method, path, 1 << 20, 10000, &b, why);
+	if (st == 0) {
+		kn_error(err, KN_EIO, "cannot reach %s: %s", p->addr, why);
+		return 0;
+	}
+	if ((*out = json_loadb(b.data ? b.data : "", b.len, 0, &jerr)) ==
+	    NULL) {
+		/* errors come as one line of text */
+		kn_error(err, KN_EIO, "%s: HTTP %ld: %.*s", p->addr, st,
+		    b.data ? (int)strcspn(b.data, "\n") : 0,
+		    b.data ? b.data : "");
+		st = 0;
+	}
+	free(b.data);
+	return st;
+}
+
+/* Starts the probe of what (compute or links) on p with query, and
+ * waits up to limit seconds for its result: the JSON (the caller's), or
+ * NULL with the reason in err. */
+static json_t *
+run_probe(const peers_entry *p, const char *what, const char *query,
+    double limit, char *err)
+{
+	char path[256];
+	json_t *o;
+	double until = kn_now() + limit;
+	long st;
+
+	snprintf(path, sizeof(path), "/v1/probe/%s%s%s", what,
+	    query[0] ? "?" : "", query);
+	if ((st = ask(p, "POST", path, &o, err)) != 202) {
+		if (st != 0)
+			kn_error(err, KN_EIO, "%s refused the %s probe: HTTP %ld",
+			    p->addr, what, st);
+		json_decref(o);
+		return NULL;
+	}
+	snprintf(path, sizeof(path), "/v1/probe/%s", what);
+	for (;;) {
+		json_decref(o);
+		usleep(POLL_US);
+		if ((st = ask(p, "GET", path, &o, err)) != 202)
+			break;
+		if (kn_now() > until) {
+			kn_error(err, KN_EIO, "%s: the %s probe took more than "
+			    "%.0f s", p->addr, what, limit);
+			json_decref(o);
+			return NULL;
+		}
+	}
+	if (st == 200)
+		return o;
+	if (st != 0)
+		kn_error(err, KN_EIO, "%s: the %s probe failed (HTTP %ld): %s",
+		    p->addr, what, st, json_string_value(json_object_get(o,
+		    "error")) ? json_string_value(json_object_get(o, "error")) :
+		    "no reason given");
+	json_decref(o);
+	return NULL;
+}
+
+static double
+num(json_t *o, const char *key)
+{
+	return json_number_value(json_object_get(o, key));
+}
+
+/* The compute answer of host i into t (the shape of the first that
+ * answered). */
+static int
+take_compute(topo_topology *t, int i, json_t *o, char *err)
+{
+	topo_host *h = &t->hosts[i];
+	json_t *sh = json_object_get(o, "shape");
+	topo_shape s = { (int)json_integer_value(json_object_get(sh, "width")),
+	    (int)json_integer_value(json_object_get(sh, "heads")),
+	    (int)json_integer_value(json_object_get(sh, "layers")),
+	    (int)json_integer_value(json_object_get(sh, "window")),
+	    (int)json_integer_value(json_object_get(sh, "batch")) };
+	const char *dev = json_string_value(json_object_get(o, "device"));
+
+	if (t->shape.width == 0)
+		t->shape = s;   /* the first that answered */
+	else if (memcmp(&s, &t->shape, sizeof(s)) != 0)
+		return kn_error(err, KN_EINVAL, "%s trains another block shape "
+		    "(width %d, %d layers, window %d, batch %d) than the daemons "
+		    "before it: do they run one spec?", h->name, s.width,
+		    s.layers, s.window, s.batch);
+	snprintf(h->device, sizeof(h->device), "%s", dev ? dev : "?");
+	h->memory_bytes = num(o, "memory_bytes");
+	h->train_positions_per_s = num(o, "train_positions_per_s");
+	h->forward_positions_per_s = num(o, "forward_positions_per_s");
+	return KN_OK;
+}
+
+/* The link answer of host from into t's row from. */
+static int
+take_links(topo_topology *t, int from, json_t *o, char *err)
+{
+	json_t *arr = json_object_get(o, "links"), *l;
+	size_t k;
+
+	json_array_foreach(arr, k, l) {
+		const char *to = json_string_value(json_object_get(l, "to"));
+		const char *why = json_string_value(json_object_get(l, "error"));
+		int j = to ? topo_find(t, to) : -1;
+		topo_link *d = topo_link_at(t, from, j);
+
+		if (why != NULL)
+			return kn_error(err, KN_EIO, "link %s -> %s: %s",
+			    t->hosts[from].name, to ? to : "?", why);
+		if (d == NULL)
+			return kn_error(err, KN_EINVAL, "%s measured a link to %s, "
+			    "not in the peer list", t->hosts[from].name,
+			    to ? to : "?");
+		d->rtt_ms = num(l, "rtt_ms");
+		d->rtt_spread_ms = num(l, "rtt_spread_ms");
+		d->samples = (int)json_integer_value(json_object_get(l,
+		    "samples"));
+		d->stream_bytes_per_s = num(l, "stream_bytes_per_s");
+		d->streams = (int)json_integer_value(json_object_get(l,
+		    "streams"));
+		d->multi_bytes_per_s = num(l, "multi_bytes_per_s");
+		fprintf(stderr, "probe:   %s -> %s: rtt %.3f ms (iqr %.3f), "
+		    "%.1f MB/s one stream, %.1f MB/s %d streams\n",
+		    t->hosts[from].name, to, d->rtt_ms, d->rtt_spread_ms,
+		    d->stream_bytes_per_s / 1e6, d->multi_bytes_per_s / 1e6,
+		    d->streams);
+	}
+	return KN_OK;
+}
+
+/* ---- the tables ---- */
+
+static void
+print_hosts(const topo_topology *t)
+{
+	int i;
+
+	printf("%-3s %-22s %-40s %10s %12s %12s\n", "#", "host", "device",
+	    "free GiB", "train pos/s", "fwd pos/s");
+	for (i = 0; i < t->nhosts; i++) {
+		const topo_host *h = &t->hosts[i];
+
+		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12.0f\n", i, h->name,
+		    h->device, h->memory_bytes / (1024.0 * 1024 * 1024),
+		    h->train_positions_per_s, h->forward_positions_per_s);
+	}
+}
+
+/* One matrix, rows from and columns to, each cell by cell(). */
+static void
+print_matrix(const topo_topology *t, const char *title,
+    void (*cell)(const topo_link *l, char *buf, size_t len))
+{
+	char buf[64];
+	int i, j;
+
+	printf("\n%s\n%-8s", title, "from\\to");
+	for (j = 0; j < t->nhosts; j++)
+		printf(" %16d", j);
+	putchar('\n');
+	for (i = 0; i < t->nhosts; i++) {
+		printf("%-8d", i);
+		for (j = 0; j < t->nhosts; j++) {
+			const topo_link *l = topo_link_at(t, i, j);
+
+			if (l == NULL)
+				snprintf(buf, sizeof(buf), "-");
+			else
+				cell(l, buf, sizeof(buf));
+			printf(" %16s", buf);
+		}
+		putchar('\n');
+	}
+}
+
+static void
+rtt_cell(const topo_link *l, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.3f+-%.3f", l->rtt_ms, l->rtt_spread_ms / 2);
+}
+
+static void
+rate_cell(const topo_link *l, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.0f/%.0f", l->stream_bytes_per_s / 1e6,
+	    l->multi_bytes_per_s / 1e6);
+}
+
+static void
+print_topology(const topo_topology *t)
+{
+	int streams = t->nhosts > 1 ? topo_link_at(t, 0, 1)->streams : 0;
+	char title[128];
+
+	printf("measured %s at width %d, %d heads, %d layers, window %d, "
+	    "batch %d\n\n", t->measured_at, t->shape.width, t->shape.heads,
+	    t->shape.layers, t->shape.window, t->shape.batch);
+	print_hosts(t);
+	if (t->nhosts < 2)
+		return;
+	print_matrix(t, "round trip, ms (median +- half the interquartile "
+	    "range)", rtt_cell);
+	snprintf(title, sizeof(title), "throughput, MB/s (one stream / %d "
+	    "streams)", streams);
+	print_matrix(t, title, rate_cell);
+}
+
+/* ---- the command ---- */
+
+/* Both probes of every daemon into t; the number of daemons that
+ * failed, each said on stderr. */
+static int
+probe_all(const struct probe_args *a, const peers_list *pl,
+    topo_topology *t)
+{
+	char query[256], err[KN_ERR_LEN];
+	int i, failed = 0;
+	json_t *o;
+
+	for (i = 0; i < pl->n; i++) {
+		fprintf(stderr, "probe: compute of %s...\n", pl->v[i].addr);
+		o = run_probe(&pl->v[i], "compute", "", 2 * PB_HOLD_TIMEOUT +
+		    2 * PB_MAX_COMPUTE_SECONDS, err);
+		if (o == NULL || take_compute(t, i, o, err) != 0) {
+			fprintf(stderr, "shardmeter probe: %s\n", err);
+			failed++;
+		} else
+			fprintf(stderr, "probe:   %.0f positions/s training, %.0f "
+			    "forward, %.1f GiB free (%s)\n",
+			    t->hosts[i].train_positions_per_s,
+			    t->hosts[i].forward_positions_per_s,
+			    t->hosts[i].memory_bytes / (1024.0 * 1024 * 1024),
+			    t->hosts[i].device);
+		json_decref(o);
+	}
+	snprintf(query, sizeof(query), "samples=%d&bytes=%lld&streams=%d&"
+	    "seconds=%g", a->samples, a->bytes, a->streams, a->seconds);
+	for (i = 0; i < pl->n && pl->n > 1; i++) {
+		fprintf(stderr, "probe: links from %s...\n", pl->v[i].addr);
+		o = run_probe(&pl->v[i], "links", query, a->seconds + 30, err);
+		if (o == NULL || take_links(t, i, o, err) != 0) {
+			fprintf(stderr, "shardmeter probe: %s\n", err);
+			failed++;
+		}
+		json_decref(o);
+	}
+	return failed;
+}
+
+static int
+parse(const struct cmd_entry *self, struct probe_args *a, int argc,
+    char **argv)
+{
+	static const struct option opts[] = {
+		{ "peers", required_argument, NULL, 'p' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "samples", required_argument, NULL, 's' },
+		{ "bytes", required_argument, NULL, 'b' },
+		{ "streams", required_argument, NULL, 'k' },
+		{ "seconds", required_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int ch, v;
+	char *end;
+
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'p': a->peers = optarg; break;
+		case 'o': a->out = optarg; break;
+		case 's':
+			if (cli_parse_int("probe", "samples", optarg, 1,
+			    PB_MAX_SAMPLES, &a->samples) != 0)
+				return 2;
+			break;
+		case 'k':
+			if (cli_parse_int("probe", "streams", optarg, 1,
+			    PB_MAX_STREAMS, &a->streams) != 0)
+				return 2;
+			break;
+		case 'b':
+			a->bytes = strtoll(optarg, &end, 10);
+			if (end == optarg || *end || a->bytes < 1 ||
+			    a->bytes > (long long)PB_MAX_BYTES) {
+				fprintf(stderr, "shardmeter probe: --bytes takes 1 to "
+				    "%zu, not '%s'\n", PB_MAX_BYTES, optarg);
+				return 2;
+			}
+			break;
+		case 'n':
+			if (cli_parse_int("probe", "seconds", optarg, 1,
+			    (int)PB_MAX_SECONDS, &v) != 0)
+				return 2;
+			a->seconds = v;
+			break;
+		case 'h': return cli_help(self);
+		default: return 2;
+		}
+	}
+	if (a->peers == NULL || a->out == NULL) {
+		fprintf(stderr, "shardmeter probe: --peers FILE and --out FILE "
+		    "are required\n");
+		return 2;
+	}
+	if (a->bytes < a->streams) {
+		fprintf(stderr, "shardmeter probe: --bytes (%lld) is fewer than "
+		    "--streams (%d)\n", a->bytes, a->streams);
+		return 2;
+	}
+	return CLI_CONTINUE;
+}
+
+static int
+probe_exec(const struct cmd_entry *self, int argc, char **argv)
+{
+	struct probe_args a = { NULL, NULL, PB_DEFAULT_SAMPLES,
+		PB_DEFAULT_STREAMS, (long long)PB_DEFAULT_BYTES,
+		PB_DEFAULT_SECONDS };
+	char err[PR_ERR_LEN];
+	topo_topology t;
+	peers_list pl;
+	time_t now;
+	int rc, i;
+
+	if ((rc = parse(self, &a, argc, argv)) != CLI_CONTINUE)
+		return rc;
+	if (peers_load(&pl, a.peers, err) != 0) {
+		fprintf(stderr, "shardmeter probe: %s\n", err);
+		return 1;
+	}
+	if (pl.n == 0 || topo_init(&t, pl.n, err) != 0) {
+		fprintf(stderr, "shardmeter probe: %s: %s\n", a.peers, pl.n ?
+		    err : "no daemon lines");
+		peers_free(&pl);
+		return 1;
+	}
+	for (i = 0; i < pl.n; i++) {
+		snprintf(t.hosts[i].name, sizeof(t.hosts[i].name), "%.127s",
+		    pl.v[i].addr);
+		snprintf(t.hosts[i].address, sizeof(t.hosts[i].address), "%.127s",
+		    pl.v[i].addr);
+		snprintf(t.hosts[i].id, sizeof(t.hosts[i].id), "%s",
+		    pl.v[i].id_text);
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	rc = probe_all(&a, &pl, &t);
+	now = time(NULL);
+	strftime(t.measured_at, sizeof(t.measured_at), "%Y-%m-%dT%H:%M:%SZ",
+	    gmtime(&now));
+	if (rc > 0)
+		fprintf(stderr, "shardmeter probe: %d probe(s) failed: %s not "
+		    "written\n", rc, a.out);
+	else if (topo_save(&t, a.out, err) != 0) {
+		fprintf(stderr, "shardmeter probe: %s: %s\n", a.out, err);
+		rc = 1;
+	} else {
+		fprintf(stderr, "probe: wrote %s\n", a.out);
+		print_topology(&t);
+	}
+	topo_free(&t);
+	peers_free(&pl);
+	curl_global_cleanup();
+	return rc > 0 ? 1 : 0;
+}
+
+const struct cmd_entry cmd_probe_entry = {
+	.name = "probe",
+	.summary = "measure the daemons' compute and links into a topology "
+	    "file",
+	.usage = "usage: shardmeter probe --peers FILE --out TOPOLOGY.json "
+	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N]\n"
+	    "Asks every daemon of the peer list, one at a time, to time a "
+	    "training step\nand a forward pass of its block's shape (about "
+	    "1 s each; training waits\nmeanwhile) and to measure the links to "
+	    "every other daemon: the median and\ninterquartile range of S "
+	    "round trips (default 20), one stream of B bytes\n(default "
+	    "16777216, at most 67108864) and K streams of B/K bytes each\n"
+	    "(default 4, at most 16), within N seconds per daemon (default "
+	    "60).  Writes\nthe topology file for 'shardmeter plan' "
+	    "(shardmeter(1) gives its format) and\nprints it as tables.  "
+	    "Probes are refused while a round is in progress.\n",
+	.exec = probe_exec
+};

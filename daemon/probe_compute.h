@@ -1,0 +1,36 @@
+/* The compute half of a probe (DESIGN section 4): how fast this host trains
+ * and runs forward passes of a block of a given shape, on a scratch model
+ * so that no training state is touched, and how much memory its training
+ * device has free.  Training-library side: probe.c calls it on a thread
+ * of its own, never on the event loop. */
+#ifndef SM_PROBE_COMPUTE_H
+#define SM_PROBE_COMPUTE_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/model.h"
+
+typedef struct {
+	/* positions (windows x window) per second: forward, backward and
+	 * AdamW; and forward alone, each over seconds_each or max_steps */
+	double train_positions_per_s, forward_positions_per_s;
+	int train_steps, forward_passes;        /* timed, warm-up aside */
+	double train_s, forward_s;              /* what they took */
+} pc_rates;
+
+/* Free memory of the training device in *bytes: MemAvailable of
+ * /proc/meminfo on the CPU, cudaMemGetInfo of the current device on
+ * CUDA (the backend table has no such entry).  *how names the source.
+ * 0 or a negative KN_E* code with the reason in err (KN_ERR_LEN). */
+int pc_free_memory(const kn_backend *be, uint64_t *bytes, const char **how,
+    char *err);
+
+/* Times training steps, then forward passes, of a freshly initialised
+ * model of shape on be, batch windows at a time, on a seeded random
+ * batch: one untimed warm-up each, then until seconds_each have passed
+ * or max_steps were timed (at least one).  0 or KN_E* with err. */
+int pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
+    double seconds_each, int max_steps, pc_rates *out, char *err);
+
+#endif

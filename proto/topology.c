@@ -1,0 +1,505 @@
+/* Reading and writing the topology file with jansson: one table of fields
+ * per object (host, link) drives both the strict reader and the writer,
+ * so a key is spelled and bounded in one place. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "kernels/error.h"
+#include "proto/checkpoint.h"
+#include "proto/topology.h"
+
+#define TOPO_MAX_FILE ((size_t)64 << 20)
+
+enum { F_STR, F_NUM, F_NUM0, F_INT };   /* F_NUM0: >= 0, not > 0 */
+
+/* One key of an object: its kind, whether it must be there, and where its
+ * value goes (offset into the struct; size for strings). */
+struct field {
+	const char *key;
+	int kind;
+	int required;
+	size_t off, size;
+};
+
+#define HOST(k, kind, req, m) { k, kind, req, offsetof(topo_host, m), \
+	sizeof(((topo_host *)0)->m) }
+#define LINK(k, kind, req, m) { k, kind, req, offsetof(topo_link, m), \
+	sizeof(((topo_link *)0)->m) }
+#define SHAPE(k, m) { k, F_INT, 1, offsetof(topo_shape, m), sizeof(int) }
+
+static const struct field host_fields[] = {
+	HOST("name", F_STR, 1, name),
+	HOST("address", F_STR, 0, address),
+	HOST("id", F_STR, 0, id),
+	HOST("device", F_STR, 1, device),
+	HOST("memory_bytes", F_NUM, 1, memory_bytes),
+	HOST("train_positions_per_s", F_NUM, 1, train_positions_per_s),
+	HOST("forward_positions_per_s", F_NUM, 1, forward_positions_per_s),
+	{ NULL, 0, 0, 0, 0 }
+};
+
+/* "from" and "to" are read apart: they say where the link goes */
+static const struct field link_fields[] = {
+	LINK("rtt_ms", F_NUM, 1, rtt_ms),
+	LINK("rtt_spread_ms", F_NUM0, 1, rtt_spread_ms),
+	LINK("samples", F_INT, 1, samples),
+	LINK("stream_bytes_per_s", F_NUM, 1, stream_bytes_per_s),
+	LINK("streams", F_INT, 1, streams),
+	LINK("multi_bytes_per_s", F_NUM, 1, multi_bytes_per_s),
+	{ NULL, 0, 0, 0, 0 }
+};
+
+static const struct field shape_fields[] = {
+	SHAPE("width", width), SHAPE("heads", heads), SHAPE("layers", layers),
+	SHAPE("window", window), SHAPE("batch", batch),
+	{ NULL, 0, 0, 0, 0 }
+};
+
+int
+topo_init(topo_topology *t, int nhosts, char *err)
+{
+	memset(t, 0, sizeof(*t));
+	if (nhosts < 1 || nhosts > TOPO_MAX_HOSTS)
+		return kn_error(err, KN_EINVAL, "a topology has 1 to %d hosts, "
+		    "not %d", TOPO_MAX_HOSTS, nhosts);
+	t->hosts = calloc((size_t)nhosts, sizeof(*t->hosts));
+	t->links = calloc((size_t)nhosts * (size_t)nhosts, sizeof(*t->links));
+	if (t->hosts == NULL || t->links == NULL) {
+		topo_free(t);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	t->nhosts = nhosts;
+	return KN_OK;
+}
+
+void
+topo_free(topo_topology *t)
+{
+	int i;
+
+	if (t->hosts != NULL)
+		for (i = 0; i < t->nhosts; i++)
+			free(t->hosts[i].notes);
+	if (t->links != NULL)
+		for (i = 0; i < t->nhosts * t->nhosts; i++)
+			free(t->links[i].notes);
+	free(t->hosts);
+	free(t->links);
+	free(t->notes);
+	memset(t, 0, sizeof(*t));
+}
+
+topo_link *
+topo_link_at(const topo_topology *t, int from, int to)
+{
+	if (from < 0 || to < 0 || from >= t->nhosts || to >= t->nhosts ||
+	    from == to)
+		return NULL;
+	return &t->links[(size_t)from * (size_t)t->nhosts + (size_t)to];
+}
+
+int
+topo_find(const topo_topology *t, const char *name)
+{
+	int i;
+
+	for (i = 0; i < t->nhosts; i++)
+		if (strcmp(t->hosts[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* ---- reading ---- */
+
+/* The optional "notes" string of o into *notes (malloc'd). */
+static int
+read_notes(json_t *o, char **notes, const char *where, char *err)
+{
+	json_t *v = json_object_get(o, "notes");
+
+	if (v == NULL)
+		return KN_OK;
+	if (!json_is_string(v))
+		return kn_error(err, KN_EINVAL, "%s: \"notes\" must be a string",
+		    where);
+	if ((*notes = strdup(json_string_value(v))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	return KN_OK;
+}
+
+/* Every key of o is one of fields, "notes" or one of extra (NULL-ended). */
+static int
+known_keys(json_t *o, const struct field *fields, const char *const *extra,
+    const char *where, char *err)
+{
+	const char *key;
+	json_t *v;
+	int i, ok;
+
+	json_object_foreach(o, key, v) {
+		ok = strcmp(key, "notes") == 0;
+		for (i = 0; !ok && fields[i].key != NULL; i++)
+			ok = strcmp(key, fields[i].key) == 0;
+		for (i = 0; !ok && extra != NULL && extra[i] != NULL; i++)
+			ok = strcmp(key, extra[i]) == 0;
+		if (!ok)
+			return kn_error(err, KN_EINVAL, "%s: unknown key \"%s\"",
+			    where, key);
+	}
+	return KN_OK;
+}
+
+/* The fields of o into the struct at base. */
+static int
+read_fields(json_t *o, const struct field *fields, void *base,
+    const char *where, char *err)
+{
+	const struct field *f;
+	char *dst;
+	json_t *v;
+	double d;
+
+	for (f = fields; f->key != NULL; f++) {
+		dst = (char *)base + f->off;
+		if ((v = json_object_get(o, f->key)) == NULL) {
+			if (f->required)
+				return kn_error(err, KN_EINVAL, "%s: missing key "
+				    "\"%s\"", where, f->key);
+			continue;
+		}
+		if (f->kind == F_STR) {
+			if (!json_is_string(v) || json_string_length(v) == 0 ||
+			    json_string_length(v) >= f->size)
+				return kn_error(err, KN_EINVAL, "%s: \"%s\" must be "
+				    "a string of 1 to %zu bytes", where, f->key,
+				    f->size - 1);
+			memcpy(dst, json_string_value(v),
+			    json_string_length(v) + 1);
+			continue;
+		}
+		d = json_number_value(v);
+		if (f->kind == F_INT) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			    json_integer_value(v) > 1000000000)
+				return kn_error(err, KN_EINVAL, "%s: \"%s\" must be "
+				    "a positive integer", where, f->key);
+			*(int *)(void *)dst = (int)json_integer_value(v);
+			continue;
+		}
+		if (!json_is_number(v) || !isfinite(d) || d < 0 ||
+		    (f->kind == F_NUM && d <= 0))
+			return kn_error(err, KN_EINVAL, "%s: \"%s\" must be a %s "
+			    "finite number", where, f->key, f->kind == F_NUM ?
+			    "positive" : "non-negative");
+		*(double *)(void *)dst = d;
+	}
+	return KN_OK;
+}
+
+static int
+read_hosts(topo_topology *t, json_t *arr, const char *what, char *err)
+{
+	char where[TOPO_NAME_LEN + 400];
+	size_t i;
+	int j, rc;
+
+	if (!json_is_array(arr) || json_array_size(arr) == 0)
+		return kn_error(err, KN_EINVAL, "%s: \"hosts\" must be an array "
+		    "of at least one host", what);
+	if ((rc = topo_init(t, (int)(json_array_size(arr) > TOPO_MAX_HOSTS ?
+	    TOPO_MAX_HOSTS + 1 : json_array_size(arr)), err)) != 0)
+		return rc;
+	for (i = 0; i < json_array_size(arr); i++) {
+		json_t *o = json_array_get(arr, i);
+		topo_host *h = &t->hosts[i];
+		const char *name = json_string_value(json_object_get(o, "name"));
+
+		snprintf(where, sizeof(where), "%.200s: hosts[%zu]%s%.*s%s", what,
+		    i, name ? " (\"" : "", TOPO_NAME_LEN, name ? name : "",
+		    name ? "\")" : "");
+		if (!json_is_object(o))
+			return kn_error(err, KN_EINVAL, "%s: not an object", where);
+		if ((rc = known_keys(o, host_fields, NULL, where, err)) != 0 ||
+		    (rc = read_fields(o, host_fields, h, where, err)) != 0 ||
+		    (rc = read_notes(o, &h->notes, where, err)) != 0)
+			return rc;
+		for (j = 0; j < (int)i; j++)
+			if (strcmp(t->hosts[j].name, h->name) == 0)
+				return kn_error(err, KN_EINVAL, "%s: duplicate host "
+				    "\"%s\" (also hosts[%d])", what, h->name, j);
+	}
+	return KN_OK;
+}
+
+static int
+read_links(topo_topology *t, json_t *arr, const char *what, char *err)
+{
+	static const char *const ends[] = { "from", "to", NULL };
+	char where[2 * TOPO_NAME_LEN + 400];
+	size_t i;
+	int from, to, rc;
+
+	if (!json_is_array(arr))
+		return kn_error(err, KN_EINVAL, "%s: \"links\" must be an array",
+		    what);
+	for (i = 0; i < json_array_size(arr); i++) {
+		json_t *o = json_array_get(arr, i);
+		const char *f = json_string_value(json_object_get(o, "from"));
+		const char *d = json_string_value(json_object_get(o, "to"));
+		topo_link *l;
+
+		snprintf(where, sizeof(where), "%.200s: links[%zu] (%.*s -> %.*s)",
+		    what, i, TOPO_NAME_LEN, f ? f : "?", TOPO_NAME_LEN,
+		    d ? d : "?");
+		if (!json_is_object(o))
+			return kn_error(err, KN_EINVAL, "%s: not an object", where);
+		if (f == NULL || d == NULL)
+			return kn_error(err, KN_EINVAL, "%s: \"from\" and \"to\" "
+			    "must name hosts", where);
+		if ((from = topo_find(t, f)) < 0 || (to = topo_find(t, d)) < 0)
+			return kn_error(err, KN_EINVAL, "%s: no host \"%s\"", where,
+			    from < 0 ? f : d);
+		if (from == to)
+			return kn_error(err, KN_EINVAL, "%s: a link joins two "
+			    "distinct hosts", where);
+		l = topo_link_at(t, from, to);
+		if (l->samples != 0)
+			return kn_error(err, KN_EINVAL, "%s: a second link %s -> %s",
+			    where, f, d);
+		if ((rc = known_keys(o, link_fields, ends, where, err)) != 0 ||
+		    (rc = read_fields(o, link_fields, l, where, err)) != 0 ||
+		    (rc = read_notes(o, &l->notes, where, err)) != 0)
+			return rc;
+	}
+	for (from = 0; from < t->nhosts; from++)
+		for (to = 0; to < t->nhosts; to++)
+			if (from != to && topo_link_at(t, from, to)->samples == 0)
+				return kn_error(err, KN_EINVAL, "%s: missing link "
+				    "%s -> %s (every ordered pair of hosts has one)",
+				    what, t->hosts[from].name, t->hosts[to].name);
+	return KN_OK;
+}
+
+/* "by hand", or UTC as 2026-12-03T10:00:00Z (fractions of a second
+ * allowed). */
+static int
+is_when(const char *s)
+{
+	static const char form[] = "dddd-dd-ddTdd:dd:dd";
+	size_t i;
+
+	if (strcmp(s, "by hand") == 0)
+		return 1;
+	for (i = 0; form[i] != '\0'; i++)
+		if (form[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != form[i])
+			return 0;
+	if (s[i] == '.')
+		for (i++; s[i] >= '0' && s[i] <= '9'; i++)
+			;
+	return s[i] == 'Z' && s[i + 1] == '\0';
+}
+
+static int
+read_root(topo_topology *t, json_t *root, const char *what, char *err)
+{
+	static const char *const top[] = { "version", "measured_at", "shape",
+		"hosts", "links", "notes", NULL };
+	static const struct field none[] = { { NULL, 0, 0, 0, 0 } };
+	char where[400];
+	json_t *v;
+	int rc;
+
+	if (!json_is_object(root))
+		return kn_error(err, KN_EINVAL, "%s: not a JSON object", what);
+	snprintf(where, sizeof(where), "%.200s", what);
+	if ((rc = known_keys(root, none, top, where, err)) != 0)
+		return rc;
+	v = json_object_get(root, "version");
+	if (!json_is_integer(v) || json_integer_value(v) != TOPO_VERSION)
+		return kn_error(err, KN_EINVAL, "%s: \"version\" must be %d (a "
+		    "topology of another version of shardmeter?)", what,
+		    TOPO_VERSION);
+	v = json_object_get(root, "measured_at");
+	if (!json_is_string(v) || json_string_length(v) >= TOPO_NAME_LEN ||
+	    !is_when(json_string_value(v)))
+		return kn_error(err, KN_EINVAL, "%s: \"measured_at\" must be a "
+		    "UTC time like 2026-12-03T10:00:00Z, or \"by hand\"", what);
+	v = json_object_get(root, "shape");
+	snprintf(where, sizeof(where), "%.200s: shape", what);
+	if (!json_is_object(v))
+		return kn_error(err, KN_EINVAL, "%s: missing or not an object",
+		    where);
+	if ((rc = read_hosts(t, json_object_get(root, "hosts"), what,
+	    err)) != 0)
+		return rc;
+	snprintf(t->measured_at, sizeof(t->measured_at), "%s",
+	    json_string_value(json_object_get(root, "measured_at")));
+	if ((rc = known_keys(v, shape_fields, NULL, where, err)) != 0 ||
+	    (rc = read_fields(v, shape_fields, &t->shape, where, err)) != 0 ||
+	    (rc = read_notes(root, &t->notes, what, err)) != 0)
+		return rc;
+	return read_links(t, json_object_get(root, "links"), what, err);
+}
+
+int
+topo_parse(topo_topology *t, const char *text, size_t len, const char *what,
+    char *err)
+{
+	json_error_t jerr;
+	json_t *root;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL)
+		return kn_error(err, KN_EINVAL, "%.200s:%d:%d: bad JSON: %.120s",
+		    what, jerr.line, jerr.column, jerr.text);
+	rc = read_root(t, root, what, err);
+	json_decref(root);
+	if (rc != 0)
+		topo_free(t);
+	return rc;
+}
+
+int
+topo_load(topo_topology *t, const char *path, char *err)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	if ((rc = pr_ckpt_read_file(path, TOPO_MAX_FILE, &buf, &len,
+	    err)) != 0)
+		return rc;
+	rc = topo_parse(t, buf, len, path, err);
+	free(buf);
+	return rc;
+}
+
+/* ---- writing ---- */
+
+static int
+write_fields(json_t *o, const struct field *fields, const void *base)
+{
+	const struct field *f;
+	const char *src;
+	int rc = 0;
+
+	for (f = fields; f->key != NULL; f++) {
+		src = (const char *)base + f->off;
+		if (f->kind == F_STR) {
+			if (src[0] != '\0' || f->required)
+				rc |= json_object_set_new(o, f->key,
+				    json_string(src));
+		} else if (f->kind == F_INT)
+			rc |= json_object_set_new(o, f->key, json_integer(
+			    *(const int *)(const void *)src));
+		else {
+			double d = *(const double *)(const void *)src;
+
+			/* a byte count reads best as an integer */
+			rc |= json_object_set_new(o, f->key, d == floor(d) &&
+			    d < 9007199254740992.0 ? json_integer((json_int_t)d) :
+			    json_real(d));
+		}
+	}
+	return rc;
+}
+
+static json_t *
+dump_root(const topo_topology *t)
+{
+	json_t *root = json_object(), *shape = json_object();
+	json_t *hosts = json_array(), *links = json_array(), *o;
+	int i, j, rc;
+
+	rc = json_object_set_new(root, "version", json_integer(TOPO_VERSION));
+	rc |= json_object_set_new(root, "measured_at",
+	    json_string(t->measured_at));
+	if (t->notes != NULL)
+		rc |= json_object_set_new(root, "notes", json_string(t->notes));
+	rc |= write_fields(shape, shape_fields, &t->shape);
+	rc |= json_object_set_new(root, "shape", shape);
+	for (i = 0; i < t->nhosts; i++) {
+		o = json_object();
+		rc |= write_fields(o, host_fields, &t->hosts[i]);
+		if (t->hosts[i].notes != NULL)
+			rc |= json_object_set_new(o, "notes",
+			    json_string(t->hosts[i].notes));
+		rc |= json_array_append_new(hosts, o);
+	}
+	rc |= json_object_set_new(root, "hosts", hosts);
+	for (i = 0; i < t->nhosts; i++)
+		for (j = 0; j < t->nhosts; j++) {
+			const topo_link *l = topo_link_at(t, i, j);
+
+			if (l == NULL)
+				continue;
+			o = json_pack("{s:s,s:s}", "from", t->hosts[i].name, "to",
+			    t->hosts[j].name);
+			rc |= write_fields(o, link_fields, l);
+			if (l->notes != NULL)
+				rc |= json_object_set_new(o, "notes",
+				    json_string(l->notes));
+			rc |= json_array_append_new(links, o);
+		}
+	rc |= json_object_set_new(root, "links", links);
+	if (rc != 0) {
+		json_decref(root);
+		return NULL;
+	}
+	return root;
+}
+
+char *
+topo_dump(const topo_topology *t, char *err)
+{
+	json_t *root = dump_root(t);
+	topo_topology back;
+	char *text;
+	int rc;
+
+	if (root == NULL) {
+		kn_error(err, KN_ENOMEM, "out of memory writing the topology");
+		return NULL;
+	}
+	text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+	    JSON_REAL_PRECISION(10));
+	json_decref(root);
+	if (text == NULL) {
+		kn_error(err, KN_ENOMEM, "out of memory writing the topology");
+		return NULL;
+	}
+	/* what is written must read back: the reader's rules are the
+	 * writer's */
+	if ((rc = topo_parse(&back, text, strlen(text), "the topology",
+	    err)) != 0) {
+		free(text);
+		return NULL;
+	}
+	topo_free(&back);
+	return text;
+}
+
+int
+topo_save(const topo_topology *t, const char *path, char *err)
+{
+	char *text = topo_dump(t, err);
+	size_t len;
+	int rc;
+
+	if (text == NULL)
+		return KN_EINVAL;
+	len = strlen(text);
+	text[len] = '\n';       /* over the NUL: written by length */
+	rc = pr_ckpt_write_file(path, text, len + 1, err);
+	free(text);
+	return rc;
+}

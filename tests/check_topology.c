@@ -1,0 +1,306 @@
+/* The topology file (proto/topology.h): what is saved loads back the
+ * same, the example of the format reads, and each kind of bad file is
+ * refused with a message that names the key and the host or link. */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/error.h"
+#include "proto/topology.h"
+#include "tests/testutil.h"
+
+/* The format's own example, two hosts and both their links. */
+static const char example[] =
+    "{ \"version\": 1, \"measured_at\": \"2026-12-03T10:00:00Z\",\n"
+    "  \"shape\": { \"width\": 128, \"heads\": 4, \"layers\": 2,"
+    " \"window\": 64, \"batch\": 16 },\n"
+    "  \"hosts\": [\n"
+    "    { \"name\": \"h0\", \"address\": \"127.0.0.1:7000\", \"id\": \"X\","
+    " \"device\": \"cpu: 2 threads, avx512\", \"memory_bytes\": 25769803776,"
+    " \"train_positions_per_s\": 12000.0, \"forward_positions_per_s\":"
+    " 36000.0 },\n"
+    "    { \"name\": \"h1\", \"device\": \"H200\", \"memory_bytes\": 1e11,"
+    " \"train_positions_per_s\": 9000, \"forward_positions_per_s\": 27000,"
+    " \"notes\": \"by hand\" } ],\n"
+    "  \"links\": [\n"
+    "    { \"from\": \"h0\", \"to\": \"h1\", \"rtt_ms\": 0.21,"
+    " \"rtt_spread_ms\": 0.04, \"samples\": 20, \"stream_bytes_per_s\":"
+    " 9.1e8, \"streams\": 4, \"multi_bytes_per_s\": 1.6e9 },\n"
+    "    { \"from\": \"h1\", \"to\": \"h0\", \"rtt_ms\": 0.25,"
+    " \"rtt_spread_ms\": 0, \"samples\": 20, \"stream_bytes_per_s\":"
+    " 8e8, \"streams\": 4, \"multi_bytes_per_s\": 1.5e9 } ] }\n";
+
+/* The example with the first from changed to to; the test fails if from
+ * is not in it. */
+static char *
+edited(const char *from, const char *to)
+{
+	const char *at = strstr(example, from);
+	size_t pre, len;
+	char *out;
+
+	ck_assert_msg(at != NULL, "'%s' is not in the example", from);
+	pre = (size_t)(at - example);
+	len = strlen(example) - strlen(from) + strlen(to);
+	out = malloc(len + 1);
+	ck_assert_ptr_nonnull(out);
+	memcpy(out, example, pre);
+	memcpy(out + pre, to, strlen(to));
+	strcpy(out + pre + strlen(to), at + strlen(from));
+	return out;
+}
+
+/* The edited example is refused with a message that holds each of
+ * want (NULL-ended). */
+static void
+refused(const char *from, const char *to, const char *const *want)
+{
+	char *text = edited(from, to), err[KN_ERR_LEN] = "";
+	topo_topology t;
+	int rc = topo_parse(&t, text, strlen(text), "topo.json", err);
+
+	ck_assert_msg(rc == KN_EINVAL, "accepted with '%s' as '%s'", from, to);
+	ck_assert_int_eq(t.nhosts, 0);
+	ck_assert_ptr_null(t.hosts);
+	for (; *want != NULL; want++)
+		ck_assert_msg(strstr(err, *want) != NULL, "'%s' lacks '%s'", err,
+		    *want);
+	free(text);
+}
+
+START_TEST(test_example_reads)
+{
+	char err[KN_ERR_LEN];
+	topo_topology t;
+	const topo_link *l;
+
+	ck_assert_msg(topo_parse(&t, example, strlen(example), "ex",
+	    err) == 0, "%s", err);
+	ck_assert_int_eq(t.nhosts, 2);
+	ck_assert_int_eq(t.shape.width, 128);
+	ck_assert_int_eq(t.shape.batch, 16);
+	ck_assert_str_eq(t.hosts[0].address, "127.0.0.1:7000");
+	ck_assert_str_eq(t.hosts[1].address, "");
+	ck_assert(t.hosts[0].memory_bytes == 25769803776.0);
+	ck_assert_str_eq(t.hosts[1].notes, "by hand");
+	ck_assert_int_eq(topo_find(&t, "h1"), 1);
+	ck_assert_int_eq(topo_find(&t, "h2"), -1);
+	ck_assert_ptr_null(topo_link_at(&t, 1, 1));
+	l = topo_link_at(&t, 1, 0);
+	ck_assert(l->rtt_ms == 0.25 && l->rtt_spread_ms == 0.0);
+	ck_assert(topo_link_at(&t, 0, 1)->multi_bytes_per_s == 1.6e9);
+	topo_free(&t);
+}
+END_TEST
+
+static double
+rel(double a, double b)
+{
+	return fabs(a - b) / fmax(fabs(a), fabs(b));
+}
+
+START_TEST(test_save_load_round_trip)
+{
+	char dir[64], path[128], err[KN_ERR_LEN], name[32];
+	topo_topology t, u;
+	int i, j, n = 3;
+
+	tu_temp_dir(dir, sizeof(dir), "check_topology");
+	snprintf(path, sizeof(path), "%s/topology.json", dir);
+	ck_assert_int_eq(topo_init(&t, n, err), 0);
+	snprintf(t.measured_at, sizeof(t.measured_at), "2026-12-03T10:00:00Z");
+	t.shape = (topo_shape){ 32, 2, 1, 32, 16 };
+	t.notes = strdup("three hosts");
+	for (i = 0; i < n; i++) {
+		topo_host *h = &t.hosts[i];
+
+		snprintf(h->name, sizeof(h->name), "127.0.0.1:%d", 21000 + i);
+		snprintf(h->device, sizeof(h->device), "cpu: %d threads", i + 1);
+		h->memory_bytes = 1e9 * (i + 1) + 7;    /* an integer */
+		h->train_positions_per_s = 1234.5678901 * (i + 1);
+		h->forward_positions_per_s = 3.0 / 7.0 * 1e4 * (i + 1);
+		for (j = 0; j < n; j++) {
+			topo_link *l = topo_link_at(&t, i, j);
+
+			if (l == NULL)
+				continue;
+			l->rtt_ms = 0.1 + i + 0.01 * j;
+			l->rtt_spread_ms = i == 0 ? 0.0 : 0.003 * j;
+			l->samples = 20 + i;
+			l->stream_bytes_per_s = 9.123456789e8 / (j + 1);
+			l->streams = 4;
+			l->multi_bytes_per_s = 1.6e9 + i;
+		}
+	}
+	t.hosts[1].id[0] = 'Q';
+	ck_assert_msg(topo_save(&t, path, err) == 0, "%s", err);
+	ck_assert_msg(topo_load(&u, path, err) == 0, "%s", err);
+	ck_assert_int_eq(u.nhosts, n);
+	ck_assert_str_eq(u.measured_at, t.measured_at);
+	ck_assert_str_eq(u.notes, "three hosts");
+	ck_assert(memcmp(&u.shape, &t.shape, sizeof(t.shape)) == 0);
+	for (i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "127.0.0.1:%d", 21000 + i);
+		ck_assert_str_eq(u.hosts[i].name, name);
+		ck_assert_str_eq(u.hosts[i].device, t.hosts[i].device);
+		ck_assert_str_eq(u.hosts[i].id, t.hosts[i].id);
+		ck_assert_ptr_null(u.hosts[i].notes);
+		ck_assert(u.hosts[i].memory_bytes == t.hosts[i].memory_bytes);
+		ck_assert(rel(u.hosts[i].train_positions_per_s,
+		    t.hosts[i].train_positions_per_s) < 1e-9);
+		ck_assert(rel(u.hosts[i].forward_positions_per_s,
+		    t.hosts[i].forward_positions_per_s) < 1e-9);
+		for (j = 0; j < n; j++) {
+			const topo_link *a = topo_link_at(&t, i, j);
+			const topo_link *b = topo_link_at(&u, i, j);
+
+			if (a == NULL)
+				continue;
+			ck_assert(rel(a->rtt_ms, b->rtt_ms) < 1e-9);
+			ck_assert(a->rtt_spread_ms == 0 ? b->rtt_spread_ms == 0 :
+			    rel(a->rtt_spread_ms, b->rtt_spread_ms) < 1e-9);
+			ck_assert_int_eq(a->samples, b->samples);
+			ck_assert_int_eq(a->streams, b->streams);
+			ck_assert(rel(a->stream_bytes_per_s,
+			    b->stream_bytes_per_s) < 1e-9);
+			ck_assert(rel(a->multi_bytes_per_s,
+			    b->multi_bytes_per_s) < 1e-9);
+		}
+	}
+	topo_free(&u);
+	/* a link left unmeasured is not written */
+	topo_link_at(&t, 2, 0)->stream_bytes_per_s = -1;
+	ck_assert_int_ne(topo_save(&t, path, err), 0);
+	ck_assert_msg(strstr(err, "stream_bytes_per_s") != NULL &&
+	    strstr(err, "127.0.0.1:21002 -> 127.0.0.1:21000") != NULL, "%s",
+	    err);
+	topo_free(&t);
+	tu_remove_dir(dir);
+}
+END_TEST
+
+START_TEST(test_unknown_key)
+{
+	refused("\"memory_bytes\": 25769803776", "\"memroy_bytes\": 1",
+	    (const char *const[]){ "topo.json", "hosts[0] (\"h0\")",
+	    "unknown key \"memroy_bytes\"", NULL });
+	refused("\"samples\": 20, \"stream", "\"sample\": 20, \"stream",
+	    (const char *const[]){ "links[0] (h0 -> h1)",
+	    "unknown key \"sample\"", NULL });
+	refused("\"version\": 1,", "\"version\": 1, \"verison\": 1,",
+	    (const char *const[]){ "unknown key \"verison\"", NULL });
+	refused("\"batch\": 16", "\"batch\": 16, \"depth\": 3",
+	    (const char *const[]){ "shape", "unknown key \"depth\"", NULL });
+}
+END_TEST
+
+START_TEST(test_bad_link_ends)
+{
+	refused("\"from\": \"h1\", \"to\": \"h0\"",
+	    "\"from\": \"h0\", \"to\": \"h1\"",
+	    (const char *const[]){ "links[1] (h0 -> h1)", "second link",
+	    NULL });
+	refused("\"from\": \"h1\", \"to\": \"h0\"",
+	    "\"from\": \"h1\", \"to\": \"h1\"",
+	    (const char *const[]){ "links[1] (h1 -> h1)", "distinct", NULL });
+	refused("\"from\": \"h1\", \"to\": \"h0\"",
+	    "\"from\": \"h1\", \"to\": \"h9\"",
+	    (const char *const[]){ "no host \"h9\"", NULL });
+}
+END_TEST
+
+/* A file whose second link is gone altogether. */
+START_TEST(test_missing_pair)
+{
+	const char *cut = ",\n    { \"from\": \"h1\"";
+	const char *at = strstr(example, cut);
+	char text[sizeof(example)], err[KN_ERR_LEN] = "";
+	topo_topology t;
+
+	ck_assert_ptr_nonnull(at);
+	memcpy(text, example, (size_t)(at - example));
+	strcpy(text + (at - example), " ] }\n");
+	ck_assert_int_eq(topo_parse(&t, text, strlen(text), "topo.json", err),
+	    KN_EINVAL);
+	ck_assert_msg(strstr(err, "missing link h1 -> h0") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_bad_numbers)
+{
+	refused("\"train_positions_per_s\": 12000.0",
+	    "\"train_positions_per_s\": -12000.0",
+	    (const char *const[]){ "hosts[0] (\"h0\")",
+	    "\"train_positions_per_s\" must be a positive", NULL });
+	refused("\"rtt_ms\": 0.21", "\"rtt_ms\": 0",
+	    (const char *const[]){ "links[0] (h0 -> h1)", "\"rtt_ms\"", NULL });
+	refused("\"rtt_spread_ms\": 0.04", "\"rtt_spread_ms\": -0.04",
+	    (const char *const[]){ "\"rtt_spread_ms\" must be a non-negative",
+	    NULL });
+	refused("\"samples\": 20, \"stream", "\"samples\": 2.5, \"stream",
+	    (const char *const[]){ "\"samples\" must be a positive integer",
+	    NULL });
+	refused("\"memory_bytes\": 1e11", "\"memory_bytes\": \"lots\"",
+	    (const char *const[]){ "hosts[1] (\"h1\")", "memory_bytes", NULL });
+	refused("\"width\": 128", "\"width\": 0",
+	    (const char *const[]){ "shape", "\"width\"", NULL });
+	refused("\"streams\": 4, \"multi_bytes_per_s\": 1.6e9",
+	    "\"multi_bytes_per_s\": 1.6e9",
+	    (const char *const[]){ "missing key \"streams\"", NULL });
+}
+END_TEST
+
+START_TEST(test_duplicate_host)
+{
+	refused("\"name\": \"h1\"", "\"name\": \"h0\"",
+	    (const char *const[]){ "duplicate host \"h0\"", NULL });
+}
+END_TEST
+
+START_TEST(test_bad_json)
+{
+	refused("\"hosts\": [", "\"hosts\" [",
+	    (const char *const[]){ "topo.json:", "bad JSON", NULL });
+	refused("\"version\": 1", "\"version\": 2",
+	    (const char *const[]){ "\"version\" must be 1", NULL });
+	refused("2026-12-03T10:00:00Z", "yesterday",
+	    (const char *const[]){ "measured_at", NULL });
+	refused("\"measured_at\": \"2026-12-03T10:00:00Z\"",
+	    "\"measured_at\": \"by hand\", \"measured_at\": \"by hand\"",
+	    (const char *const[]){ "bad JSON", "duplicate", NULL });
+}
+END_TEST
+
+START_TEST(test_missing_file)
+{
+	char err[KN_ERR_LEN] = "";
+	topo_topology t;
+
+	ck_assert_int_ne(topo_load(&t, "/nonexistent/topology.json", err), 0);
+	ck_assert_msg(strstr(err, "/nonexistent/topology.json") != NULL, "%s",
+	    err);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("topology");
+	TCase *tc = tcase_create("topology");
+
+	tcase_add_test(tc, test_example_reads);
+	tcase_add_test(tc, test_save_load_round_trip);
+	tcase_add_test(tc, test_unknown_key);
+	tcase_add_test(tc, test_bad_link_ends);
+	tcase_add_test(tc, test_missing_pair);
+	tcase_add_test(tc, test_bad_numbers);
+	tcase_add_test(tc, test_duplicate_host);
+	tcase_add_test(tc, test_bad_json);
+	tcase_add_test(tc, test_missing_file);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s);
+}
