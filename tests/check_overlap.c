@@ -128,31 +128,32 @@ count_lines(const char *file, const char *what, const char *after,
 	return n;
 }
 
-/* "checkpoint at step S, round R, N bytes, sha256 X..." of a daemon's
- * log, as round -> hash prefix; returns the highest round. */
+/* "round R done: step S checkpoint X" lines of daemon i's journal (the
+ * checkpoint of round R + 1 published), as round -> hash; returns the
+ * highest round published. */
 static int
-round_hashes(int i, char hashes[][17], int max)
+round_hashes(int i, char hashes[][65], int max)
 {
 	char path[128], line[1024];
 	int top = -1;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/log%d", dir, i);
+	snprintf(path, sizeof(path), "%s/state%d/journal", dir, i);
 	ck_assert_ptr_nonnull(f = fopen(path, "r"));
 	while (fgets(line, sizeof(line), f) != NULL) {
-		char *p = strstr(line, "checkpoint at step");
-		long long step, round;
-		char hash[17];
+		char *p = strstr(line, " round ");
+		long long step, done;
+		char hash[65];
 
-		if (p == NULL || sscanf(p, "checkpoint at step %lld, round %lld, "
-		    "%*d bytes, sha256 %16s", &step, &round, hash) != 3)
+		if (p == NULL || sscanf(p, " round %lld done: step %lld "
+		    "checkpoint %64s", &done, &step, hash) != 3)
 			continue;
 		/* the consensus of round R starts at step R * H */
-		ck_assert_int_eq(step, round * H);
-		if (round >= 0 && round < max) {
-			memcpy(hashes[round], hash, 17);
-			if (round > top)
-				top = (int)round;
+		ck_assert_int_eq(step, (done + 1) * H);
+		if (done + 1 >= 0 && done + 1 < max) {
+			memcpy(hashes[done + 1], hash, 65);
+			if (done + 1 > top)
+				top = (int)done + 1;
 		}
 	}
 	fclose(f);
@@ -180,7 +181,7 @@ final_checkpoint(int i, size_t *len, pr_ckpt_meta *meta)
 START_TEST(test_overlap_rounds)
 {
 	const int steps = 5 * H;
-	char h0[16][17] = { { 0 } }, h1[16][17] = { { 0 } };
+	char h0[16][65] = { { 0 } }, h1[16][65] = { { 0 } };
 	char *c0, *c1;
 	size_t l0, l1;
 	pr_ckpt_meta m0, m1;
