@@ -150,6 +150,8 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "steps", json_integer(n->soma ?
 	    n->spec.soma.steps : n->spec.steps));
 	json_object_set_new(o, "round", json_integer(n->round));
+	json_object_set_new(o, "overlap_rounds", json_boolean(n->overlap));
+	json_object_set_new(o, "steps_overlapped", json_integer(n->overlapped));
 	json_object_set_new(o, "loss", json_real(n->loss));
 	json_object_set_new(o, "positions_per_s",
 	    json_real(n->positions_per_s));
@@ -269,6 +271,11 @@ metrics_text(node *n, size_t *outlen)
 	metric(&b, &len, &cap, "# HELP blocktrain_rounds_total Averaging "
 	    "rounds completed.\n# TYPE blocktrain_rounds_total counter\n"
 	    "blocktrain_rounds_total %" PRId64 "\n", n->round);
+	metric(&b, &len, &cap, "# HELP blocktrain_steps_overlapped_total "
+	    "Training steps taken while a round of this replica was in "
+	    "flight (overlap_rounds).\n# TYPE blocktrain_steps_overlapped_total "
+	    "counter\nblocktrain_steps_overlapped_total %" PRId64 "\n",
+	    n->overlapped);
 	metric(&b, &len, &cap, "# HELP blocktrain_loss Training loss of the "
 	    "last step.\n# TYPE blocktrain_loss gauge\nblocktrain_loss %.6f\n",
 	    n->loss);

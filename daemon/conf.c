@@ -155,6 +155,10 @@ const pr_key cf_keys[] = {
 	{ .section = "", .name = "checkpoint_every", .type = PR_KEY_INT,
 	  FIELD(checkpoint_every), .min = 1, .max = 1 << 30, .def = 100,
 	  .doc = "steps between checkpoints of a block of one replica" },
+	{ .section = "", .name = "overlap_rounds", .type = PR_KEY_CHOICE,
+	  FIELD(overlap_rounds), .def_str = "no", .choices = yes_no,
+	  .doc = "yes: with replicas, train on while a round's average is in "
+	  "flight and apply it one round late (streaming DiLoCo)" },
 	{ .section = "", .name = "update_encoding", .type = PR_KEY_CHOICE,
 	  FIELD(update_encoding), .def_str = "f32", .choices = encodings,
 	  .doc = "how the updates this daemon sends are encoded" },

@@ -25,6 +25,7 @@ typedef struct {
 	int eval_every;                 /* steps between held-out shares */
 	int eval_windows;
 	int checkpoint_every;           /* steps, for a block of one replica */
+	char overlap_rounds[4];         /* no | yes: rounds one round late */
 	char update_encoding[8];        /* f32 | f16 | bf16 | int8 */
 	char update_compression[8];     /* none | zstd */
 	size_t max_body;                /* bytes; 0: derived from the model */

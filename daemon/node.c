@@ -246,8 +246,10 @@ on_round_ready(node *n, wk_event *ev)
 	/* progress is sent at most every 0.2 s: the step the round waits
 	 * at is this one */
 	n->step = ev->step;
-	n->state = "round";
 	n->in_round = n->rounds != NULL;
+	/* overlapped, the trainer goes on while the round is out */
+	if (!n->overlap)
+		n->state = "round";
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
 		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
@@ -281,6 +283,7 @@ on_event(void *ctx, wk_event *ev)
 		n->step = ev->step;
 		n->loss = ev->loss;
 		n->positions_per_s = ev->positions_per_s;
+		n->overlapped = ev->overlapped;
 		break;
 	case WK_SHARE:
 		n->share = ev->share;
@@ -526,6 +529,8 @@ node_setup(node *n, char *err)
 		    "multiple of [sync] local_steps (%d) when a block has "
 		    "replicas, or the last steps would not be averaged",
 		    n->spec.steps, n->spec.local_steps);
+	n->overlap = n->replicas > 1 &&
+	    strcmp(n->cfg.overlap_rounds, "yes") == 0;
 	if (cf_parse_hostport(n->cfg.advertise, (char[CF_HOST_LEN]){ 0 },
 	    CF_HOST_LEN, &port) != 0)
 		return kn_error(err, KN_EINVAL, "advertise: not host:port");
@@ -626,6 +631,7 @@ start_worker(node *n, char *err)
 	wo.checkpoint_every = n->cfg.checkpoint_every;
 	wo.replicas = n->replicas;
 	wo.local_steps = n->spec.local_steps;
+	wo.overlap = n->overlap;
 	wo.threads = n->cfg.threads;
 	return wk_start(&n->worker, n->loop, &wo, on_event, n, err);
 }

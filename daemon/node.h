@@ -49,6 +49,8 @@ typedef struct node {
 	const char *state;              /* starting, training, round, done, ... */
 	char error[256];
 	int64_t step, round;
+	int overlap;                    /* overlap_rounds, with replicas */
+	int64_t overlapped;             /* steps trained with a round out */
 	float loss;
 	double positions_per_s;
 	double share;

@@ -102,16 +102,17 @@ wk__post_file(wk_worker *w, wk_event_kind kind, const char *path,
 	return KN_OK;
 }
 
-/* The checkpoint just written, read back for the loop to serve. */
+/* The checkpoint just written, read back for the loop to serve, as the
+ * one of step and round. */
 static int
-post_checkpoint(wk_worker *w, tr_trainer *t, wk_event_kind kind, char *err)
+post_checkpoint(wk_worker *w, wk_event_kind kind, int64_t step,
+    int64_t round, char *err)
 {
 	char path[PR_PATH_LEN + 32];
 
 	tr_model_path(path, sizeof(path), w->o.train.dir, w->o.train.kind,
 	    w->o.train.block, "ckpt");
-	return wk__post_file(w, kind, path, tr_trainer_steps(t),
-	    tr_trainer_round(t), err);
+	return wk__post_file(w, kind, path, step, round, err);
 }
 
 /* Adopts a published checkpoint: its weights, step and round. */
@@ -169,29 +170,254 @@ wait_commit(wk_worker *w, int64_t round)
 	return found;
 }
 
+/* A commit of this round comes from wk_close: the loop goes away, and no
+ * answer of a round will follow. */
+#define CLOSING_ROUND INT64_MIN
+/* How long after a stop a replica waits for its round in flight beyond
+ * the round deadline: by then the coordinator has decided, and a
+ * checkpoint to adopt has had time to arrive. */
+#define STOP_GRACE_S 10.0
+
+/* Overlapped rounds: the round in flight, what we sent with it, and its
+ * answer once the loop has given it. */
+struct overlap {
+	int64_t round;          /* in flight, -1: none */
+	int64_t sent_step;      /* the step it was sent at */
+	float *sent;            /* the local weights sent then (S) */
+	float *local;           /* room for the local weights */
+	struct commit *held;    /* its answer, once here */
+	int closing;            /* the loop closes: no answer will come */
+	int64_t steps;          /* steps trained with an answer outstanding */
+};
+
+/* What the trainer thread holds while it trains. */
+struct training {
+	tr_trainer *t;
+	corpus valid;
+	int have_valid;
+	bt_eval_set set;
+	double lo, hi;          /* the block's interval of noise levels */
+	/* the round's starting weights (replicas), and the step and round
+	 * they belong to: with overlapped rounds, the consensus, which lags
+	 * the local weights by a round */
+	float *start;
+	int64_t start_step, start_round;
+	struct overlap ov;
+	float loss;             /* of the last step */
+	double last_progress;
+};
+
+static void post_progress(wk_worker *w, struct training *tg);
+
+static int
+overlapping(const wk_opts *o)
+{
+	return o->overlap && o->replicas > 1;
+}
+
+/* Answers taken from the thread's inbox: the latest for the round in
+ * flight is kept, any other is stale. */
+static void
+take_commits(struct overlap *ov, lt_item *item)
+{
+	struct commit *cm;
+	lt_item *next;
+
+	for (; item != NULL; item = next) {
+		next = item->next;
+		cm = LT_CONTAINER(item, struct commit, link);
+		if (cm->round == CLOSING_ROUND)
+			ov->closing = 1;
+		if (ov->round < 0 || cm->round != ov->round) {
+			commit_free(cm);
+			continue;
+		}
+		if (ov->held != NULL)
+			commit_free(ov->held);
+		ov->held = cm;
+	}
+}
+
+/* Waits s seconds, or less when a stop is asked (then 1).  Answers of
+ * rounds that come meanwhile are stale (a pause follows its round), but
+ * for an overlapped round in flight. */
+static int
+pause_for(wk_worker *w, struct overlap *ov, double s)
+{
+	double until = kn_now() + s, left;
+	lt_item *item;
+	int stop = 0;
+
+	/* left > 0: a negative timeout would wait without limit */
+	while (!stop && (left = until - kn_now()) > 0) {
+		stop = lt_wait(w->lt, left, &item);
+		take_commits(ov, item);
+	}
+	return stop;
+}
+
+/* Saves; while the disk is full, training pauses (the last checkpoint
+ * stays on disk and served) and the save is tried again after 1, 2, 4
+ * ... 30 s, until it succeeds or a stop is asked.  Returns save's code. */
+static int
+save_or_pause(wk_worker *w, struct training *tg, char *err)
+{
+	char why[KN_ERR_LEN + 64];
+	int rc, tries = 0, delay = 1;
+
+	while ((rc = tr_trainer_save(tg->t, err)) == KN_ENOSPC &&
+	    !lt_stopping(w->lt)) {
+		snprintf(why, sizeof(why), "%s; training paused, retrying in "
+		    "%d s", err, delay);
+		wk__post_message(w, WK_WARNING, "checkpoint", why);
+		if (tries++ == 0) {
+			wk_event *ev = wk__event(WK_PAUSED);
+
+			ev->step = tr_trainer_steps(tg->t);
+			wk__post(w, ev);
+		}
+		pause_for(w, &tg->ov, delay);
+		delay = delay < 16 ? 2 * delay : 30;
+	}
+	if (rc == 0 && tries > 0) {
+		wk_event *ev = wk__event(WK_RESUMED);
+
+		ev->step = tr_trainer_steps(tg->t);
+		snprintf(ev->msg, sizeof(ev->msg), "checkpoint written at step "
+		    "%lld after %d tries; training resumed",
+		    (long long)ev->step, tries + 1);
+		wk__post(w, ev);
+	}
+	return rc;
+}
+
+/* The answer for the overlapped round in flight.  A stop does not end the
+ * wait, since the weights a replica stops with must hold every average
+ * it took part in, but bounds it; the loop's close ends it.  NULL when
+ * none came. */
+static struct commit *
+await_round(wk_worker *w, struct overlap *ov)
+{
+	double until = -1;
+	struct commit *cm;
+	lt_item *item;
+	char why[128];
+
+	while (ov->held == NULL && !ov->closing) {
+		int stop = lt_wait(w->lt, -1, &item);
+
+		if (item != NULL) {
+			take_commits(ov, item);
+			continue;
+		}
+		if (!stop)
+			continue;
+		/* lt_wait no longer sleeps once a stop is asked */
+		if (until < 0)
+			until = kn_now() + w->o.train.spec->round_deadline +
+			    STOP_GRACE_S;
+		if (kn_now() >= until)
+			break;
+		nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	}
+	if ((cm = ov->held) == NULL) {
+		snprintf(why, sizeof(why), "no answer for round %lld after the "
+		    "stop; the checkpoint keeps the weights before it",
+		    (long long)ov->round);
+		wk__post_message(w, WK_WARNING, "round", why);
+	}
+	ov->held = NULL;
+	return cm;
+}
+
+/* Applies the answer for the overlapped round in flight.  An average
+ * moves the consensus on, G = G - outer_lr * avg, and the local weights
+ * by as far as the consensus moved from the point we sent, X = X + (G -
+ * S), which keeps the progress made since; with no step since sending
+ * (the last round) they become G itself, the same bits on every replica.
+ * A checkpoint to adopt replaces both, with its step and round.  Neither
+ * (our update could not go out) is a blocking round's: the local weights
+ * become the consensus, and the next boundary offers the same round
+ * again.  No answer (a stop) keeps the consensus as it was.  Returns 0
+ * after an average, 1 when this boundary must send nothing, or a negative
+ * KN_E* code. */
+static int
+overlap_apply(wk_worker *w, struct training *tg, struct commit *cm,
+    char *err)
+{
+	kn_model *m = tr_trainer_model(tg->t);
+	size_t n = kn_model_num_params(m);
+	struct overlap *ov = &tg->ov;
+	int64_t round = ov->round;
+	int rc = 1;
+
+	ov->round = -1;
+	if (cm != NULL && cm->avg != NULL) {
+		kn_outer_step(tg->start, cm->avg, cm->lr, n);
+		tg->start_step = ov->sent_step;
+		tg->start_round = round + 1;
+		if (tr_trainer_steps(tg->t) == ov->sent_step)
+			rc = kn_model_set_params(m, tg->start, err);
+		else {
+			kn_model_get_params(m, ov->local);
+			kn_outer_rebase(ov->local, tg->start, ov->sent, n);
+			rc = kn_model_set_params(m, ov->local, err);
+		}
+	} else if (cm != NULL && cm->ckpt != NULL) {
+		if ((rc = adopt_checkpoint(w, tg->t, cm->ckpt, cm->len,
+		    err)) == 0)
+			rc = 1;
+	} else if (cm != NULL) {
+		tr_trainer_set_round(tg->t, round);
+	}
+	if (cm != NULL && cm->avg == NULL && rc == 1) {
+		kn_model_get_params(m, tg->start);
+		tg->start_step = tr_trainer_steps(tg->t);
+		tg->start_round = tr_trainer_round(tg->t);
+	}
+	if (cm != NULL)
+		commit_free(cm);
+	return rc;
+}
+
+/* Our update for the trainer's round, start - local, for the loop; NULL
+ * when out of memory. */
+static wk_event *
+round_update(tr_trainer *t, const float *start, const float *local,
+    size_t n)
+{
+	wk_event *ev = wk__event(WK_ROUND_READY);
+
+	ev->round = tr_trainer_round(t);
+	ev->step = tr_trainer_steps(t);
+	ev->count = n;
+	if ((ev->delta = malloc(n * sizeof(float))) == NULL) {
+		wk_event_free(ev);
+		return NULL;
+	}
+	kn_update_delta(ev->delta, start, local, n);
+	return ev;
+}
+
 /* Hands our update to the loop and waits for the round's outcome. */
 static int
 run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 {
 	kn_model *m = tr_trainer_model(t);
 	size_t n = kn_model_num_params(m);
-	wk_event *ev = wk__event(WK_ROUND_READY);
 	int64_t round = tr_trainer_round(t);
 	struct commit *cm;
 	float *local;
+	wk_event *ev;
 	int rc = KN_OK;
 
-	ev->round = round;
-	ev->step = tr_trainer_steps(t);
-	ev->count = n;
-	if ((ev->delta = malloc(n * sizeof(float))) == NULL ||
-	    (local = malloc(n * sizeof(float))) == NULL) {
-		wk_event_free(ev);
+	if ((local = malloc(n * sizeof(float))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
-	}
 	kn_model_get_params(m, local);
-	kn_update_delta(ev->delta, start, local, n);
+	ev = round_update(t, start, local, n);
 	free(local);
+	if (ev == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
 	wk__post(w, ev);
 	if ((cm = wait_commit(w, round)) != NULL && cm->avg != NULL) {
 		kn_outer_step(start, cm->avg, cm->lr, n);
@@ -207,73 +433,56 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 	return rc;
 }
 
-static void free_commit(lt_item *item);
-
-/* Waits s seconds, or less when a stop is asked (then 1).  Answers of
- * rounds that come meanwhile are stale: a pause follows its round. */
+/* The end of a round with overlapped rounds: the round before, if still
+ * in flight, is waited for and applied; then this one is sent, with the
+ * local weights kept as its stale point, and training goes on without
+ * waiting, but after the last step, where the answer is waited for so
+ * that the final weights hold every average.  After a stop nothing is
+ * sent. */
 static int
-pause_for(wk_worker *w, double s)
+overlap_round(wk_worker *w, struct training *tg, char *err)
 {
-	double until = kn_now() + s, left;
-	lt_item *item, *next;
-	int stop = 0;
+	struct overlap *ov = &tg->ov;
+	wk_event *ev;
+	int rc;
 
-	/* left > 0: a negative timeout would wait without limit */
-	while (!stop && (left = until - kn_now()) > 0) {
-		stop = lt_wait(w->lt, left, &item);
-		for (; item != NULL; item = next) {
-			next = item->next;
-			free_commit(item);
-		}
-	}
-	return stop;
+	/* the status gives the step the trainer waits at, as with a
+	 * blocking round */
+	if (ov->round >= 0 && ov->held == NULL)
+		post_progress(w, tg);
+	if (ov->round >= 0 &&
+	    (rc = overlap_apply(w, tg, await_round(w, ov), err)) != 0)
+		return rc < 0 ? rc : KN_OK;
+	if (lt_stopping(w->lt))
+		return KN_OK;
+	kn_model_get_params(tr_trainer_model(tg->t), ov->sent);
+	if ((ev = round_update(tg->t, tg->start, ov->sent,
+	    kn_model_num_params(tr_trainer_model(tg->t)))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	ov->round = ev->round;
+	ov->sent_step = ev->step;
+	tr_trainer_set_round(tg->t, ev->round + 1);
+	wk__post(w, ev);
+	if (tr_trainer_steps(tg->t) < w->o.train.steps)
+		return KN_OK;
+	rc = overlap_apply(w, tg, await_round(w, ov), err);
+	return rc < 0 ? rc : KN_OK;
 }
 
-/* Saves; while the disk is full, training pauses (the last checkpoint
- * stays on disk and served) and the save is tried again after 1, 2, 4
- * ... 30 s, until it succeeds or a stop is asked.  Returns save's code. */
-static int
-save_or_pause(wk_worker *w, tr_trainer *t, char *err)
+/* A step trained while the answer for the round in flight has not come:
+ * what overlapping gains, counted for the status. */
+static void
+count_overlapped(wk_worker *w, struct overlap *ov)
 {
-	char why[KN_ERR_LEN + 64];
-	int rc, tries = 0, delay = 1;
+	lt_item *item;
 
-	while ((rc = tr_trainer_save(t, err)) == KN_ENOSPC &&
-	    !lt_stopping(w->lt)) {
-		snprintf(why, sizeof(why), "%s; training paused, retrying in "
-		    "%d s", err, delay);
-		wk__post_message(w, WK_WARNING, "checkpoint", why);
-		if (tries++ == 0) {
-			wk_event *ev = wk__event(WK_PAUSED);
-
-			ev->step = tr_trainer_steps(t);
-			wk__post(w, ev);
-		}
-		pause_for(w, delay);
-		delay = delay < 16 ? 2 * delay : 30;
+	if (ov->held == NULL) {
+		lt_wait(w->lt, 0, &item);
+		take_commits(ov, item);
 	}
-	if (rc == 0 && tries > 0) {
-		wk_event *ev = wk__event(WK_RESUMED);
-
-		ev->step = tr_trainer_steps(t);
-		snprintf(ev->msg, sizeof(ev->msg), "checkpoint written at step "
-		    "%lld after %d tries; training resumed",
-		    (long long)ev->step, tries + 1);
-		wk__post(w, ev);
-	}
-	return rc;
+	if (ov->held == NULL)
+		ov->steps++;
 }
-
-/* What the trainer thread holds while it trains. */
-struct training {
-	tr_trainer *t;
-	corpus valid;
-	int have_valid;
-	bt_eval_set set;
-	double lo, hi;          /* the block's interval of noise levels */
-	float *start;           /* the round's starting weights (replicas) */
-	double last_progress;
-};
 
 /* The model, its first checkpoint, the held-out split (a warning only
  * when it is missing) and the round's starting weights.  -1 once the
@@ -284,16 +493,19 @@ training_open(wk_worker *w, struct training *tg)
 	const wk_opts *o = &w->o;
 	char err[KN_ERR_LEN];
 	const char *removed;
+	size_t n;
 
+	tg->ov.round = -1;
 	tg->set = (bt_eval_set){ o->eval_windows, BT_EVAL_STRATA };
 	if (tr_trainer_open(&tg->t, &o->train, err) != 0)
 		return wk__post_error(w, "cannot start training", err);
 	if (tr_trainer_removed(tg->t, &removed) > 0)
 		wk__post_message(w, WK_WARNING, "removed the leftovers of an "
 		    "interrupted write", removed);
-	if (tr_trainer_steps(tg->t) == 0 && save_or_pause(w, tg->t, err) != 0)
+	if (tr_trainer_steps(tg->t) == 0 && save_or_pause(w, tg, err) != 0)
 		return wk__post_error(w, "cannot write the first checkpoint", err);
-	if (post_checkpoint(w, tg->t, WK_STARTED, err) != 0)
+	if (post_checkpoint(w, WK_STARTED, tr_trainer_steps(tg->t),
+	    tr_trainer_round(tg->t), err) != 0)
 		return wk__post_error(w, "cannot read the checkpoint", err);
 	if (o->valid_path != NULL && o->valid_path[0] != '\0') {
 		if (corpus_open(&tg->valid, o->valid_path, o->valid_sha256,
@@ -305,13 +517,16 @@ training_open(wk_worker *w, struct training *tg)
 	}
 	bt_interval(o->train.spec, o->train.kind, o->train.block - 1, &tg->lo,
 	    &tg->hi);
-	if (o->replicas > 1) {
-		size_t n = kn_model_num_params(tr_trainer_model(tg->t));
-
-		if ((tg->start = malloc(n * sizeof(float))) == NULL)
-			return wk__post_error(w, "training", "out of memory");
-		kn_model_get_params(tr_trainer_model(tg->t), tg->start);
-	}
+	if (o->replicas <= 1)
+		return 0;
+	n = kn_model_num_params(tr_trainer_model(tg->t));
+	if ((tg->start = malloc(n * sizeof(float))) == NULL ||
+	    (overlapping(o) && ((tg->ov.sent = malloc(n * sizeof(float))) ==
+	    NULL || (tg->ov.local = malloc(n * sizeof(float))) == NULL)))
+		return wk__post_error(w, "training", "out of memory");
+	kn_model_get_params(tr_trainer_model(tg->t), tg->start);
+	tg->start_step = tr_trainer_steps(tg->t);
+	tg->start_round = tr_trainer_round(tg->t);
 	return 0;
 }
 
@@ -319,8 +534,26 @@ static void
 training_close(struct training *tg)
 {
 	free(tg->start);
+	free(tg->ov.sent);
+	free(tg->ov.local);
+	if (tg->ov.held != NULL)
+		commit_free(tg->ov.held);
 	corpus_close(&tg->valid);
 	tr_trainer_close(tg->t);
+}
+
+static void
+post_progress(wk_worker *w, struct training *tg)
+{
+	wk_event *ev = wk__event(WK_PROGRESS);
+
+	ev->step = tr_trainer_steps(tg->t);
+	ev->round = tr_trainer_round(tg->t);
+	ev->loss = tg->loss;
+	ev->positions_per_s = tr_trainer_positions_per_s(tg->t);
+	ev->overlapped = tg->ov.steps;
+	wk__post(w, ev);
+	tg->last_progress = kn_now();
 }
 
 /* Progress at most every 0.2 s, and the held-out share when due. */
@@ -331,15 +564,9 @@ training_report(wk_worker *w, struct training *tg, int64_t step, float loss)
 	char err[KN_ERR_LEN];
 	wk_event *ev;
 
-	if (kn_now() - tg->last_progress > 0.2 || step == o->train.steps) {
-		ev = wk__event(WK_PROGRESS);
-		ev->step = step;
-		ev->round = tr_trainer_round(tg->t);
-		ev->loss = loss;
-		ev->positions_per_s = tr_trainer_positions_per_s(tg->t);
-		wk__post(w, ev);
-		tg->last_progress = kn_now();
-	}
+	tg->loss = loss;
+	if (kn_now() - tg->last_progress > 0.2 || step == o->train.steps)
+		post_progress(w, tg);
 	if (!tg->have_valid || o->eval_every <= 0 || step % o->eval_every != 0)
 		return 0;
 	ev = wk__event(WK_SHARE);
@@ -353,15 +580,49 @@ training_report(wk_worker *w, struct training *tg, int64_t step, float loss)
 	return 0;
 }
 
+/* With overlapped rounds a checkpoint publishes the consensus, identical
+ * on every replica, not the local weights: the model holds it, with its
+ * step and round, while the file is written, then the local weights
+ * again.  The optimizer state written beside it is the replica's own. */
+static int
+save_consensus(wk_worker *w, struct training *tg, char *err)
+{
+	kn_model *m = tr_trainer_model(tg->t);
+	int64_t step = tr_trainer_steps(tg->t), round = tr_trainer_round(tg->t);
+	char again[KN_ERR_LEN];
+	int rc, back;
+
+	kn_model_get_params(m, tg->ov.local);
+	rc = kn_model_set_params(m, tg->start, err);
+	tr_trainer_set_step(tg->t, tg->start_step);
+	tr_trainer_set_round(tg->t, tg->start_round);
+	if (rc == 0)
+		rc = save_or_pause(w, tg, err);
+	tr_trainer_set_step(tg->t, step);
+	tr_trainer_set_round(tg->t, round);
+	if ((back = kn_model_set_params(m, tg->ov.local, again)) != 0 &&
+	    rc == 0) {
+		memcpy(err, again, sizeof(again));
+		rc = back;
+	}
+	if (rc == 0)
+		rc = post_checkpoint(w, WK_CHECKPOINT, tg->start_step,
+		    tg->start_round, err);
+	return rc;
+}
+
 static int
 training_checkpoint(wk_worker *w, struct training *tg)
 {
 	char err[KN_ERR_LEN];
+	int rc;
 
-	if (save_or_pause(w, tg->t, err) != 0 ||
-	    post_checkpoint(w, tg->t, WK_CHECKPOINT, err) != 0)
-		return wk__post_error(w, "checkpoint", err);
-	return 0;
+	if (overlapping(&w->o))
+		rc = save_consensus(w, tg, err);
+	else if ((rc = save_or_pause(w, tg, err)) == 0)
+		rc = post_checkpoint(w, WK_CHECKPOINT, tr_trainer_steps(tg->t),
+		    tr_trainer_round(tg->t), err);
+	return rc != 0 ? wk__post_error(w, "checkpoint", err) : 0;
 }
 
 /* One optimizer step and what follows it: reports, the round every
@@ -374,16 +635,20 @@ training_step(wk_worker *w, struct training *tg)
 	char err[KN_ERR_LEN];
 	float loss = 0;
 	int64_t step;
-	int round_due;
+	int round_due, rc;
 
 	if (tr_trainer_step(tg->t, &loss, err) != 0)
 		return wk__post_error(w, "training step", err);
 	step = tr_trainer_steps(tg->t);
+	if (tg->ov.round >= 0)
+		count_overlapped(w, &tg->ov);
 	if (training_report(w, tg, step, loss) != 0)
 		return -1;
 	round_due = o->replicas > 1 && step % o->local_steps == 0;
 	if (round_due) {
-		if (run_round(w, tg->t, tg->start, err) != 0)
+		rc = overlapping(o) ? overlap_round(w, tg, err) :
+		    run_round(w, tg->t, tg->start, err);
+		if (rc != 0)
 			return wk__post_error(w, "round", err);
 		if (lt_stopping(w->lt))
 			return 1;
@@ -466,6 +731,7 @@ run(lt_thread *lt, void *arg)
 {
 	wk_worker *w = arg;
 	struct training tg = { 0 };
+	char err[KN_ERR_LEN];
 	int rc = 0;
 
 	(void)lt;       /* w->lt, set before the thread started */
@@ -478,6 +744,10 @@ run(lt_thread *lt, void *arg)
 		hold_point(w);
 		rc = training_step(w, &tg);
 	}
+	/* a stop leaves no round in flight: its average goes in first */
+	if (rc >= 0 && tg.ov.round >= 0 &&
+	    overlap_apply(w, &tg, await_round(w, &tg.ov), err) < 0)
+		rc = wk__post_error(w, "round", err);
 	if (rc >= 0 && training_checkpoint(w, &tg) == 0)
 		wk__post(w, wk__event(lt_stopping(w->lt) ? WK_STOPPED : WK_DONE));
 	training_close(&tg);
@@ -589,5 +859,7 @@ wk_close(wk_worker *w, void (*done)(void *arg), void *arg)
 {
 	w->closed = done;
 	w->closed_arg = arg;
+	/* for a thread that waits for its round in flight after a stop */
+	wk_commit_round(w, CLOSING_ROUND, NULL, 0, NULL, 0);
 	lt_close(w->lt, on_closed, w);
 }

@@ -15,7 +15,8 @@
 
 typedef enum {
 	WK_STARTED,             /* model ready: step, round; checkpoint bytes */
-	WK_PROGRESS,            /* step, loss, positions_per_s */
+	WK_PROGRESS,            /* step, loss, positions_per_s,
+	                         * overlapped */
 	WK_SHARE,               /* step, share (held-out, nats per byte) */
 	WK_CHECKPOINT,          /* step, round, buf/len/etag: the file */
 	WK_ROUND_READY,         /* round, delta (count floats): our update */
@@ -39,6 +40,7 @@ typedef struct wk_event {
 	double val, lr, eps;    /* SOMA progress: NAN val before one */
 	int64_t val_step;
 	uint64_t positions;
+	int64_t overlapped;     /* steps trained with a round in flight */
 	char *buf;              /* owned by the event */
 	size_t len;
 	char etag[65];
@@ -56,6 +58,9 @@ typedef struct {
 	int checkpoint_every;   /* with one replica */
 	int replicas;           /* > 1: stop every local_steps for a round */
 	int local_steps;
+	/* with replicas: train on while a round is in flight and apply its
+	 * average at the end of the next round (streaming DiLoCo) */
+	int overlap;
 	int threads;
 	/* method = soma: train expert `expert` from seed_path with
 	 * sa_train (worker_soma.c); train.spec, run_id, dir, be and
@@ -94,7 +99,8 @@ void wk_hold(wk_worker *w);
 int wk_wait_held(wk_worker *w, double timeout_s);
 void wk_release(wk_worker *w);
 /* Joins the thread and closes the async handle; done runs when the handle
- * is closed and w is freed. */
+ * is closed and w is freed.  A thread that waits for a round in flight
+ * after a stop gives up at once. */
 void wk_close(wk_worker *w, void (*done)(void *arg), void *arg);
 void wk_event_free(wk_event *ev);
 

@@ -117,6 +117,33 @@ kn_outer_step(float *params, const float *avg_update, float outer_lr,
 }
 
 static void
+rebase_task(void *ctx, int task, int thread)
+{
+	const struct avg_job *j = ctx;
+	size_t lo, hi, i;
+
+	(void)thread;
+	task_range(j, task, &lo, &hi);
+	for (i = lo; i < hi; i++) {
+		float moved = j->a[i] - j->b[i];
+
+		j->out[i] = j->out[i] + moved;
+	}
+}
+
+void
+kn_outer_rebase(float *local, const float *consensus, const float *sent,
+    size_t n)
+{
+	struct avg_job j = { .out = local, .a = consensus, .b = sent, .n = n,
+	    .chunk = chunk_size(n) };
+
+	if (n == 0)
+		return;
+	kn_pool_run(ntasks(&j), rebase_task, &j);
+}
+
+static void
 delta_task(void *ctx, int task, int thread)
 {
 	const struct avg_job *j = ctx;

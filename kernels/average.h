@@ -30,6 +30,15 @@ void kn_average(float *out, const float *const *updates, int count,
 void kn_outer_step(float *params, const float *avg_update, float outer_lr,
     size_t n);
 
+/* local[i] = local[i] + (consensus[i] - sent[i]), the difference rounded
+ * to float before the sum.  Overlapped rounds (streaming DiLoCo with a
+ * delay of one round): the replica sent its weights `sent` for averaging
+ * and trained on; once the round commits, the stale point is swapped for
+ * the new consensus and the progress made since is kept.  The three
+ * arrays must not overlap. */
+void kn_outer_rebase(float *local, const float *consensus, const float *sent,
+    size_t n);
+
 /* delta[i] = start[i] - local[i]: a replica's update after its local
  * steps.  delta may be start or local. */
 void kn_update_delta(float *delta, const float *start, const float *local,

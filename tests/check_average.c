@@ -1,7 +1,8 @@
 /* Averaging updates and the outer step: bitwise the same results with one
  * thread or several, the sum taken in index order (checked bit for bit
  * against a plain loop and within float rounding of a double sum), and
- * the outer-step and update arithmetic. */
+ * the outer-step and update arithmetic, and the rebase of overlapped
+ * rounds. */
 #include "config.h"
 
 #include <check.h>
@@ -264,6 +265,50 @@ START_TEST(test_outer_step)
 }
 END_TEST
 
+/* Overlapped rounds: local + (consensus - sent), the difference first.
+ * Constructed so that every value is exact in float, then one case where
+ * the order shows: 1 + (1e8 - (1e8 - 8)) is 9, while (1 + 1e8) - (1e8 -
+ * 8) would round 1 away and give 8. */
+START_TEST(test_outer_rebase)
+{
+	float *x = alloc_floats(N), *g = alloc_floats(N), *sent = alloc_floats(N);
+	float one[1] = { 1.0f }, big[1] = { 1e8f }, near[1] = { 1e8f - 8.0f };
+	size_t i;
+
+	ck_assert_int_eq(kn_pool_init(3, NULL), 0);
+	/* x = sent + p (progress since sending), g = sent - q (the commit):
+	 * the result is g + p, in quarters small enough to stay exact */
+	for (i = 0; i < N; i++) {
+		float p = (float)((int)(i % 97) - 48) * 0.25f;
+		float q = (float)((int)(i % 31) - 15) * 0.5f;
+
+		sent[i] = (float)((int)(i % 1013) - 506);
+		x[i] = sent[i] + p;
+		g[i] = sent[i] - q;
+	}
+	kn_outer_rebase(x, g, sent, N);
+	for (i = 0; i < N; i++) {
+		float p = (float)((int)(i % 97) - 48) * 0.25f;
+		float q = (float)((int)(i % 31) - 15) * 0.5f;
+		float want = (float)((int)(i % 1013) - 506) - q + p;
+
+		ck_assert_msg(x[i] == want, "element %zu: %a, want %a", i,
+		    (double)x[i], (double)want);
+	}
+	kn_outer_rebase(one, big, near, 1);
+	ck_assert_float_eq(one[0], 9.0f);
+	/* the stale point is the consensus: only the progress is kept */
+	memcpy(x, local, N * sizeof(float));
+	kn_outer_rebase(x, start, start, N);
+	ck_assert_int_eq(memcmp(x, local, N * sizeof(float)), 0);
+	kn_outer_rebase(x, start, local, 0);
+	ck_assert_int_eq(memcmp(x, local, N * sizeof(float)), 0);
+	free(x);
+	free(g);
+	free(sent);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -277,6 +322,7 @@ main(void)
 	tcase_add_test(tc, test_order_is_index_order);
 	tcase_add_test(tc, test_edges);
 	tcase_add_test(tc, test_outer_step);
+	tcase_add_test(tc, test_outer_rebase);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
