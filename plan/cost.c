@@ -90,13 +90,13 @@ pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc, int zstd)
 }
 
 double
-pl_link_rate(const pl_link *l, int streams)
+pl_link_rate(const topo_link *l, int streams)
 {
 	if (streams <= 1 || l->streams <= 1)
-		return l->stream_bps;
+		return l->stream_bytes_per_s;
 	if (streams >= l->streams)
-		return l->multi_bps;
-	return l->stream_bps + (l->multi_bps - l->stream_bps) *
+		return l->multi_bytes_per_s;
+	return l->stream_bytes_per_s + (l->multi_bytes_per_s - l->stream_bytes_per_s) *
 	    (streams - 1) / (l->streams - 1);
 }
 
@@ -108,27 +108,36 @@ flops_per_position(kn_model_shape shape, int layers)
 	return kn_model_flops_per_window(&shape) / shape.window;
 }
 
+/* FLOPs per position at the shape the topology's rates were measured at */
 static double
-scaled_rate(const pl_topology *t, const pr_spec *s, double rate, int layers,
+measured_flops(const topo_topology *t)
+{
+	return flops_per_position(topo_model_shape(&t->shape),
+	    t->shape.layers);
+}
+
+static double
+scaled_rate(const topo_topology *t, const pr_spec *s, double rate, int layers,
     int causal)
 {
 	kn_model_shape mine = pr_spec_block_shape(s);
 
 	mine.causal = causal;
-	return rate * flops_per_position(t->shape, t->shape.layers) /
-	    flops_per_position(mine, layers);
+	return rate * measured_flops(t) / flops_per_position(mine, layers);
 }
 
 double
-pl_train_rate(const pl_topology *t, const pr_spec *s, int host, int layers)
+pl_train_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
 {
-	return scaled_rate(t, s, t->hosts[host].train_pps, layers, 0);
+	return scaled_rate(t, s, t->hosts[host].train_positions_per_s, layers,
+	    0);
 }
 
 double
-pl_forward_rate(const pl_topology *t, const pr_spec *s, int host, int layers)
+pl_forward_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
 {
-	return scaled_rate(t, s, t->hosts[host].forward_pps, layers, 0);
+	return scaled_rate(t, s, t->hosts[host].forward_positions_per_s,
+	    layers, 0);
 }
 
 /* A time with its bandwidth and latency parts. */
@@ -144,9 +153,9 @@ path_total(struct path p)
 
 /* Bytes from host a reach host b, one way. */
 static struct path
-one_way(const pl_topology *t, int a, int b, double bytes, int streams)
+one_way(const topo_topology *t, int a, int b, double bytes, int streams)
 {
-	const pl_link *l = pl_topology_link(t, a, b);
+	const topo_link *l = topo_link_at(t, a, b);
 	struct path p = { bytes / pl_link_rate(l, streams), l->rtt_ms / 2000 };
 
 	return p;
@@ -155,7 +164,7 @@ one_way(const pl_topology *t, int a, int b, double bytes, int streams)
 /* Block b's round: the exchange's critical path, from the round's start,
  * with the compute of the sender it starts from. */
 static void
-predict_round(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
+predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
     int b, double U, pl_block_pred *bp, struct path *crit)
 {
 	const int *h = c->host[b];
@@ -184,7 +193,7 @@ predict_round(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
 	end_p = commit_p;
 	ready_end = ready_c;
 	for (f = 1; f < R; f++) {
-		const pl_link *back = pl_topology_link(t, h[f], h[0]);
+		const topo_link *back = topo_link_at(t, h[f], h[0]);
 		double rtt = back->rtt_ms / 1000;
 		double period = PL_POLL_S * fmax(1, ceil(rtt / PL_POLL_S - 1e-9));
 		struct path wait = { commit_p.bw, commit_p.lat + period / 2 +
@@ -242,7 +251,7 @@ scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
 }
 
 static void
-predict_block(const pl_topology *t, const pr_spec *s, const pl_model *m,
+predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, int b, pl_block_pred *bp)
 {
 	double positions = (double)s->batch * s->window, rounds, tail;
@@ -277,7 +286,7 @@ predict_block(const pl_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 static int
-check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
+check_candidate(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
     char *err)
 {
 	unsigned char used[PL_MAX_HOSTS] = { 0 };
@@ -299,7 +308,7 @@ check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
 		for (r = 0; r < c->nrep[b]; r++) {
 			int h = c->host[b][r];
 
-			if (h < 0 || h >= t->n)
+			if (h < 0 || h >= t->nhosts)
 				return kn_error(err, KN_EINVAL, "block %d: host "
 				    "%d is not in the topology", b + 1, h);
 			if (used[h]++)
@@ -317,7 +326,7 @@ check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
 
 /* One hop of the ring: frame bytes from a to b, nothing when a is b. */
 static void
-hop(const pl_topology *t, int a, int b, double bytes, pl_breakdown *part)
+hop(const topo_topology *t, int a, int b, double bytes, pl_breakdown *part)
 {
 	struct path p;
 
@@ -333,7 +342,7 @@ hop(const pl_topology *t, int a, int b, double bytes, pl_breakdown *part)
  * share of PL_SERVE_STEPS denoising steps, a forward pass over the
  * window each. */
 static void
-predict_serve_bt(const pl_topology *t, const pr_spec *s,
+predict_serve_bt(const topo_topology *t, const pr_spec *s,
     const pl_candidate *c, pl_prediction *p)
 {
 	double busy[PL_MAX_HOSTS] = { 0 }, frame = 2.0 * s->window +
@@ -362,7 +371,7 @@ predict_serve_bt(const pl_topology *t, const pr_spec *s,
  * (PROTOCOL.md): one traversal per output byte, one new position through
  * each host's layers, hidden states (d floats) between hosts. */
 static void
-predict_serve_ar(const pl_topology *t, const pr_spec *s,
+predict_serve_ar(const topo_topology *t, const pr_spec *s,
     const pl_candidate *c, pl_prediction *p)
 {
 	int order[PR_MAX_BLOCKS], nh = 0, b, i, total = 0;
@@ -383,18 +392,17 @@ predict_serve_ar(const pl_topology *t, const pr_spec *s,
 		double rate;
 
 		shape.causal = 1;
-		rate = t->hosts[order[i]].forward_pps *
-		    flops_per_position(t->shape, t->shape.layers) /
-		    flops_per_position(shape, hi - lo);
+		rate = t->hosts[order[i]].forward_positions_per_s *
+		    measured_flops(t) / flops_per_position(shape, hi - lo);
 		one.compute += 1 / rate;
 		per_byte_cap = fmin(per_byte_cap, rate);
 		if (nh > 1) {
-			const pl_link *l = pl_topology_link(t, order[i],
+			const topo_link *l = topo_link_at(t, order[i],
 			    order[(i + 1) % nh]);
 			double bytes = i + 1 < nh ? hidden : PL_FRAME_BYTES;
 
 			hop(t, order[i], order[(i + 1) % nh], bytes, &one);
-			per_byte_cap = fmin(per_byte_cap, l->stream_bps / bytes);
+			per_byte_cap = fmin(per_byte_cap, l->stream_bytes_per_s / bytes);
 		}
 	}
 	scale_breakdown(&p->ar.part, &one, p->output_bytes);
@@ -404,7 +412,7 @@ predict_serve_ar(const pl_topology *t, const pr_spec *s,
 }
 
 int
-pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
+pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, pl_prediction *p, char *err)
 {
 	int b, rc;
@@ -428,7 +436,7 @@ pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
 	p->output_bytes = s->window;
 	p->serve = 1;
 	for (b = 0; b < c->blocks; b++)
-		if (c->ring[b] < 0 || c->ring[b] >= t->n)
+		if (c->ring[b] < 0 || c->ring[b] >= t->nhosts)
 			p->serve = 0;
 	if (p->serve) {
 		predict_serve_bt(t, s, c, p);
@@ -438,12 +446,12 @@ pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 void
-pl_link_bytes(const pl_topology *t, const pl_candidate *c,
+pl_link_bytes(const topo_topology *t, const pl_candidate *c,
     const pl_prediction *p, double *bytes_per_h)
 {
 	int b, i, j;
 
-	memset(bytes_per_h, 0, (size_t)t->n * t->n * sizeof(double));
+	memset(bytes_per_h, 0, (size_t)t->nhosts * t->nhosts * sizeof(double));
 	for (b = 0; b < c->blocks; b++) {
 		const pl_block_pred *bp = &p->block[b];
 
@@ -452,7 +460,7 @@ pl_link_bytes(const pl_topology *t, const pl_candidate *c,
 		for (i = 0; i < c->nrep[b]; i++)
 			for (j = 0; j < c->nrep[b]; j++)
 				if (i != j)
-					bytes_per_h[(size_t)c->host[b][i] * t->n +
+					bytes_per_h[(size_t)c->host[b][i] * t->nhosts +
 					    c->host[b][j]] = bp->update_bytes *
 					    3600 / bp->round_s;
 	}

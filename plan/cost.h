@@ -8,9 +8,11 @@
 #ifndef PL_COST_H
 #define PL_COST_H
 
-#include "plan/topology.h"
+#include "proto/topology.h"
 #include "proto/spec.h"
 
+/* the topology's bound: search.c sizes its per-host arrays by it */
+#define PL_MAX_HOSTS TOPO_MAX_HOSTS
 #define PL_MAX_REPLICAS 64      /* rounds.c's ROUNDS_MAX_REPLICAS */
 /* rounds.c polls the coordinator for the commit every POLL_MS */
 #define PL_POLL_S 0.1
@@ -104,23 +106,23 @@ double pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc,
     int zstd);
 /* Bytes/s of a link with n parallel streams: the measured single and
  * multi figures, linear between 1 and the measured count, flat beyond. */
-double pl_link_rate(const pl_link *l, int streams);
+double pl_link_rate(const topo_link *l, int streams);
 /* A host's training (forward) positions/s on a block of layers layers:
  * its measured rate scaled by FLOPs per position against the
  * topology's measured shape. */
-double pl_train_rate(const pl_topology *t, const pr_spec *s, int host,
+double pl_train_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
-double pl_forward_rate(const pl_topology *t, const pr_spec *s, int host,
+double pl_forward_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
 
 /* Predicts c.  0, or KN_EINVAL with the reason (a host used twice, a
  * host out of range, steps not a multiple of H with replicas). */
-int pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
+int pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, pl_prediction *p, char *err);
 
 /* Bytes per hour each link carries in training, [from * n + to]
  * (t->n x t->n doubles, written whole). */
-void pl_link_bytes(const pl_topology *t, const pl_candidate *c,
+void pl_link_bytes(const topo_topology *t, const pl_candidate *c,
     const pl_prediction *p, double *bytes_per_h);
 
 #endif

@@ -47,9 +47,9 @@ pl_support_detect(pl_support *sup)
 }
 
 void
-pl_host_addr(const pl_topology *t, int h, char *buf, size_t len)
+pl_host_addr(const topo_topology *t, int h, char *buf, size_t len)
 {
-	const pl_host *host = &t->hosts[h];
+	const topo_host *host = &t->hosts[h];
 
 	if (host->address[0])
 		snprintf(buf, len, "%s", host->address);
@@ -111,9 +111,9 @@ serve_json(const pl_serve_mode *m)
 }
 
 static json_t *
-links_json(const pl_topology *t, const pl_result *r)
+links_json(const topo_topology *t, const pl_result *r)
 {
-	size_t n = (size_t)t->n * t->n, k;
+	size_t n = (size_t)t->nhosts * t->nhosts, k;
 	double *bytes = malloc(n * sizeof(double));
 	json_t *arr = json_array();
 
@@ -123,15 +123,15 @@ links_json(const pl_topology *t, const pl_result *r)
 	for (k = 0; k < n; k++)
 		if (bytes[k] > 0)
 			json_array_append_new(arr, json_pack("{s:s,s:s,s:f}",
-			    "from", t->hosts[k / t->n].name, "to",
-			    t->hosts[k % t->n].name, "bytes_per_hour",
+			    "from", t->hosts[k / t->nhosts].name, "to",
+			    t->hosts[k % t->nhosts].name, "bytes_per_hour",
 			    bytes[k]));
 	free(bytes);
 	return arr;
 }
 
 json_t *
-pl_result_json(const pl_topology *t, const pl_result *r, const pl_result *def)
+pl_result_json(const topo_topology *t, const pl_result *r, const pl_result *def)
 {
 	const pl_candidate *c = &r->c;
 	const pl_prediction *p = &r->p;
@@ -187,7 +187,7 @@ goal_name(pl_goal g)
 }
 
 json_t *
-pl_plan_json(const pl_topology *t, const pr_spec *s, const pl_options *o,
+pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
     const pl_plan *plan)
 {
 	json_t *cands = json_array();
@@ -257,10 +257,10 @@ write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
 }
 
 static int
-write_peers(const char *dir, const pl_topology *t, const pl_candidate *c,
+write_peers(const char *dir, const topo_topology *t, const pl_candidate *c,
     char *err)
 {
-	char path[PR_PATH_LEN], addr[PL_NAME_LEN + 8];
+	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
 	FILE *f;
 	int b, r;
 
@@ -282,10 +282,10 @@ write_peers(const char *dir, const pl_topology *t, const pl_candidate *c,
 }
 
 static int
-write_pipeline(const char *dir, const pl_topology *t, const pl_candidate *c,
+write_pipeline(const char *dir, const topo_topology *t, const pl_candidate *c,
     char *err)
 {
-	char path[PR_PATH_LEN], addr[PL_NAME_LEN + 8];
+	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
 	FILE *f;
 	int b;
 
@@ -315,11 +315,11 @@ conf_line(FILE *f, const char *name, const char *value, int exists)
 }
 
 static int
-write_confs(const char *dir, const pl_topology *t, const pl_candidate *c,
+write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
     char *err)
 {
-	char sub[PR_PATH_LEN], path[PR_PATH_LEN], name[PL_NAME_LEN + 8];
-	char addr[PL_NAME_LEN + 8], v[32];
+	char sub[PR_PATH_LEN], path[PR_PATH_LEN], name[TOPO_NAME_LEN + 8];
+	char addr[TOPO_NAME_LEN + 8], v[32];
 	pl_support sup;
 	int b, r, rc = 0;
 	size_t i;
@@ -361,7 +361,7 @@ write_confs(const char *dir, const pl_topology *t, const pl_candidate *c,
 }
 
 static int
-write_json(const char *dir, const pl_topology *t, const pr_spec *s,
+write_json(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err)
 {
 	char path[PR_PATH_LEN];
@@ -377,7 +377,7 @@ write_json(const char *dir, const pl_topology *t, const pr_spec *s,
 }
 
 int
-pl_write(const char *dir, const pl_topology *t, const pr_spec *s,
+pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err)
 {
 	const pl_candidate *c = &plan->v[plan->chosen].c;

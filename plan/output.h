@@ -22,7 +22,7 @@ void pl_support_detect(pl_support *sup);
 
 /* host:port of host h: its address, else its name when that is one,
  * else NAME:7300 (the daemon's default port), a placeholder. */
-void pl_host_addr(const pl_topology *t, int h, char *buf, size_t len);
+void pl_host_addr(const topo_topology *t, int h, char *buf, size_t len);
 
 /* The spec that runs c: s with c's steps, replicas and local steps (and
  * overlap, where the spec has the key), data paths made absolute. */
@@ -31,15 +31,15 @@ int pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
 
 /* The predictions of r as JSON (the caller's reference); def, when not
  * NULL, gives the speedup. */
-json_t *pl_result_json(const pl_topology *t, const pl_result *r,
+json_t *pl_result_json(const topo_topology *t, const pl_result *r,
     const pl_result *def);
-json_t *pl_plan_json(const pl_topology *t, const pr_spec *s,
+json_t *pl_plan_json(const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan);
 
 /* Writes dir/spec.conf, dir/peers, dir/pipeline, dir/conf/HOST.conf and
  * dir/plan.json for plan->v[plan->chosen] (dir is made if missing).  0,
  * or a negative KN_E* code with the path at fault in err. */
-int pl_write(const char *dir, const pl_topology *t, const pr_spec *s,
+int pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err);
 
 #endif

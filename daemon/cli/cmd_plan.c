@@ -13,7 +13,7 @@
 #include "kernels/error.h"
 #include "plan/output.h"
 #include "plan/search.h"
-#include "plan/topology.h"
+#include "proto/topology.h"
 
 struct plan_args {
 	const char *topology, *spec, *out;
@@ -194,13 +194,13 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 /* The network options the search may choose: this build's daemon's,
  * or with --all-options the issue's whole set. */
 static void
-plan_options(struct plan_args *a, const pl_topology *t)
+plan_options(struct plan_args *a, const topo_topology *t)
 {
 	pl_support sup;
 	int i, streams = 1;
 
 	pl_support_detect(&sup);
-	for (i = 0; i < t->n * t->n; i++)
+	for (i = 0; i < t->nhosts * t->nhosts; i++)
 		if (t->links[i].streams > streams)
 			streams = t->links[i].streams;
 	a->o.int8 = sup.int8 || a->all_options;
@@ -213,7 +213,7 @@ plan_options(struct plan_args *a, const pl_topology *t)
 }
 
 static void
-print_row(const pl_topology *t, const pl_result *r, const pl_result *def,
+print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
     const char *rank, pl_goal goal)
 {
 	const pl_candidate *c = &r->c;
@@ -261,7 +261,7 @@ print_row(const pl_topology *t, const pl_result *r, const pl_result *def,
 }
 
 static void
-print_placement(const pl_topology *t, const pl_candidate *c)
+print_placement(const topo_topology *t, const pl_candidate *c)
 {
 	int b, r;
 
@@ -301,7 +301,7 @@ print_missing(const struct plan_args *a)
 }
 
 static void
-print_plan(const pl_topology *t, const pr_spec *s, const struct plan_args *a,
+print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
     const pl_plan *plan, double secs)
 {
 	char rank[16];
@@ -309,7 +309,7 @@ print_plan(const pl_topology *t, const pr_spec *s, const struct plan_args *a,
 
 	printf("plan: %d hosts, %d blocks of %d layers (%zu parameters each), "
 	    "%d steps x %d replica(s) x batch %d x window %d per block\n",
-	    t->n, s->blocks, s->layers_per_block,
+	    t->nhosts, s->blocks, s->layers_per_block,
 	    pl_block_params(s, s->layers_per_block), s->steps, s->replicas,
 	    s->batch, s->window);
 	printf("search: %s, %.3g placements per option set, %.3g predictions, "
@@ -344,7 +344,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct plan_args a = { .top = 5 };
 	char err[KN_ERR_LEN];
-	pl_topology t;
+	topo_topology t;
 	pl_plan plan;
 	pr_spec s;
 	double t0;
@@ -359,7 +359,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter plan: %s\n", err);
 		return 1;
 	}
-	if (pl_topology_load(&t, a.topology, err) != 0) {
+	if (topo_load(&t, a.topology, err) != 0) {
 		fprintf(stderr, "shardmeter plan: %s\n", err);
 		return 1;
 	}
@@ -367,7 +367,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 	t0 = kn_now();
 	if (pl_search(&t, &s, &a.m, &a.o, a.top, &plan, err) != 0) {
 		fprintf(stderr, "shardmeter plan: %s: %s\n", a.topology, err);
-		pl_topology_free(&t);
+		topo_free(&t);
 		return 1;
 	}
 	print_plan(&t, &s, &a, &plan, kn_now() - t0);
@@ -383,7 +383,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 		}
 	}
 	pl_plan_free(&plan);
-	pl_topology_free(&t);
+	topo_free(&t);
 	return rc;
 }
 
