@@ -18,24 +18,15 @@
 #include "plan/cost.h"
 #include "proto/update.h"
 
-const char *
-pl_encoding_name(pl_encoding e)
-{
-	static const char *const names[PL_ENCS] = { "f32", "f16", "bf16",
-	    "int8" };
-
-	return (unsigned)e < PL_ENCS ? names[e] : "?";
-}
-
 /* The update message's bytes beside its payload (magic, run id, block,
  * round, replica, step, encoding, count, the bin header, SHA-256), as
- * proto/update.c writes them for a round and step of a long run; 251 is
- * its documented bound. */
+ * proto/update.c writes them for one value of enc in a round and step of
+ * a long run; 251 is its documented bound. */
 static double
-update_head_bytes(void)
+update_head_bytes(pr_encoding enc)
 {
 	pr_update_meta meta = { .block = 1, .round = 100000, .replica = 1,
-	    .step = 10000000, .enc = PR_ENC_F32, .count = 1 };
+	    .step = 10000000, .enc = enc, .count = 1 };
 	char *buf;
 	size_t len;
 	float one = 0.0f;
@@ -44,8 +35,7 @@ update_head_bytes(void)
 	if (pr_update_encode(&meta, &one, &buf, &len, NULL) != 0)
 		return 251;
 	free(buf);
-	/* a large payload's bin header has 3 bytes more than a 4-byte one */
-	return (double)(len - sizeof(float) + 3);
+	return (double)(len - pr_update_payload_bytes(enc, 1));
 }
 
 void
@@ -54,9 +44,26 @@ pl_model_defaults(pl_model *m)
 	int e;
 
 	memset(m, 0, sizeof(*m));
-	for (e = 0; e < PL_ENCS; e++)
+	for (e = 0; e < PL_ENCS; e++) {
 		m->zstd_ratio[e] = 1.0;
-	m->update_head = update_head_bytes();
+		m->update_head[e] = update_head_bytes((pr_encoding)e);
+	}
+}
+
+/* The bytes msgpack spends on the unsigned integer v, and on the header
+ * of a bin of n bytes: the smallest forms of the msgpack spec, which
+ * msgpack-c writes. */
+static double
+mp_uint_bytes(double v)
+{
+	return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 :
+	    v < 4294967296.0 ? 5 : 9;
+}
+
+static double
+mp_bin_head_bytes(double n)
+{
+	return n < 256 ? 2 : n < 65536 ? 3 : 5;
 }
 
 size_t
@@ -69,24 +76,20 @@ pl_block_params(const pr_spec *s, int layers)
 }
 
 double
-pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc, int zstd)
+pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc, int zstd)
 {
-	double n = (double)count, payload;
+	double raw = (double)pr_update_payload_bytes(enc, count), payload;
+	int comp = zstd && m->zstd_ratio[enc] < 1;
+	/* "compression": "zstd", as two msgpack strings */
+	double comp_field = 2 + strlen("compression") +
+	    strlen(pr_compression_name(PR_COMP_ZSTD));
 
-	switch (enc) {
-	case PL_ENC_F32:
-		payload = 4 * n;
-		break;
-	case PL_ENC_INT8:
-		payload = n + 4 * ceil(n / PL_INT8_BLOCK);
-		break;
-	default:
-		payload = 2 * n;
-		break;
-	}
-	if (zstd)
-		payload *= m->zstd_ratio[enc];
-	return m->update_head + payload;
+	payload = comp ? ceil(raw * m->zstd_ratio[enc]) : raw;
+	/* update_head counted a count of 1 and the bin of one value */
+	return m->update_head[enc] - mp_uint_bytes(1) +
+	    mp_uint_bytes((double)count) -
+	    mp_bin_head_bytes((double)pr_update_payload_bytes(enc, 1)) +
+	    mp_bin_head_bytes(payload) + (comp ? comp_field : 0) + payload;
 }
 
 double

@@ -68,7 +68,7 @@ base_candidate(const pr_spec *s, pl_candidate *c)
 		c->ring[b] = -1;
 	}
 	c->local_steps = s->local_steps;
-	c->enc = PL_ENC_F32;
+	c->enc = PR_ENC_F32;
 	c->streams = 1;
 	c->steps = pl_steps_for(s, 1, s->local_steps);
 }
@@ -114,8 +114,8 @@ static int
 simplicity(const pr_spec *s, const pl_candidate *c)
 {
 	return (c->nrep[0] > 1) + (c->nrep[0] > 1 &&
-	    c->local_steps != s->local_steps) + (c->enc != PL_ENC_F32) +
-	    (c->enc == PL_ENC_INT8) + c->zstd + (c->streams > 1) +
+	    c->local_steps != s->local_steps) + (c->enc != PR_ENC_F32) +
+	    (c->enc == PR_ENC_INT8) + c->zstd + (c->streams > 1) +
 	    c->overlap;
 }
 
@@ -464,14 +464,14 @@ search_train(struct ctx *x, struct results *rs, pl_plan *plan, char *err)
 			pl_candidate c;
 
 			/* bf16 moves the bytes of f16 and keeps f32's range */
-			if (enc == PL_ENC_F16 ||
-			    (enc == PL_ENC_INT8 && !o->int8))
+			if (enc == PR_ENC_F16 ||
+			    (enc == PR_ENC_INT8 && !o->int8))
 				continue;
 			base_candidate(s, &c);
 			if (R > 1)
 				c.local_steps = hs[ih];
 			c.steps = pl_steps_for(s, R, c.local_steps);
-			c.enc = (pl_encoding)enc;
+			c.enc = (pr_encoding)enc;
 			c.zstd = z;
 			c.streams = st;
 			c.overlap = ov;

@@ -77,22 +77,20 @@ static int
 parse_zstd_ratio(const char *v, pl_model *m)
 {
 	const char *eq = strchr(v, '=');
-	char *end;
+	char name[8], *end;
+	pr_encoding e;
 	double r;
-	int e;
 
-	if (eq == NULL)
+	if (eq == NULL || (size_t)(eq - v) >= sizeof(name))
 		return -1;
+	memcpy(name, v, (size_t)(eq - v));
+	name[eq - v] = '\0';
 	r = strtod(eq + 1, &end);
-	if (end == eq + 1 || *end != '\0' || !(r > 0) || r > 1)
+	if (end == eq + 1 || *end != '\0' || !(r > 0) || r > 1 ||
+	    pr_encoding_parse(name, &e) != 0)
 		return -1;
-	for (e = 0; e < PL_ENCS; e++)
-		if ((size_t)(eq - v) == strlen(pl_encoding_name(e)) &&
-		    strncmp(v, pl_encoding_name(e), (size_t)(eq - v)) == 0) {
-			m->zstd_ratio[e] = r;
-			return 0;
-		}
-	return -1;
+	m->zstd_ratio[e] = r;
+	return 0;
 }
 
 static int
@@ -240,7 +238,7 @@ print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
 	}
 	printf("%-5s %2d %5d %-4s %-4s %2d %-3s %9s %7.2fx %11.4g %9s "
 	    "%10.3g\n", rank, c->nrep[0], c->local_steps,
-	    pl_encoding_name(c->enc), c->zstd ? "zstd" : "-", c->streams,
+	    pr_encoding_name(c->enc), c->zstd ? "zstd" : "-", c->streams,
 	    c->overlap ? "ovl" : "blk", duration(p->train_s, d1, sizeof(d1)),
 	    def->score / r->score, p->positions_per_s,
 	    duration(bp->round_s, d2, sizeof(d2)), p->max_link_bytes_per_h);
@@ -294,10 +292,10 @@ print_missing(const struct plan_args *a)
 	if (!sup.int8 || !sup.zstd || !sup.streams || !sup.overlap)
 		printf("  %s in this build:%s%s%s%s\n", a->all_options ?
 		    "searched (--all-options) but not" : "not searched, not",
-		    sup.int8 ? "" : " update_encoding = int8,",
-		    sup.zstd ? "" : " update_compression,",
-		    sup.streams ? "" : " update_streams,",
-		    sup.overlap ? "" : " [sync] overlap");
+		    sup.int8 ? "" : " " PL_KEY_ENCODING " = int8,",
+		    sup.zstd ? "" : " " PL_KEY_COMPRESSION " = zstd,",
+		    sup.streams ? "" : " " PL_KEY_STREAMS ",",
+		    sup.overlap ? "" : " " PL_KEY_OVERLAP);
 }
 
 static void
