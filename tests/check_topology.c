@@ -307,6 +307,25 @@ replaced(const char *text, const char *from, const char *to)
 	return out;
 }
 
+/* text's first from replaced by to is refused with want */
+struct edit {
+	const char *from, *to, *want;
+};
+
+static void
+refused_edits(const char *text, const char *name, const struct edit *e,
+    size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		char *bad = replaced(text, e[i].from, e[i].to);
+
+		refused_text(bad, name, e[i].want);
+		free(bad);
+	}
+}
+
 static const char hand_head[] =
     "{ \"version\": 1, \"measured_at\": \"by hand\",\n"
     "  \"shape\": { \"width\": 64, \"heads\": 4, \"layers\": 2, "
@@ -348,7 +367,24 @@ hand_written(void)
  * again by the writer, and each kind of mistake is still refused. */
 START_TEST(test_hand_written)
 {
-	char *text = hand_written(), *bad, *dumped, err[KN_ERR_LEN];
+	static const struct edit cases[] = {
+		{ "\"train_positions_per_s\"", "\"trian_positions_per_s\"",
+		  "unknown key \"trian_positions_per_s\"" },
+		{ "{ \"from\": \"h1\", \"to\": \"h0\"",
+		  "{ \"from\": \"h1\", \"to\": \"h0\", \"streams\": 4",
+		  "links[2] (h1 -> h0): missing key \"multi_bytes_per_s\"" },
+		{ "{ \"from\": \"h1\", \"to\": \"h0\"",
+		  "{ \"from\": \"h1\", \"to\": \"h2\"",
+		  "a second link h1 -> h2 (also links[2])" },
+		{ "\"stream_bytes_per_s\": 1e7", "\"stream_bytes_per_s\": -1e7",
+		  "links[0] (h0 -> h1): \"stream_bytes_per_s\" must be a "
+		  "positive finite number" },
+		{ "\"name\": \"h2\"", "\"name\": \"h0\"",
+		  "duplicate host \"h0\" (also hosts[0])" },
+		{ "\"width\": 64", "\"width\": 66",
+		  "shape: width 66 is not a multiple of heads 4" },
+	};
+	char *text = hand_written(), *dumped, err[KN_ERR_LEN];
 	const topo_link *l;
 	topo_topology t, back;
 
@@ -375,31 +411,8 @@ START_TEST(test_hand_written)
 	free(dumped);
 	topo_free(&t);
 
-	bad = replaced(text, "\"train_positions_per_s\"",
-	    "\"trian_positions_per_s\"");
-	refused_text(bad, "bad.json", "unknown key \"trian_positions_per_s\"");
-	free(bad);
-	bad = replaced(text, "{ \"from\": \"h1\", \"to\": \"h0\"",
-	    "{ \"from\": \"h1\", \"to\": \"h0\", \"streams\": 4");
-	refused_text(bad, "bad.json", "links[2] (h1 -> h0): missing key "
-	    "\"multi_bytes_per_s\"");
-	free(bad);
-	bad = replaced(text, "{ \"from\": \"h1\", \"to\": \"h0\"",
-	    "{ \"from\": \"h1\", \"to\": \"h2\"");
-	refused_text(bad, "bad.json", "a second link h1 -> h2 (also links[2])");
-	free(bad);
-	bad = replaced(text, "\"stream_bytes_per_s\": 1e7",
-	    "\"stream_bytes_per_s\": -1e7");
-	refused_text(bad, "bad.json", "links[0] (h0 -> h1): "
-	    "\"stream_bytes_per_s\" must be a positive finite number");
-	free(bad);
-	bad = replaced(text, "\"name\": \"h2\"", "\"name\": \"h0\"");
-	refused_text(bad, "bad.json", "duplicate host \"h0\" (also hosts[0])");
-	free(bad);
-	bad = replaced(text, "\"width\": 64", "\"width\": 66");
-	refused_text(bad, "bad.json", "shape: width 66 is not a multiple of "
-	    "heads 4");
-	free(bad);
+	refused_edits(text, "bad.json", cases, sizeof(cases) /
+	    sizeof(cases[0]));
 	refused_text("{ \"version\": 1,\n  \"hosts\": [ }", "bad.json",
 	    "bad.json:2");
 	free(text);
@@ -437,7 +450,17 @@ compact_text(char *text, size_t len, const char *more)
  * back the same. */
 START_TEST(test_compact_form)
 {
-	char text[4096], err[KN_ERR_LEN], *dumped, *bad;
+	static const struct edit cases[] = {
+		{ "\"count\": 2,", "\"count\": 2, \"id\": \"X\",",
+		  "hosts[0] (\"a\"): \"count\" stands for several hosts" },
+		{ "\"count\": 2,", "\"count\": 0,",
+		  "\"count\" must be an integer" },
+		{ "\"name\": \"solo\"", "\"name\": \"a-1\"",
+		  "duplicate host \"a-1\" (also hosts[0])" },
+		{ "\"name\": \"solo\"", "\"name\": \"site:x\"",
+		  "cannot start with \"site:\"" },
+	};
+	char text[4096], err[KN_ERR_LEN], *dumped;
 	topo_topology t, back;
 	int i, j;
 
@@ -484,19 +507,7 @@ START_TEST(test_compact_form)
 	    "\"site:zz\", \"rtt_ms\": 31, \"stream_bytes_per_s\": 2e8 }");
 	refused_text(text, "c.json", "no host is in site \"zz\"");
 	compact_text(text, sizeof(text), "");
-	bad = replaced(text, "\"count\": 2,", "\"count\": 2, \"id\": \"X\",");
-	refused_text(bad, "c.json", "hosts[0] (\"a\"): \"count\" stands for "
-	    "several hosts");
-	free(bad);
-	bad = replaced(text, "\"count\": 2,", "\"count\": 0,");
-	refused_text(bad, "c.json", "\"count\" must be an integer");
-	free(bad);
-	bad = replaced(text, "\"name\": \"solo\"", "\"name\": \"a-1\"");
-	refused_text(bad, "c.json", "duplicate host \"a-1\" (also hosts[0])");
-	free(bad);
-	bad = replaced(text, "\"name\": \"solo\"", "\"name\": \"site:x\"");
-	refused_text(bad, "c.json", "cannot start with \"site:\"");
-	free(bad);
+	refused_edits(text, "c.json", cases, sizeof(cases) / sizeof(cases[0]));
 }
 END_TEST
 
