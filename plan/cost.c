@@ -18,24 +18,15 @@
 #include "plan/cost.h"
 #include "proto/update.h"
 
-const char *
-pl_encoding_name(pl_encoding e)
-{
-	static const char *const names[PL_ENCS] = { "f32", "f16", "bf16",
-	    "int8" };
-
-	return (unsigned)e < PL_ENCS ? names[e] : "?";
-}
-
 /* The update message's bytes beside its payload (magic, run id, block,
  * round, replica, step, encoding, count, the bin header, SHA-256), as
- * proto/update.c writes them for a round and step of a long run; 251 is
- * its documented bound. */
+ * proto/update.c writes them for one value of enc in a round and step of
+ * a long run; 251 is its documented bound. */
 static double
-update_head_bytes(void)
+update_head_bytes(pr_encoding enc)
 {
 	pr_update_meta meta = { .block = 1, .round = 100000, .replica = 1,
-	    .step = 10000000, .enc = PR_ENC_F32, .count = 1 };
+	    .step = 10000000, .enc = enc, .count = 1 };
 	char *buf;
 	size_t len;
 	float one = 0.0f;
@@ -44,8 +35,7 @@ update_head_bytes(void)
 	if (pr_update_encode(&meta, &one, &buf, &len, NULL) != 0)
 		return 251;
 	free(buf);
-	/* a large payload's bin header has 3 bytes more than a 4-byte one */
-	return (double)(len - sizeof(float) + 3);
+	return (double)(len - pr_update_payload_bytes(enc, 1));
 }
 
 void
@@ -54,9 +44,26 @@ pl_model_defaults(pl_model *m)
 	int e;
 
 	memset(m, 0, sizeof(*m));
-	for (e = 0; e < PL_ENCS; e++)
+	for (e = 0; e < PL_ENCS; e++) {
 		m->zstd_ratio[e] = 1.0;
-	m->update_head = update_head_bytes();
+		m->update_head[e] = update_head_bytes((pr_encoding)e);
+	}
+}
+
+/* The bytes msgpack spends on the unsigned integer v, and on the header
+ * of a bin of n bytes: the smallest forms of the msgpack spec, which
+ * msgpack-c writes. */
+static double
+mp_uint_bytes(double v)
+{
+	return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 :
+	    v < 4294967296.0 ? 5 : 9;
+}
+
+static double
+mp_bin_head_bytes(double n)
+{
+	return n < 256 ? 2 : n < 65536 ? 3 : 5;
 }
 
 size_t
@@ -69,34 +76,30 @@ pl_block_params(const pr_spec *s, int layers)
 }
 
 double
-pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc, int zstd)
+pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc, int zstd)
 {
-	double n = (double)count, payload;
+	double raw = (double)pr_update_payload_bytes(enc, count), payload;
+	int comp = zstd && m->zstd_ratio[enc] < 1;
+	/* "compression": "zstd", as two msgpack strings */
+	double comp_field = 2 + strlen("compression") +
+	    strlen(pr_compression_name(PR_COMP_ZSTD));
 
-	switch (enc) {
-	case PL_ENC_F32:
-		payload = 4 * n;
-		break;
-	case PL_ENC_INT8:
-		payload = n + 4 * ceil(n / PL_INT8_BLOCK);
-		break;
-	default:
-		payload = 2 * n;
-		break;
-	}
-	if (zstd)
-		payload *= m->zstd_ratio[enc];
-	return m->update_head + payload;
+	payload = comp ? ceil(raw * m->zstd_ratio[enc]) : raw;
+	/* update_head counted a count of 1 and the bin of one value */
+	return m->update_head[enc] - mp_uint_bytes(1) +
+	    mp_uint_bytes((double)count) -
+	    mp_bin_head_bytes((double)pr_update_payload_bytes(enc, 1)) +
+	    mp_bin_head_bytes(payload) + (comp ? comp_field : 0) + payload;
 }
 
 double
-pl_link_rate(const pl_link *l, int streams)
+pl_link_rate(const topo_link *l, int streams)
 {
 	if (streams <= 1 || l->streams <= 1)
-		return l->stream_bps;
+		return l->stream_bytes_per_s;
 	if (streams >= l->streams)
-		return l->multi_bps;
-	return l->stream_bps + (l->multi_bps - l->stream_bps) *
+		return l->multi_bytes_per_s;
+	return l->stream_bytes_per_s + (l->multi_bytes_per_s - l->stream_bytes_per_s) *
 	    (streams - 1) / (l->streams - 1);
 }
 
@@ -108,27 +111,36 @@ flops_per_position(kn_model_shape shape, int layers)
 	return kn_model_flops_per_window(&shape) / shape.window;
 }
 
+/* FLOPs per position at the shape the topology's rates were measured at */
 static double
-scaled_rate(const pl_topology *t, const pr_spec *s, double rate, int layers,
+measured_flops(const topo_topology *t)
+{
+	return flops_per_position(topo_model_shape(&t->shape),
+	    t->shape.layers);
+}
+
+static double
+scaled_rate(const topo_topology *t, const pr_spec *s, double rate, int layers,
     int causal)
 {
 	kn_model_shape mine = pr_spec_block_shape(s);
 
 	mine.causal = causal;
-	return rate * flops_per_position(t->shape, t->shape.layers) /
-	    flops_per_position(mine, layers);
+	return rate * measured_flops(t) / flops_per_position(mine, layers);
 }
 
 double
-pl_train_rate(const pl_topology *t, const pr_spec *s, int host, int layers)
+pl_train_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
 {
-	return scaled_rate(t, s, t->hosts[host].train_pps, layers, 0);
+	return scaled_rate(t, s, t->hosts[host].train_positions_per_s, layers,
+	    0);
 }
 
 double
-pl_forward_rate(const pl_topology *t, const pr_spec *s, int host, int layers)
+pl_forward_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
 {
-	return scaled_rate(t, s, t->hosts[host].forward_pps, layers, 0);
+	return scaled_rate(t, s, t->hosts[host].forward_positions_per_s,
+	    layers, 0);
 }
 
 /* A time with its bandwidth and latency parts. */
@@ -144,9 +156,9 @@ path_total(struct path p)
 
 /* Bytes from host a reach host b, one way. */
 static struct path
-one_way(const pl_topology *t, int a, int b, double bytes, int streams)
+one_way(const topo_topology *t, int a, int b, double bytes, int streams)
 {
-	const pl_link *l = pl_topology_link(t, a, b);
+	const topo_link *l = topo_link_at(t, a, b);
 	struct path p = { bytes / pl_link_rate(l, streams), l->rtt_ms / 2000 };
 
 	return p;
@@ -155,7 +167,7 @@ one_way(const pl_topology *t, int a, int b, double bytes, int streams)
 /* Block b's round: the exchange's critical path, from the round's start,
  * with the compute of the sender it starts from. */
 static void
-predict_round(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
+predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
     int b, double U, pl_block_pred *bp, struct path *crit)
 {
 	const int *h = c->host[b];
@@ -184,7 +196,7 @@ predict_round(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
 	end_p = commit_p;
 	ready_end = ready_c;
 	for (f = 1; f < R; f++) {
-		const pl_link *back = pl_topology_link(t, h[f], h[0]);
+		const topo_link *back = topo_link_at(t, h[f], h[0]);
 		double rtt = back->rtt_ms / 1000;
 		double period = PL_POLL_S * fmax(1, ceil(rtt / PL_POLL_S - 1e-9));
 		struct path wait = { commit_p.bw, commit_p.lat + period / 2 +
@@ -242,7 +254,7 @@ scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
 }
 
 static void
-predict_block(const pl_topology *t, const pr_spec *s, const pl_model *m,
+predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, int b, pl_block_pred *bp)
 {
 	double positions = (double)s->batch * s->window, rounds, tail;
@@ -277,7 +289,7 @@ predict_block(const pl_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 static int
-check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
+check_candidate(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
     char *err)
 {
 	unsigned char used[PL_MAX_HOSTS] = { 0 };
@@ -299,7 +311,7 @@ check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
 		for (r = 0; r < c->nrep[b]; r++) {
 			int h = c->host[b][r];
 
-			if (h < 0 || h >= t->n)
+			if (h < 0 || h >= t->nhosts)
 				return kn_error(err, KN_EINVAL, "block %d: host "
 				    "%d is not in the topology", b + 1, h);
 			if (used[h]++)
@@ -317,7 +329,7 @@ check_candidate(const pl_topology *t, const pr_spec *s, const pl_candidate *c,
 
 /* One hop of the ring: frame bytes from a to b, nothing when a is b. */
 static void
-hop(const pl_topology *t, int a, int b, double bytes, pl_breakdown *part)
+hop(const topo_topology *t, int a, int b, double bytes, pl_breakdown *part)
 {
 	struct path p;
 
@@ -333,7 +345,7 @@ hop(const pl_topology *t, int a, int b, double bytes, pl_breakdown *part)
  * share of PL_SERVE_STEPS denoising steps, a forward pass over the
  * window each. */
 static void
-predict_serve_bt(const pl_topology *t, const pr_spec *s,
+predict_serve_bt(const topo_topology *t, const pr_spec *s,
     const pl_candidate *c, pl_prediction *p)
 {
 	double busy[PL_MAX_HOSTS] = { 0 }, frame = 2.0 * s->window +
@@ -362,7 +374,7 @@ predict_serve_bt(const pl_topology *t, const pr_spec *s,
  * (PROTOCOL.md): one traversal per output byte, one new position through
  * each host's layers, hidden states (d floats) between hosts. */
 static void
-predict_serve_ar(const pl_topology *t, const pr_spec *s,
+predict_serve_ar(const topo_topology *t, const pr_spec *s,
     const pl_candidate *c, pl_prediction *p)
 {
 	int order[PR_MAX_BLOCKS], nh = 0, b, i, total = 0;
@@ -383,18 +395,17 @@ predict_serve_ar(const pl_topology *t, const pr_spec *s,
 		double rate;
 
 		shape.causal = 1;
-		rate = t->hosts[order[i]].forward_pps *
-		    flops_per_position(t->shape, t->shape.layers) /
-		    flops_per_position(shape, hi - lo);
+		rate = t->hosts[order[i]].forward_positions_per_s *
+		    measured_flops(t) / flops_per_position(shape, hi - lo);
 		one.compute += 1 / rate;
 		per_byte_cap = fmin(per_byte_cap, rate);
 		if (nh > 1) {
-			const pl_link *l = pl_topology_link(t, order[i],
+			const topo_link *l = topo_link_at(t, order[i],
 			    order[(i + 1) % nh]);
 			double bytes = i + 1 < nh ? hidden : PL_FRAME_BYTES;
 
 			hop(t, order[i], order[(i + 1) % nh], bytes, &one);
-			per_byte_cap = fmin(per_byte_cap, l->stream_bps / bytes);
+			per_byte_cap = fmin(per_byte_cap, l->stream_bytes_per_s / bytes);
 		}
 	}
 	scale_breakdown(&p->ar.part, &one, p->output_bytes);
@@ -404,7 +415,7 @@ predict_serve_ar(const pl_topology *t, const pr_spec *s,
 }
 
 int
-pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
+pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, pl_prediction *p, char *err)
 {
 	int b, rc;
@@ -428,7 +439,7 @@ pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
 	p->output_bytes = s->window;
 	p->serve = 1;
 	for (b = 0; b < c->blocks; b++)
-		if (c->ring[b] < 0 || c->ring[b] >= t->n)
+		if (c->ring[b] < 0 || c->ring[b] >= t->nhosts)
 			p->serve = 0;
 	if (p->serve) {
 		predict_serve_bt(t, s, c, p);
@@ -438,12 +449,12 @@ pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 void
-pl_link_bytes(const pl_topology *t, const pl_candidate *c,
+pl_link_bytes(const topo_topology *t, const pl_candidate *c,
     const pl_prediction *p, double *bytes_per_h)
 {
 	int b, i, j;
 
-	memset(bytes_per_h, 0, (size_t)t->n * t->n * sizeof(double));
+	memset(bytes_per_h, 0, (size_t)t->nhosts * t->nhosts * sizeof(double));
 	for (b = 0; b < c->blocks; b++) {
 		const pl_block_pred *bp = &p->block[b];
 
@@ -452,7 +463,7 @@ pl_link_bytes(const pl_topology *t, const pl_candidate *c,
 		for (i = 0; i < c->nrep[b]; i++)
 			for (j = 0; j < c->nrep[b]; j++)
 				if (i != j)
-					bytes_per_h[(size_t)c->host[b][i] * t->n +
+					bytes_per_h[(size_t)c->host[b][i] * t->nhosts +
 					    c->host[b][j]] = bp->update_bytes *
 					    3600 / bp->round_s;
 	}

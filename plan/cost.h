@@ -8,26 +8,23 @@
 #ifndef PL_COST_H
 #define PL_COST_H
 
-#include "plan/topology.h"
+#include "proto/topology.h"
 #include "proto/spec.h"
+#include "proto/update.h"
 
+/* the topology's bound: search.c sizes its per-host arrays by it */
+#define PL_MAX_HOSTS TOPO_MAX_HOSTS
 #define PL_MAX_REPLICAS 64      /* rounds.c's ROUNDS_MAX_REPLICAS */
 /* rounds.c polls the coordinator for the commit every POLL_MS */
 #define PL_POLL_S 0.1
-/* int8 updates: one f32 scale per this many values (the encoding's block) */
-#define PL_INT8_BLOCK 256
 /* the pipeline's denoising steps per request (shardmeter generate's default) */
 #define PL_SERVE_STEPS 64
 /* a pipeline frame's fixed bytes beside its payload (PROTOCOL.md) */
 #define PL_FRAME_BYTES 150
 
-typedef enum {
-	PL_ENC_F32, PL_ENC_F16, PL_ENC_BF16, PL_ENC_INT8, PL_ENCS
-} pl_encoding;
-
-/* "f32", "f16", "bf16", "int8" as the daemon's update_encoding spells
- * them */
-const char *pl_encoding_name(pl_encoding e);
+/* The update encodings (proto/update.h's pr_encoding, which the daemon's
+ * update_encoding names) are 0 .. PL_ENCS - 1. */
+#define PL_ENCS (PR_ENC_INT8 + 1)
 
 /* One way to run the spec. */
 typedef struct {
@@ -39,7 +36,7 @@ typedef struct {
 	int steps;                              /* each replica's steps */
 	int local_steps;                        /* H */
 	int overlap;                            /* rounds overlap compute */
-	pl_encoding enc;
+	pr_encoding enc;
 	int zstd;                               /* updates zstd-compressed */
 	int streams;                            /* TCP streams per transfer */
 	/* serving: the host of each block in the pipeline ring, -1: none */
@@ -89,38 +86,41 @@ typedef struct {
 typedef struct {
 	/* zstd's size ratio (compressed/raw) per encoding; 1: none */
 	double zstd_ratio[PL_ENCS];
-	/* an update message's bytes beside its payload, measured with
-	 * proto/update.c's encoder */
-	double update_head;
+	/* an update message's bytes beside its payload, for one value of
+	 * each encoding uncompressed in a long run's round and step,
+	 * measured with proto/update.c's encoder */
+	double update_head[PL_ENCS];
 } pl_model;
 
 void pl_model_defaults(pl_model *m);
 
 /* Parameters of block b's shape with layers layers (kernels' count). */
 size_t pl_block_params(const pr_spec *s, int layers);
-/* Bytes of one encoded update of count parameters (the message's
- * fixed part included, zstd's ratio applied). */
-double pl_update_bytes(const pl_model *m, size_t count, pl_encoding enc,
+/* Bytes of one encoded update of count parameters: the payload as
+ * pr_update_payload_bytes counts it, times zstd's ratio when compressed
+ * (the encoder sends it uncompressed when the ratio is not below 1),
+ * and the message's head for that count, payload and compression. */
+double pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc,
     int zstd);
 /* Bytes/s of a link with n parallel streams: the measured single and
  * multi figures, linear between 1 and the measured count, flat beyond. */
-double pl_link_rate(const pl_link *l, int streams);
+double pl_link_rate(const topo_link *l, int streams);
 /* A host's training (forward) positions/s on a block of layers layers:
  * its measured rate scaled by FLOPs per position against the
  * topology's measured shape. */
-double pl_train_rate(const pl_topology *t, const pr_spec *s, int host,
+double pl_train_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
-double pl_forward_rate(const pl_topology *t, const pr_spec *s, int host,
+double pl_forward_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
 
 /* Predicts c.  0, or KN_EINVAL with the reason (a host used twice, a
  * host out of range, steps not a multiple of H with replicas). */
-int pl_predict(const pl_topology *t, const pr_spec *s, const pl_model *m,
+int pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, pl_prediction *p, char *err);
 
 /* Bytes per hour each link carries in training, [from * n + to]
  * (t->n x t->n doubles, written whole). */
-void pl_link_bytes(const pl_topology *t, const pl_candidate *c,
+void pl_link_bytes(const topo_topology *t, const pl_candidate *c,
     const pl_prediction *p, double *bytes_per_h);
 
 #endif

@@ -24,32 +24,37 @@ conf_key(const char *name)
 	return pr_key_find(cf_keys, cf_nkeys, "", name);
 }
 
-static const pr_key *
-overlap_key(void)
+/* Whether this build's daemon has the key name and, for a key of
+ * choices, value among them. */
+static int
+conf_has(const char *name, const char *value)
 {
-	return pr_key_find(pr_spec_keys, pr_spec_nkeys, "sync", "overlap");
+	const pr_key *k = conf_key(name);
+	int i;
+
+	if (k == NULL || value == NULL || k->type != PR_KEY_CHOICE ||
+	    k->choices == NULL)
+		return k != NULL;
+	for (i = 0; k->choices[i] != NULL; i++)
+		if (strcmp(k->choices[i], value) == 0)
+			return 1;
+	return 0;
 }
 
 void
 pl_support_detect(pl_support *sup)
 {
-	const pr_key *enc = conf_key("update_encoding");
-	int i;
-
 	memset(sup, 0, sizeof(*sup));
-	for (i = 0; enc != NULL && enc->choices != NULL &&
-	    enc->choices[i] != NULL; i++)
-		if (strcmp(enc->choices[i], "int8") == 0)
-			sup->int8 = 1;
-	sup->zstd = conf_key("update_compression") != NULL;
-	sup->streams = conf_key("update_streams") != NULL;
-	sup->overlap = overlap_key() != NULL;
+	sup->int8 = conf_has(PL_KEY_ENCODING, "int8");
+	sup->zstd = conf_has(PL_KEY_COMPRESSION, "zstd");
+	sup->streams = conf_has(PL_KEY_STREAMS, NULL);
+	sup->overlap = conf_has(PL_KEY_OVERLAP, "yes");
 }
 
 void
-pl_host_addr(const pl_topology *t, int h, char *buf, size_t len)
+pl_host_addr(const topo_topology *t, int h, char *buf, size_t len)
 {
-	const pl_host *host = &t->hosts[h];
+	const topo_host *host = &t->hosts[h];
 
 	if (host->address[0])
 		snprintf(buf, len, "%s", host->address);
@@ -63,17 +68,13 @@ int
 pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
     char *err)
 {
-	char cwd[PATH_MAX], msg[KN_ERR_LEN];
-	const pr_key *ov = overlap_key();
+	char cwd[PATH_MAX];
 	size_t i;
 
 	*out = *s;
 	out->steps = c->steps;
 	out->replicas = c->nrep[0];
 	out->local_steps = c->local_steps;
-	if (ov != NULL && pr_key_set(ov, out, NULL, c->overlap ? "yes" : "no",
-	    msg) != 0)
-		return kn_error(err, KN_EINVAL, "[sync] overlap: %s", msg);
 	/* the plan's folder is not the spec's: its data paths must not be
 	 * relative to either */
 	if (getcwd(cwd, sizeof(cwd)) == NULL)
@@ -111,9 +112,9 @@ serve_json(const pl_serve_mode *m)
 }
 
 static json_t *
-links_json(const pl_topology *t, const pl_result *r)
+links_json(const topo_topology *t, const pl_result *r)
 {
-	size_t n = (size_t)t->n * t->n, k;
+	size_t n = (size_t)t->nhosts * t->nhosts, k;
 	double *bytes = malloc(n * sizeof(double));
 	json_t *arr = json_array();
 
@@ -123,15 +124,15 @@ links_json(const pl_topology *t, const pl_result *r)
 	for (k = 0; k < n; k++)
 		if (bytes[k] > 0)
 			json_array_append_new(arr, json_pack("{s:s,s:s,s:f}",
-			    "from", t->hosts[k / t->n].name, "to",
-			    t->hosts[k % t->n].name, "bytes_per_hour",
+			    "from", t->hosts[k / t->nhosts].name, "to",
+			    t->hosts[k % t->nhosts].name, "bytes_per_hour",
 			    bytes[k]));
 	free(bytes);
 	return arr;
 }
 
 json_t *
-pl_result_json(const pl_topology *t, const pl_result *r, const pl_result *def)
+pl_result_json(const topo_topology *t, const pl_result *r, const pl_result *def)
 {
 	const pl_candidate *c = &r->c;
 	const pl_prediction *p = &r->p;
@@ -157,7 +158,7 @@ pl_result_json(const pl_topology *t, const pl_result *r, const pl_result *def)
 	o = json_pack("{s:{s:i,s:i,s:i,s:s,s:b,s:i,s:b},s:o,s:f,s:f,s:i,s:f,"
 	    "s:o}", "options", "replicas", c->nrep[0], "local_steps",
 	    c->local_steps, "steps", c->steps, "encoding",
-	    pl_encoding_name(c->enc), "zstd", c->zstd, "streams", c->streams,
+	    pr_encoding_name(c->enc), "zstd", c->zstd, "streams", c->streams,
 	    "overlap", c->overlap, "blocks", blocks, "train_s", p->train_s,
 	    "positions_per_s", p->positions_per_s, "slowest_block",
 	    p->slowest + 1, "max_link_bytes_per_hour",
@@ -187,7 +188,7 @@ goal_name(pl_goal g)
 }
 
 json_t *
-pl_plan_json(const pl_topology *t, const pr_spec *s, const pl_options *o,
+pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
     const pl_plan *plan)
 {
 	json_t *cands = json_array();
@@ -249,18 +250,15 @@ write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
 	if ((f = open_out(dir, "spec.conf", path, sizeof(path), err)) == NULL)
 		return KN_EIO;
 	fprintf(f, "# written by shardmeter plan: the first choice\n");
-	if (overlap_key() == NULL)
-		fprintf(f, "# [sync] overlap = %s: not written, this build's "
-		    "spec has no such key\n", c->overlap ? "yes" : "no");
 	pr_spec_print(f, &out);
 	return close_out(f, path, err);
 }
 
 static int
-write_peers(const char *dir, const pl_topology *t, const pl_candidate *c,
+write_peers(const char *dir, const topo_topology *t, const pl_candidate *c,
     char *err)
 {
-	char path[PR_PATH_LEN], addr[PL_NAME_LEN + 8];
+	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
 	FILE *f;
 	int b, r;
 
@@ -282,10 +280,10 @@ write_peers(const char *dir, const pl_topology *t, const pl_candidate *c,
 }
 
 static int
-write_pipeline(const char *dir, const pl_topology *t, const pl_candidate *c,
+write_pipeline(const char *dir, const topo_topology *t, const pl_candidate *c,
     char *err)
 {
-	char path[PR_PATH_LEN], addr[PL_NAME_LEN + 8];
+	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
 	FILE *f;
 	int b;
 
@@ -303,11 +301,12 @@ write_pipeline(const char *dir, const pl_topology *t, const pl_candidate *c,
 	return close_out(f, path, err);
 }
 
-/* One daemon's lines; a key the daemon lacks is written commented out. */
+/* One daemon's line; a key (or value) this build's daemon lacks is
+ * written commented out. */
 static void
-conf_line(FILE *f, const char *name, const char *value, int exists)
+conf_line(FILE *f, const char *name, const char *value)
 {
-	if (exists)
+	if (conf_has(name, value))
 		fprintf(f, "%s = %s\n", name, value);
 	else
 		fprintf(f, "# %s = %s   (not in this build's blocktraind)\n",
@@ -315,16 +314,14 @@ conf_line(FILE *f, const char *name, const char *value, int exists)
 }
 
 static int
-write_confs(const char *dir, const pl_topology *t, const pl_candidate *c,
+write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
     char *err)
 {
-	char sub[PR_PATH_LEN], path[PR_PATH_LEN], name[PL_NAME_LEN + 8];
-	char addr[PL_NAME_LEN + 8], v[32];
-	pl_support sup;
+	char sub[PR_PATH_LEN], path[PR_PATH_LEN], name[TOPO_NAME_LEN + 8];
+	char addr[TOPO_NAME_LEN + 8], v[32];
 	int b, r, rc = 0;
 	size_t i;
 
-	pl_support_detect(&sup);
 	snprintf(sub, sizeof(sub), "%s/conf", dir);
 	if (mkdir(sub, 0777) != 0 && errno != EEXIST)
 		return kn_error(err, KN_EIO, "cannot make %.200s: %s", sub,
@@ -347,21 +344,21 @@ write_confs(const char *dir, const pl_topology *t, const pl_candidate *c,
 			    "peers and state_dir as on that host)\n",
 			    t->hosts[h].name);
 			snprintf(v, sizeof(v), "%d", b + 1);
-			conf_line(f, "block", v, 1);
-			conf_line(f, "advertise", addr, 1);
-			conf_line(f, "update_encoding", pl_encoding_name(c->enc),
-			    c->enc != PL_ENC_INT8 || sup.int8);
-			conf_line(f, "update_compression", c->zstd ? "zstd" :
-			    "none", sup.zstd);
+			conf_line(f, "block", v);
+			conf_line(f, "advertise", addr);
+			conf_line(f, PL_KEY_ENCODING, pr_encoding_name(c->enc));
+			conf_line(f, PL_KEY_COMPRESSION, pr_compression_name(
+			    c->zstd ? PR_COMP_ZSTD : PR_COMP_NONE));
 			snprintf(v, sizeof(v), "%d", c->streams);
-			conf_line(f, "update_streams", v, sup.streams);
+			conf_line(f, PL_KEY_STREAMS, v);
+			conf_line(f, PL_KEY_OVERLAP, c->overlap ? "yes" : "no");
 			rc = close_out(f, path, err);
 		}
 	return rc;
 }
 
 static int
-write_json(const char *dir, const pl_topology *t, const pr_spec *s,
+write_json(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err)
 {
 	char path[PR_PATH_LEN];
@@ -377,7 +374,7 @@ write_json(const char *dir, const pl_topology *t, const pr_spec *s,
 }
 
 int
-pl_write(const char *dir, const pl_topology *t, const pr_spec *s,
+pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err)
 {
 	const pl_candidate *c = &plan->v[plan->chosen].c;

@@ -9,37 +9,46 @@
 
 #include "plan/search.h"
 
-/* The options of the issue that this build's daemon has keys for; the
- * planner tries only these unless told otherwise. */
+/* The daemon configuration keys (blocktrain.conf(5)) of the network
+ * options a plan sets in conf/HOST.conf. */
+#define PL_KEY_ENCODING "update_encoding"       /* f32|f16|bf16|int8 */
+#define PL_KEY_COMPRESSION "update_compression" /* none|zstd */
+#define PL_KEY_STREAMS "update_streams"         /* N */
+#define PL_KEY_OVERLAP "overlap_rounds"         /* no|yes */
+
+/* The options of the issue that this build's daemon has keys (and
+ * values) for, found in its key table (daemon/conf.c); the planner
+ * tries only these unless told otherwise. */
 typedef struct {
 	int int8;       /* update_encoding = int8 */
-	int zstd;       /* update_compression = zstd|none */
+	int zstd;       /* update_compression = zstd */
 	int streams;    /* update_streams = N */
-	int overlap;    /* [sync] overlap = yes|no in the spec */
+	int overlap;    /* overlap_rounds = yes */
 } pl_support;
 
 void pl_support_detect(pl_support *sup);
 
 /* host:port of host h: its address, else its name when that is one,
  * else NAME:7300 (the daemon's default port), a placeholder. */
-void pl_host_addr(const pl_topology *t, int h, char *buf, size_t len);
+void pl_host_addr(const topo_topology *t, int h, char *buf, size_t len);
 
-/* The spec that runs c: s with c's steps, replicas and local steps (and
- * overlap, where the spec has the key), data paths made absolute. */
+/* The spec that runs c: s with c's steps, replicas and local steps, data
+ * paths made absolute (the other options are daemon keys, in
+ * conf/HOST.conf). */
 int pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
     char *err);
 
 /* The predictions of r as JSON (the caller's reference); def, when not
  * NULL, gives the speedup. */
-json_t *pl_result_json(const pl_topology *t, const pl_result *r,
+json_t *pl_result_json(const topo_topology *t, const pl_result *r,
     const pl_result *def);
-json_t *pl_plan_json(const pl_topology *t, const pr_spec *s,
+json_t *pl_plan_json(const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan);
 
 /* Writes dir/spec.conf, dir/peers, dir/pipeline, dir/conf/HOST.conf and
  * dir/plan.json for plan->v[plan->chosen] (dir is made if missing).  0,
  * or a negative KN_E* code with the path at fault in err. */
-int pl_write(const char *dir, const pl_topology *t, const pr_spec *s,
+int pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err);
 
 #endif

@@ -20,7 +20,7 @@
 #define MAX_PASSES 64
 
 struct ctx {
-	const pl_topology *t;
+	const topo_topology *t;
 	const pr_spec *s;
 	const pl_model *m;
 	const pl_options *o;
@@ -68,21 +68,21 @@ base_candidate(const pr_spec *s, pl_candidate *c)
 		c->ring[b] = -1;
 	}
 	c->local_steps = s->local_steps;
-	c->enc = PL_ENC_F32;
+	c->enc = PR_ENC_F32;
 	c->streams = 1;
 	c->steps = pl_steps_for(s, 1, s->local_steps);
 }
 
 static int
-check_hostable(const pl_topology *t, const pr_spec *s, int usable, char *err)
+check_hostable(const topo_topology *t, const pr_spec *s, int usable, char *err)
 {
 	if (pr_spec_method(s) != PR_METHOD_BLOCKTRAIN)
 		return kn_error(err, KN_EINVAL, "plan covers BlockTrain runs; "
 		    "this spec is method = %s", s->method);
-	if (s->blocks > t->n)
+	if (s->blocks > t->nhosts)
 		return kn_error(err, KN_EINVAL, "the spec has %d blocks but the "
 		    "topology only %d hosts: every block needs a host of its "
-		    "own", s->blocks, t->n);
+		    "own", s->blocks, t->nhosts);
 	if (s->blocks > usable)
 		return kn_error(err, KN_EINVAL, "the spec has %d blocks but only "
 		    "%d hosts have the memory to train one (at least %.3g "
@@ -92,12 +92,12 @@ check_hostable(const pl_topology *t, const pr_spec *s, int usable, char *err)
 }
 
 int
-pl_default_candidate(const pl_topology *t, const pr_spec *s, pl_candidate *c,
+pl_default_candidate(const topo_topology *t, const pr_spec *s, pl_candidate *c,
     char *err)
 {
 	int b, rc;
 
-	if ((rc = check_hostable(t, s, t->n, err)) != 0)
+	if ((rc = check_hostable(t, s, t->nhosts, err)) != 0)
 		return rc;
 	base_candidate(s, c);
 	for (b = 0; b < s->blocks; b++) {
@@ -114,8 +114,8 @@ static int
 simplicity(const pr_spec *s, const pl_candidate *c)
 {
 	return (c->nrep[0] > 1) + (c->nrep[0] > 1 &&
-	    c->local_steps != s->local_steps) + (c->enc != PL_ENC_F32) +
-	    (c->enc == PL_ENC_INT8) + c->zstd + (c->streams > 1) +
+	    c->local_steps != s->local_steps) + (c->enc != PR_ENC_F32) +
+	    (c->enc == PR_ENC_INT8) + c->zstd + (c->streams > 1) +
 	    c->overlap;
 }
 
@@ -199,7 +199,7 @@ enumerate(struct enumerate *e, int k)
 	}
 	if (k % e->R != 0)
 		lo = e->slot[k - 1] + 1;
-	for (i = lo; i < e->x->t->n; i++) {
+	for (i = lo; i < e->x->t->nhosts; i++) {
 		if (e->used[i])
 			continue;
 		e->used[i] = 1;
@@ -217,8 +217,8 @@ by_speed(struct ctx *x, int *order)
 
 	memcpy(order, x->usable, sizeof(int) * x->nusable);
 	for (i = 1; i < x->nusable; i++)
-		for (j = i; j > 0 && x->t->hosts[order[j]].train_pps >
-		    x->t->hosts[order[j - 1]].train_pps; j--) {
+		for (j = i; j > 0 && x->t->hosts[order[j]].train_positions_per_s >
+		    x->t->hosts[order[j - 1]].train_positions_per_s; j--) {
 			int tmp = order[j];
 
 			order[j] = order[j - 1];
@@ -230,8 +230,8 @@ by_speed(struct ctx *x, int *order)
 static double
 pair_cost(struct ctx *x, const pl_candidate *c, int a, int b, double U)
 {
-	const pl_link *ab = pl_topology_link(x->t, a, b);
-	const pl_link *ba = pl_topology_link(x->t, b, a);
+	const topo_link *ab = topo_link_at(x->t, a, b);
+	const topo_link *ba = topo_link_at(x->t, b, a);
 
 	return fmax(ab->rtt_ms / 2000 + U / pl_link_rate(ab, c->streams),
 	    ba->rtt_ms / 2000 + U / pl_link_rate(ba, c->streams));
@@ -464,14 +464,14 @@ search_train(struct ctx *x, struct results *rs, pl_plan *plan, char *err)
 			pl_candidate c;
 
 			/* bf16 moves the bytes of f16 and keeps f32's range */
-			if (enc == PL_ENC_F16 ||
-			    (enc == PL_ENC_INT8 && !o->int8))
+			if (enc == PR_ENC_F16 ||
+			    (enc == PR_ENC_INT8 && !o->int8))
 				continue;
 			base_candidate(s, &c);
 			if (R > 1)
 				c.local_steps = hs[ih];
 			c.steps = pl_steps_for(s, R, c.local_steps);
-			c.enc = (pl_encoding)enc;
+			c.enc = (pr_encoding)enc;
 			c.zstd = z;
 			c.streams = st;
 			c.overlap = ov;
@@ -562,8 +562,8 @@ search_serve(struct ctx *x, struct results *rs, pl_plan *plan, int top,
 	for (b = 1; b < x->nusable; b++) {
 		int j;
 
-		for (j = b; j > 0 && x->t->hosts[slot[j]].forward_pps >
-		    x->t->hosts[slot[j - 1]].forward_pps; j--) {
+		for (j = b; j > 0 && x->t->hosts[slot[j]].forward_positions_per_s >
+		    x->t->hosts[slot[j - 1]].forward_positions_per_s; j--) {
 			int tmp = slot[j];
 
 			slot[j] = slot[j - 1];
@@ -628,7 +628,7 @@ same_candidate(const pl_candidate *a, const pl_candidate *b)
 }
 
 int
-pl_search(const pl_topology *t, const pr_spec *s, const pl_model *m,
+pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_options *o, int top, pl_plan *plan, char *err)
 {
 	struct ctx x = { t, s, m, o, { 0 }, 0, 0 };
@@ -637,7 +637,7 @@ pl_search(const pl_topology *t, const pr_spec *s, const pl_model *m,
 
 	memset(plan, 0, sizeof(*plan));
 	plan->exhaustive = 1;
-	for (i = 0; i < t->n; i++)
+	for (i = 0; i < t->nhosts; i++)
 		if (t->hosts[i].memory_bytes >= pl_train_bytes(s,
 		    s->layers_per_block))
 			x.usable[x.nusable++] = i;

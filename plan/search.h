@@ -51,7 +51,7 @@ void pl_options_defaults(pl_options *o);
 
 /* Equal blocks, one replica each on the hosts in list order, the spec's
  * H, f32, one stream, blocking rounds; the ring in the same order. */
-int pl_default_candidate(const pl_topology *t, const pr_spec *s,
+int pl_default_candidate(const topo_topology *t, const pr_spec *s,
     pl_candidate *c, char *err);
 
 /* Each replica's steps when every block has R replicas: the spec's
@@ -62,7 +62,7 @@ int pl_steps_for(const pr_spec *s, int R, int H);
 /* Searches; plan->v holds at most top rows.  0, or a negative KN_E* code
  * with the reason (a spec the topology cannot host).  The caller frees
  * plan with pl_plan_free. */
-int pl_search(const pl_topology *t, const pr_spec *s, const pl_model *m,
+int pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_options *o, int top, pl_plan *plan, char *err);
 void pl_plan_free(pl_plan *plan);
 

@@ -1,6 +1,7 @@
 /* Reading and writing the topology file with jansson: one table of fields
  * per object (host, link) drives both the strict reader and the writer,
- * so a key is spelled and bounded in one place. */
+ * so a key is spelled, bounded and made optional in one place.  The
+ * compact form of hand-written files is expanded as it is read. */
 #include "config.h"
 
 #include <math.h>
@@ -18,40 +19,50 @@
 
 enum { F_STR, F_NUM, F_NUM0, F_INT };   /* F_NUM0: >= 0, not > 0 */
 
+/* Whether a key must be in the file.  An optional key left out keeps
+ * the value the reader put there first ("", 0, TOPO_UNKNOWN), which the
+ * writer leaves out in turn; a key of a pair is optional when its
+ * partner is left out too, is always set after reading, and is always
+ * written. */
+enum { OPTIONAL, REQUIRED, PAIRED };
+
 /* One key of an object: its kind, whether it must be there, and where its
  * value goes (offset into the struct; size for strings). */
 struct field {
 	const char *key;
 	int kind;
-	int required;
+	int need;
 	size_t off, size;
 };
 
-#define HOST(k, kind, req, m) { k, kind, req, offsetof(topo_host, m), \
+#define HOST(k, kind, need, m) { k, kind, need, offsetof(topo_host, m), \
 	sizeof(((topo_host *)0)->m) }
-#define LINK(k, kind, req, m) { k, kind, req, offsetof(topo_link, m), \
+#define LINK(k, kind, need, m) { k, kind, need, offsetof(topo_link, m), \
 	sizeof(((topo_link *)0)->m) }
-#define SHAPE(k, m) { k, F_INT, 1, offsetof(topo_shape, m), sizeof(int) }
+#define SHAPE(k, m) { k, F_INT, REQUIRED, offsetof(topo_shape, m), \
+	sizeof(int) }
 
 static const struct field host_fields[] = {
-	HOST("name", F_STR, 1, name),
-	HOST("address", F_STR, 0, address),
-	HOST("id", F_STR, 0, id),
-	HOST("device", F_STR, 1, device),
-	HOST("memory_bytes", F_NUM, 1, memory_bytes),
-	HOST("train_positions_per_s", F_NUM, 1, train_positions_per_s),
-	HOST("forward_positions_per_s", F_NUM, 1, forward_positions_per_s),
+	HOST("name", F_STR, REQUIRED, name),
+	HOST("address", F_STR, OPTIONAL, address),
+	HOST("id", F_STR, OPTIONAL, id),
+	HOST("device", F_STR, OPTIONAL, device),
+	HOST("site", F_STR, OPTIONAL, site),
+	HOST("memory_bytes", F_NUM, REQUIRED, memory_bytes),
+	HOST("train_positions_per_s", F_NUM, REQUIRED, train_positions_per_s),
+	HOST("forward_positions_per_s", F_NUM, REQUIRED,
+	    forward_positions_per_s),
 	{ NULL, 0, 0, 0, 0 }
 };
 
 /* "from" and "to" are read apart: they say where the link goes */
 static const struct field link_fields[] = {
-	LINK("rtt_ms", F_NUM, 1, rtt_ms),
-	LINK("rtt_spread_ms", F_NUM0, 1, rtt_spread_ms),
-	LINK("samples", F_INT, 1, samples),
-	LINK("stream_bytes_per_s", F_NUM, 1, stream_bytes_per_s),
-	LINK("streams", F_INT, 1, streams),
-	LINK("multi_bytes_per_s", F_NUM, 1, multi_bytes_per_s),
+	LINK("rtt_ms", F_NUM, REQUIRED, rtt_ms),
+	LINK("rtt_spread_ms", F_NUM0, OPTIONAL, rtt_spread_ms),
+	LINK("samples", F_INT, OPTIONAL, samples),
+	LINK("stream_bytes_per_s", F_NUM, REQUIRED, stream_bytes_per_s),
+	LINK("streams", F_INT, PAIRED, streams),
+	LINK("multi_bytes_per_s", F_NUM, PAIRED, multi_bytes_per_s),
 	{ NULL, 0, 0, 0, 0 }
 };
 
@@ -115,6 +126,14 @@ topo_find(const topo_topology *t, const char *name)
 	return -1;
 }
 
+kn_model_shape
+topo_model_shape(const topo_shape *s)
+{
+	kn_model_shape m = { s->width, s->heads, s->layers, s->window, 0 };
+
+	return m;
+}
+
 /* ---- reading ---- */
 
 /* The optional "notes" string of o into *notes (malloc'd). */
@@ -129,6 +148,16 @@ read_notes(json_t *o, char **notes, const char *where, char *err)
 		return kn_error(err, KN_EINVAL, "%s: \"notes\" must be a string",
 		    where);
 	if ((*notes = strdup(json_string_value(v))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	return KN_OK;
+}
+
+/* A copy of notes (NULL stays NULL) into *out. */
+static int
+copy_notes(const char *notes, char **out, char *err)
+{
+	*out = NULL;
+	if (notes != NULL && (*out = strdup(notes)) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	return KN_OK;
 }
@@ -155,12 +184,13 @@ known_keys(json_t *o, const struct field *fields, const char *const *extra,
 	return KN_OK;
 }
 
-/* The fields of o into the struct at base. */
+/* The fields of o into the struct at base; the keys of a pair are both
+ * given or both left out. */
 static int
 read_fields(json_t *o, const struct field *fields, void *base,
     const char *where, char *err)
 {
-	const struct field *f;
+	const struct field *f, *g;
 	char *dst;
 	json_t *v;
 	double d;
@@ -168,9 +198,16 @@ read_fields(json_t *o, const struct field *fields, void *base,
 	for (f = fields; f->key != NULL; f++) {
 		dst = (char *)base + f->off;
 		if ((v = json_object_get(o, f->key)) == NULL) {
-			if (f->required)
+			if (f->need == REQUIRED)
 				return kn_error(err, KN_EINVAL, "%s: missing key "
 				    "\"%s\"", where, f->key);
+			for (g = fields; f->need == PAIRED && g->key != NULL; g++)
+				if (g != f && g->need == PAIRED &&
+				    json_object_get(o, g->key) != NULL)
+					return kn_error(err, KN_EINVAL, "%s: missing "
+					    "key \"%s\" (\"%s\" and \"%s\" go "
+					    "together)", where, f->key, f->key,
+					    g->key);
 			continue;
 		}
 		if (f->kind == F_STR) {
@@ -202,88 +239,252 @@ read_fields(json_t *o, const struct field *fields, void *base,
 	return KN_OK;
 }
 
-static int
-read_hosts(topo_topology *t, json_t *arr, const char *what, char *err)
+/* "FILE: hosts[3] ("name")" */
+static void
+host_where(char *where, size_t len, const char *what, size_t i, json_t *o)
 {
-	char where[TOPO_NAME_LEN + 400];
-	size_t i;
-	int j, rc;
+	const char *name = json_string_value(json_object_get(o, "name"));
 
-	if (!json_is_array(arr) || json_array_size(arr) == 0)
-		return kn_error(err, KN_EINVAL, "%s: \"hosts\" must be an array "
-		    "of at least one host", what);
-	if ((rc = topo_init(t, (int)(json_array_size(arr) > TOPO_MAX_HOSTS ?
-	    TOPO_MAX_HOSTS + 1 : json_array_size(arr)), err)) != 0)
-		return rc;
-	for (i = 0; i < json_array_size(arr); i++) {
-		json_t *o = json_array_get(arr, i);
-		topo_host *h = &t->hosts[i];
-		const char *name = json_string_value(json_object_get(o, "name"));
+	snprintf(where, len, "%.200s: hosts[%zu]%s%.*s%s", what, i,
+	    name ? " (\"" : "", TOPO_NAME_LEN, name ? name : "",
+	    name ? "\")" : "");
+}
 
-		snprintf(where, sizeof(where), "%.200s: hosts[%zu]%s%.*s%s", what,
-		    i, name ? " (\"" : "", TOPO_NAME_LEN, name ? name : "",
-		    name ? "\")" : "");
-		if (!json_is_object(o))
-			return kn_error(err, KN_EINVAL, "%s: not an object", where);
-		if ((rc = known_keys(o, host_fields, NULL, where, err)) != 0 ||
-		    (rc = read_fields(o, host_fields, h, where, err)) != 0 ||
-		    (rc = read_notes(o, &h->notes, where, err)) != 0)
+/* How many hosts entry o of "hosts" stands for: its "count" (compact
+ * form), else 1. */
+static int
+host_count(json_t *o, const char *where, int *count, char *err)
+{
+	json_t *v = json_object_get(o, "count");
+
+	*count = 1;
+	if (v == NULL)
+		return KN_OK;
+	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+	    json_integer_value(v) > TOPO_MAX_HOSTS)
+		return kn_error(err, KN_EINVAL, "%s: \"count\" must be an "
+		    "integer from 1 to %d", where, TOPO_MAX_HOSTS);
+	*count = (int)json_integer_value(v);
+	return KN_OK;
+}
+
+/* Entry i of "hosts" (read into h) as count hosts from t->hosts[*next]
+ * on: one host as it is, or with "count" NAME-0, NAME-1, ... in site
+ * "site" (NAME when not given).  entry[] records the entry of each host
+ * for messages. */
+static int
+expand_host(topo_topology *t, const topo_host *h, json_t *o, int count,
+    size_t i, int *next, int *entry, const char *where, const char *what,
+    char *err)
+{
+	int compact = json_object_get(o, "count") != NULL, k, j, rc;
+
+	if (strncmp(h->name, TOPO_SITE_PREFIX, strlen(TOPO_SITE_PREFIX)) == 0)
+		return kn_error(err, KN_EINVAL, "%s: a host's name cannot start "
+		    "with \"%s\"", where, TOPO_SITE_PREFIX);
+	if (compact && (h->address[0] || h->id[0]))
+		return kn_error(err, KN_EINVAL, "%s: \"count\" stands for several "
+		    "hosts, which cannot share one address or id", where);
+	for (k = 0; k < count; k++) {
+		topo_host *dst = &t->hosts[*next];
+
+		*dst = *h;
+		dst->notes = NULL;
+		if (compact && dst->site[0] == '\0')
+			memcpy(dst->site, h->name, sizeof(dst->site));
+		if (compact && (size_t)snprintf(dst->name, sizeof(dst->name),
+		    "%s-%d", h->name, k) >= sizeof(dst->name))
+			return kn_error(err, KN_EINVAL, "%s: \"name\" is too long "
+			    "to number its hosts", where);
+		if ((rc = copy_notes(h->notes, &dst->notes, err)) != 0)
 			return rc;
-		for (j = 0; j < (int)i; j++)
-			if (strcmp(t->hosts[j].name, h->name) == 0)
+		for (j = 0; j < *next; j++)
+			if (strcmp(t->hosts[j].name, dst->name) == 0)
 				return kn_error(err, KN_EINVAL, "%s: duplicate host "
-				    "\"%s\" (also hosts[%d])", what, h->name, j);
+				    "\"%s\" (also hosts[%d])", what, dst->name,
+				    entry[j]);
+		entry[(*next)++] = (int)i;
 	}
 	return KN_OK;
 }
 
 static int
-read_links(topo_topology *t, json_t *arr, const char *what, char *err)
+read_hosts(topo_topology *t, json_t *arr, const char *what, char *err)
+{
+	char where[TOPO_NAME_LEN + 400];
+	int *entry = NULL, total = 0, next = 0, count, rc = KN_OK;
+	topo_host h;
+	size_t i;
+
+	if (!json_is_array(arr) || json_array_size(arr) == 0)
+		return kn_error(err, KN_EINVAL, "%s: \"hosts\" must be an array "
+		    "of at least one host", what);
+	for (i = 0; i < json_array_size(arr); i++) {
+		json_t *o = json_array_get(arr, i);
+
+		host_where(where, sizeof(where), what, i, o);
+		if (!json_is_object(o))
+			return kn_error(err, KN_EINVAL, "%s: not an object", where);
+		if ((rc = host_count(o, where, &count, err)) != 0)
+			return rc;
+		if ((total += count) > TOPO_MAX_HOSTS)
+			return kn_error(err, KN_EINVAL, "%s: more than %d hosts",
+			    what, TOPO_MAX_HOSTS);
+	}
+	if ((rc = topo_init(t, total, err)) != 0)
+		return rc;
+	if ((entry = calloc((size_t)total, sizeof(int))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < json_array_size(arr) && rc == 0; i++) {
+		static const char *const compact[] = { "count", NULL };
+		json_t *o = json_array_get(arr, i);
+
+		memset(&h, 0, sizeof(h));
+		host_where(where, sizeof(where), what, i, o);
+		(void)host_count(o, where, &count, err);
+		if ((rc = known_keys(o, host_fields, compact, where, err)) == 0 &&
+		    (rc = read_fields(o, host_fields, &h, where, err)) == 0 &&
+		    (rc = read_notes(o, &h.notes, where, err)) == 0)
+			rc = expand_host(t, &h, o, count, i, &next, entry, where,
+			    what, err);
+		free(h.notes);
+	}
+	free(entry);
+	return rc;
+}
+
+/* The hosts an end of a link names, marked in in[]: one host, or every
+ * host of a site. */
+static int
+link_end(const topo_topology *t, const char *name, unsigned char *in,
+    int *site, const char *where, char *err)
+{
+	size_t pre = strlen(TOPO_SITE_PREFIX);
+	int i, any = 0;
+
+	memset(in, 0, (size_t)t->nhosts);
+	*site = strncmp(name, TOPO_SITE_PREFIX, pre) == 0;
+	if (!*site) {
+		if ((i = topo_find(t, name)) < 0)
+			return kn_error(err, KN_EINVAL, "%s: no host \"%s\"", where,
+			    name);
+		in[i] = 1;
+		return KN_OK;
+	}
+	for (i = 0; i < t->nhosts; i++)
+		if (strcmp(t->hosts[i].site, name + pre) == 0)
+			in[i] = any = 1;
+	return any ? KN_OK : kn_error(err, KN_EINVAL, "%s: no host is in site "
+	    "\"%s\"", where, name + pre);
+}
+
+/* What each ordered pair's link was given by, while links are read. */
+struct given {
+	unsigned char *level;   /* 0: none yet, 1: between sites, 2: hosts */
+	int *entry;             /* the entry of "links" that gave it */
+	unsigned char *fin, *tin;       /* the hosts of an entry's ends */
+};
+
+/* Link l (from entry i, at level lev) onto every pair from fin to tin:
+ * a host's own link overrides its site's, and the same pair twice at
+ * one level is an error. */
+static int
+place_link(topo_topology *t, const topo_link *l, struct given *g, int lev,
+    size_t i, const char *where, char *err)
+{
+	int a, b, rc;
+
+	for (a = 0; a < t->nhosts; a++)
+		for (b = 0; b < t->nhosts; b++) {
+			size_t k = (size_t)a * (size_t)t->nhosts + (size_t)b;
+
+			if (a == b || !g->fin[a] || !g->tin[b] ||
+			    g->level[k] > lev)
+				continue;
+			if (g->level[k] == lev)
+				return kn_error(err, KN_EINVAL, "%s: a second link "
+				    "%s -> %s (also links[%d])", where,
+				    t->hosts[a].name, t->hosts[b].name,
+				    g->entry[k]);
+			free(t->links[k].notes);
+			t->links[k] = *l;
+			if ((rc = copy_notes(l->notes, &t->links[k].notes,
+			    err)) != 0)
+				return rc;
+			g->level[k] = (unsigned char)lev;
+			g->entry[k] = (int)i;
+		}
+	return KN_OK;
+}
+
+/* Entry i of "links". */
+static int
+read_link(topo_topology *t, json_t *o, size_t i, struct given *g,
+    const char *what, char *err)
 {
 	static const char *const ends[] = { "from", "to", NULL };
+	const char *f = json_string_value(json_object_get(o, "from"));
+	const char *d = json_string_value(json_object_get(o, "to"));
 	char where[2 * TOPO_NAME_LEN + 400];
-	size_t i;
-	int from, to, rc;
+	topo_link l = { .rtt_spread_ms = TOPO_UNKNOWN };
+	int fsite, tsite, rc;
+
+	snprintf(where, sizeof(where), "%.200s: links[%zu] (%.*s -> %.*s)",
+	    what, i, TOPO_NAME_LEN, f ? f : "?", TOPO_NAME_LEN, d ? d : "?");
+	if (!json_is_object(o))
+		return kn_error(err, KN_EINVAL, "%s: not an object", where);
+	if (f == NULL || d == NULL)
+		return kn_error(err, KN_EINVAL, "%s: \"from\" and \"to\" must "
+		    "name hosts", where);
+	if ((rc = link_end(t, f, g->fin, &fsite, where, err)) != 0 ||
+	    (rc = link_end(t, d, g->tin, &tsite, where, err)) != 0)
+		return rc;
+	if (!fsite && !tsite && strcmp(f, d) == 0)
+		return kn_error(err, KN_EINVAL, "%s: a link joins two distinct "
+		    "hosts", where);
+	if ((rc = known_keys(o, link_fields, ends, where, err)) != 0 ||
+	    (rc = read_fields(o, link_fields, &l, where, err)) != 0)
+		return rc;
+	if (l.streams == 0) {
+		l.streams = 1;
+		l.multi_bytes_per_s = l.stream_bytes_per_s;
+	}
+	if ((rc = read_notes(o, &l.notes, where, err)) == 0)
+		rc = place_link(t, &l, g, fsite || tsite ? 1 : 2, i, where, err);
+	free(l.notes);
+	return rc;
+}
+
+static int
+read_links(topo_topology *t, json_t *arr, const char *what, char *err)
+{
+	size_t n = (size_t)t->nhosts, i;
+	struct given g;
+	int from, to, rc = KN_OK;
 
 	if (!json_is_array(arr))
 		return kn_error(err, KN_EINVAL, "%s: \"links\" must be an array",
 		    what);
-	for (i = 0; i < json_array_size(arr); i++) {
-		json_t *o = json_array_get(arr, i);
-		const char *f = json_string_value(json_object_get(o, "from"));
-		const char *d = json_string_value(json_object_get(o, "to"));
-		topo_link *l;
-
-		snprintf(where, sizeof(where), "%.200s: links[%zu] (%.*s -> %.*s)",
-		    what, i, TOPO_NAME_LEN, f ? f : "?", TOPO_NAME_LEN,
-		    d ? d : "?");
-		if (!json_is_object(o))
-			return kn_error(err, KN_EINVAL, "%s: not an object", where);
-		if (f == NULL || d == NULL)
-			return kn_error(err, KN_EINVAL, "%s: \"from\" and \"to\" "
-			    "must name hosts", where);
-		if ((from = topo_find(t, f)) < 0 || (to = topo_find(t, d)) < 0)
-			return kn_error(err, KN_EINVAL, "%s: no host \"%s\"", where,
-			    from < 0 ? f : d);
-		if (from == to)
-			return kn_error(err, KN_EINVAL, "%s: a link joins two "
-			    "distinct hosts", where);
-		l = topo_link_at(t, from, to);
-		if (l->samples != 0)
-			return kn_error(err, KN_EINVAL, "%s: a second link %s -> %s",
-			    where, f, d);
-		if ((rc = known_keys(o, link_fields, ends, where, err)) != 0 ||
-		    (rc = read_fields(o, link_fields, l, where, err)) != 0 ||
-		    (rc = read_notes(o, &l->notes, where, err)) != 0)
-			return rc;
-	}
-	for (from = 0; from < t->nhosts; from++)
-		for (to = 0; to < t->nhosts; to++)
-			if (from != to && topo_link_at(t, from, to)->samples == 0)
-				return kn_error(err, KN_EINVAL, "%s: missing link "
+	g.level = calloc(n * n, 1);
+	g.entry = calloc(n * n, sizeof(int));
+	g.fin = malloc(n);
+	g.tin = malloc(n);
+	if (g.level == NULL || g.entry == NULL || g.fin == NULL ||
+	    g.tin == NULL)
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < json_array_size(arr) && rc == 0; i++)
+		rc = read_link(t, json_array_get(arr, i), i, &g, what, err);
+	for (from = 0; from < t->nhosts && rc == 0; from++)
+		for (to = 0; to < t->nhosts && rc == 0; to++)
+			if (from != to && g.level[from * n + to] == 0)
+				rc = kn_error(err, KN_EINVAL, "%s: missing link "
 				    "%s -> %s (every ordered pair of hosts has one)",
 				    what, t->hosts[from].name, t->hosts[to].name);
-	return KN_OK;
+	free(g.level);
+	free(g.entry);
+	free(g.fin);
+	free(g.tin);
+	return rc;
 }
 
 /* "by hand", or UTC as 2026-12-03T10:00:00Z (fractions of a second
@@ -311,7 +512,8 @@ read_root(topo_topology *t, json_t *root, const char *what, char *err)
 	static const char *const top[] = { "version", "measured_at", "shape",
 		"hosts", "links", "notes", NULL };
 	static const struct field none[] = { { NULL, 0, 0, 0, 0 } };
-	char where[400];
+	char where[400], kerr[KN_ERR_LEN];
+	kn_model_shape shape;
 	json_t *v;
 	int rc;
 
@@ -344,6 +546,11 @@ read_root(topo_topology *t, json_t *root, const char *what, char *err)
 	    (rc = read_fields(v, shape_fields, &t->shape, where, err)) != 0 ||
 	    (rc = read_notes(root, &t->notes, what, err)) != 0)
 		return rc;
+	/* the rates are scaled from this shape: it must be one the kernels
+	 * can run */
+	shape = topo_model_shape(&t->shape);
+	if (kn_model_check_shape(&shape, kerr) != 0)
+		return kn_error(err, KN_EINVAL, "%s: %s", where, kerr);
 	return read_links(t, json_object_get(root, "links"), what, err);
 }
 
@@ -395,15 +602,20 @@ write_fields(json_t *o, const struct field *fields, const void *base)
 	for (f = fields; f->key != NULL; f++) {
 		src = (const char *)base + f->off;
 		if (f->kind == F_STR) {
-			if (src[0] != '\0' || f->required)
+			if (src[0] != '\0' || f->need != OPTIONAL)
 				rc |= json_object_set_new(o, f->key,
 				    json_string(src));
-		} else if (f->kind == F_INT)
-			rc |= json_object_set_new(o, f->key, json_integer(
-			    *(const int *)(const void *)src));
-		else {
+		} else if (f->kind == F_INT) {
+			int i = *(const int *)(const void *)src;
+
+			if (i != 0 || f->need != OPTIONAL)
+				rc |= json_object_set_new(o, f->key,
+				    json_integer(i));
+		} else {
 			double d = *(const double *)(const void *)src;
 
+			if (d == TOPO_UNKNOWN && f->need == OPTIONAL)
+				continue;
 			/* a byte count reads best as an integer */
 			rc |= json_object_set_new(o, f->key, d == floor(d) &&
 			    d < 9007199254740992.0 ? json_integer((json_int_t)d) :

@@ -2,19 +2,29 @@
  * memory and compute rates at one block shape, and a directed link for
  * every ordered pair of hosts (round trip, one- and several-stream
  * throughput).  `shardmeter probe` writes it from measurements, a person
- * may write it by hand, and `shardmeter plan` reads it.  JSON, read
- * strictly: an unknown key, a missing or repeated link, a repeated host
- * or a number that is not positive and finite is an error that names
- * the key and the host or link. */
+ * may write it by hand, and `shardmeter plan` reads it; this is its only
+ * reader and writer.  JSON, read strictly: an unknown key, a missing or
+ * repeated link, a repeated host or a number that is not positive and
+ * finite is an error that names the file, the key and the host or link.
+ * Hand-written files may use a compact form (hosts with "count" and
+ * "site", links between "site:NAME"s), expanded on reading into the full
+ * form the probe writes; shardmeter(1), "Topology files", is the format's
+ * one description. */
 #ifndef PR_TOPOLOGY_H
 #define PR_TOPOLOGY_H
 
 #include <stddef.h>
 
+#include "kernels/model.h"
+
 #define TOPO_VERSION 1
 #define TOPO_MAX_HOSTS 1024
 #define TOPO_NAME_LEN 128       /* name, address, id, measured_at */
 #define TOPO_DEVICE_LEN 256
+/* An optional measure the file does not give (no measure is negative) */
+#define TOPO_UNKNOWN (-1.0)
+/* A link end "site:NAME" stands for every host of site NAME */
+#define TOPO_SITE_PREFIX "site:"
 
 /* The block shape the compute rates were measured at (the spec's). */
 typedef struct {
@@ -25,18 +35,24 @@ typedef struct {
 	char name[TOPO_NAME_LEN];       /* unique; probe writes "host:port" */
 	char address[TOPO_NAME_LEN];    /* "" when not given */
 	char id[TOPO_NAME_LEN];         /* peer id; "" when not given */
-	char device[TOPO_DEVICE_LEN];   /* free text */
+	char device[TOPO_DEVICE_LEN];   /* free text; "" when not given */
+	char site[TOPO_NAME_LEN];       /* compact form's site; "" when none */
 	double memory_bytes;            /* free on the training device */
 	double train_positions_per_s;   /* forward+backward+optimizer */
 	double forward_positions_per_s; /* forward only */
 	char *notes;                    /* owned; NULL when not given */
 } topo_host;
 
-/* Bytes flow from the host of the row to the host of the column. */
+/* Bytes flow from the host of the row to the host of the column.  The
+ * probe writes every field; a hand-written link may leave out the
+ * spread and samples (read as TOPO_UNKNOWN and 0) and the pair streams
+ * and multi_bytes_per_s (read as 1 and stream_bytes_per_s: no gain
+ * from parallel streams is assumed). */
 typedef struct {
 	double rtt_ms;                  /* median of samples round trips */
-	double rtt_spread_ms;           /* their interquartile range, >= 0 */
-	int samples;
+	double rtt_spread_ms;           /* their interquartile range, >= 0;
+	                                 * TOPO_UNKNOWN when not given */
+	int samples;                    /* 0 when not given */
 	double stream_bytes_per_s;      /* one TCP stream */
 	int streams;
 	double multi_bytes_per_s;       /* streams parallel streams together */
@@ -75,5 +91,7 @@ void topo_free(topo_topology *t);
 topo_link *topo_link_at(const topo_topology *t, int from, int to);
 /* The index of the host named name, or -1. */
 int topo_find(const topo_topology *t, const char *name);
+/* The model shape of s (not causal), as kernels/model.h counts it. */
+kn_model_shape topo_model_shape(const topo_shape *s);
 
 #endif

@@ -1,6 +1,8 @@
 /* The topology file (proto/topology.h): what is saved loads back the
- * same, the example of the format reads, and each kind of bad file is
- * refused with a message that names the key and the host or link. */
+ * same, the example of the format reads, a hand-written file may leave
+ * the optional keys out and use the compact form, and each kind of bad
+ * file is refused with a message that names the key and the host or
+ * link. */
 #include "config.h"
 
 #include <check.h>
@@ -275,6 +277,240 @@ START_TEST(test_bad_json)
 }
 END_TEST
 
+/* text parsed as name must be refused with a message that holds want */
+static void
+refused_text(const char *text, const char *name, const char *want)
+{
+	char err[KN_ERR_LEN] = "";
+	topo_topology t;
+
+	ck_assert_int_eq(topo_parse(&t, text, strlen(text), name, err),
+	    KN_EINVAL);
+	ck_assert_msg(strstr(err, want) != NULL && strstr(err, name) != NULL,
+	    "'%s' lacks '%s'", err, want);
+	ck_assert_ptr_null(t.hosts);
+}
+
+/* text with the first from replaced by to (from must be in it) */
+static char *
+replaced(const char *text, const char *from, const char *to)
+{
+	const char *at = strstr(text, from);
+	char *out;
+
+	ck_assert_msg(at != NULL, "'%s' is not in the text", from);
+	out = malloc(strlen(text) + strlen(to) + 1);
+	ck_assert_ptr_nonnull(out);
+	memcpy(out, text, (size_t)(at - text));
+	strcpy(out + (at - text), to);
+	strcat(out, at + strlen(from));
+	return out;
+}
+
+/* text's first from replaced by to is refused with want */
+struct edit {
+	const char *from, *to, *want;
+};
+
+static void
+refused_edits(const char *text, const char *name, const struct edit *e,
+    size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		char *bad = replaced(text, e[i].from, e[i].to);
+
+		refused_text(bad, name, e[i].want);
+		free(bad);
+	}
+}
+
+static const char hand_head[] =
+    "{ \"version\": 1, \"measured_at\": \"by hand\",\n"
+    "  \"shape\": { \"width\": 64, \"heads\": 4, \"layers\": 2, "
+    "\"window\": 32, \"batch\": 8 },\n";
+
+/* Three hosts written by hand in the full form: no device, and the
+ * links without their spread, samples or several-stream figures. */
+static const char hand_hosts[] =
+    "  \"hosts\": [ { \"name\": \"h0\", \"address\": \"127.0.0.1:7400\", "
+    "\"memory_bytes\": 1e9, \"train_positions_per_s\": 3000, "
+    "\"forward_positions_per_s\": 9000 },\n"
+    "    { \"name\": \"h1\", \"memory_bytes\": 1e9, "
+    "\"train_positions_per_s\": 3100, \"forward_positions_per_s\": 9000 },\n"
+    "    { \"name\": \"h2\", \"memory_bytes\": 1e9, "
+    "\"train_positions_per_s\": 3200, \"forward_positions_per_s\": 9000 } "
+    "],\n  \"links\": [ ";
+
+static char *
+hand_written(void)
+{
+	static const char *const pairs[] = { "h0\", \"to\": \"h1",
+	    "h0\", \"to\": \"h2", "h1\", \"to\": \"h0", "h1\", \"to\": \"h2",
+	    "h2\", \"to\": \"h0", "h2\", \"to\": \"h1" };
+	size_t cap = 8192, used;
+	char *text = malloc(cap);
+	int i;
+
+	ck_assert_ptr_nonnull(text);
+	used = (size_t)snprintf(text, cap, "%s%s", hand_head, hand_hosts);
+	for (i = 0; i < 6; i++)
+		used += (size_t)snprintf(text + used, cap - used, "%s{ \"from\": "
+		    "\"%s\", \"rtt_ms\": 1, \"stream_bytes_per_s\": 1e7 }",
+		    i ? ",\n    " : "", pairs[i]);
+	snprintf(text + used, cap - used, " ] }\n");
+	return text;
+}
+
+/* The optional keys left out read as the header says, are left out
+ * again by the writer, and each kind of mistake is still refused. */
+START_TEST(test_hand_written)
+{
+	static const struct edit cases[] = {
+		{ "\"train_positions_per_s\"", "\"trian_positions_per_s\"",
+		  "unknown key \"trian_positions_per_s\"" },
+		{ "{ \"from\": \"h1\", \"to\": \"h0\"",
+		  "{ \"from\": \"h1\", \"to\": \"h0\", \"streams\": 4",
+		  "links[2] (h1 -> h0): missing key \"multi_bytes_per_s\"" },
+		{ "{ \"from\": \"h1\", \"to\": \"h0\"",
+		  "{ \"from\": \"h1\", \"to\": \"h2\"",
+		  "a second link h1 -> h2 (also links[2])" },
+		{ "\"stream_bytes_per_s\": 1e7", "\"stream_bytes_per_s\": -1e7",
+		  "links[0] (h0 -> h1): \"stream_bytes_per_s\" must be a "
+		  "positive finite number" },
+		{ "\"name\": \"h2\"", "\"name\": \"h0\"",
+		  "duplicate host \"h0\" (also hosts[0])" },
+		{ "\"width\": 64", "\"width\": 66",
+		  "shape: width 66 is not a multiple of heads 4" },
+	};
+	char *text = hand_written(), *dumped, err[KN_ERR_LEN];
+	const topo_link *l;
+	topo_topology t, back;
+
+	ck_assert_msg(topo_parse(&t, text, strlen(text), "ok.json", err) == 0,
+	    "%s", err);
+	ck_assert_int_eq(t.nhosts, 3);
+	ck_assert_str_eq(t.hosts[1].device, "");
+	l = topo_link_at(&t, 2, 1);
+	ck_assert(l->rtt_spread_ms == TOPO_UNKNOWN);
+	ck_assert_int_eq(l->samples, 0);
+	ck_assert_int_eq(l->streams, 1);
+	ck_assert(l->multi_bytes_per_s == 1e7);
+	dumped = topo_dump(&t, err);
+	ck_assert_msg(dumped != NULL, "%s", err);
+	ck_assert_ptr_null(strstr(dumped, "rtt_spread_ms"));
+	ck_assert_ptr_null(strstr(dumped, "samples"));
+	ck_assert_ptr_null(strstr(dumped, "device"));
+	ck_assert_ptr_nonnull(strstr(dumped, "\"streams\": 1"));
+	ck_assert_msg(topo_parse(&back, dumped, strlen(dumped), "dumped",
+	    err) == 0, "%s", err);
+	ck_assert(topo_link_at(&back, 2, 1)->rtt_spread_ms == TOPO_UNKNOWN);
+	ck_assert(topo_link_at(&back, 2, 1)->multi_bytes_per_s == 1e7);
+	topo_free(&back);
+	free(dumped);
+	topo_free(&t);
+
+	refused_edits(text, "bad.json", cases, sizeof(cases) /
+	    sizeof(cases[0]));
+	refused_text("{ \"version\": 1,\n  \"hosts\": [ }", "bad.json",
+	    "bad.json:2");
+	free(text);
+}
+END_TEST
+
+static const char compact[] =
+    "  \"hosts\": [ { \"name\": \"a\", \"count\": 2, "
+    "\"memory_bytes\": 1e9, \"train_positions_per_s\": 1000, "
+    "\"forward_positions_per_s\": 3000, \"notes\": \"rack 4\" },\n"
+    "    { \"name\": \"solo\", \"site\": \"b\", \"memory_bytes\": 1e9, "
+    "\"train_positions_per_s\": 500, \"forward_positions_per_s\": "
+    "1500 } ],\n"
+    "  \"links\": [ { \"from\": \"site:a\", \"to\": \"site:a\", "
+    "\"rtt_ms\": 0.01, \"stream_bytes_per_s\": 1e10 },\n"
+    "    { \"from\": \"site:a\", \"to\": \"site:b\", \"rtt_ms\": 80, "
+    "\"stream_bytes_per_s\": 1e8, \"streams\": 8, "
+    "\"multi_bytes_per_s\": 1e9 },\n"
+    "    { \"from\": \"site:b\", \"to\": \"site:a\", \"rtt_ms\": 80, "
+    "\"stream_bytes_per_s\": 1e8 },\n"
+    "    { \"from\": \"a-1\", \"to\": \"solo\", \"rtt_ms\": 30, "
+    "\"stream_bytes_per_s\": 2e8 }%s ] }\n";
+
+static void
+compact_text(char *text, size_t len, const char *more)
+{
+	int n = snprintf(text, len, "%s", hand_head);
+
+	snprintf(text + n, len - (size_t)n, compact, more);
+}
+
+/* Hosts with "count" and links between sites expand into the full form;
+ * a host's own link overrides its site's, the same pair twice at one
+ * level is refused, and what is written is the full form, which reads
+ * back the same. */
+START_TEST(test_compact_form)
+{
+	static const struct edit cases[] = {
+		{ "\"count\": 2,", "\"count\": 2, \"id\": \"X\",",
+		  "hosts[0] (\"a\"): \"count\" stands for several hosts" },
+		{ "\"count\": 2,", "\"count\": 0,",
+		  "\"count\" must be an integer" },
+		{ "\"name\": \"solo\"", "\"name\": \"a-1\"",
+		  "duplicate host \"a-1\" (also hosts[0])" },
+		{ "\"name\": \"solo\"", "\"name\": \"site:x\"",
+		  "cannot start with \"site:\"" },
+	};
+	char text[4096], err[KN_ERR_LEN], *dumped;
+	topo_topology t, back;
+	int i, j;
+
+	compact_text(text, sizeof(text), "");
+	ck_assert_msg(topo_parse(&t, text, strlen(text), "c.json", err) == 0,
+	    "%s", err);
+	ck_assert_int_eq(t.nhosts, 3);
+	ck_assert_str_eq(t.hosts[0].name, "a-0");
+	ck_assert_str_eq(t.hosts[1].name, "a-1");
+	ck_assert_str_eq(t.hosts[1].site, "a");
+	ck_assert_str_eq(t.hosts[1].notes, "rack 4");
+	ck_assert_str_eq(t.hosts[2].site, "b");
+	ck_assert(topo_link_at(&t, 0, 1)->rtt_ms == 0.01);
+	ck_assert(topo_link_at(&t, 0, 2)->rtt_ms == 80);
+	ck_assert_int_eq(topo_link_at(&t, 0, 2)->streams, 8);
+	ck_assert(topo_link_at(&t, 0, 2)->multi_bytes_per_s == 1e9);
+	ck_assert(topo_link_at(&t, 0, 2)->stream_bytes_per_s == 1e8);
+	ck_assert(topo_link_at(&t, 1, 2)->rtt_ms == 30);
+	ck_assert_int_eq(topo_link_at(&t, 1, 2)->streams, 1);
+	ck_assert(topo_link_at(&t, 1, 2)->multi_bytes_per_s == 2e8);
+	ck_assert(topo_link_at(&t, 2, 1)->rtt_ms == 80);
+	dumped = topo_dump(&t, err);
+	ck_assert_msg(dumped != NULL, "%s", err);
+	ck_assert_ptr_null(strstr(dumped, "count"));
+	ck_assert_ptr_null(strstr(dumped, "site:"));
+	ck_assert_msg(topo_parse(&back, dumped, strlen(dumped), "dumped",
+	    err) == 0, "%s", err);
+	for (i = 0; i < 3; i++) {
+		ck_assert_str_eq(back.hosts[i].name, t.hosts[i].name);
+		for (j = 0; j < 3; j++)
+			if (i != j)
+				ck_assert(topo_link_at(&back, i, j)->rtt_ms ==
+				    topo_link_at(&t, i, j)->rtt_ms);
+	}
+	topo_free(&back);
+	free(dumped);
+	topo_free(&t);
+
+	compact_text(text, sizeof(text), ", { \"from\": \"a-1\", \"to\": "
+	    "\"solo\", \"rtt_ms\": 31, \"stream_bytes_per_s\": 2e8 }");
+	refused_text(text, "c.json", "links[4] (a-1 -> solo): a second link "
+	    "a-1 -> solo (also links[3])");
+	compact_text(text, sizeof(text), ", { \"from\": \"site:a\", \"to\": "
+	    "\"site:zz\", \"rtt_ms\": 31, \"stream_bytes_per_s\": 2e8 }");
+	refused_text(text, "c.json", "no host is in site \"zz\"");
+	compact_text(text, sizeof(text), "");
+	refused_edits(text, "c.json", cases, sizeof(cases) / sizeof(cases[0]));
+}
+END_TEST
+
 START_TEST(test_missing_file)
 {
 	char err[KN_ERR_LEN] = "";
@@ -301,6 +537,8 @@ main(void)
 	tcase_add_test(tc, test_duplicate_host);
 	tcase_add_test(tc, test_bad_json);
 	tcase_add_test(tc, test_missing_file);
+	tcase_add_test(tc, test_hand_written);
+	tcase_add_test(tc, test_compact_form);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -13,7 +13,7 @@
 #include "kernels/error.h"
 #include "plan/output.h"
 #include "plan/search.h"
-#include "plan/topology.h"
+#include "proto/topology.h"
 
 struct plan_args {
 	const char *topology, *spec, *out;
@@ -77,22 +77,20 @@ static int
 parse_zstd_ratio(const char *v, pl_model *m)
 {
 	const char *eq = strchr(v, '=');
-	char *end;
+	char name[8], *end;
+	pr_encoding e;
 	double r;
-	int e;
 
-	if (eq == NULL)
+	if (eq == NULL || (size_t)(eq - v) >= sizeof(name))
 		return -1;
+	memcpy(name, v, (size_t)(eq - v));
+	name[eq - v] = '\0';
 	r = strtod(eq + 1, &end);
-	if (end == eq + 1 || *end != '\0' || !(r > 0) || r > 1)
+	if (end == eq + 1 || *end != '\0' || !(r > 0) || r > 1 ||
+	    pr_encoding_parse(name, &e) != 0)
 		return -1;
-	for (e = 0; e < PL_ENCS; e++)
-		if ((size_t)(eq - v) == strlen(pl_encoding_name(e)) &&
-		    strncmp(v, pl_encoding_name(e), (size_t)(eq - v)) == 0) {
-			m->zstd_ratio[e] = r;
-			return 0;
-		}
-	return -1;
+	m->zstd_ratio[e] = r;
+	return 0;
 }
 
 static int
@@ -194,13 +192,13 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 /* The network options the search may choose: this build's daemon's,
  * or with --all-options the issue's whole set. */
 static void
-plan_options(struct plan_args *a, const pl_topology *t)
+plan_options(struct plan_args *a, const topo_topology *t)
 {
 	pl_support sup;
 	int i, streams = 1;
 
 	pl_support_detect(&sup);
-	for (i = 0; i < t->n * t->n; i++)
+	for (i = 0; i < t->nhosts * t->nhosts; i++)
 		if (t->links[i].streams > streams)
 			streams = t->links[i].streams;
 	a->o.int8 = sup.int8 || a->all_options;
@@ -213,7 +211,7 @@ plan_options(struct plan_args *a, const pl_topology *t)
 }
 
 static void
-print_row(const pl_topology *t, const pl_result *r, const pl_result *def,
+print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
     const char *rank, pl_goal goal)
 {
 	const pl_candidate *c = &r->c;
@@ -240,7 +238,7 @@ print_row(const pl_topology *t, const pl_result *r, const pl_result *def,
 	}
 	printf("%-5s %2d %5d %-4s %-4s %2d %-3s %9s %7.2fx %11.4g %9s "
 	    "%10.3g\n", rank, c->nrep[0], c->local_steps,
-	    pl_encoding_name(c->enc), c->zstd ? "zstd" : "-", c->streams,
+	    pr_encoding_name(c->enc), c->zstd ? "zstd" : "-", c->streams,
 	    c->overlap ? "ovl" : "blk", duration(p->train_s, d1, sizeof(d1)),
 	    def->score / r->score, p->positions_per_s,
 	    duration(bp->round_s, d2, sizeof(d2)), p->max_link_bytes_per_h);
@@ -261,7 +259,7 @@ print_row(const pl_topology *t, const pl_result *r, const pl_result *def,
 }
 
 static void
-print_placement(const pl_topology *t, const pl_candidate *c)
+print_placement(const topo_topology *t, const pl_candidate *c)
 {
 	int b, r;
 
@@ -294,14 +292,14 @@ print_missing(const struct plan_args *a)
 	if (!sup.int8 || !sup.zstd || !sup.streams || !sup.overlap)
 		printf("  %s in this build:%s%s%s%s\n", a->all_options ?
 		    "searched (--all-options) but not" : "not searched, not",
-		    sup.int8 ? "" : " update_encoding = int8,",
-		    sup.zstd ? "" : " update_compression,",
-		    sup.streams ? "" : " update_streams,",
-		    sup.overlap ? "" : " [sync] overlap");
+		    sup.int8 ? "" : " " PL_KEY_ENCODING " = int8,",
+		    sup.zstd ? "" : " " PL_KEY_COMPRESSION " = zstd,",
+		    sup.streams ? "" : " " PL_KEY_STREAMS ",",
+		    sup.overlap ? "" : " " PL_KEY_OVERLAP);
 }
 
 static void
-print_plan(const pl_topology *t, const pr_spec *s, const struct plan_args *a,
+print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
     const pl_plan *plan, double secs)
 {
 	char rank[16];
@@ -309,7 +307,7 @@ print_plan(const pl_topology *t, const pr_spec *s, const struct plan_args *a,
 
 	printf("plan: %d hosts, %d blocks of %d layers (%zu parameters each), "
 	    "%d steps x %d replica(s) x batch %d x window %d per block\n",
-	    t->n, s->blocks, s->layers_per_block,
+	    t->nhosts, s->blocks, s->layers_per_block,
 	    pl_block_params(s, s->layers_per_block), s->steps, s->replicas,
 	    s->batch, s->window);
 	printf("search: %s, %.3g placements per option set, %.3g predictions, "
@@ -344,7 +342,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct plan_args a = { .top = 5 };
 	char err[KN_ERR_LEN];
-	pl_topology t;
+	topo_topology t;
 	pl_plan plan;
 	pr_spec s;
 	double t0;
@@ -359,7 +357,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter plan: %s\n", err);
 		return 1;
 	}
-	if (pl_topology_load(&t, a.topology, err) != 0) {
+	if (topo_load(&t, a.topology, err) != 0) {
 		fprintf(stderr, "shardmeter plan: %s\n", err);
 		return 1;
 	}
@@ -367,7 +365,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 	t0 = kn_now();
 	if (pl_search(&t, &s, &a.m, &a.o, a.top, &plan, err) != 0) {
 		fprintf(stderr, "shardmeter plan: %s: %s\n", a.topology, err);
-		pl_topology_free(&t);
+		topo_free(&t);
 		return 1;
 	}
 	print_plan(&t, &s, &a, &plan, kn_now() - t0);
@@ -383,7 +381,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 		}
 	}
 	pl_plan_free(&plan);
-	pl_topology_free(&t);
+	topo_free(&t);
 	return rc;
 }
 
