@@ -399,10 +399,8 @@ figures(const pd_state *p, pd_figure f[FIGS])
 {
 	double per_step = step_seconds(p), round = p->replicas > 1 ?
 	    round_seconds(p) : p->local_steps * per_step;
-
 	/* a replicated block's steps pace with its rounds */
-	if (p->replicas > 1)
-		per_step = round / p->local_steps;
+	double paced = p->replicas > 1 ? round / p->local_steps : per_step;
 	f[FIG_ROUND] = (pd_figure){ "round_s", "round_seconds",
 	    "One round's period: H local steps and the exchange not hidden.",
 	    p->replicas > 1 ? "Median period of the last 5 rounds." :
@@ -416,7 +414,7 @@ figures(const pd_state *p, pd_figure f[FIGS])
 	f[FIG_TRAIN] = (pd_figure){ "train_s", "train_seconds",
 	    "Time to the block's steps.", "The block's steps at the "
 	    "measured time per step (projected).", p->train_s,
-	    per_step > 0 ? p->steps * per_step : -1 };
+	    paced > 0 ? p->steps * paced : -1 };
 }
 
 static json_t *
