@@ -258,7 +258,7 @@ check_row(const char *out, const char *block, const char *what)
 	snprintf(head, sizeof(head), "%5s  %s", block, what);
 	at = strstr(out, head);
 	ck_assert_msg(at != NULL, "no row '%s' in:\n%s", head, out);
-	at += 7 + 30;
+	at += strlen(head);
 	if (sscanf(at, "%lf %lf %lf%%", &p, &m, &e) != 3)
 		return 0;
 	/* figures printed to 6 digits, the error to 0.01 % */

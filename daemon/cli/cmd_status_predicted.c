@@ -30,7 +30,7 @@ num(json_t *o, const char *key)
 static void
 row(const char *block, const char *what, double p, double m)
 {
-	printf("%5s  %-30s %12.6g ", block, what, p);
+	printf("%5s  %-36s %12.6g ", block, what, p);
 	if (m >= 0)
 		printf("%12.6g %+9.2f%%\n", m, 100 * (m - p) / p);
 	else
@@ -72,7 +72,7 @@ add_daemon(struct block_sum *b, json_t *pd)
 static void
 print_links(json_t *pd, int block)
 {
-	char label[96], num_block[16];
+	char label[128], num_block[16];
 	json_t *l;
 	size_t i;
 
@@ -80,7 +80,7 @@ print_links(json_t *pd, int block)
 	json_array_foreach(json_object_get(pd, "links"), i, l) {
 		json_t *pair = json_object_get(l, "bytes_per_hour");
 
-		snprintf(label, sizeof(label), "bytes/h %.10s -> %.10s",
+		snprintf(label, sizeof(label), "bytes/h %.48s -> %.48s",
 		    json_string_value(json_object_get(pd, "host")),
 		    json_string_value(json_object_get(l, "to")));
 		row(num_block, label, num(pair, "predicted"), measured(pair));
@@ -114,7 +114,7 @@ cli_status_predicted(const peers_list *pl, json_t *const *status)
 	if (first == NULL)
 		return;
 	printf("\npredicted / measured / error (plan %s, candidate of rank "
-	    "%d)\n%5s  %-30s %12s %12s %10s\n", json_string_value(
+	    "%d)\n%5s  %-36s %12s %12s %10s\n", json_string_value(
 	    json_object_get(first, "plan")), (int)num(first, "rank"), "block",
 	    "figure", "predicted", "measured", "error");
 	for (k = 1; k <= blocks; k++) {
