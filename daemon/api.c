@@ -14,6 +14,7 @@
 #include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
+#include "daemon/predicted.h"
 #include "daemon/probe.h"
 #include "kernels/clock.h"
 #include "soma/trainer.h"
@@ -181,6 +182,9 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "client_bytes", bytes_json(n->client_in,
 	    n->client_out));
 	json_object_set_new(o, "peers", peers_json(n));
+	if (n->predicted != NULL)
+		json_object_set_new(o, "predicted", pd_status_json(n->predicted,
+		    &n->peers));
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	*len = text ? strlen(text) : 0;
@@ -327,6 +331,13 @@ metrics_text(node *n, size_t *outlen)
 			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
 			    "%d\n", n->peers.v[i].addr,
 			    n->peers.v[i].state == PEERS_UP);
+	if (n->predicted != NULL) {
+		char *pd = pd_metrics_text(n->predicted, &n->peers);
+
+		if (pd != NULL)
+			metric(&b, &len, &cap, "%s", pd);
+		free(pd);
+	}
 	*outlen = len;
 	return b;
 }

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +167,11 @@ const pr_key cf_keys[] = {
 	  FIELD(update_compression), .def_str = "none",
 	  .choices = compressions,
 	  .doc = "zstd: compress the updates this daemon sends" },
+	{ .section = "", .name = "plan", .type = PR_KEY_STR, FIELD(plan),
+	  .def_str = "", .flags = PR_KEY_PATH,
+	  .doc = "the plan.json of shardmeter plan this run was started "
+	  "from: its predictions are reported beside the measured figures; "
+	  "empty: none" },
 	{ .section = "", .name = "max_body", .type = PR_KEY_SIZE,
 	  FIELD(max_body), .def = 0,
 	  .doc = "the largest request body; 0: the largest update + 1 MiB" },
@@ -309,12 +315,38 @@ cf_print(FILE *f, const cf_config *c)
 	return pr_key_print(cf_keys, NKEYS, c, f);
 }
 
+/* Keys marked PR_KEY_PATH name files beside the configuration: a
+ * relative value is taken from the configuration file's folder. */
+static int
+beside(cf_config *c, const char *path, char *err)
+{
+	char folder[PR_PATH_LEN], value[PR_PATH_LEN];
+	size_t i;
+
+	snprintf(folder, sizeof(folder), "%s", path);
+	for (i = 0; i < NKEYS; i++) {
+		const pr_key *k = &cf_keys[i];
+		char *v = (char *)c + k->offset, *at;
+
+		if (!(k->flags & PR_KEY_PATH) || v[0] == '\0' || v[0] == '/')
+			continue;
+		snprintf(value, sizeof(value), "%s", v);
+		at = dirname(folder);
+		if (strcmp(at, ".") != 0 && (size_t)snprintf(v, k->size,
+		    "%s/%s", at, value) >= k->size)
+			return kn_error(err, KN_EINVAL, "%.200s: %s: path too "
+			    "long", path, k->name);
+		snprintf(folder, sizeof(folder), "%s", path);
+	}
+	return KN_OK;
+}
+
 int
 cf_load(cf_config *c, const char *path, char *err)
 {
 	struct cfg_ctx x = { .c = c };
 	FILE *f = fopen(path, "r");
-	int line;
+	int line, rc;
 
 	if (f == NULL)
 		return kn_error(err, KN_EIO, "cannot open %s: %s", path,
@@ -327,5 +359,7 @@ cf_load(cf_config *c, const char *path, char *err)
 	if (line != 0)
 		return kn_error(err, KN_EINVAL, "%.120s:%d: not 'key = value'",
 		    path, line);
+	if ((rc = beside(c, path, err)) != 0)
+		return rc;
 	return cf_validate(c, err);
 }

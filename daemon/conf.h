@@ -28,6 +28,7 @@ typedef struct {
 	char overlap_rounds[4];         /* no | yes: rounds one round late */
 	char update_encoding[8];        /* f32 | f16 | bf16 | int8 */
 	char update_compression[8];     /* none | zstd */
+	char plan[PR_PATH_LEN];         /* plan.json; "": none */
 	size_t max_body;                /* bytes; 0: derived from the model */
 	int max_connections;            /* HTTP connections at once */
 	int max_connections_per_addr;   /* from one address */

@@ -18,6 +18,7 @@
 #include "daemon/api.h"
 #include "daemon/log.h"
 #include "daemon/node.h"
+#include "daemon/predicted.h"
 #include "daemon/probe.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
@@ -256,6 +257,8 @@ on_round_ready(node *n, wk_event *ev)
 		n->state = "training";
 		return;
 	}
+	if (n->predicted != NULL)
+		pd_on_round(n->predicted, kn_now(), &n->peers);
 	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
 }
 
@@ -272,6 +275,8 @@ on_event(void *ctx, wk_event *ev)
 	case WK_STARTED:
 		install_checkpoint(n, ev);
 		n->step = ev->step;
+		if (n->predicted != NULL)
+			pd_on_step(n->predicted, kn_now(), ev->step);
 		n->state = n->step >= n->spec.steps ? "done" : "training";
 		log_info("block %d replica %d/%d: training from step %lld "
 		    "(round %lld) of %d", n->cfg.block, n->replica, n->replicas,
@@ -284,6 +289,8 @@ on_event(void *ctx, wk_event *ev)
 		n->loss = ev->loss;
 		n->positions_per_s = ev->positions_per_s;
 		n->overlapped = ev->overlapped;
+		if (n->predicted != NULL)
+			pd_on_step(n->predicted, kn_now(), ev->step);
 		break;
 	case WK_SHARE:
 		n->share = ev->share;
@@ -480,6 +487,29 @@ on_hup(uv_signal_t *h, int sig)
 	node_trust_reloaded(n);
 }
 
+/* plan = FILE: the predictions for our block, refused at start when
+ * they are for another run or placement. */
+static int
+setup_plan(node *n, char *err)
+{
+	pd_self self = {
+		.run_id = n->run_id,
+		.block = n->cfg.block,
+		.replica = n->replica,
+		.replicas = n->replicas,
+		.steps = n->spec.steps,
+		.local_steps = n->spec.local_steps,
+		.step_positions = (double)n->spec.batch * n->spec.window,
+	};
+
+	if (n->cfg.plan[0] == '\0')
+		return KN_OK;
+	if (n->soma)
+		return kn_error(err, KN_EINVAL, "plan = %.200s: plans are for "
+		    "BlockTrain runs, this spec is method = soma", n->cfg.plan);
+	return pd_load(&n->predicted, n->cfg.plan, &self, err);
+}
+
 int
 node_setup(node *n, char *err)
 {
@@ -534,7 +564,7 @@ node_setup(node *n, char *err)
 	if (cf_parse_hostport(n->cfg.advertise, (char[CF_HOST_LEN]){ 0 },
 	    CF_HOST_LEN, &port) != 0)
 		return kn_error(err, KN_EINVAL, "advertise: not host:port");
-	return KN_OK;
+	return setup_plan(n, err);
 }
 
 /* The rounds' view of the node. */
@@ -757,6 +787,8 @@ void
 node_free(node *n)
 {
 	pb_free(n);
+	pd_free(n->predicted);
+	n->predicted = NULL;
 	free(n->ckpt);
 	free(n->heldout);
 	n->heldout = NULL;

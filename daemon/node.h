@@ -41,6 +41,7 @@ typedef struct node {
 	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
 	struct pb_state *probe;         /* probe.c */
+	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
 	/* our update is out and the round's outcome not back: probes wait */
 	int in_round;
 	uv_timer_t cron;

@@ -191,11 +191,17 @@ json_t *
 pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
     const pl_plan *plan)
 {
-	json_t *cands = json_array();
-	char run_id[PR_RUN_ID_LEN] = "";
+	json_t *cands = json_array(), *root;
+	char run_id[PR_RUN_ID_LEN] = "", chosen_id[PR_RUN_ID_LEN] = "";
+	char err[KN_ERR_LEN];
+	pr_spec written;
 	int i;
 
 	pr_spec_run_id(s, run_id, NULL);
+	/* the run of the written spec.conf, which daemons started from the
+	 * plan check it against */
+	if (pl_candidate_spec(s, &plan->v[plan->chosen].c, &written, err) == 0)
+		pr_spec_run_id(&written, chosen_id, NULL);
 	for (i = 0; i < plan->nall; i++) {
 		json_t *r;
 
@@ -206,13 +212,16 @@ pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
 		json_object_set_new(r, "rank", json_integer(i + 1));
 		json_array_append_new(cands, r);
 	}
-	return json_pack("{s:i,s:s,s:s,s:s,s:{s:s,s:f,s:f},s:o,s:o,s:i}",
+	root = json_pack("{s:i,s:s,s:s,s:s,s:{s:s,s:f,s:f},s:o,s:o,s:i}",
 	    "version", 1, "goal", goal_name(o->goal), "measured_at",
 	    t->measured_at, "spec_run_id", run_id, "search", "method",
 	    plan->exhaustive ? "exhaustive" : "greedy and swaps",
 	    "evaluated", plan->evaluated, "placements_per_option_set",
 	    plan->placements, "default", pl_result_json(t, &plan->def, NULL),
 	    "candidates", cands, "chosen", plan->chosen + 1);
+	if (chosen_id[0])
+		json_object_set_new(root, "run_id", json_string(chosen_id));
+	return root;
 }
 
 static FILE *
@@ -352,6 +361,9 @@ write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
 			snprintf(v, sizeof(v), "%d", c->streams);
 			conf_line(f, PL_KEY_STREAMS, v);
 			conf_line(f, PL_KEY_OVERLAP, c->overlap ? "yes" : "no");
+			fprintf(f, "# the predictions, reported beside the "
+			    "measured figures; relative to this file\n");
+			conf_line(f, "plan", "../plan.json");
 			rc = close_out(f, path, err);
 		}
 	return rc;

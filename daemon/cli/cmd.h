@@ -129,6 +129,10 @@ struct json_t *cli_status_fetch(const peers_entry *p, char *err);
 /* shardmeter status on a peer list of expert=E lines, once: a table, or
  * JSON; returns the number of daemons that answered. */
 int cli_status_soma(const peers_list *pl, int json);
+/* The predicted / measured / error section of daemons that run from a
+ * plan, from their statuses (status[i] of pl's line i, NULL when down);
+ * nothing when none carries a plan. */
+void cli_status_predicted(const peers_list *pl, struct json_t *const *status);
 
 /* The operator's identity directory: $XDG_CONFIG_HOME/shardmeter, else
  * $HOME/.config/shardmeter.  0, or -1 with the reason in err. */

@@ -89,8 +89,9 @@ status_share(const peers_entry *p, json_t *s, struct status_sum *sum)
 	}
 }
 
-/* The line of peer i of pl, or "down" with the reason. */
-static void
+/* The line of peer i of pl, or "down" with the reason; its status (the
+ * caller's), or NULL. */
+static json_t *
 status_peer(const peers_list *pl, int i, struct status_sum *sum)
 {
 	const peers_entry *p = &pl->v[i];
@@ -103,7 +104,7 @@ status_peer(const peers_list *pl, int i, struct status_sum *sum)
 	if (s == NULL) {
 		printf("%-22s %5d %4d %-9s %s\n", p->addr, p->block,
 		    peers_replica_index(pl, i), "down", err);
-		return;
+		return NULL;
 	}
 	sum->up++;
 	rid = json_string_value(json_object_get(s, "run_id"));
@@ -125,7 +126,7 @@ status_peer(const peers_list *pl, int i, struct status_sum *sum)
 	rate = num(s, "steps_per_s");
 	if (rate > 0 && (steps - step) / rate > sum->slowest_eta)
 		sum->slowest_eta = (steps - step) / rate;
-	json_decref(s);
+	return s;
 }
 
 /* The progress bar and the composed bound under the peers' lines. */
@@ -162,15 +163,22 @@ static int
 status_once(const peers_list *pl)
 {
 	struct status_sum sum = { .up = 0 };
+	json_t **status = calloc((size_t)pl->n + 1, sizeof(json_t *));
 	int i, b;
 
+	if (status == NULL)
+		return 0;
 	for (b = 0; b <= PR_MAX_BLOCKS; b++)
 		sum.share_step[b] = -1;
 	printf("%-22s %5s %4s %-9s %13s %8s %10s %6s %9s\n", "peer", "block",
 	    "rep", "state", "step", "loss", "share", "round", "pos/s");
 	for (i = 0; i < pl->n; i++)
-		status_peer(pl, i, &sum);
+		status[i] = status_peer(pl, i, &sum);
 	status_print_run(&sum);
+	cli_status_predicted(pl, status);
+	for (i = 0; i < pl->n; i++)
+		json_decref(status[i]);
+	free(status);
 	return sum.up;
 }
 
@@ -237,7 +245,10 @@ const struct cmd_entry cmd_status_entry = {
 	    "[--watch[=SECONDS]] [--json]\nOne line per daemon of the "
 	    "peer list, the run's progress with an ETA, and the\n"
 	    "composed held-out bound: the sum of every block's "
-	    "latest share.\nOn a SOMA run (expert=E lines): each expert's "
+	    "latest share.\nWhen the daemons run from a plan (their plan "
+	    "key): each block's predicted and\nmeasured round time, "
+	    "positions/s and bytes per hour per link, with the\nerror "
+	    "(measured - predicted) / predicted.\nOn a SOMA run (expert=E lines): each expert's "
 	    "step, losses and speed, and\nthe routed mixture's held-out "
 	    "loss mixed from the experts' published scores\n(--json: as "
 	    "JSON).\n",
