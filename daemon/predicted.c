@@ -13,22 +13,22 @@
 
 #include "daemon/predicted.h"
 #include "kernels/error.h"
-#include "plan/topology.h"
 #include "proto/spec.h"
+#include "proto/topology.h"
 
 #define PD_MAX_LINKS 64
 /* progress comes at most every 0.2 s: a minute is 300 samples */
 #define PD_SAMPLES 1024
 
 typedef struct {
-	char to[PL_NAME_LEN];           /* the receiver's name in the plan */
+	char to[TOPO_NAME_LEN];           /* the receiver's name in the plan */
 	int block, replica;             /* its place, to find it in the list */
 	double bytes_per_h;             /* predicted */
 } pd_link;
 
 struct pd_state {
 	char path[PR_PATH_LEN];
-	char host[PL_NAME_LEN];         /* ours in the plan */
+	char host[TOPO_NAME_LEN];         /* ours in the plan */
 	int rank;                       /* of the chosen candidate */
 	int block, replica, replicas, steps, local_steps;
 	double step_positions;
@@ -137,7 +137,7 @@ read_block(pd_state *p, json_t *blocks, const pd_self *self, char *err)
 		    json_array_size(hosts), self->replicas);
 	json_array_foreach(hosts, i, h)
 		if (!json_is_string(h) || json_string_length(h) == 0 ||
-		    json_string_length(h) >= PL_NAME_LEN)
+		    json_string_length(h) >= TOPO_NAME_LEN)
 			return kn_error(err, KN_EINVAL, "%.200s: block %d: "
 			    "hosts[%zu] is not a host name", p->path,
 			    self->block, i);
@@ -460,7 +460,7 @@ pd_status_json(const pd_state *p, const peers_list *pl)
 /* One gauge family over n series (labels[i], value[i]; a negative
  * value: none yet), its lines together as the text format wants. */
 typedef struct {
-	char labels[64 + CF_HOST_LEN + PL_NAME_LEN];
+	char labels[64 + CF_HOST_LEN + TOPO_NAME_LEN];
 	double predicted, measured;
 } pd_series;
 
