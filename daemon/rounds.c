@@ -889,6 +889,12 @@ rounds_cron(rounds *r)
 	progress(r);
 }
 
+size_t
+rounds_assembling(const rounds *r)
+{
+	return r->asm_.held;
+}
+
 /* A replica told to copy another's weights asks for them now; 1 if it
  * could. */
 static int

@@ -94,6 +94,8 @@ void rounds_on_checkpoint(rounds *r, int64_t step, int64_t round,
  * answered, 0 if rest names nothing. */
 int rounds_handle(rounds *r, const hs_request *req, hs_response *res,
     int64_t round, const char *rest);
+/* Bytes of the others' updates being put together from parts now. */
+size_t rounds_assembling(const rounds *r);
 /* Housekeeping tick (the daemon's cron). */
 void rounds_cron(rounds *r);
 /* SIGHUP: whether a new peer list keeps the block's replicas, the same

@@ -270,10 +270,3 @@ rp_clear(rp_set *s)
 		s->done[k][0] = '\0';
 	}
 }
-
-size_t
-rp_pending(const rp_set *s, int replica, int *active)
-{
-	*active = s->a[replica].buf != NULL;
-	return s->a[replica].got;
-}

@@ -77,7 +77,5 @@ int rp_add(rp_set *s, const rp_part *p, const char *body, size_t len,
 void rp_done(rp_set *s, int replica, const char *sha256);
 /* Drops every assembly and hash: the round is over. */
 void rp_clear(rp_set *s);
-/* Whether replica has an assembly under way, and how many bytes in. */
-size_t rp_pending(const rp_set *s, int replica, int *active);
 
 #endif
