@@ -347,8 +347,9 @@ call_end(void *ctx, struct call *copy)
 	return r;
 }
 
+/* A request to replica to (its id pinned) about replica's update. */
 static int
-send_part(rounds *r, int replica, int64_t round, const char *method,
+send_part(rounds *r, int to, int replica, int64_t round, const char *method,
     const char *url, const char *body, size_t len, size_t max_body,
     hc_done_fn done, int part)
 {
@@ -372,10 +373,9 @@ send_part(rounds *r, int replica, int64_t round, const char *method,
 	o.connect_timeout_ms = r->cfg.peer_timeout_ms;
 	o.max_body_bytes = max_body;
 	o.want_header = ROUNDS_STATE_HEADER;
-	o.pin = replica_peer(r, replica)->has_id ? replica_peer(r,
-	    replica)->id : NULL;
+	o.pin = replica_peer(r, to)->has_id ? replica_peer(r, to)->id : NULL;
 	if (hc_request(r->cfg.client, &o, done, c, err) != 0) {
-		log_warnx("round: %s %s: %s", method, peer_addr(r, replica), err);
+		log_warnx("round: %s %s: %s", method, peer_addr(r, to), err);
 		free(c);
 		return -1;
 	}
@@ -388,8 +388,8 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
     const char *url, const char *body, size_t len, size_t max_body,
     hc_done_fn done)
 {
-	return send_part(r, replica, round, method, url, body, len, max_body,
-	    done, -1);
+	return send_part(r, replica, replica, round, method, url, body, len,
+	    max_body, done, -1);
 }
 
 /* Decodes an update for the current round into slot replica; only
@@ -664,10 +664,17 @@ on_pushed(void *ctx, hc_result *res)
 		 * it will catch up, so offer again */
 		if (res->header != NULL &&
 		    strcmp(res->header, ROUNDS_STATE_OVER) == 0) {
+			if (r->pushed[c.replica] == 2)
+				return;         /* another part said so */
 			log_ahead(r, c.replica, c.round, res);
 			catch_up(r, c.replica);
 			r->pushed[c.replica] = 2;
+		} else if (c.part >= 0 && now(r) < r->push_at[c.replica]) {
+			/* another part was told so first: one backoff */
+			r->part_state[c.replica][c.part] = 0;
 		} else {
+			if (c.part >= 0)
+				r->part_state[c.replica][c.part] = 0;
 			offer_later(r, c.replica, res);
 		}
 	} else if (res->status == 202 && c.part < 0 && r->round == c.round) {
@@ -762,8 +769,9 @@ on_commit(void *ctx, hc_result *res)
 		url_for(r, coordinator(r), url, sizeof(url),
 		    "/v1/blocks/%d/rounds/%" PRId64 "/updates/%d",
 		    r->cfg.block, r->round, k);
-		if (send_request(r, k, r->round, "GET", url, NULL, 0,
-		    pr_update_max_bytes(r->count), on_fetched) == 0)
+		/* from the coordinator, whose id is the one to pin */
+		if (send_part(r, coordinator(r), k, r->round, "GET", url, NULL,
+		    0, pr_update_max_bytes(r->count), on_fetched, -1) == 0)
 			r->fetching[k] = 1;
 	}
 	if (!missing)
@@ -787,7 +795,7 @@ push_parts(rounds *r, int k)
 		    r->mine_len, r->mine_sha256);
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates?%s", r->cfg.block, r->round, q);
-		if (send_part(r, k, r->round, "POST", url, r->mine + off, len,
+		if (send_part(r, k, k, r->round, "POST", url, r->mine + off, len,
 		    1 << 16, on_pushed, i) == 0)
 			r->part_state[k][i] = 1;
 	}

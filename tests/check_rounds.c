@@ -264,7 +264,7 @@ setup(void)
 	char ident[NREP][sizeof(dir) + 16], other[sizeof(dir) + 16];
 	int k, i;
 
-	log_init(1, 0, "check_rounds");
+	log_init(1, getenv("ROUNDS_DEBUG") != NULL, "check_rounds");
 	skew = 0;
 	closed_count = 0;
 	ck_assert_int_eq(uv_loop_init(&loop), 0);
@@ -604,6 +604,34 @@ START_TEST(test_split_and_heal)
 	send_update(2);
 	wait_commits(3, rep[1].commits + 1, 3);
 	ck_assert_str_eq(rep[0].journal, "round 2 members 0x7 coordinator 0");
+	assert_same_weights(0, 1);
+	assert_same_weights(0, 2);
+}
+END_TEST
+
+/* Replica 2 is left out of round 0 and is behind when the others send
+ * their updates for round 1 (409 behind, for every part); once it has
+ * caught up it takes part in round 1 like the others, fetching from the
+ * coordinator the updates that the round's end stopped on their way. */
+START_TEST(test_behind_then_member)
+{
+	send_update(0);
+	send_update(1);
+	run_for(0.5);           /* the coordinator holds both */
+	skew += DEADLINE + 1;
+	ck_assert(run_until(is_active_round_over));
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
+	send_update(0);
+	send_update(1);
+	run_for(0.3);
+	ck_assert_int_eq(rep[0].commits, 1);
+	send_update(2);         /* round 0: over, it adopts the checkpoint */
+	wait_commits(1, 1, 1);
+	ck_assert_int_eq(rep[2].ckpt_commits, 1);
+	ck_assert_int_eq(rep[2].round, 1);
+	send_update(2);
+	wait_commits(2, 2, 2);
+	ck_assert_str_eq(rep[0].journal, "round 1 members 0x7 coordinator 0");
 	assert_same_weights(0, 1);
 	assert_same_weights(0, 2);
 }
@@ -1137,6 +1165,7 @@ main(void)
 	tcase_add_test(tc, test_conflict_kinds);
 	tcase_add_test(tc, test_out_of_memory_is_503);
 	tcase_add_test(tc, test_malformed_parts);
+	tcase_add_test(tc, test_behind_then_member);
 	tcase_add_test(tc, test_assembly_budget);
 	suite_add_tcase(s, tc);
 	/* the same rounds with updates in parts end on the same weights */
@@ -1145,6 +1174,7 @@ main(void)
 	tcase_add_test(streams, test_all_members);
 	tcase_add_test(streams, test_deadline_and_catch_up);
 	tcase_add_test(streams, test_split_and_heal);
+	tcase_add_test(streams, test_behind_then_member);
 	suite_add_tcase(s, streams);
 	tcase_add_checked_fixture(one_chunk, setup_one_chunk, teardown);
 	tcase_set_timeout(one_chunk, 60);
