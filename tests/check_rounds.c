@@ -505,6 +505,14 @@ START_TEST(test_coordinator_choice)
 }
 END_TEST
 
+/* Replica 0 has answered every request of replica 1's update (a slow
+ * machine may take longer than the half second waited first). */
+static int
+coordinator_has_1(void)
+{
+	return rep[1].update_calls[0] >= parts_expected();
+}
+
 static int
 is_active_round_over(void)
 {
@@ -523,6 +531,7 @@ START_TEST(test_deadline_and_catch_up)
 	run_for(0.5);
 	ck_assert_int_eq(rep[0].commits, 0);
 	ck_assert_int_eq(rep[1].commits, 0);
+	ck_assert(run_until(coordinator_has_1));
 	skew += DEADLINE + 1;
 	ck_assert(run_until(is_active_round_over));
 	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
@@ -617,7 +626,7 @@ START_TEST(test_behind_then_member)
 {
 	send_update(0);
 	send_update(1);
-	run_for(0.5);           /* the coordinator holds both */
+	ck_assert(run_until(coordinator_has_1));
 	skew += DEADLINE + 1;
 	ck_assert(run_until(is_active_round_over));
 	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
