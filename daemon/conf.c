@@ -113,6 +113,42 @@ format_listen(const pr_key *k, const void *obj, char *buf, size_t len)
 }
 
 static const pr_key_ops listen_ops = { set_listen, format_listen };
+
+/* update_chunk: a size (as max_body is written) with a range, checked
+ * here so that the error names its line */
+static int
+chunk_in_range(size_t v, char *msg)
+{
+	if (v < CF_MIN_CHUNK || v > CF_MAX_CHUNK)
+		return kn_error(msg, KN_EINVAL, "update_chunk: %zu bytes is not "
+		    "from %zu (4 KiB) to %zu (1G)", v, (size_t)CF_MIN_CHUNK,
+		    (size_t)CF_MAX_CHUNK);
+	return KN_OK;
+}
+
+static int
+set_chunk(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
+{
+	pr_key size = *k;
+	int rc;
+
+	(void)ctx;
+	size.type = PR_KEY_SIZE;
+	if ((rc = pr_key_set(&size, obj, NULL, v, msg)) != 0)
+		return rc;
+	return chunk_in_range(((cf_config *)obj)->update_chunk, msg);
+}
+
+static int
+format_chunk(const pr_key *k, const void *obj, char *buf, size_t len)
+{
+	pr_key size = *k;
+
+	size.type = PR_KEY_SIZE;
+	return pr_key_format(&size, obj, buf, len);
+}
+
+static const pr_key_ops chunk_ops = { set_chunk, format_chunk };
 static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
 static const char *const encodings[] = { "f32", "f16", "bf16", "int8",
 	NULL };
@@ -172,6 +208,14 @@ const pr_key cf_keys[] = {
 	  .doc = "the plan.json of shardmeter plan this run was started "
 	  "from: its predictions are reported beside the measured figures; "
 	  "empty: none" },
+	{ .section = "", .name = "update_streams", .type = PR_KEY_INT,
+	  FIELD(update_streams), .min = 1, .max = CF_MAX_STREAMS, .def = 1,
+	  .doc = "parallel connections each update goes to a replica on, "
+	  "as that many parts; 1: one POST" },
+	{ .section = "", .name = "update_chunk", .type = PR_KEY_CUSTOM,
+	  FIELD(update_chunk), .def_str = "1M", .ops = &chunk_ops,
+	  .doc = "the smallest part of an update worth its own connection "
+	  "(bytes, or with M or G)" },
 	{ .section = "", .name = "max_body", .type = PR_KEY_SIZE,
 	  FIELD(max_body), .def = 0,
 	  .doc = "the largest request body; 0: the largest update + 1 MiB" },
@@ -303,7 +347,12 @@ on_key(void *user, const char *sec, const char *key, const char *v)
 int
 cf_validate(const cf_config *c, char *err)
 {
-	return pr_key_check_all(cf_keys, NKEYS, c, err);
+	int rc;
+
+	if ((rc = pr_key_check_all(cf_keys, NKEYS, c, err)) != 0)
+		return rc;
+	/* a custom row has no range the table checks */
+	return chunk_in_range(c->update_chunk, err);
 }
 
 int

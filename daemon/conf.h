@@ -11,6 +11,11 @@
 #include "proto/spec.h"
 
 #define CF_HOST_LEN 256
+/* update_streams at most (rounds_parts.h RP_MAX_PARTS), and the range
+ * of update_chunk */
+#define CF_MAX_STREAMS 16
+#define CF_MIN_CHUNK 4096
+#define CF_MAX_CHUNK ((size_t)1 << 30)
 
 typedef struct {
 	char listen_host[CF_HOST_LEN];
@@ -29,6 +34,8 @@ typedef struct {
 	char update_encoding[8];        /* f32 | f16 | bf16 | int8 */
 	char update_compression[8];     /* none | zstd */
 	char plan[PR_PATH_LEN];         /* plan.json; "": none */
+	int update_streams;             /* parallel POSTs per update, 1..16 */
+	size_t update_chunk;            /* bytes: the smallest part */
 	size_t max_body;                /* bytes; 0: derived from the model */
 	int max_connections;            /* HTTP connections at once */
 	int max_connections_per_addr;   /* from one address */

@@ -25,9 +25,11 @@
 
 #include "daemon/log.h"
 #include "daemon/rounds.h"
+#include "daemon/rounds_parts.h"
 #include "kernels/average.h"
 #include "kernels/error.h"
 #include "kernels/feedback.h"
+#include "proto/checkpoint.h"
 #include "proto/update.h"
 
 #define MAX_REPLICAS ROUNDS_MAX_REPLICAS
@@ -60,6 +62,12 @@ struct rounds {
 	double behind_wait[MAX_REPLICAS];       /* its last wait, 0: none */
 	char *mine;                     /* our update, for retries */
 	size_t mine_len;
+	/* update_streams: the parts it goes in (1: one POST), its hash, and
+	 * each part's state at each replica, as pushed[] */
+	int nparts;
+	char mine_sha256[65];
+	unsigned char part_state[MAX_REPLICAS][RP_MAX_PARTS];
+	rp_set asm_;                    /* the others' updates in parts */
 	/* the last commit, kept for late followers */
 	int64_t committed_round;        /* -1: none yet */
 	uint64_t members;
@@ -93,6 +101,10 @@ drop_round(rounds *r)
 	free(r->mine);
 	r->mine = NULL;
 	r->mine_len = 0;
+	r->nparts = 1;
+	memset(r->part_state, 0, sizeof(r->part_state));
+	/* an update still in parts is of no use once its round is over */
+	rp_clear(&r->asm_);
 	r->active = 0;
 	r->polling = 0;
 }
@@ -168,6 +180,11 @@ rounds_new(rounds **out, const rounds_config *cfg, char *err)
 	r->diverged_from = -1;
 	/* known before our first update, so early ones from others fit */
 	r->count = cfg->count;
+	r->nparts = 1;
+	r->asm_.budget = cfg->max_assembly;
+	if (r->asm_.budget == 0)
+		r->asm_.budget = pr_update_max_bytes(cfg->count) > SIZE_MAX / 4 ?
+		    SIZE_MAX : 4 * pr_update_max_bytes(cfg->count);
 	uv_timer_init(cfg->loop, &r->timer);
 	r->timer.data = r;
 	r->timer_open = 1;
@@ -293,7 +310,7 @@ static void
 url_for(const rounds *r, int replica, char *url, size_t len,
     const char *fmt, ...)
 {
-	char path[256];
+	char path[384];         /* a part's query included */
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -309,6 +326,7 @@ struct call {
 	rounds *r;
 	int replica;
 	int64_t round;
+	int part;               /* of our update; -1: all of it */
 	size_t sent;            /* body bytes: ours may be freed by then */
 };
 
@@ -329,10 +347,11 @@ call_end(void *ctx, struct call *copy)
 	return r;
 }
 
+/* A request to replica to (its id pinned) about replica's update. */
 static int
-send_request(rounds *r, int replica, int64_t round, const char *method,
+send_part(rounds *r, int to, int replica, int64_t round, const char *method,
     const char *url, const char *body, size_t len, size_t max_body,
-    hc_done_fn done)
+    hc_done_fn done, int part)
 {
 	hc_request_opts o = { 0 };
 	char err[KN_ERR_LEN];
@@ -343,6 +362,7 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	c->r = r;
 	c->replica = replica;
 	c->round = round;
+	c->part = part;
 	c->sent = len;
 	o.method = method;
 	o.url = url;
@@ -353,15 +373,23 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	o.connect_timeout_ms = r->cfg.peer_timeout_ms;
 	o.max_body_bytes = max_body;
 	o.want_header = ROUNDS_STATE_HEADER;
-	o.pin = replica_peer(r, replica)->has_id ? replica_peer(r,
-	    replica)->id : NULL;
+	o.pin = replica_peer(r, to)->has_id ? replica_peer(r, to)->id : NULL;
 	if (hc_request(r->cfg.client, &o, done, c, err) != 0) {
-		log_warnx("round: %s %s: %s", method, peer_addr(r, replica), err);
+		log_warnx("round: %s %s: %s", method, peer_addr(r, to), err);
 		free(c);
 		return -1;
 	}
 	r->calls++;
 	return 0;
+}
+
+static int
+send_request(rounds *r, int replica, int64_t round, const char *method,
+    const char *url, const char *body, size_t len, size_t max_body,
+    hc_done_fn done)
+{
+	return send_part(r, replica, replica, round, method, url, body, len,
+	    max_body, done, -1);
 }
 
 /* Decodes an update for the current round into slot replica; only
@@ -568,6 +596,7 @@ static void
 offer_later(rounds *r, int replica, const hc_result *res)
 {
 	double wait = r->behind_wait[replica] * 2;
+	int i;
 
 	if (wait == 0) {
 		log_ahead(r, replica, r->round, res);
@@ -578,6 +607,41 @@ offer_later(rounds *r, int replica, const hc_result *res)
 	r->behind_wait[replica] = wait;
 	r->push_at[replica] = now(r) + wait;
 	r->pushed[replica] = 0;
+	/* it holds none of our parts: all again, but those in flight */
+	for (i = 0; i < RP_MAX_PARTS; i++)
+		if (r->part_state[replica][i] != 1)
+			r->part_state[replica][i] = 0;
+}
+
+/* The answer to a part of our update: 202, or "have" (its answer was
+ * lost before), delivers it; any other failure sends that part again on
+ * the next tick, and a 400 (the receiver dropped what it had put
+ * together, its hash not matching) every part not in flight. */
+static void
+part_answered(rounds *r, const struct call *c, const hc_result *res)
+{
+	unsigned char *st = r->part_state[c->replica];
+	int i, all = 1;
+
+	if (res->status == 202 || res->status == 409)
+		st[c->part] = 2;
+	else {
+		st[c->part] = 0;
+		for (i = 0; res->status == 400 && i < r->nparts; i++)
+			if (st[i] == 2)
+				st[i] = 0;
+		log_debug("round %" PRId64 ": part %d of our update to %s: %s",
+		    c->round, c->part, peer_addr(r, c->replica), res->error ?
+		    res->error : res->body ? res->body : "refused");
+	}
+	for (i = 0; i < r->nparts; i++)
+		all &= st[i] == 2;
+	if (all && r->pushed[c->replica] != 2) {
+		r->pushed[c->replica] = 2;
+		log_info("round %" PRId64 ": sent our update to %s (%zu bytes in "
+		    "%d parts)", c->round, peer_addr(r, c->replica), r->mine_len,
+		    r->nparts);
+	}
 }
 
 static void
@@ -589,18 +653,31 @@ on_pushed(void *ctx, hc_result *res)
 	if (r == NULL)
 		return;
 	meter(r, c.replica, PEERS_KIND_UPDATE, res);
+	if (c.part >= 0 && r->round == c.round && r->mine != NULL &&
+	    (res->status != 409 || (res->header != NULL &&
+	    strcmp(res->header, ROUNDS_STATE_HAVE) == 0))) {
+		part_answered(r, &c, res);
+		return;
+	}
 	if (res->status == 409 && r->round == c.round) {
 		/* over there: it has moved on, we adopt its weights; behind:
 		 * it will catch up, so offer again */
 		if (res->header != NULL &&
 		    strcmp(res->header, ROUNDS_STATE_OVER) == 0) {
+			if (r->pushed[c.replica] == 2)
+				return;         /* another part said so */
 			log_ahead(r, c.replica, c.round, res);
 			catch_up(r, c.replica);
 			r->pushed[c.replica] = 2;
+		} else if (c.part >= 0 && now(r) < r->push_at[c.replica]) {
+			/* another part was told so first: one backoff */
+			r->part_state[c.replica][c.part] = 0;
 		} else {
+			if (c.part >= 0)
+				r->part_state[c.replica][c.part] = 0;
 			offer_later(r, c.replica, res);
 		}
-	} else if (res->status == 202) {
+	} else if (res->status == 202 && c.part < 0 && r->round == c.round) {
 		r->pushed[c.replica] = 2;
 		log_info("round %" PRId64 ": sent our update to %s (%zu bytes)",
 		    c.round, peer_addr(r, c.replica), c.sent);
@@ -692,12 +769,36 @@ on_commit(void *ctx, hc_result *res)
 		url_for(r, coordinator(r), url, sizeof(url),
 		    "/v1/blocks/%d/rounds/%" PRId64 "/updates/%d",
 		    r->cfg.block, r->round, k);
-		if (send_request(r, k, r->round, "GET", url, NULL, 0,
-		    pr_update_max_bytes(r->count), on_fetched) == 0)
+		/* from the coordinator, whose id is the one to pin */
+		if (send_part(r, coordinator(r), k, r->round, "GET", url, NULL,
+		    0, pr_update_max_bytes(r->count), on_fetched, -1) == 0)
 			r->fetching[k] = 1;
 	}
 	if (!missing)
 		apply(r, members);
+}
+
+/* Sends the parts of our update that replica k has not taken yet, each
+ * its own request: libcurl gives each a connection of its own. */
+static void
+push_parts(rounds *r, int k)
+{
+	char url[1024], q[256];
+	size_t off, len;
+	int i;
+
+	for (i = 0; i < r->nparts; i++) {
+		if (r->part_state[k][i] != 0)
+			continue;
+		rp_range(r->mine_len, r->nparts, i, &off, &len);
+		rp_query(q, sizeof(q), r->cfg.replica, i, r->nparts, off,
+		    r->mine_len, r->mine_sha256);
+		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
+		    "/updates?%s", r->cfg.block, r->round, q);
+		if (send_part(r, k, k, r->round, "POST", url, r->mine + off, len,
+		    1 << 16, on_pushed, i) == 0)
+			r->part_state[k][i] = 1;
+	}
 }
 
 /* Sends our update to every replica that has not taken it yet. */
@@ -709,8 +810,14 @@ push(rounds *r)
 	for (k = 0; k < r->cfg.replicas; k++) {
 		char url[1024];
 
-		if (k == r->cfg.replica || r->pushed[k] != 0 || r->mine == NULL ||
+		if (k == r->cfg.replica || r->pushed[k] == 2 || r->mine == NULL ||
 		    now(r) < r->push_at[k])
+			continue;
+		if (r->nparts > 1) {
+			push_parts(r, k);
+			continue;
+		}
+		if (r->pushed[k] != 0)
 			continue;
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates", r->cfg.block, r->round);
@@ -790,6 +897,12 @@ rounds_cron(rounds *r)
 	progress(r);
 }
 
+size_t
+rounds_assembling(const rounds *r)
+{
+	return r->asm_.held;
+}
+
 /* A replica told to copy another's weights asks for them now; 1 if it
  * could. */
 static int
@@ -858,6 +971,15 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	r->ready_at = now(r);
 	r->mine = buf;
 	r->mine_len = len;
+	r->nparts = rp_parts_for(len, r->cfg.streams, r->cfg.chunk ?
+	    r->cfg.chunk : RP_DEFAULT_CHUNK);
+	if (r->nparts > 1 && pr_ckpt_sha256_hex(buf, len, r->mine_sha256,
+	    err) != 0) {
+		log_warnx("round %" PRId64 ": %s; the update goes whole", round,
+		    err);
+		r->nparts = 1;
+	}
+	memset(r->part_state, 0, sizeof(r->part_state));
 	memset(r->pushed, 0, sizeof(r->pushed));
 	memset(r->push_at, 0, sizeof(r->push_at));
 	memset(r->behind_wait, 0, sizeof(r->behind_wait));
@@ -887,13 +1009,70 @@ sender_replica(const rounds *r, const uint8_t *id)
 	return peers_replica_index(r->cfg.peers, i);
 }
 
+/* A part of replica p->replica's update for the current round: put
+ * with the others, and once all are in, taken as a whole POST is. */
+static void
+handle_part(rounds *r, const hs_request *req, hs_response *res,
+    int64_t round, int sender, const rp_part *p)
+{
+	char err[KN_ERR_LEN], *whole;
+	size_t len;
+	int rep, rc;
+
+	if (p->replica >= r->cfg.replicas || p->replica == r->cfg.replica) {
+		hs_response_text(res, 400, "part refused: replica=%d is not "
+		    "another replica of block %d (it has %d)", p->replica,
+		    r->cfg.block, r->cfg.replicas);
+		return;
+	}
+	if (sender >= 0 && sender != p->replica) {
+		hs_response_text(res, 400, "part refused: it names replica %d, "
+		    "but its sender is replica %d", p->replica, sender);
+		return;
+	}
+	rc = rp_add(&r->asm_, p, req->body, req->body_len,
+	    pr_update_max_bytes(r->count), &whole, &len, err);
+	if (rc == RP_EHAVE) {
+		hs_response_text(res, 409, "%s", err);
+		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_HAVE);
+		return;
+	}
+	if (rc != 0) {
+		hs_response_text(res, rc == RP_ETOOLARGE ? 413 :
+		    hs_status_of_error(rc), "part refused: %s", err);
+		return;
+	}
+	if (r->round < 0)
+		r->round = round;       /* dropped when the round changes */
+	if (whole == NULL) {
+		hs_response_text(res, 202, "part %d of %d of replica %d's update "
+		    "for round %" PRId64 " received", p->part, p->parts,
+		    p->replica, round);
+		return;
+	}
+	rc = store_update(r, whole, len, round, p->replica, &rep, err);
+	free(whole);
+	if (rc != 0) {
+		hs_response_text(res, hs_status_of_error(rc), "update refused: "
+		    "%s", err);
+		return;
+	}
+	rp_done(&r->asm_, rep, p->sha256);
+	hs_response_text(res, 202, "update of replica %d for round %" PRId64
+	    " accepted", rep, round);
+	log_info("round %" PRId64 ": received the update of replica %d "
+	    "(%zu bytes in %d parts)", round, rep, len, p->parts);
+	progress(r);
+}
+
 static void
 handle_post_update(rounds *r, const hs_request *req, hs_response *res,
     int64_t round)
 {
 	int64_t current = current_round(r);
 	char err[KN_ERR_LEN];
-	int rep, rc, sender = -1;
+	int rep, rc, sender = -1, in_parts;
+	rp_part part;
 
 	if (strcmp(req->method, "POST") != 0) {
 		hs_response_header(res, "Allow", "POST");
@@ -904,6 +1083,10 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 	    req->peer_id)) < 0) {
 		hs_response_text(res, 403, "only the replicas of block %d send "
 		    "it updates", r->cfg.block);
+		return;
+	}
+	if ((in_parts = rp_parse(req, &part, err)) < 0) {
+		hs_response_text(res, 400, "part refused: %s", err);
 		return;
 	}
 	if (round < current || round <= r->committed_round) {
@@ -918,6 +1101,10 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 		    PRId64 "; it will catch up", current);
 		hs_response_header(res, ROUNDS_STATE_HEADER,
 		    ROUNDS_STATE_BEHIND);
+		return;
+	}
+	if (in_parts) {
+		handle_part(r, req, res, round, sender, &part);
 		return;
 	}
 	if ((rc = store_update(r, req->body, req->body_len, round, sender,

@@ -24,6 +24,9 @@
 #define ROUNDS_STATE_HEADER "X-Round-State"
 #define ROUNDS_STATE_OVER "over"
 #define ROUNDS_STATE_BEHIND "behind"
+/* ... and to a part of an update (update_streams): the receiver already
+ * holds that part; it counts as delivered */
+#define ROUNDS_STATE_HAVE "have"
 
 typedef struct rounds_ops {
 	/* monotonic seconds: deadlines and polls are measured with it */
@@ -57,6 +60,14 @@ typedef struct rounds_config {
 	double round_deadline;          /* seconds */
 	double outer_lr;
 	long peer_timeout_ms;
+	/* update_streams: our update goes to each replica as this many
+	 * parts on as many connections at once (0 or 1: one POST), none
+	 * smaller than chunk bytes (0: 1 MiB) */
+	int streams;
+	size_t chunk;
+	/* bytes of the others' updates being put together from parts, all
+	 * replicas together (0: four of the largest update) */
+	size_t max_assembly;
 	rounds_ops ops;
 	void *arg;
 } rounds_config;
@@ -83,6 +94,8 @@ void rounds_on_checkpoint(rounds *r, int64_t step, int64_t round,
  * answered, 0 if rest names nothing. */
 int rounds_handle(rounds *r, const hs_request *req, hs_response *res,
     int64_t round, const char *rest);
+/* Bytes of the others' updates being put together from parts now. */
+size_t rounds_assembling(const rounds *r);
 /* Housekeeping tick (the daemon's cron). */
 void rounds_cron(rounds *r);
 /* SIGHUP: whether a new peer list keeps the block's replicas, the same

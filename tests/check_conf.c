@@ -84,6 +84,17 @@ START_TEST(test_config)
 	ck_assert_int_eq(cf_load(&c, write_tmp("a3.conf",
 	    "update_compression = none\n"), err), 0);
 	ck_assert_str_eq(c.update_compression, "none");
+	/* parallel streams: one, whole updates, unless asked */
+	ck_assert_int_eq(c.update_streams, 1);
+	ck_assert_uint_eq(c.update_chunk, (size_t)1 << 20);
+	ck_assert_int_eq(cf_load(&c, write_tmp("a4.conf",
+	    "update_streams = 16\nupdate_chunk = 4096\n"), err), 0);
+	ck_assert_int_eq(c.update_streams, 16);
+	ck_assert_uint_eq(c.update_chunk, 4096);
+	ck_assert_int_eq(cf_load(&c, write_tmp("a5.conf",
+	    "update_chunk = 1G\nupdate_streams = 4\n"), err), 0);
+	ck_assert_uint_eq(c.update_chunk, (size_t)1 << 30);
+	ck_assert_int_eq(c.update_streams, 4);
 	ck_assert_int_ne(cf_load(&c, write_tmp("b.conf",
 	    "blok = 2\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "b.conf:1: unknown key 'blok'"));
@@ -189,6 +200,17 @@ START_TEST(test_range_errors)
 	    "r5.conf:2: update_compression: 'lz4' is not none or zstd");
 	refused("r6.conf", "update_compression = ZSTD\n",
 	    "r6.conf:1: update_compression: 'ZSTD' is not none or zstd");
+	refused("r7.conf", "update_streams = 17\n",
+	    "r7.conf:1: update_streams: 17 is out of range (need 1 <= "
+	    "update_streams <= 16)");
+	refused("r8.conf", "update_streams = 0\n", "r8.conf:1: update_streams");
+	refused("r9.conf", "\nupdate_chunk = 4095\n",
+	    "r9.conf:2: update_chunk: 4095 bytes is not from 4096 (4 KiB) to "
+	    "1073741824 (1G)");
+	refused("r10.conf", "update_chunk = 2G\n",
+	    "r10.conf:1: update_chunk: 2147483648 bytes is not from 4096");
+	refused("r11.conf", "update_chunk = 1K\n",
+	    "r11.conf:1: update_chunk: '1K' is not a size");
 	refused("r4.conf", "pipeline_max_frame = 0\n",
 	    "need 1 <= pipeline_max_frame <= 1024");
 	/* a struct filled in by flags is checked by the same rows */
@@ -197,6 +219,10 @@ START_TEST(test_range_errors)
 	c.block = 65;
 	ck_assert_int_ne(cf_validate(&c, err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "block: 65 is out of range"));
+	cf_defaults(&c);
+	c.update_chunk = 0;
+	ck_assert_int_ne(cf_validate(&c, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "update_chunk: 0 bytes is not"));
 }
 END_TEST
 
@@ -228,6 +254,8 @@ START_TEST(test_print_round_trip)
 	    "listen = 127.0.0.1:7300\nadvertise =\n"));
 	ck_assert_ptr_nonnull(strstr(printed, "\nmax_body = 0\n"));
 	ck_assert_ptr_nonnull(strstr(printed, "\npipeline_max_frame = 16\n"));
+	ck_assert_ptr_nonnull(strstr(printed, "\nupdate_streams = 1\n"
+	    "update_chunk = 1M\n"));
 	cf_defaults(&c);
 	ck_assert_int_eq(cf_load(&c, write_tmp("all.conf",
 	    "listen = [::1]:7301\nadvertise = gpu2.example.net:7301\n"
@@ -246,6 +274,11 @@ START_TEST(test_print_round_trip)
 	c.max_body = 12345;
 	reload_printed(&c, &d, printed, sizeof(printed));
 	ck_assert_uint_eq(d.max_body, 12345);
+	c.update_streams = 7;
+	c.update_chunk = 12345;
+	reload_printed(&c, &d, printed, sizeof(printed));
+	ck_assert_int_eq(d.update_streams, 7);
+	ck_assert_uint_eq(d.update_chunk, 12345);
 }
 END_TEST
 

@@ -286,6 +286,55 @@ START_TEST(test_replicas_identical)
 }
 END_TEST
 
+/* Lines of a daemon's log that hold both a and b. */
+static int
+log_lines(int i, const char *a, const char *b)
+{
+	char path[128], line[1024];
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/log%d", dir, i);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, a) != NULL && strstr(line, b) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* update_streams = 4: each update goes to the other replica as four
+ * parts (an update of this block is about 100 KB, chunks 4 KiB), and
+ * the replicas still hold the same checkpoint after every round. */
+START_TEST(test_replicas_streams)
+{
+	int block_of[2] = { 1, 1 }, i, r;
+	char h0[8][17] = { { 0 } }, h1[8][17] = { { 0 } };
+
+	write_spec(1, 100, 25, 5);
+	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
+	    "eval_windows = 64\ncheckpoint_every = 100\n"
+	    "peer_timeout_ms = 2000\nmetrics_listen = 127.0.0.1:0\n"
+	    "update_streams = 4\nupdate_chunk = 4096\n");
+	write_peers(2, block_of);
+	for (i = 0; i < 2; i++)
+		start(i, 1);
+	wait_done(2, 120);
+	ck_assert_int_eq(round_hashes(0, h0, 8), 4);
+	ck_assert_int_eq(round_hashes(1, h1, 8), 4);
+	for (r = 1; r <= 4; r++)
+		ck_assert_msg(h0[r][0] && strcmp(h0[r], h1[r]) == 0, "round %d: "
+		    "replicas differ (%s, %s)", r, h0[r], h1[r]);
+	/* the coordinator cannot close a round (before its deadline)
+	 * without replica 1's update, which comes only in parts; replica 1
+	 * may fetch replica 0's from the commit before its parts are in */
+	ck_assert_int_eq(log_lines(0, "received the update of replica 1",
+	    "in 4 parts)"), 4);
+	ck_assert_int_eq(log_lines(0, "deadline passed", ""), 0);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(stop(i), 0);
+}
+END_TEST
+
 static void
 check_state_dir(int i)
 {
@@ -954,6 +1003,7 @@ main(void)
 	tcase_add_test(tc, test_config_errors);
 	tcase_add_test(tc, test_three_blocks);
 	tcase_add_test(tc, test_replicas_identical);
+	tcase_add_test(tc, test_replicas_streams);
 	tcase_add_test(tc, test_kill_replica);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_long_peer_name);

@@ -5,8 +5,10 @@
  * a vector of weights here: an average is applied to it, a checkpoint is
  * its bytes.  Covers the coordinator's choice, a member missing the
  * deadline, catch-up, a split round and its healing, the status of an
- * update that cannot be stored for want of memory, and rounds in int8
- * (with and without zstd) with error feedback. */
+ * update that cannot be stored for want of memory, rounds in int8
+ * (with and without zstd) with error feedback, and updates sent in parts
+ * on parallel connections (update_streams) with the receiver's refusals
+ * of parts that do not fit. */
 #include "config.h"
 
 #include <check.h>
@@ -61,6 +63,9 @@ struct replica {
 	int commits, avg_commits, ckpt_commits, none_commits;
 	char journal[512];
 	uint64_t metered[NREP];         /* bytes, by replica of the peer */
+	int update_calls[NREP];         /* update exchanges metered, likewise */
+	int posts_from[NREP];           /* POSTs of updates it received */
+	int parts_from[NREP];           /* of them, parts */
 	int refuse_from[NREP];          /* a partition: 503 to these */
 };
 
@@ -71,6 +76,9 @@ static double skew;             /* the test's clock runs ahead by this */
 /* how the replicas send their updates: set by the fixture */
 static pr_encoding setup_enc = PR_ENC_F32;
 static pr_compression setup_comp = PR_COMP_NONE;
+static int setup_streams = 1;
+static size_t setup_chunk;
+static size_t setup_max_assembly;
 static int closed_count;
 
 static double
@@ -93,9 +101,9 @@ on_meter(void *arg, int peer, int kind, uint64_t in, uint64_t out)
 	struct replica *x = arg;
 	int k = replica_of_peer(x, peer);
 
-	(void)kind;
 	ck_assert_int_ge(k, 0);
 	x->metered[k] += in + out;
+	x->update_calls[k] += kind == PEERS_KIND_UPDATE;
 }
 
 static void
@@ -169,6 +177,11 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 	if (from >= 0 && x->refuse_from[from]) {
 		hs_response_text(res, 503, "partitioned");
 		return;
+	}
+	if (from >= 0 && strcmp(req->method, "POST") == 0 &&
+	    strstr(req->path, "/updates") != NULL) {
+		x->posts_from[from]++;
+		x->parts_from[from] += strstr(req->query, "parts=") != NULL;
 	}
 	if (strcmp(req->path, "/v1/blocks/1/checkpoint") == 0) {
 		char *body = malloc(CKPT_HEAD + sizeof(x->theta));
@@ -251,7 +264,7 @@ setup(void)
 	char ident[NREP][sizeof(dir) + 16], other[sizeof(dir) + 16];
 	int k, i;
 
-	log_init(1, 0, "check_rounds");
+	log_init(1, getenv("ROUNDS_DEBUG") != NULL, "check_rounds");
 	skew = 0;
 	closed_count = 0;
 	ck_assert_int_eq(uv_loop_init(&loop), 0);
@@ -298,6 +311,8 @@ setup(void)
 			.enc = setup_enc, .comp = setup_comp,
 			.round_deadline = DEADLINE,
 			.outer_lr = OUTER_LR, .peer_timeout_ms = 2000,
+			.streams = setup_streams, .chunk = setup_chunk,
+			.max_assembly = setup_max_assembly,
 			.ops = { fake_now, on_meter, on_journal, on_commit },
 			.arg = &rep[k],
 		};
@@ -416,6 +431,36 @@ assert_same_weights(int a, int b)
 	    sizeof(rep[a].theta)) == 0, "replicas %d and %d differ", a, b);
 }
 
+/* The requests each update took to each replica, as the fixture's
+ * update_streams and update_chunk should make them: an f32 update of
+ * COUNT floats is COUNT * 4 bytes and some, so chunks of 64 bytes give
+ * four parts, chunks of 1 MiB one. */
+static int
+parts_expected(void)
+{
+	if (setup_streams <= 1 || setup_chunk >= (size_t)1 << 20)
+		return 1;
+	ck_assert_uint_le(setup_chunk * (size_t)setup_streams, COUNT * 4);
+	return setup_streams;
+}
+
+/* Each replica sent each other one update in n requests and received
+ * as many; the sender metered each (and any fetch besides). */
+static void
+assert_requests(int n)
+{
+	int j, k;
+
+	for (j = 0; j < NREP; j++)
+		for (k = 0; k < NREP; k++) {
+			if (j == k)
+				continue;
+			ck_assert_int_eq(rep[k].posts_from[j], n);
+			ck_assert_int_eq(rep[k].parts_from[j], n > 1 ? n : 0);
+			ck_assert_int_ge(rep[j].update_calls[k], n);
+		}
+}
+
 START_TEST(test_all_members)
 {
 	float theta0[COUNT], want[COUNT];
@@ -436,6 +481,7 @@ START_TEST(test_all_members)
 	ck_assert_uint_gt(rep[0].metered[1], 0);
 	ck_assert_uint_gt(rep[0].metered[2], 0);
 	ck_assert_uint_gt(rep[2].metered[0], 0);
+	assert_requests(parts_expected());
 }
 END_TEST
 
@@ -459,6 +505,14 @@ START_TEST(test_coordinator_choice)
 }
 END_TEST
 
+/* Replica 0 has answered every request of replica 1's update (a slow
+ * machine may take longer than the half second waited first). */
+static int
+coordinator_has_1(void)
+{
+	return rep[1].update_calls[0] >= parts_expected();
+}
+
 static int
 is_active_round_over(void)
 {
@@ -477,6 +531,7 @@ START_TEST(test_deadline_and_catch_up)
 	run_for(0.5);
 	ck_assert_int_eq(rep[0].commits, 0);
 	ck_assert_int_eq(rep[1].commits, 0);
+	ck_assert(run_until(coordinator_has_1));
 	skew += DEADLINE + 1;
 	ck_assert(run_until(is_active_round_over));
 	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
@@ -563,6 +618,34 @@ START_TEST(test_split_and_heal)
 }
 END_TEST
 
+/* Replica 2 is left out of round 0 and is behind when the others send
+ * their updates for round 1 (409 behind, for every part); once it has
+ * caught up it takes part in round 1 like the others, fetching from the
+ * coordinator the updates that the round's end stopped on their way. */
+START_TEST(test_behind_then_member)
+{
+	send_update(0);
+	send_update(1);
+	ck_assert(run_until(coordinator_has_1));
+	skew += DEADLINE + 1;
+	ck_assert(run_until(is_active_round_over));
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
+	send_update(0);
+	send_update(1);
+	run_for(0.3);
+	ck_assert_int_eq(rep[0].commits, 1);
+	send_update(2);         /* round 0: over, it adopts the checkpoint */
+	wait_commits(1, 1, 1);
+	ck_assert_int_eq(rep[2].ckpt_commits, 1);
+	ck_assert_int_eq(rep[2].round, 1);
+	send_update(2);
+	wait_commits(2, 2, 2);
+	ck_assert_str_eq(rep[0].journal, "round 1 members 0x7 coordinator 0");
+	assert_same_weights(0, 1);
+	assert_same_weights(0, 2);
+}
+END_TEST
+
 struct answer {
 	int done;
 	long status;
@@ -591,41 +674,63 @@ answered(void)
 	return pending->done;
 }
 
+/* Replica k's update for round in f32 at step 10, encoded. */
+static char *
+encoded(int k, int64_t round, size_t *len)
+{
+	pr_update_meta meta = { 0 };
+	char err[KN_ERR_LEN], *buf;
+	float delta[COUNT];
+
+	update_of(k, round, delta);
+	snprintf(meta.run_id, sizeof(meta.run_id), RUN_ID);
+	meta.block = 1;
+	meta.round = round;
+	meta.replica = k;
+	meta.step = 10;
+	meta.enc = PR_ENC_F32;
+	meta.count = COUNT;
+	ck_assert_int_eq(pr_update_encode(&meta, delta, &buf, len, err), 0);
+	return buf;
+}
+
+/* POSTs len bytes to replica to's updates of round, with query q (""
+ * for none), over replica from's client (its TLS identity), and waits
+ * for the answer. */
+static void
+post_body(int from, int to, int64_t round, const char *q, const char *body,
+    size_t len, struct answer *a)
+{
+	hc_request_opts o = { 0 };
+	char url[512], err[KN_ERR_LEN];
+
+	snprintf(url, sizeof(url), "https://%s/v1/blocks/1/rounds/%" PRId64
+	    "/updates%s%s", rep[to].addr, round, q[0] ? "?" : "", q);
+	o.method = "POST";
+	o.url = url;
+	o.pin = tu_port_pin(rep[to].port);
+	o.content_type = "application/x-msgpack";
+	o.body = body;
+	o.body_len = len;
+	o.want_header = ROUNDS_STATE_HEADER;
+	memset(a, 0, sizeof(*a));
+	ck_assert_int_eq(hc_request(rep[from].client, &o, on_answer, a, err),
+	    0);
+	pending = a;
+	ck_assert(run_until(answered));
+}
+
 /* POSTs replica 0's encoded update for round to replica k, as a test
  * client would, and waits for the answer. */
 static void
 post_update(int k, int64_t round, struct answer *a)
 {
-	pr_update_meta meta = { 0 };
-	hc_request_opts o = { 0 };
-	char url[128], err[KN_ERR_LEN], *buf;
-	float delta[COUNT];
 	size_t len;
+	char *buf = encoded(0, round, &len);
 
-	update_of(0, round, delta);
-	snprintf(meta.run_id, sizeof(meta.run_id), RUN_ID);
-	meta.block = 1;
-	meta.round = round;
-	meta.replica = 0;
-	meta.step = 10;
-	meta.enc = PR_ENC_F32;
-	meta.count = COUNT;
-	ck_assert_int_eq(pr_update_encode(&meta, delta, &buf, &len, err), 0);
 	/* replica 0's update, from replica 0: only its own is taken */
-	snprintf(url, sizeof(url), "https://%s/v1/blocks/1/rounds/%" PRId64
-	    "/updates", rep[k].addr, round);
-	o.method = "POST";
-	o.url = url;
-	o.pin = tu_port_pin(rep[k].port);
-	o.content_type = "application/x-msgpack";
-	o.body = buf;
-	o.body_len = len;
-	o.want_header = ROUNDS_STATE_HEADER;
-	memset(a, 0, sizeof(*a));
-	ck_assert_int_eq(hc_request(rep[0].client, &o, on_answer, a, err), 0);
+	post_body(0, k, round, "", buf, len, a);
 	free(buf);
-	pending = a;
-	ck_assert(run_until(answered));
 }
 
 /* A 409 says in a header, for the sender's program, whether the round
@@ -674,30 +779,264 @@ START_TEST(test_out_of_memory_is_503)
 }
 END_TEST
 
+
+/* ---- updates in parts (update_streams) ---- */
+
+/* A part of an update, its query written here (not by rounds_parts.c),
+ * POSTed from replica from to replica 2 for round 0, unless round says
+ * otherwise. */
+struct part {
+	int from, replica, part, parts;
+	int64_t round;
+	size_t offset, total;
+	const char *sha256;
+};
+
+static void
+post_part(const struct part *p, const char *body, size_t len,
+    struct answer *a)
+{
+	char q[400];
+
+	snprintf(q, sizeof(q), "replica=%d&part=%d&parts=%d&offset=%zu&"
+	    "total=%zu%s%s", p->replica, p->part, p->parts, p->offset,
+	    p->total, p->sha256 ? "&sha256=" : "", p->sha256 ? p->sha256 : "");
+	post_body(p->from, 2, p->round, q, body, len, a);
+}
+
+/* The part is refused with status and a reason holding why, and replica
+ * 2 holds as many bytes in parts as before. */
+static void
+refused_part(const struct part *p, const char *body, size_t len,
+    long status, const char *why)
+{
+	size_t before = rounds_assembling(rep[2].r);
+	struct answer a;
+
+	post_part(p, body, len, &a);
+	ck_assert_msg(a.status == status && strstr(a.body, why) != NULL,
+	    "part %d at %zu of %zu: %ld %s, want %ld ...%s...", p->part,
+	    p->offset, p->total, a.status, a.body, status, why);
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), before);
+}
+
+static void
+accepted_part(const struct part *p, const char *body, size_t len,
+    const char *why)
+{
+	struct answer a;
+
+	post_part(p, body, len, &a);
+	ck_assert_msg(a.status == 202 && strstr(a.body, why) != NULL,
+	    "part %d: %ld %s", p->part, a.status, a.body);
+}
+
+/* Replica 2 refuses every part that does not fit, each with its reason
+ * and nothing changed; puts replica 0's update together from the parts
+ * that do; and drops an assembly left incomplete when the round ends.
+ * The round then averages as it would have with whole updates. */
+START_TEST(test_malformed_parts)
+{
+	float theta0[COUNT], want[COUNT];
+	char sha[65], zero[65], err[KN_ERR_LEN], *u, *u1, *flipped;
+	size_t len, len1, h;
+	struct answer a;
+	struct part p;
+
+	memcpy(theta0, rep[2].theta, sizeof(theta0));
+	u = encoded(0, 0, &len);
+	ck_assert_int_eq(pr_ckpt_sha256_hex(u, len, sha, err), 0);
+	memset(zero, '0', 64);
+	zero[64] = '\0';
+	h = len / 2;
+	p = (struct part){ 0, 0, 0, 2, 0, 0, len, sha };
+
+	/* named badly: nothing is kept */
+	p.parts = 1;
+	refused_part(&p, u, h, 400, "parts=1: an update in parts has 2 to 16");
+	p.parts = 17;
+	refused_part(&p, u, h, 400, "parts=17 is not a number from 0 to 16");
+	p.parts = 2;
+	p.part = 2;
+	refused_part(&p, u, h, 400, "part=2 of parts=2");
+	p.part = 0;
+	p.sha256 = NULL;
+	refused_part(&p, u, h, 400, "sha256= once");
+	p.sha256 = sha;
+	p.offset = len - 1;
+	refused_part(&p, u, h, 400, "does not fit in total=");
+	p.offset = 0;
+	p.replica = 1;          /* from replica 0 */
+	refused_part(&p, u, h, 400, "it names replica 1, but its sender is "
+	    "replica 0");
+	p.replica = 2;
+	refused_part(&p, u, h, 400, "replica=2 is not another replica");
+	p.replica = 0;
+	p.total = (size_t)1 << 40;
+	refused_part(&p, u, h, 413, "larger than the largest one here");
+	p.total = len;
+	p.round = 5;
+	refused_part(&p, u, h, 409, "behind");
+	p.round = 0;
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), 0);
+
+	/* every byte in, but not the bytes the hash names: dropped */
+	p.sha256 = zero;
+	accepted_part(&p, u, h, "part 0 of 2 of replica 0's update");
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), len);
+	p.part = 1;
+	p.offset = h;
+	post_part(&p, u + h, len - h, &a);
+	ck_assert_int_eq(a.status, 400);
+	ck_assert_msg(strstr(a.body, "not the sha256=0000000000000000") !=
+	    NULL, "%s", a.body);
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), 0);
+
+	/* the real one: part 0, then whatever does not fit beside it */
+	p.sha256 = sha;
+	p.part = 0;
+	p.offset = 0;
+	accepted_part(&p, u, h, "part 0 of 2");
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), len);
+	post_part(&p, u, h, &a);        /* again: its answer was lost */
+	ck_assert_int_eq(a.status, 409);
+	ck_assert_str_eq(a.state, ROUNDS_STATE_HAVE);
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), len);
+	flipped = malloc(h);
+	memcpy(flipped, u, h);
+	flipped[h - 1] ^= 1;
+	refused_part(&p, flipped, h, 400, "part 0 of 2 came before with other "
+	    "bytes");
+	free(flipped);
+	p.part = 1;
+	p.offset = h;
+	p.total = len + 1;
+	refused_part(&p, u + h, len - h, 400, "but the parts before said");
+	p.total = len;
+	p.sha256 = zero;
+	refused_part(&p, u + h, len - h, 400, "sha256=0000000000000000..., "
+	    "but the parts before said");
+	p.sha256 = sha;
+	p.parts = 3;
+	refused_part(&p, u + h, len - h, 400, "parts=3, but the parts before "
+	    "said 2");
+	p.parts = 2;
+	p.offset = h - 1;
+	refused_part(&p, u + h - 1, len - h + 1, 400, "overlap part 0");
+	p.offset = h;
+	accepted_part(&p, u + h, len - h, "update of replica 0 for round 0 "
+	    "accepted");
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), 0);
+	post_part(&p, u + h, len - h, &a);
+	ck_assert_int_eq(a.status, 409);
+	ck_assert_str_eq(a.state, ROUNDS_STATE_HAVE);
+
+	/* replica 1 starts one and never finishes it */
+	u1 = encoded(1, 0, &len1);
+	ck_assert_int_eq(pr_ckpt_sha256_hex(u1, len1, sha, err), 0);
+	p = (struct part){ 1, 1, 0, 2, 0, 0, len1, sha };
+	accepted_part(&p, u1, len1 / 2, "part 0 of 2 of replica 1's update");
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), len1);
+
+	/* the round, with whole updates: the same outcome, and nothing in
+	 * parts left behind */
+	send_update(0);
+	send_update(1);
+	send_update(2);
+	wait_commits(1, 1, 1);
+	expected_after(theta0, 7, 0, want);
+	ck_assert(memcmp(rep[2].theta, want, sizeof(want)) == 0);
+	assert_same_weights(0, 2);
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), 0);
+	p = (struct part){ 0, 0, 1, 2, 0, h, len, sha };
+	refused_part(&p, u + h, len - h, 409, "round 0 is over");
+	free(u);
+	free(u1);
+}
+END_TEST
+
+/* The bytes being put together are bounded for all replicas together:
+ * a part that would start one beyond it is 503 (try again). */
+START_TEST(test_assembly_budget)
+{
+	rounds_config rc = {
+		.loop = &loop, .client = rep[2].client, .peers = &rep[2].peers,
+		.block = 1, .replica = 2, .replicas = NREP,
+		.run_id = RUN_ID, .advertise = rep[2].addr, .count = COUNT,
+		.enc = PR_ENC_F32, .round_deadline = DEADLINE,
+		.outer_lr = OUTER_LR, .peer_timeout_ms = 2000,
+		.ops = { fake_now, on_meter, on_journal, on_commit },
+		.arg = &rep[2],
+	};
+	char err[KN_ERR_LEN], sha0[65], sha1[65], *u0, *u1;
+	size_t len0, len1;
+	struct part p;
+
+	u0 = encoded(0, 0, &len0);
+	u1 = encoded(1, 0, &len1);
+	ck_assert_int_eq(pr_ckpt_sha256_hex(u0, len0, sha0, err), 0);
+	ck_assert_int_eq(pr_ckpt_sha256_hex(u1, len1, sha1, err), 0);
+	rc.max_assembly = len0 + len1 - 1;
+	rounds_free(rep[2].r);
+	ck_assert_int_eq(rounds_new(&rep[2].r, &rc, err), 0);
+	p = (struct part){ 0, 0, 0, 2, 0, 0, len0, sha0 };
+	accepted_part(&p, u0, len0 / 2, "part 0 of 2");
+	p = (struct part){ 1, 1, 0, 2, 0, 0, len1, sha1 };
+	refused_part(&p, u1, len1 / 2, 503, "pass the");
+	ck_assert_uint_eq(rounds_assembling(rep[2].r), len0);
+	free(u0);
+	free(u1);
+}
+END_TEST
+
 /* ---- lossy encodings and error feedback ---- */
+
+static void
+setup_with(pr_encoding enc, pr_compression comp, int streams, size_t chunk)
+{
+	setup_enc = enc;
+	setup_comp = comp;
+	setup_streams = streams;
+	setup_chunk = chunk;
+	setup();
+}
 
 static void
 setup_f32(void)
 {
-	setup_enc = PR_ENC_F32;
-	setup_comp = PR_COMP_NONE;
-	setup();
+	setup_with(PR_ENC_F32, PR_COMP_NONE, 1, 0);
+}
+
+/* four parts of an update of COUNT floats */
+static void
+setup_streams4(void)
+{
+	setup_with(PR_ENC_F32, PR_COMP_NONE, 4, 64);
+}
+
+/* four streams, but an update smaller than one chunk goes whole */
+static void
+setup_one_chunk(void)
+{
+	setup_with(PR_ENC_F32, PR_COMP_NONE, 4, (size_t)1 << 20);
 }
 
 static void
 setup_int8(void)
 {
-	setup_enc = PR_ENC_INT8;
-	setup_comp = PR_COMP_NONE;
-	setup();
+	setup_with(PR_ENC_INT8, PR_COMP_NONE, 1, 0);
 }
 
 static void
 setup_int8_zstd(void)
 {
-	setup_enc = PR_ENC_INT8;
-	setup_comp = PR_COMP_ZSTD;
-	setup();
+	setup_with(PR_ENC_INT8, PR_COMP_ZSTD, 1, 0);
+}
+
+static void
+setup_int8_streams(void)
+{
+	setup_with(PR_ENC_INT8, PR_COMP_NONE, 3, 24);
 }
 
 /* What a replica's update becomes on the wire: decode(encode(sent)) in
@@ -822,6 +1161,9 @@ main(void)
 	TCase *tc = tcase_create("rounds");
 	TCase *int8 = tcase_create("int8");
 	TCase *int8_zstd = tcase_create("int8_zstd");
+	TCase *streams = tcase_create("streams");
+	TCase *one_chunk = tcase_create("one_chunk");
+	TCase *int8_streams = tcase_create("int8_streams");
 
 	tcase_add_checked_fixture(tc, setup_f32, teardown);
 	tcase_set_timeout(tc, 60);
@@ -831,7 +1173,26 @@ main(void)
 	tcase_add_test(tc, test_split_and_heal);
 	tcase_add_test(tc, test_conflict_kinds);
 	tcase_add_test(tc, test_out_of_memory_is_503);
+	tcase_add_test(tc, test_malformed_parts);
+	tcase_add_test(tc, test_behind_then_member);
+	tcase_add_test(tc, test_assembly_budget);
 	suite_add_tcase(s, tc);
+	/* the same rounds with updates in parts end on the same weights */
+	tcase_add_checked_fixture(streams, setup_streams4, teardown);
+	tcase_set_timeout(streams, 60);
+	tcase_add_test(streams, test_all_members);
+	tcase_add_test(streams, test_deadline_and_catch_up);
+	tcase_add_test(streams, test_split_and_heal);
+	tcase_add_test(streams, test_behind_then_member);
+	suite_add_tcase(s, streams);
+	tcase_add_checked_fixture(one_chunk, setup_one_chunk, teardown);
+	tcase_set_timeout(one_chunk, 60);
+	tcase_add_test(one_chunk, test_all_members);
+	suite_add_tcase(s, one_chunk);
+	tcase_add_checked_fixture(int8_streams, setup_int8_streams, teardown);
+	tcase_set_timeout(int8_streams, 60);
+	tcase_add_test(int8_streams, test_lossy_rounds);
+	suite_add_tcase(s, int8_streams);
 	tcase_add_checked_fixture(int8, setup_int8, teardown);
 	tcase_set_timeout(int8, 60);
 	tcase_add_test(int8, test_lossy_rounds);
