@@ -990,11 +990,18 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	progress(r);
 }
 
-/* The round a replica stands at: the one it gathers, else the trainer's. */
+/* The round a replica stands at: the one it gathers, else the trainer's,
+ * or the one after the last commit when that is later (with overlapped
+ * rounds the published checkpoint is a round behind, and an early update
+ * for the next round is not "behind") */
 static int64_t
 current_round(const rounds *r)
 {
-	return r->round >= 0 ? r->round : r->ckpt_round;
+	int64_t next = r->committed_round + 1;
+
+	if (r->round >= 0)
+		return r->round;
+	return r->ckpt_round > next ? r->ckpt_round : next;
 }
 
 /* The replica index of the peer whose id is id among our block's, or
