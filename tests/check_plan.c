@@ -500,17 +500,17 @@ END_TEST
  * the table; a row the table does not show is refused. */
 START_TEST(test_written_pick)
 {
-	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
-	const pl_candidate *c;
-	pl_topology t;
-	pl_options o;
-	pl_plan plan;
-	peers_list pl;
-	pr_spec s, back;
-	json_t *j;
-	json_error_t jerr;
 	char *text = full_topology(5);
 	int b, r, i, k;
+	pr_spec s, back;
+	json_error_t jerr;
+	json_t *j;
+	peers_list pl;
+	pl_plan plan;
+	pl_options o;
+	pl_topology t;
+	const pl_candidate *c;
+	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
 
 	spec_of(&s, 2, 2, 400, 20);
 	ck_assert_msg(pl_topology_parse(&t, text, strlen(text), "t.json",
