@@ -393,10 +393,10 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 			rc = 1;
 		} else {
 			printf("\nwrote %s/spec.conf, peers, %sconf/ and "
-			    "plan.json (%s)\n", a.out, c->ring[0] >= 0 ?
+			    "plan.json (%s, row %d)\n", a.out, c->ring[0] >= 0 ?
 			    "pipeline, " : "", pick == 0 ? "the default "
 			    "configuration" : pick == plan.chosen + 1 ?
-			    "the first choice" : "--pick");
+			    "the first choice" : "--pick", pick);
 		}
 	}
 	pl_plan_free(&plan);
