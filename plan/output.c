@@ -247,7 +247,7 @@ close_out(FILE *f, const char *path, char *err)
 
 static int
 write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
-    char *err)
+    const char *what, char *err)
 {
 	char path[PR_PATH_LEN];
 	pr_spec out;
@@ -258,7 +258,7 @@ write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
 		return rc;
 	if ((f = open_out(dir, "spec.conf", path, sizeof(path), err)) == NULL)
 		return KN_EIO;
-	fprintf(f, "# written by shardmeter plan: the first choice\n");
+	fprintf(f, "# written by shardmeter plan: %s\n", what);
 	pr_spec_print(f, &out);
 	return close_out(f, path, err);
 }
@@ -371,12 +371,15 @@ write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
 
 static int
 write_json(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, char *err)
+    const pl_options *o, const pl_plan *plan, int pick, char *err)
 {
 	char path[PR_PATH_LEN];
 	json_t *j = pl_plan_json(t, s, o, plan);
 	int rc;
 
+	/* which row the other files run, when not the first choice */
+	if (pick != plan->chosen + 1)
+		json_object_set_new(j, "written", json_integer(pick));
 	snprintf(path, sizeof(path), "%s/plan.json", dir);
 	rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS |
 	    JSON_REAL_PRECISION(10));
@@ -386,19 +389,38 @@ write_json(const char *dir, const topo_topology *t, const pr_spec *s,
 }
 
 int
-pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, char *err)
+pl_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pl_options *o, const pl_plan *plan, int pick, char *err)
 {
-	const pl_candidate *c = &plan->v[plan->chosen].c;
+	const pl_candidate *c;
+	char what[64];
 	int rc;
 
+	if (pick < 0 || pick > plan->nall || (pick > plan->n &&
+	    pick != plan->chosen + 1))
+		return kn_error(err, KN_EINVAL, "no candidate of rank %d (the "
+		    "table has %d)", pick, plan->n);
+	c = pick == 0 ? &plan->def.c : &plan->v[pick - 1].c;
+	if (pick == 0)
+		snprintf(what, sizeof(what), "the default configuration");
+	else if (pick == plan->chosen + 1)
+		snprintf(what, sizeof(what), "the first choice");
+	else
+		snprintf(what, sizeof(what), "the candidate of rank %d", pick);
 	if (mkdir(dir, 0777) != 0 && errno != EEXIST)
 		return kn_error(err, KN_EIO, "cannot make %.200s: %s", dir,
 		    strerror(errno));
-	if ((rc = write_spec(dir, s, c, err)) != 0 ||
+	if ((rc = write_spec(dir, s, c, what, err)) != 0 ||
 	    (rc = write_peers(dir, t, c, err)) != 0 ||
 	    (c->ring[0] >= 0 && (rc = write_pipeline(dir, t, c, err)) != 0) ||
 	    (rc = write_confs(dir, t, c, err)) != 0)
 		return rc;
-	return write_json(dir, t, s, o, plan, err);
+	return write_json(dir, t, s, o, plan, pick, err);
+}
+
+int
+pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pl_options *o, const pl_plan *plan, char *err)
+{
+	return pl_write_pick(dir, t, s, o, plan, plan->chosen + 1, err);
 }

@@ -50,5 +50,10 @@ json_t *pl_plan_json(const topo_topology *t, const pr_spec *s,
  * or a negative KN_E* code with the path at fault in err. */
 int pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, char *err);
+/* The same for another row: pick 0 the default configuration (plan->def),
+ * K the K-th of the ranked table (plan->v[K - 1]); plan.json then says
+ * "written": K.  KN_EINVAL for a row the table does not show. */
+int pl_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pl_options *o, const pl_plan *plan, int pick, char *err);
 
 #endif

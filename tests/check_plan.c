@@ -575,6 +575,78 @@ START_TEST(test_written_plan_loads)
 }
 END_TEST
 
+/* --pick: the default configuration (hosts in list order, one replica,
+ * the spec's H and steps) and a lower row are written as they are in
+ * the table; a row the table does not show is refused. */
+START_TEST(test_written_pick)
+{
+	char *text = full_topology(5);
+	int b, r, i, k;
+	pr_spec s, back;
+	json_error_t jerr;
+	json_t *j;
+	peers_list pl;
+	pl_plan plan;
+	pl_options o;
+	topo_topology t;
+	const pl_candidate *c;
+	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
+
+	spec_of(&s, 2, 2, 400, 20);
+	ck_assert_msg(topo_parse(&t, text, strlen(text), "t.json",
+	    err) == 0, "%s", err);
+	free(text);
+	pl_options_defaults(&o);
+	plan_of(&t, &s, &o, &plan);
+	ck_assert_int_ge(plan.n, 2);
+	tu_temp_dir(dir, sizeof(dir), "check_plan");
+	for (k = 0; k <= 2; k++) {
+		c = k == 0 ? &plan.def.c : &plan.v[k - 1].c;
+		ck_assert_msg(pl_write_pick(dir, &t, &s, &o, &plan, k, err) == 0,
+		    "%s", err);
+		snprintf(path, sizeof(path), "%s/spec.conf", dir);
+		ck_assert_msg(pr_spec_load(&back, path, err) == 0, "%s", err);
+		ck_assert_int_eq(back.replicas, c->nrep[0]);
+		ck_assert_int_eq(back.steps, c->steps);
+		ck_assert_int_eq(back.local_steps, c->local_steps);
+		if (k == 0) {
+			ck_assert_int_eq(back.replicas, 1);
+			ck_assert_int_eq(back.steps, 400);
+			ck_assert_int_eq(back.local_steps, 20);
+		}
+		snprintf(path, sizeof(path), "%s/peers", dir);
+		ck_assert_msg(peers_load(&pl, path, err) == 0, "%s", err);
+		ck_assert_int_eq(pl.n, 2 * c->nrep[0]);
+		for (b = 0; b < 2; b++)
+			for (r = 0; r < c->nrep[b]; r++) {
+				/* the default: block b on host b, in list order */
+				ck_assert(k != 0 || c->host[b][r] == b);
+				pl_host_addr(&t, c->host[b][r], addr, sizeof(addr));
+				i = peers_find(&pl, addr);
+				ck_assert_int_ge(i, 0);
+				ck_assert_int_eq(pl.v[i].block, b + 1);
+			}
+		peers_free(&pl);
+		snprintf(path, sizeof(path), "%s/plan.json", dir);
+		j = json_load_file(path, 0, &jerr);
+		ck_assert_ptr_nonnull(j);
+		if (k == plan.chosen + 1)
+			ck_assert_ptr_null(json_object_get(j, "written"));
+		else
+			ck_assert_int_eq(json_integer_value(json_object_get(j,
+			    "written")), k);
+		json_decref(j);
+	}
+	ck_assert_int_eq(pl_write_pick(dir, &t, &s, &o, &plan, plan.nall + 1,
+	    err), KN_EINVAL);
+	ck_assert_int_eq(pl_write_pick(dir, &t, &s, &o, &plan, -1, err),
+	    KN_EINVAL);
+	tu_remove_dir(dir);
+	pl_plan_free(&plan);
+	topo_free(&t);
+}
+END_TEST
+
 static char *
 replaced(const char *text, const char *from, const char *to)
 {
@@ -731,6 +803,7 @@ main(void)
 	tcase_add_test(tc, test_written_plan_loads);
 	tcase_add_test(tc, test_written_confs_load);
 	tcase_add_test(tc, test_more_blocks_than_hosts);
+	tcase_add_test(tc, test_written_pick);
 	tcase_add_test(tc, test_command);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

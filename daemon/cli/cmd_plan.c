@@ -17,7 +17,7 @@
 
 struct plan_args {
 	const char *topology, *spec, *out;
-	int top, all_options;
+	int top, all_options, pick;     /* pick -1: the first choice */
 	pl_options o;
 	pl_model m;
 };
@@ -109,6 +109,7 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		{ "zstd-ratio", required_argument, NULL, 'z' },
 		{ "max-streams", required_argument, NULL, 'k' },
 		{ "all-options", no_argument, NULL, 'A' },
+		{ "pick", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -173,12 +174,21 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		case 'A':
 			a->all_options = 1;
 			break;
+		case 'p':
+			if (cli_parse_int("plan", "pick", optarg, 0, 1000,
+			    &a->pick) != 0)
+				return 2;
+			break;
 		case 'h':
 			return cli_help(self);
 		default:
 			fprintf(stderr, "%s", self->usage);
 			return 2;
 		}
+	}
+	if (a->pick >= 0 && a->out == NULL) {
+		fprintf(stderr, "shardmeter plan: --pick needs --out DIR\n");
+		return 2;
 	}
 	if (optind < argc || a->topology == NULL || a->spec == NULL) {
 		fprintf(stderr, "shardmeter plan: %s\n%s", optind < argc ?
@@ -340,7 +350,7 @@ print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
 static int
 cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 {
-	struct plan_args a = { .top = 5 };
+	struct plan_args a = { .top = 5, .pick = -1 };
 	char err[KN_ERR_LEN];
 	topo_topology t;
 	pl_plan plan;
@@ -371,13 +381,20 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 	print_plan(&t, &s, &a, &plan, kn_now() - t0);
 	rc = 0;
 	if (a.out != NULL) {
-		if (pl_write(a.out, &t, &s, &a.o, &plan, err) != 0) {
-			fprintf(stderr, "shardmeter plan: %s\n", err);
+		int pick = a.pick >= 0 ? a.pick : plan.chosen + 1;
+		const pl_candidate *c = pick == 0 ? &plan.def.c :
+		    pick <= plan.nall ? &plan.v[pick - 1].c : NULL;
+
+		if (pl_write_pick(a.out, &t, &s, &a.o, &plan, pick, err) != 0) {
+			fprintf(stderr, "shardmeter plan: --pick %d: %s\n", pick,
+			    err);
 			rc = 1;
 		} else {
 			printf("\nwrote %s/spec.conf, peers, %sconf/ and "
-			    "plan.json\n", a.out, plan.v[plan.chosen].c.ring[0]
-			    >= 0 ? "pipeline, " : "");
+			    "plan.json (%s, row %d)\n", a.out, c->ring[0] >= 0 ?
+			    "pipeline, " : "", pick == 0 ? "the default "
+			    "configuration" : pick == plan.chosen + 1 ?
+			    "the first choice" : "--pick", pick);
 		}
 	}
 	pl_plan_free(&plan);
@@ -392,6 +409,7 @@ const struct cmd_entry cmd_plan_entry = {
 	    "    [--goal train|serve|both] [--top N] [--out DIR]\n"
 	    "    [--replicas R | --max-replicas R] [--local-steps H,H,...]\n"
 	    "    [--zstd-ratio ENC=RATIO] [--max-streams K] [--all-options]\n"
+	    "    [--pick K]\n"
 	    "Predicts, for the hosts and links of the topology file (from "
 	    "'shardmeter probe'\nor written by hand), how the run spec would "
 	    "train and serve under each\ncandidate: which hosts train which "
@@ -410,6 +428,8 @@ const struct cmd_entry cmd_plan_entry = {
 	    "  --zstd-ratio compressed/raw size of an encoding under zstd "
 	    "(default 1)\n"
 	    "  --all-options  also try the options this build's daemon has no "
-	    "key for\n",
+	    "key for\n"
+	    "  --pick K     with --out, write row K of the table instead of the "
+	    "first\n               choice (0: the default configuration)\n",
 	.exec = cmd_plan_exec
 };

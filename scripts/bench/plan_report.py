@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+# The measuring half of scripts/bench/plan: `poll` watches one
+# configuration's daemons over mutual TLS (their /v1/status) until every
+# one is done, keeping when each step and state was first seen; `report`
+# sets each run's measurements beside the plan's predictions (plan.json).
+import http.client
+import json
+import math
+import os
+import ssl
+import statistics
+import sys
+import time
+
+
+def connect(addr, ident):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    # the testbed's own daemons: their ids are in the peer list the bench
+    # wrote, and nothing but this machine can reach the namespaces
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(ident + "/cert.pem", ident + "/key.pem")
+    host, port = addr.rsplit(":", 1)
+    return http.client.HTTPSConnection(host, int(port), context=ctx,
+                                       timeout=5)
+
+
+def status(conns, addr, ident):
+    for attempt in (0, 1):
+        try:
+            if addr not in conns:
+                conns[addr] = connect(addr, ident)
+            conns[addr].request("GET", "/v1/status")
+            r = conns[addr].getresponse()
+            body = r.read()
+            if r.status == 200:
+                return json.loads(body)
+        except (OSError, http.client.HTTPException, ValueError):
+            pass
+        conns.pop(addr, None)
+    return None
+
+
+def poll(peers, ident, out, limit):
+    """Polls every 0.2 s; writes out (JSON): per daemon the first time each
+    step was seen, when training started and ended, and its last status."""
+    addrs = [l.split()[0] for l in open(peers)
+             if l.strip() and not l.startswith(("#", "client "))]
+    conns, seen = {}, {a: {"steps": {}, "start": None, "done": None,
+                           "last": None, "error": None} for a in addrs}
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        for a in addrs:
+            s = seen[a]
+            if s["done"] is not None:
+                continue
+            st = status(conns, a, ident)
+            now = time.time()
+            if st is None:
+                continue
+            s["last"] = st
+            step, state = st.get("step", 0), st.get("state", "")
+            if state == "error":
+                s["error"] = st.get("error", "error")
+                s["done"] = now
+            if s["start"] is None and state in ("training", "round"):
+                s["start"] = now
+            s["steps"].setdefault(str(step), now)
+            if state == "done":
+                s["done"] = now
+        if all(seen[a]["done"] is not None for a in addrs):
+            break
+        time.sleep(0.2)
+    # the final counters, once every daemon is done
+    for a in addrs:
+        st = status(conns, a, ident)
+        if st is not None:
+            seen[a]["last"] = st
+    json.dump({"poll_s": 0.2, "daemons": seen}, open(out, "w"))
+    return 0 if all(seen[a]["done"] and not seen[a]["error"]
+                    for a in addrs) else 1
+
+
+def rel_err(pred, meas):
+    return abs(pred - meas) / meas if meas > 0 else float("nan")
+
+
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = math.sqrt(sum((x - ma) ** 2 for x in ra) *
+                    sum((y - mb) ** 2 for y in rb))
+    return num / den if den > 0 else float("nan")
+
+
+def measure(cfg):
+    """One configuration's measurements from its poll and peer list."""
+    spec = {}
+    sec = ""
+    for line in open(cfg + "/spec.conf"):
+        line = line.split("#")[0].strip()
+        if line.startswith("["):
+            sec = line.strip("[]").strip()
+        elif "=" in line:
+            k, v = (x.strip() for x in line.split("=", 1))
+            spec[sec + "." + k] = v
+    steps, H = int(spec["optim.steps"]), int(spec["sync.local_steps"])
+    pos = int(spec["optim.batch"]) * int(spec["model.window"])
+    poll = json.load(open(cfg + "/poll.json"))["daemons"]
+    blocks = {}
+    for l in open(cfg + "/peers"):
+        f = l.split()
+        if len(f) >= 2 and not l.startswith(("#", "client ")):
+            blocks.setdefault(int(f[1]), []).append(f[0])
+    m = {"blocks": {}, "links": {}}
+    for b, addrs in sorted(blocks.items()):
+        ds = [poll[a] for a in addrs]
+        if any(d["start"] is None or d["done"] is None or d["error"]
+               for d in ds):
+            return None
+        start = min(d["start"] for d in ds)
+        done = max(d["done"] for d in ds)
+        # round k ends when every replica has gone past step k * H (the
+        # last when the block is done); the first includes start-up
+        ends = [start]
+        for k in range(1, steps // H + 1):
+            if k * H >= steps:
+                ends.append(done)
+                continue
+            ts = []
+            for d in ds:
+                t = [v for s, v in d["steps"].items() if int(s) > k * H]
+                ts.append(min(t) if t else done)
+            ends.append(max(ts))
+        periods = [y - x for x, y in zip(ends, ends[1:])]
+        rs = statistics.median(periods[1:] if len(periods) > 1 else periods)
+        m["blocks"][b] = {"train_s": done - start, "round_s": rs,
+                          "positions": steps * len(addrs) * pos,
+                          "hosts": addrs}
+    m["train_s"] = max(v["train_s"] for v in m["blocks"].values())
+    m["positions_per_s"] = sum(v["positions"] / v["train_s"]
+                               for v in m["blocks"].values())
+    for a, d in poll.items():
+        for p in (d["last"] or {}).get("peers", []):
+            if p.get("self"):
+                continue
+            n = p["bytes"]["out"].get("update", 0)
+            if n:
+                m["links"][(a, p["addr"])] = n
+    return m
+
+
+def predicted(cfg):
+    j = json.load(open(cfg + "/plan.json"))
+    k = j.get("written", j["chosen"])
+    if k == 0:
+        return j["default"], 0
+    for c in j["candidates"]:
+        if c["rank"] == k:
+            return c, k
+    raise SystemExit("plan.json of %s has no row %d" % (cfg, k))
+
+
+def name_map(topology):
+    t = json.load(open(topology))
+    return {h["name"]: h.get("address", h["name"]) for h in t["hosts"]}
+
+
+def report(out, names, skipped):
+    addr = name_map(out + "/topology.json")
+    rows, errs = [], []
+    print("\n%-8s %-32s %10s %10s %6s %9s %9s %6s %11s %11s %6s"
+          " %12s %12s %6s" % ("config", "options", "pred time", "meas time",
+                              "err", "pred rnd", "meas rnd", "err",
+                              "pred pos/s", "meas pos/s", "err",
+                              "pred bytes", "meas bytes", "err"))
+    for name in names:
+        cfg = out + "/" + name
+        p, k = predicted(cfg)
+        m = measure(cfg) if os.path.exists(cfg + "/poll.json") else None
+        o = p["options"]
+        opts = "R%d H%d %s%s st%d %s" % (
+            o["replicas"], o["local_steps"], o["encoding"],
+            "+zstd" if o["zstd"] else "", o["streams"],
+            "ovl" if o["overlap"] else "blk")
+        if m is None:
+            print("%-8s %-32s %10.1f %10s   (no measurement: see %s/log.*)"
+                  % (name, opts, p["train_s"], "-", cfg))
+            continue
+        slow = p["slowest_block"]
+        pr = p["blocks"][slow - 1]["round_s"]
+        mr = m["blocks"][slow]["round_s"]
+        # a link carries its block's updates for that block's time
+        blk_s = {}
+        for bp in p["blocks"]:
+            for h in bp["hosts"]:
+                blk_s[h] = bp["train_s"]
+        pb = sum(l["bytes_per_hour"] * blk_s[l["from"]] / 3600
+                 for l in p["links"])
+        mb = sum(m["links"].values())
+        e = [rel_err(p["train_s"], m["train_s"]), rel_err(pr, mr),
+             rel_err(p["positions_per_s"], m["positions_per_s"])]
+        eb = rel_err(pb, mb) if mb > 0 or pb > 0 else None
+        if pb == 0 and mb == 0:
+            eb = None
+        elif mb == 0:
+            eb = float("inf")
+        errs += e + ([eb] if eb is not None else [])
+        print("%-8s %-32s %10.2f %10.2f %5.1f%% %9.2f %9.2f %5.1f%% %11.0f"
+              " %11.0f %5.1f%% %12.0f %12.0f %6s" % (
+                  name, opts, p["train_s"], m["train_s"], 100 * e[0], pr, mr,
+                  100 * e[1], p["positions_per_s"], m["positions_per_s"],
+                  100 * e[2], pb, mb,
+                  "-" if eb is None else "%.1f%%" % (100 * eb)))
+        for b, bp in enumerate(p["blocks"], 1):
+            mbk = m["blocks"][b]
+            print("    block %d on %s: round %.2f s pred, %.2f s meas; time "
+                  "%.2f s pred, %.2f s meas" % (
+                      b, ",".join(mbk["hosts"]), bp["round_s"],
+                      mbk["round_s"], bp["train_s"], mbk["train_s"]))
+        for l in p["links"]:
+            key = (addr.get(l["from"], l["from"]), addr.get(l["to"], l["to"]))
+            want = l["bytes_per_hour"] * blk_s[l["from"]] / 3600
+            got = m["links"].get(key, 0)
+            print("    link %s -> %s: %.0f bytes pred, %d meas (%s)" % (
+                key[0], key[1], want, got,
+                "%.1f%%" % (100 * rel_err(want, got)) if got else "-"))
+        rows.append((name, k, p["train_s"], m["train_s"]))
+    for s in skipped:
+        print("skipped: " + s)
+    errs = [e for e in errs if e == e]
+    byname = {r[0]: r for r in rows}
+    rho = spearman([r[2] for r in rows], [r[3] for r in rows]) \
+        if len(rows) >= 3 else float("nan")
+    print("\nrank correlation (Spearman) of predicted and measured time over "
+          "%d configurations: %.3f" % (len(rows), rho))
+    speed = float("nan")
+    first = [r for r in rows if r[0] == "first"]
+    if "default" in byname and first:
+        speed = byname["default"][3] / first[0][3]
+        print("first choice: %.2f s to the spec's positions against the "
+              "default's %.2f s (predicted %.2fx, measured %.2fx)" % (
+                  first[0][3], byname["default"][3],
+                  byname["default"][2] / first[0][2], speed))
+    med = statistics.median(errs) if errs else float("nan")
+    mx = max(errs) if errs else float("nan")
+    print("median_error=%.3f max_error=%.3f speedup_vs_default=%.2f" % (
+        med, mx, speed))
+    return 0
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "poll" and len(sys.argv) == 6:
+        return poll(sys.argv[2], sys.argv[3], sys.argv[4],
+                    float(sys.argv[5]))
+    if len(sys.argv) >= 3 and sys.argv[1] == "report":
+        names, skipped = [], []
+        for a in sys.argv[3:]:
+            (skipped if a.startswith("skip:") else names).append(
+                a[5:] if a.startswith("skip:") else a)
+        return report(sys.argv[2], names, skipped)
+    sys.stderr.write("usage: plan_report.py poll PEERS IDENTITY OUT SECONDS\n"
+                     "       plan_report.py report DIR CONFIG... "
+                     "[skip:WHY...]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
