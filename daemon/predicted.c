@@ -85,11 +85,18 @@ chosen_candidate(json_t *root, const char *path, int *rank, char *err)
 		return NULL;
 	}
 	*rank = (int)json_integer_value(chosen);
+	/* plan --pick K wrote row K's files (0: the default configuration) */
+	if ((c = typed(root, "written", JSON_INTEGER)) != NULL) {
+		*rank = (int)json_integer_value(c);
+		if (*rank == 0 && (c = typed(root, "default",
+		    JSON_OBJECT)) != NULL)
+			return c;
+	}
 	json_array_foreach(cands, i, c)
 		if (json_integer_value(typed(c, "rank", JSON_INTEGER)) == *rank)
 			return c;
-	kn_error(err, KN_EINVAL, "%.200s: no candidate of rank %d, the chosen "
-	    "one", path, *rank);
+	kn_error(err, KN_EINVAL, "%.200s: no candidate of rank %d, the one "
+	    "its files were written for", path, *rank);
 	return NULL;
 }
 

@@ -373,13 +373,23 @@ static int
 write_json(const char *dir, const topo_topology *t, const pr_spec *s,
     const pl_options *o, const pl_plan *plan, int pick, char *err)
 {
-	char path[PR_PATH_LEN];
+	char path[PR_PATH_LEN], id[PR_RUN_ID_LEN];
 	json_t *j = pl_plan_json(t, s, o, plan);
+	pr_spec written;
 	int rc;
 
-	/* which row the other files run, when not the first choice */
-	if (pick != plan->chosen + 1)
+	/* which row the other files run, when not the first choice, and the
+	 * run id of its spec.conf: daemons take that row's predictions */
+	if (pick != plan->chosen + 1) {
 		json_object_set_new(j, "written", json_integer(pick));
+		if (pl_candidate_spec(s, pick == 0 ? &plan->def.c :
+		    &plan->v[pick - 1].c, &written, err) != 0 ||
+		    pr_spec_run_id(&written, id, err) != 0) {
+			json_decref(j);
+			return KN_EINVAL;
+		}
+		json_object_set_new(j, "run_id", json_string(id));
+	}
 	snprintf(path, sizeof(path), "%s/plan.json", dir);
 	rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS |
 	    JSON_REAL_PRECISION(10));

@@ -591,6 +591,7 @@ START_TEST(test_written_pick)
 	topo_topology t;
 	const pl_candidate *c;
 	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
+	char id[PR_RUN_ID_LEN];
 
 	spec_of(&s, 2, 2, 400, 20);
 	ck_assert_msg(topo_parse(&t, text, strlen(text), "t.json",
@@ -630,6 +631,10 @@ START_TEST(test_written_pick)
 		snprintf(path, sizeof(path), "%s/plan.json", dir);
 		j = json_load_file(path, 0, &jerr);
 		ck_assert_ptr_nonnull(j);
+		/* daemons started from these files check this run id */
+		ck_assert(pr_spec_run_id(&back, id, err) == 0);
+		ck_assert_str_eq(json_string_value(json_object_get(j,
+		    "run_id")), id);
 		if (k == plan.chosen + 1)
 			ck_assert_ptr_null(json_object_get(j, "written"));
 		else
