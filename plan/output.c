@@ -230,7 +230,11 @@ open_out(const char *dir, const char *name, char *path, size_t len,
 {
 	FILE *f;
 
-	snprintf(path, len, "%s/%s", dir, name);
+	if ((size_t)snprintf(path, len, "%s/%s", dir, name) >= len) {
+		kn_error(err, KN_EINVAL, "%.200s/%s: the path is too long", dir,
+		    name);
+		return NULL;
+	}
 	if ((f = fopen(path, "w")) == NULL)
 		kn_error(err, KN_EIO, "cannot write %.200s: %s", path,
 		    strerror(errno));
