@@ -46,10 +46,10 @@ pl_train_bytes(const pr_spec *s, int layers)
 }
 
 int
-pl_steps_for(const pr_spec *s, int R, int H)
+pl_steps_for(const pr_spec *s, int R, int H, int same_steps)
 {
 	long long base = (long long)s->steps * s->replicas;
-	long long steps = (base + R - 1) / R;
+	long long steps = same_steps ? s->steps : (base + R - 1) / R;
 
 	if (R > 1)
 		steps = (steps + H - 1) / H * H;
@@ -70,7 +70,7 @@ base_candidate(const pr_spec *s, pl_candidate *c)
 	c->local_steps = s->local_steps;
 	c->enc = PR_ENC_F32;
 	c->streams = 1;
-	c->steps = pl_steps_for(s, 1, s->local_steps);
+	c->steps = pl_steps_for(s, 1, s->local_steps, 0);
 }
 
 static int
@@ -470,7 +470,8 @@ search_train(struct ctx *x, struct results *rs, pl_plan *plan, char *err)
 			base_candidate(s, &c);
 			if (R > 1)
 				c.local_steps = hs[ih];
-			c.steps = pl_steps_for(s, R, c.local_steps);
+			c.steps = pl_steps_for(s, R, c.local_steps,
+			    o->same_steps);
 			c.enc = (pr_encoding)enc;
 			c.zstd = z;
 			c.streams = st;
@@ -642,8 +643,11 @@ pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
 		    s->layers_per_block))
 			x.usable[x.nusable++] = i;
 	if ((rc = check_hostable(t, s, x.nusable, err)) != 0 ||
-	    (rc = pl_default_candidate(t, s, &plan->def.c, err)) != 0 ||
-	    (rc = pl_predict(t, s, m, &plan->def.c, &plan->def.p, err)) != 0)
+	    (rc = pl_default_candidate(t, s, &plan->def.c, err)) != 0)
+		return rc;
+	if (o->same_steps)
+		plan->def.c.steps = pl_steps_for(s, 1, s->local_steps, 1);
+	if ((rc = pl_predict(t, s, m, &plan->def.c, &plan->def.p, err)) != 0)
 		return rc;
 	plan->def.score = o->goal == PL_GOAL_SERVE ? plan->def.p.bt.latency_s :
 	    plan->def.p.train_s;

@@ -22,6 +22,9 @@ typedef struct {
 	/* options the daemon can run: the search tries only these */
 	int int8, zstd, overlap;
 	int max_streams;        /* 1: one stream per transfer */
+	/* every replica trains the spec's steps (replicas add data, not
+	 * speed), rather than the spec's positions per block shared out */
+	int same_steps;
 	/* placements per option set up to which the search is exhaustive */
 	double exhaustive_limit;
 	/* the first choice: the simplest candidate within this fraction of
@@ -55,9 +58,9 @@ int pl_default_candidate(const topo_topology *t, const pr_spec *s,
     pl_candidate *c, char *err);
 
 /* Each replica's steps when every block has R replicas: the spec's
- * positions per block (steps x replicas x batch x window) held, rounded
- * up to a multiple of H when R > 1. */
-int pl_steps_for(const pr_spec *s, int R, int H);
+ * positions per block (steps x replicas x batch x window) held, or with
+ * same_steps the spec's steps; rounded up to a multiple of H when R > 1. */
+int pl_steps_for(const pr_spec *s, int R, int H, int same_steps);
 
 /* Searches; plan->v holds at most top rows.  0, or a negative KN_E* code
  * with the reason (a spec the topology cannot host).  The caller frees

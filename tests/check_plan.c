@@ -575,6 +575,43 @@ START_TEST(test_written_plan_loads)
 }
 END_TEST
 
+/* --same-steps: every replica trains the spec's steps, so a replica
+ * adds a round's cost and no speed; on 4 equal hosts and 2 blocks the
+ * first choice keeps one replica each, and every row trains the spec's
+ * steps (a multiple of H once it has replicas), the default too. */
+START_TEST(test_same_steps)
+{
+	topo_topology t;
+	pl_options o;
+	pl_plan plan;
+	pr_spec s;
+	int i, b;
+
+	spec_of(&s, 2, 2, 410, 20);
+	topo_of(&t, &s, 4, 2000, 1e8, 1);
+	pl_options_defaults(&o);
+	o.same_steps = 1;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert_int_eq(plan.def.c.steps, 410);
+	for (b = 0; b < 2; b++)
+		ck_assert_int_eq(chosen(&plan)->nrep[b], 1);
+	ck_assert_int_eq(chosen(&plan)->steps, 410);
+	for (i = 0; i < plan.n; i++)
+		ck_assert_int_eq(plan.v[i].c.steps, plan.v[i].c.nrep[0] > 1 ?
+		    (410 + plan.v[i].c.local_steps - 1) /
+		    plan.v[i].c.local_steps * plan.v[i].c.local_steps : 410);
+	pl_plan_free(&plan);
+	/* without it, two replicas share the positions out: half the steps */
+	o.same_steps = 0;
+	o.replicas = 2;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert_int_eq(chosen(&plan)->steps, (205 + chosen(&plan)->local_steps
+	    - 1) / chosen(&plan)->local_steps * chosen(&plan)->local_steps);
+	pl_plan_free(&plan);
+	topo_free(&t);
+}
+END_TEST
+
 /* --pick: the default configuration (hosts in list order, one replica,
  * the spec's H and steps) and a lower row are written as they are in
  * the table; a row the table does not show is refused. */
@@ -809,6 +846,7 @@ main(void)
 	tcase_add_test(tc, test_written_confs_load);
 	tcase_add_test(tc, test_more_blocks_than_hosts);
 	tcase_add_test(tc, test_written_pick);
+	tcase_add_test(tc, test_same_steps);
 	tcase_add_test(tc, test_command);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

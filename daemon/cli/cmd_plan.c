@@ -110,6 +110,7 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		{ "max-streams", required_argument, NULL, 'k' },
 		{ "all-options", no_argument, NULL, 'A' },
 		{ "pick", required_argument, NULL, 'p' },
+		{ "same-steps", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -170,6 +171,9 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 				    optarg);
 				return 2;
 			}
+			break;
+		case 'S':
+			a->o.same_steps = 1;
 			break;
 		case 'A':
 			a->all_options = 1;
@@ -409,7 +413,7 @@ const struct cmd_entry cmd_plan_entry = {
 	    "    [--goal train|serve|both] [--top N] [--out DIR]\n"
 	    "    [--replicas R | --max-replicas R] [--local-steps H,H,...]\n"
 	    "    [--zstd-ratio ENC=RATIO] [--max-streams K] [--all-options]\n"
-	    "    [--pick K]\n"
+	    "    [--pick K] [--same-steps]\n"
 	    "Predicts, for the hosts and links of the topology file (from "
 	    "'shardmeter probe'\nor written by hand), how the run spec would "
 	    "train and serve under each\ncandidate: which hosts train which "
@@ -430,6 +434,10 @@ const struct cmd_entry cmd_plan_entry = {
 	    "  --all-options  also try the options this build's daemon has no "
 	    "key for\n"
 	    "  --pick K     with --out, write row K of the table instead of the "
-	    "first\n               choice (0: the default configuration)\n",
+	    "first\n               choice (0: the default configuration)\n"
+	    "  --same-steps every replica trains the spec's steps (more "
+	    "replicas: more\n               data at no gain in time); default: "
+	    "the spec's positions per\n               block shared out among "
+	    "the replicas\n",
 	.exec = cmd_plan_exec
 };

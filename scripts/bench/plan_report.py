@@ -253,7 +253,7 @@ def report(out, names, skipped):
     first = [r for r in rows if r[0] == "first"]
     if "default" in byname and first:
         speed = byname["default"][3] / first[0][3]
-        print("first choice: %.2f s to the spec's positions against the "
+        print("first choice: %.2f s to the spec's work against the "
               "default's %.2f s (predicted %.2fx, measured %.2fx)" % (
                   first[0][3], byname["default"][3],
                   byname["default"][2] / first[0][2], speed))
