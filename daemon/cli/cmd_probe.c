@@ -27,6 +27,7 @@ struct probe_args {
 	int samples, streams;
 	long long bytes;
 	double seconds;
+	int compute_seconds;    /* each half of the compute probe */
 };
 
 /* One request to daemon p: its JSON answer in *out (the caller's) and the
@@ -263,9 +264,10 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	int i, failed = 0;
 	json_t *o;
 
+	snprintf(query, sizeof(query), "seconds=%d", a->compute_seconds);
 	for (i = 0; i < pl->n; i++) {
 		fprintf(stderr, "probe: compute of %s...\n", pl->v[i].addr);
-		o = run_probe(&pl->v[i], "compute", "", 2 * PB_HOLD_TIMEOUT +
+		o = run_probe(&pl->v[i], "compute", query, 2 * PB_HOLD_TIMEOUT +
 		    2 * PB_MAX_COMPUTE_SECONDS, err);
 		if (o == NULL || take_compute(t, i, o, err) != 0) {
 			fprintf(stderr, "shardmeter probe: %s\n", err);
@@ -304,6 +306,7 @@ parse(const struct cmd_entry *self, struct probe_args *a, int argc,
 		{ "bytes", required_argument, NULL, 'b' },
 		{ "streams", required_argument, NULL, 'k' },
 		{ "seconds", required_argument, NULL, 'n' },
+		{ "compute-seconds", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -339,6 +342,12 @@ parse(const struct cmd_entry *self, struct probe_args *a, int argc,
 				return 2;
 			a->seconds = v;
 			break;
+		case 'c':
+			if (cli_parse_int("probe", "compute-seconds", optarg, 1,
+			    (int)PB_MAX_COMPUTE_SECONDS,
+			    &a->compute_seconds) != 0)
+				return 2;
+			break;
 		case 'h': return cli_help(self);
 		default: return 2;
 		}
@@ -361,7 +370,7 @@ probe_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct probe_args a = { NULL, NULL, PB_DEFAULT_SAMPLES,
 		PB_DEFAULT_STREAMS, (long long)PB_DEFAULT_BYTES,
-		PB_DEFAULT_SECONDS };
+		PB_DEFAULT_SECONDS, (int)PB_DEFAULT_COMPUTE_SECONDS };
 	char err[PR_ERR_LEN];
 	topo_topology t;
 	peers_list pl;
@@ -414,10 +423,13 @@ const struct cmd_entry cmd_probe_entry = {
 	.summary = "measure the daemons' compute and links into a topology "
 	    "file",
 	.usage = "usage: shardmeter probe --peers FILE --out TOPOLOGY.json "
-	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N]\n"
-	    "Asks every daemon of the peer list, one at a time, to time a "
-	    "training step\nand a forward pass of its block's shape (about "
-	    "1 s each; training waits\nmeanwhile) and to measure the links to "
+	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N] "
+	    "[--compute-seconds C]\n"
+	    "Asks every daemon of the peer list, one at a time, to time "
+	    "training steps\nand forward passes of its block's shape (C "
+	    "seconds each, default 1, at\nmost 10: longer evens out a host "
+	    "whose CPU comes in quota periods;\ntraining waits meanwhile) "
+	    "and to measure the links\nto "
 	    "every other daemon: the median and\ninterquartile range of S "
 	    "round trips (default 20), one stream of B bytes\n(default "
 	    "16777216, at most 67108864) and K streams of B/K bytes each\n"
