@@ -93,6 +93,25 @@ parse_zstd_ratio(const char *v, pl_model *m)
 	return 0;
 }
 
+/* A host the topology gives no address (one written by hand) stands in
+ * the written peer list as NAME:port: say so, or a daemon started from
+ * it would look for a host of that name. */
+static void
+warn_placeholders(const topo_topology *t, const pl_candidate *c,
+    const char *dir)
+{
+	int b, r, n = 0;
+
+	for (b = 0; b < c->blocks; b++)
+		for (r = 0; r < c->nrep[b]; r++)
+			n += t->hosts[c->host[b][r]].address[0] == '\0';
+	if (n > 0)
+		fprintf(stderr, "shardmeter plan: %d line(s) of %s/peers name a "
+		    "host without an address (NAME:port, as the topology gives "
+		    "none): put each host's address there before starting its "
+		    "daemon\n", n, dir);
+}
+
 static int
 plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
     char **argv)
@@ -399,6 +418,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 			    "pipeline, " : "", pick == 0 ? "the default "
 			    "configuration" : pick == plan.chosen + 1 ?
 			    "the first choice" : "--pick", pick);
+			warn_placeholders(&t, c, a.out);
 		}
 	}
 	pl_plan_free(&plan);
