@@ -399,7 +399,7 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 		return;
 	}
 	hs_response_status(res, 200);
-	hs_response_body(res, "application/x-msgpack", n->ckpt, n->ckpt_len);
+	hs_response_body_shared(res, "application/x-msgpack", n->ckpt_body);
 	log_info("sent the checkpoint of step %" PRId64 " (%zu bytes) to %s",
 	    n->ckpt_step, n->ckpt_len, req->peer);
 }

@@ -26,8 +26,9 @@ struct hs_out {
 	hs_conn *c;
 	char *head;
 	size_t head_len;
-	char *body;                     /* owned; NULL after HEAD */
+	char *body;                     /* owned unless shared; NULL after HEAD */
 	size_t body_len;
+	hs_shared *shared;              /* holds body, one reference ours */
 	int pattern;                    /* body_len zeros from hs_pattern */
 	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
 	hs_meter meter;
@@ -37,6 +38,59 @@ struct hs_out {
 	int unlisted;                   /* all handed over, or never will be */
 	ts_write_t reqs[];
 };
+
+/* ---- shared bodies ---- */
+
+struct hs_shared {
+	char *buf;
+	size_t len;
+	unsigned refs;
+};
+
+hs_shared *
+hs_shared_new(void *buf, size_t len)
+{
+	hs_shared *b = malloc(sizeof(*b));
+
+	if (b == NULL) {
+		free(buf);
+		return NULL;
+	}
+	b->buf = buf;
+	b->len = len;
+	b->refs = 1;
+	return b;
+}
+
+const char *
+hs_shared_data(const hs_shared *b)
+{
+	return b->buf;
+}
+
+size_t
+hs_shared_len(const hs_shared *b)
+{
+	return b->len;
+}
+
+void
+hs_shared_unref(hs_shared *b)
+{
+	if (b == NULL || --b->refs > 0)
+		return;
+	free(b->buf);
+	free(b);
+}
+
+void
+hs__body_release(char *body, hs_shared *shared)
+{
+	if (shared != NULL)
+		hs_shared_unref(shared);
+	else
+		free(body);
+}
 
 /* ---- writing responses ---- */
 
@@ -53,7 +107,7 @@ out_done(struct hs_out *o)
 	if (o->failed)
 		hs__conn_close(c);
 	free(o->head);
-	free(o->body);
+	hs__body_release(o->body, o->shared);
 	free(o);
 	if (c->closing)
 		return;
@@ -182,7 +236,8 @@ reason_phrase(int status)
 void
 hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    int pattern, int head_only, int close, hs_meter meter)
+    hs_shared *shared, int pattern, int head_only, int close,
+    hs_meter meter)
 {
 	struct hs_out *o;
 	size_t slices, nreqs;
@@ -191,8 +246,9 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	char *head;
 
 	if (no_body || head_only) {
-		free(body);
+		hs__body_release(body, shared);
 		body = NULL;
+		shared = NULL;
 		pattern = 0;
 	}
 	slices = body || pattern ? (body_len + HS_SLICE_LEN - 1) /
@@ -204,7 +260,7 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	if (o == NULL || head == NULL) {
 		free(o);
 		free(head);
-		free(body);
+		hs__body_release(body, shared);
 		hs__conn_close(c);
 		return;
 	}
@@ -227,6 +283,7 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	o->head = head;
 	o->head_len = (size_t)len;
 	o->body = body;
+	o->shared = shared;
 	o->body_len = body || pattern ? body_len : 0;
 	o->pattern = pattern;
 	o->bytes_in = c->req_in;
@@ -313,7 +370,8 @@ hs_response_body_owned(hs_response *res, const char *content_type,
 		return UV_ENOMEM;
 	}
 	free(res->content_type);
-	free(res->body);
+	hs__body_release(res->body, res->shared);
+	res->shared = NULL;
 	res->content_type = ct;
 	res->body = body;
 	res->body_len = body ? len : 0;
@@ -330,6 +388,21 @@ hs_response_body_pattern(hs_response *res, const char *content_type,
 	if (rc == 0) {
 		res->pattern = 1;
 		res->body_len = len;
+	}
+	return rc;
+}
+
+int
+hs_response_body_shared(hs_response *res, const char *content_type,
+    hs_shared *b)
+{
+	int rc = hs_response_body_owned(res, content_type, NULL, 0);
+
+	if (rc == 0) {
+		b->refs++;
+		res->shared = b;
+		res->body = b->buf;
+		res->body_len = b->len;
 	}
 	return rc;
 }

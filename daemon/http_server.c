@@ -301,7 +301,7 @@ conn_fail(hs_conn *c, int status, const char *msg)
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	hs__conn_timer(c, HS_T_IDLE);
 	hs__conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0,
-	    0, 0, 1, (hs_meter){ HS_METER_ERROR, -1 });
+	    NULL, 0, 0, 1, (hs_meter){ HS_METER_ERROR, -1 });
 	request_reset(c);
 }
 
@@ -365,18 +365,20 @@ conn_dispatch(hs_conn *c)
 	if (s->handler != NULL)
 		s->handler(s->ctx, &req, &res);
 	if (c->closing) {
-		free(res.body);         /* the handler closed the server */
+		/* the handler closed the server */
+		hs__body_release(res.body, res.shared);
 	} else if (res.nomem || res.status == 0) {
-		free(res.body);
+		hs__body_release(res.body, res.shared);
 		res.body = strdup(res.nomem ? "out of memory building the "
 		    "response\n" : "the handler set no status\n");
 		hs__conn_send(c, 500, "text/plain", "", 0, res.body,
-		    res.body ? strlen(res.body) : 0, 0, c->method == HTTP_HEAD,
+		    res.body ? strlen(res.body) : 0, NULL, 0,
+		    c->method == HTTP_HEAD,
 		    !c->keep_alive, (hs_meter){ HS_METER_ERROR, -1 });
 	} else
 		hs__conn_send(c, res.status, res.content_type,
 		    res.headers ? res.headers : "", res.headers_len, res.body,
-		    res.body_len, res.pattern, c->method == HTTP_HEAD,
+		    res.body_len, res.shared, res.pattern, c->method == HTTP_HEAD,
 		    !c->keep_alive, res.meter);
 	free(res.headers);
 	free(res.content_type);

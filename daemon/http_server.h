@@ -174,6 +174,20 @@ int hs_response_body(hs_response *res, const char *content_type,
  * is written, or at once if this fails. */
 int hs_response_body_owned(hs_response *res, const char *content_type,
     void *body, size_t len);
+/* A body that several responses may write at once without a copy each
+ * (a checkpoint of tens of megabytes asked for by every peer): its owner
+ * holds one reference and each response in flight another, and the
+ * buffer goes with the last.  Used on the server's loop thread only. */
+typedef struct hs_shared hs_shared;
+/* Takes buf (malloc'd), also on failure (NULL: out of memory). */
+hs_shared *hs_shared_new(void *buf, size_t len);
+const char *hs_shared_data(const hs_shared *b);
+size_t hs_shared_len(const hs_shared *b);
+void hs_shared_unref(hs_shared *b);
+/* The body is b's buffer, sent without a copy; the response holds its
+ * own reference until it is written. */
+int hs_response_body_shared(hs_response *res, const char *content_type,
+    hs_shared *b);
 /* A body of len bytes (zeros) written from one static slice, never
  * allocated: a link probe's source. */
 int hs_response_body_pattern(hs_response *res, const char *content_type,

@@ -32,6 +32,7 @@ struct hs_response {
 	char *content_type;
 	char *body;
 	size_t body_len;
+	hs_shared *shared;              /* body is its buffer, not owned */
 	int pattern;                    /* body_len zeros, no body buffer */
 	hs_meter meter;
 	int nomem;
@@ -124,11 +125,15 @@ void hs__conn_resume(hs_conn *c);
 
 /* Ends the responses that never got to the socket (c is closed). */
 void hs__conn_drop_unsent(hs_conn *c);
-/* Queues one response; takes body (malloc'd) in every case.  With
+/* Queues one response; takes body (malloc'd) in every case, or with
+ * shared its reference (body then points into it, not owned).  With
  * head_only the length is announced and the body not sent; with pattern
  * body is NULL and body_len zeros are sent from a static slice. */
 void hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    int pattern, int head_only, int close, hs_meter meter);
+    hs_shared *shared, int pattern, int head_only, int close,
+    hs_meter meter);
+/* Lets go of a response's body: its reference, or the buffer. */
+void hs__body_release(char *body, hs_shared *shared);
 
 #endif

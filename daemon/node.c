@@ -214,10 +214,18 @@ on_cron(uv_timer_t *t)
 static void
 install_checkpoint(node *n, wk_event *ev)
 {
-	free(n->ckpt);
-	n->ckpt = ev->buf;
-	n->ckpt_len = ev->len;
+	hs_shared *b = hs_shared_new(ev->buf, ev->len);
+
 	ev->buf = NULL;
+	if (b == NULL) {
+		log_warnx("out of memory keeping the checkpoint of step %" PRId64
+		    ": still serving the one before", ev->step);
+		return;
+	}
+	hs_shared_unref(n->ckpt_body);
+	n->ckpt_body = b;
+	n->ckpt = hs_shared_data(b);
+	n->ckpt_len = ev->len;
 	memcpy(n->etag, ev->etag, sizeof(n->etag));
 	n->ckpt_step = ev->step;
 	n->ckpt_round = ev->round;
@@ -792,7 +800,8 @@ node_free(node *n)
 	pb_free(n);
 	pd_free(n->predicted);
 	n->predicted = NULL;
-	free(n->ckpt);
+	hs_shared_unref(n->ckpt_body);
+	n->ckpt_body = NULL;
 	free(n->heldout);
 	n->heldout = NULL;
 	free(n->spec_body);

@@ -58,8 +58,10 @@ typedef struct node {
 	int64_t share_step;
 	int have_share;
 	double started;                 /* monotonic seconds */
-	/* the latest checkpoint, served as is */
-	char *ckpt;
+	/* the latest checkpoint, served as is: peers download it while a
+	 * newer one replaces it, so responses share it (ckpt is its data) */
+	hs_shared *ckpt_body;
+	const char *ckpt;
 	size_t ckpt_len;
 	char etag[65];
 	int64_t ckpt_step, ckpt_round;

@@ -100,6 +100,23 @@ set_flag(void *arg)
 	*(int *)arg = ++seq;
 }
 
+/* What /shared serves: generation g of SHARED_LEN bytes, (g + 13 i) each */
+#define SHARED_LEN (3 * 1024 * 1024 + 5)
+static hs_shared *shared_body;
+static int shared_gen;
+
+static hs_shared *
+shared_make(int g)
+{
+	char *buf = malloc(SHARED_LEN);
+	size_t i;
+
+	ck_assert_ptr_nonnull(buf);
+	for (i = 0; i < SHARED_LEN; i++)
+		buf[i] = (char)(g + 13 * i);
+	return hs_shared_new(buf, SHARED_LEN);
+}
+
 static void
 handler(void *ctx, const hs_request *req, hs_response *res)
 {
@@ -135,6 +152,14 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 		hs_response_status(res, 200);
 		hs_response_body_owned(res, "application/octet-stream", body,
 		    n);
+	} else if (strcmp(req->path, "/shared") == 0) {
+		/* served without a copy, then replaced at once as a newer
+		 * checkpoint replaces the one peers are downloading */
+		hs_response_status(res, 200);
+		hs_response_body_shared(res, "application/octet-stream",
+		    shared_body);
+		hs_shared_unref(shared_body);
+		shared_body = shared_make(++shared_gen);
 	} else if (strcmp(req->path, "/info") == 0) {
 		snprintf(text, sizeof(text), "%s %s %s", req->method, req->path,
 		    req->query);
@@ -702,6 +727,48 @@ START_TEST(test_concurrent)
 		free(conc[i].body);
 	}
 	ck_assert_int_eq(nex, NCONC);
+}
+END_TEST
+
+/* A body shared by responses in flight outlives its owner's reference:
+ * each of several downloads gets its generation whole, though the owner
+ * dropped it (and made the next) as soon as the response was queued. */
+START_TEST(test_shared_body)
+{
+	char url[128], err[HC_ERR_LEN];
+	hc_request_opts o;
+	int i, g;
+	size_t j;
+
+	server_start(&(hs_config){ .max_connections_per_addr = 8 });
+	shared_gen = 0;
+	shared_body = shared_make(0);
+	snprintf(url, sizeof(url), "%s://127.0.0.1:%d/shared", scheme(),
+	    port);
+	conc_done = 0;
+	for (i = 0; i < 6; i++) {
+		memset(&o, 0, sizeof(o));
+		o.url = url;
+		o.pin = pin();
+		memset(&conc[i], 0, sizeof(conc[i]));
+		ck_assert_int_eq(hc_request(cli, &o, on_conc_done, &conc[i],
+		    err), 0);
+	}
+	ck_assert(run_until_n(&conc_done, 6, 20000));
+	for (i = 0; i < 6; i++) {
+		ck_assert_int_eq(conc[i].status, 200);
+		ck_assert_uint_eq(conc[i].body_len, SHARED_LEN);
+		g = (unsigned char)conc[i].body[0];
+		ck_assert_int_lt(g, shared_gen);
+		for (j = 0; j < SHARED_LEN; j++)
+			if (conc[i].body[j] != (char)(g + 13 * j))
+				ck_abort_msg("response %d byte %zu: %d, not "
+				    "generation %d's", i, j, conc[i].body[j], g);
+		free(conc[i].body);
+	}
+	ck_assert_int_eq(shared_gen, 6);
+	hs_shared_unref(shared_body);
+	shared_body = NULL;
 }
 END_TEST
 
@@ -1418,7 +1485,7 @@ main(void)
 	    test_body_rate_floor, test_pipelined, test_exchange_bytes,
 	    test_expect_continue, test_http10_and_limits,
 	    test_client_close_in_flight, test_server_close,
-	    test_per_addr_limit, test_body_budget,
+	    test_per_addr_limit, test_body_budget, test_shared_body,
 	};
 	const TTest *plain_only[] = {
 	    test_client_close_from_done, test_status_from_handler,

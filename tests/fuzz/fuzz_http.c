@@ -104,6 +104,7 @@ static void
 setup_node(node *n)
 {
 	float params[FZ_PARAMS];
+	char *ckpt;
 	pr_ckpt_meta meta = { .block = 1, .kind = "block", .step = 7,
 	    .round = 2 };
 	char err[PR_ERR_LEN];
@@ -133,10 +134,13 @@ setup_node(node *n)
 	for (i = 0; i < FZ_PARAMS; i++)
 		params[i] = 0.25f * (float)i;
 	snprintf(meta.run_id, sizeof(meta.run_id), "%s", n->run_id);
-	if (pr_ckpt_encode(&meta, fz_tensors, FZ_NTENSORS, params, &n->ckpt,
+	if (pr_ckpt_encode(&meta, fz_tensors, FZ_NTENSORS, params, &ckpt,
 	    &n->ckpt_len, err) != 0 ||
-	    pr_ckpt_sha256_hex(n->ckpt, n->ckpt_len, n->etag, err) != 0)
+	    pr_ckpt_sha256_hex(ckpt, n->ckpt_len, n->etag, err) != 0)
 		setup_fail("checkpoint", err);
+	if ((n->ckpt_body = hs_shared_new(ckpt, n->ckpt_len)) == NULL)
+		setup_fail("checkpoint", "out of memory");
+	n->ckpt = ckpt;
 	n->ckpt_step = meta.step;
 	n->ckpt_round = meta.round;
 }
