@@ -146,8 +146,17 @@ on_http(void *ctx, const hs_request *req, hs_response *res)
 		hs_response_body(res, "text/html; charset=utf-8",
 		    dash_page_html, strlen(dash_page_html));
 	} else if (strcmp(req->path, "/v1/dashboard") == 0) {
-		json_t *o = dash_history_json(d->hist, wall_now());
+		json_t *o;
 
+		/* ?since=V: nothing new since version V is a 204, so the page
+		 * can ask often and fetch the history only when it moved */
+		if (strncmp(req->query, "since=", 6) == 0 && strtoul(req->query +
+		    6, NULL, 10) == dash_history_version(d->hist) &&
+		    req->query[6] != '\0') {
+			hs_response_status(res, 204);
+			return;
+		}
+		o = dash_history_json(d->hist, wall_now());
 		json_object_set_new(o, "interval_s", json_real(d->interval));
 		hs_response_json(res, 200, o);
 	}
@@ -220,6 +229,23 @@ parse_listen(const char *text, char host[CF_HOST_LEN], int *port,
 	return 0;
 }
 
+/* Target n: where its status is, and the id it is pinned to (NULL:
+ * plain http, for daemons that run insecure). */
+static void
+target_set(struct dash *d, int n, int kind, const char *addr,
+    const uint8_t *id, int block, int replica)
+{
+	struct dash_target *t = &d->t[n];
+
+	t->kind = kind;
+	t->has_id = id != NULL;
+	if (id != NULL)
+		memcpy(t->id, id, ID_BYTES);
+	snprintf(t->url, sizeof(t->url), "%s://%s/v1/status", id ? "https" :
+	    "http", addr);
+	dash_history_describe(d->hist, n, addr, kind, block, replica);
+}
+
 /* The daemons of the peer list and of the host list, as targets. */
 static int
 load_targets(struct dash *d, const struct dash_args *a, peers_list *pl,
@@ -236,29 +262,14 @@ load_targets(struct dash *d, const struct dash_args *a, peers_list *pl,
 		return kn_error(err, KN_ENOMEM, "out of memory"), -1;
 	for (i = 0; i < pl->n; i++, n++) {
 		const peers_entry *p = &pl->v[i];
-		struct dash_target *t = &d->t[n];
 
-		t->kind = DASH_TRAIN;
-		t->has_id = p->has_id;
-		memcpy(t->id, p->id, ID_BYTES);
-		snprintf(t->url, sizeof(t->url), "%s://%s/v1/status",
-		    p->has_id ? "https" : "http", p->addr);
-		dash_history_describe(d->hist, n, p->addr, DASH_TRAIN,
+		target_set(d, n, DASH_TRAIN, p->addr, p->has_id ? p->id : NULL,
 		    p->expert >= 0 ? 0 : p->block, p->expert >= 0 ? p->expert :
 		    peers_replica_index(pl, i));
 	}
-	for (i = 0; i < hl->n; i++, n++) {
-		const ph_host *p = &hl->v[i];
-		struct dash_target *t = &d->t[n];
-
-		t->kind = DASH_SERVE;
-		t->has_id = p->has_id;
-		memcpy(t->id, p->id, ID_BYTES);
-		snprintf(t->url, sizeof(t->url), "%s://%s/v1/status",
-		    p->has_id ? "https" : "http", p->addr);
-		dash_history_describe(d->hist, n, p->addr, DASH_SERVE,
-		    p->block_hi, 0);
-	}
+	for (i = 0; i < hl->n; i++, n++)
+		target_set(d, n, DASH_SERVE, hl->v[i].addr, hl->v[i].has_id ?
+		    hl->v[i].id : NULL, hl->v[i].block_hi, 0);
 	for (i = 0; i < d->n; i++) {
 		d->t[i].dash = d;
 		d->t[i].index = i;

@@ -44,6 +44,7 @@ struct dash_daemon {
 
 struct dash_history {
 	int n, max;
+	unsigned long version;
 	struct dash_daemon *d;
 	/* each block's held-out share over steps: "B" -> {"step", "value"} */
 	json_t *shares;
@@ -293,7 +294,8 @@ note_share(dash_history *h, int i, json_t *status)
 	keep_last(b, "step", h->max);
 }
 
-static void
+/* Whether a sample was added. */
+static int
 record_train(dash_history *h, int i, double t, json_t *st)
 {
 	struct dash_daemon *d = &h->d[i];
@@ -309,7 +311,7 @@ record_train(dash_history *h, int i, double t, json_t *st)
 	bytes = bytes_moved(json_object_get(st, "bytes"));
 	if (d->sampled && step == d->step && round == d->round &&
 	    bytes == d->bytes && state != NULL && strcmp(state, d->state) == 0)
-		return;
+		return 0;
 	d->sampled = 1;
 	d->step = step;
 	d->round = round;
@@ -338,6 +340,7 @@ record_train(dash_history *h, int i, double t, json_t *st)
 	}
 	put_predicted(s, json_object_get(st, "predicted"), n);
 	keep_last(s, "t", h->max);
+	return 1;
 }
 
 /* Every number under o, named by its path ("latency_ms.p99"), into the
@@ -380,10 +383,13 @@ dash_history_record(dash_history *h, int i, double t, json_t *status,
     long http, const char *why)
 {
 	struct dash_daemon *d = &h->d[i];
+	int was_up = d->latest != NULL && d->why[0] == '\0';
 
 	d->last_try = t;
 	d->http = http;
 	if (status == NULL) {
+		if (was_up)
+			h->version++;
 		snprintf(d->why, sizeof(d->why), "%s", why && why[0] ? why :
 		    "no answer");
 		return;
@@ -392,10 +398,17 @@ dash_history_record(dash_history *h, int i, double t, json_t *status,
 	d->last_ok = t;
 	json_decref(d->latest);
 	d->latest = json_incref(status);
-	if (d->kind == DASH_TRAIN)
-		record_train(h, i, t, status);
-	else
+	if (d->kind == DASH_SERVE) {
 		record_serve(h, d, t, status);
+		h->version++;
+	} else if (record_train(h, i, t, status) || !was_up)
+		h->version++;
+}
+
+unsigned long
+dash_history_version(const dash_history *h)
+{
+	return h->version;
 }
 
 /* Daemon i's description and reachability, without its history. */
@@ -521,6 +534,7 @@ dash_history_json(const dash_history *h, double now)
 		json_array_append_new(arr, e);
 	}
 	json_object_set_new(o, "now", json_real(now));
+	json_object_set_new(o, "version", json_integer((json_int_t)h->version));
 	json_object_set_new(o, "blocks", json_integer(blocks));
 	json_object_set_new(o, "daemons", arr);
 	json_object_set(o, "shares", h->shares);

@@ -28,6 +28,9 @@ void dash_history_describe(dash_history *h, int i, const char *addr,
  * its step, round, state or bytes moved; a serving host on every poll. */
 void dash_history_record(dash_history *h, int i, double t,
     struct json_t *status, long http, const char *why);
+/* A number that changes whenever a sample was added or a daemon went
+ * up or down, so that a page can ask cheaply whether to fetch again. */
+unsigned long dash_history_version(const dash_history *h);
 /* Everything the page draws at time now: a new JSON object. */
 struct json_t *dash_history_json(const dash_history *h, double now);
 /* The latest status of each daemon as it was received, with whether it
