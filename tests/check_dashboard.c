@@ -18,6 +18,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "daemon/cli/dashboard_history.h"
 #include "tests/cdp.h"
 #include "tests/testutil.h"
 
@@ -499,6 +500,130 @@ START_TEST(test_live_run)
 }
 END_TEST
 
+/* One poll of daemon i, its status written as JSON text. */
+static void
+feed(dash_history *h, int i, double t, const char *text)
+{
+	json_t *st = json_loads(text, 0, NULL);
+
+	ck_assert_msg(st != NULL, "bad JSON in the test: %s", text);
+	dash_history_record(h, i, t, st, 200, NULL);
+	json_decref(st);
+}
+
+/* The numbers of column col, as "a,b,null,..." (a column ends where its
+ * figure was last reported). */
+static const char *
+column(json_t *col)
+{
+	static char out[512];
+	json_t *v;
+	size_t i, used = 0;
+
+	out[0] = '\0';
+	json_array_foreach(col, i, v) {
+		if (json_is_null(v))
+			used += (size_t)snprintf(out + used, sizeof(out) - used,
+			    "%snull", i ? "," : "");
+		else
+			used += (size_t)snprintf(out + used, sizeof(out) - used,
+			    "%s%g", i ? "," : "", json_number_value(v));
+	}
+	return out;
+}
+
+/* The history on constructed statuses: a sample only when something
+ * moved, columns padded and trimmed together, round periods between two
+ * seen changes, a block's share from its first-listed replica, the
+ * bound, and a serving host's numbers whatever their shape. */
+START_TEST(test_history)
+{
+	char err[256];
+	dash_history *h;
+	json_t *o, *d0, *s0;
+	unsigned long v;
+	int k;
+
+	ck_assert_int_eq(dash_history_new(&h, 3, 4, err), 0);
+	dash_history_describe(h, 0, "A", DASH_TRAIN, 1, 0);
+	dash_history_describe(h, 1, "B", DASH_TRAIN, 1, 1);
+	dash_history_describe(h, 2, "S", DASH_SERVE, 2, 0);
+	feed(h, 0, 1, "{\"blocks\":1,\"step\":10,\"round\":0,\"state\":"
+	    "\"training\",\"loss\":2.5,\"peers\":[{\"addr\":\"B\",\"bytes\":"
+	    "{\"out\":{\"update\":5}}}]}");
+	v = dash_history_version(h);
+	/* nothing moved: no sample, no new version */
+	feed(h, 0, 2, "{\"blocks\":1,\"step\":10,\"round\":0,\"state\":"
+	    "\"training\",\"loss\":2.5,\"peers\":[{\"addr\":\"B\",\"bytes\":"
+	    "{\"out\":{\"update\":5}}}]}");
+	ck_assert_uint_eq(dash_history_version(h), v);
+	feed(h, 0, 3, "{\"blocks\":1,\"step\":20,\"round\":1,\"state\":"
+	    "\"training\",\"loss\":2,\"heldout_share\":1.5,"
+	    "\"heldout_share_step\":20,\"predicted\":{\"round_s\":{"
+	    "\"predicted\":0.5,\"measured\":0.4}}}");
+	ck_assert_uint_gt(dash_history_version(h), v);
+	feed(h, 0, 5, "{\"blocks\":1,\"step\":30,\"round\":2,\"state\":"
+	    "\"training\",\"loss\":1.5}");
+	/* replica 1 scores step 20 too: replica 0, listed first, stays */
+	feed(h, 1, 6, "{\"blocks\":1,\"step\":20,\"round\":1,\"state\":"
+	    "\"training\",\"heldout_share\":1.4,\"heldout_share_step\":20}");
+	/* replica 1 first at step 40, then replica 0 at the same step */
+	feed(h, 1, 7, "{\"blocks\":1,\"step\":40,\"round\":3,\"state\":"
+	    "\"training\",\"heldout_share\":1.3,\"heldout_share_step\":40}");
+	feed(h, 0, 8, "{\"blocks\":1,\"step\":40,\"round\":3,\"state\":"
+	    "\"training\",\"loss\":1.25,\"heldout_share\":1.35,"
+	    "\"heldout_share_step\":40}");
+	feed(h, 2, 1, "{\"requests\":5,\"latency_ms\":{\"p50\":1}}");
+	feed(h, 2, 2, "{\"requests\":9,\"latency_ms\":{\"p50\":2},"
+	    "\"bytes_out\":100,\"name\":\"x\"}");
+	o = dash_history_json(h, 9);
+	d0 = json_array_get(json_object_get(o, "daemons"), 0);
+	s0 = json_object_get(d0, "series");
+	ck_assert_str_eq(column(json_object_get(s0, "t")), "1,3,5,8");
+	ck_assert_str_eq(column(json_object_get(s0, "loss")), "2.5,2,1.5,1.25");
+	ck_assert_str_eq(column(at(s0, "predicted", "round_s_predicted",
+	    NULL)), "null,0.5,null,null");
+	ck_assert_str_eq(column(at(s0, "links", "B", "out_update")), "5");
+	ck_assert_str_eq(column(at(d0, "rounds", "round", NULL)), "0,1,2,3");
+	ck_assert_str_eq(column(at(d0, "rounds", "round_s", NULL)),
+	    "null,null,2,3");
+	ck_assert_str_eq(column(at(o, "shares", "1", "step")), "20,40");
+	ck_assert_str_eq(column(at(o, "shares", "1", "value")), "1.5,1.35");
+	ck_assert_str_eq(column(at(o, "bound", "value", NULL)), "1.5,1.35");
+	ck_assert_double_eq(json_number_value(json_object_get(o,
+	    "bound_latest")), 1.35);
+	s0 = at(json_array_get(json_object_get(o, "daemons"), 2), "series",
+	    "numbers", NULL);
+	ck_assert_str_eq(column(json_object_get(s0, "requests")), "5,9");
+	ck_assert_str_eq(column(json_object_get(s0, "latency_ms.p50")), "1,2");
+	ck_assert_str_eq(column(json_object_get(s0, "bytes_out")), "null,100");
+	ck_assert_ptr_null(json_object_get(s0, "name"));
+	json_decref(o);
+	/* past 4 samples the oldest go, from every column at once */
+	for (k = 0; k < 2; k++) {
+		char text[128];
+
+		snprintf(text, sizeof(text), "{\"step\":%d,\"round\":3,"
+		    "\"state\":\"training\",\"loss\":1}", 50 + k);
+		feed(h, 0, 10 + k, text);
+	}
+	dash_history_record(h, 1, 12, NULL, 0, "unreachable: refused");
+	o = dash_history_json(h, 13);
+	s0 = at(json_array_get(json_object_get(o, "daemons"), 0), "series",
+	    NULL, NULL);
+	ck_assert_str_eq(column(json_object_get(s0, "step")), "30,40,50,51");
+	ck_assert_str_eq(column(at(s0, "predicted", "round_s_predicted",
+	    NULL)), "null,null,null,null");
+	ck_assert_str_eq(column(at(s0, "links", "B", "out_update")), "");
+	d0 = json_array_get(json_object_get(o, "daemons"), 1);
+	ck_assert(json_is_false(json_object_get(d0, "up")));
+	ck_assert_str_eq(json_string_value(json_object_get(d0, "error")),
+	    "unreachable: refused");
+	json_decref(o);
+	dash_history_free(h);
+}
+END_TEST
+
 /* A serving host (blocktraind -S, a one-host ring of random weights):
  * the dashboard watches it from a host list given as --peers, and says
  * what it got, whether the host serves /v1/status or not. */
@@ -574,6 +699,7 @@ main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_history);
 	tcase_add_test(tc, test_live_run);
 	tcase_add_test(tc, test_serving_host);
 	tcase_add_test(tc, test_listen);
