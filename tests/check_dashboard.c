@@ -599,7 +599,8 @@ START_TEST(test_history)
 	ck_assert_str_eq(column(json_object_get(s0, "bytes_out")), "null,100");
 	ck_assert_ptr_null(json_object_get(s0, "name"));
 	json_decref(o);
-	/* past 4 samples the oldest go, from every column at once */
+	/* past 4 samples, every second one of the older half goes, from
+	 * every column at once */
 	for (k = 0; k < 2; k++) {
 		char text[128];
 
@@ -611,10 +612,12 @@ START_TEST(test_history)
 	o = dash_history_json(h, 13);
 	s0 = at(json_array_get(json_object_get(o, "daemons"), 0), "series",
 	    NULL, NULL);
-	ck_assert_str_eq(column(json_object_get(s0, "step")), "30,40,50,51");
+	ck_assert_str_eq(column(json_object_get(s0, "step")), "10,40,50,51");
+	ck_assert_str_eq(column(json_object_get(s0, "loss")), "2.5,1.25,1,1");
 	ck_assert_str_eq(column(at(s0, "predicted", "round_s_predicted",
 	    NULL)), "null,null,null,null");
-	ck_assert_str_eq(column(at(s0, "links", "B", "out_update")), "");
+	ck_assert_str_eq(column(at(s0, "links", "B", "out_update")), "5");
+	ck_assert_ptr_null(at(s0, "links", "B", "in_update"));
 	d0 = json_array_get(json_object_get(o, "daemons"), 1);
 	ck_assert(json_is_false(json_object_get(d0, "up")));
 	ck_assert_str_eq(json_string_value(json_object_get(d0, "error")),

@@ -405,7 +405,7 @@ dashboard_exec(const struct cmd_entry *self, int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct dash_args a = { .listen = DASH_DEFAULT_LISTEN, .interval = 1,
-	    .history = 3600 };
+	    .history = 1000 };
 	peers_list pl = { .n = 0 };
 	ph_list hl = { .n = 0 };
 	char *end;
@@ -472,7 +472,9 @@ const struct cmd_entry cmd_dashboard_entry = {
 	    DASH_DEFAULT_LISTEN "); plain\n"
 	    "                      HTTP, so only a loopback address unless "
 	    "--allow-remote\n"
-	    "  --history N         samples kept per daemon (default 3600)\n"
+	    "  --history N         samples kept per daemon (default 1000); "
+	    "beyond it every\n"
+	    "                      second one of the older half goes\n"
 	    "Data: GET /v1/dashboard (the whole history as JSON), "
 	    "/v1/dashboard/latest\n(each daemon's latest status as it "
 	    "answered).\n",

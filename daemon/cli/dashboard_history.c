@@ -148,30 +148,36 @@ number(json_t *o, const char *key)
 	return json_is_number(v) ? json_deep_copy(v) : NULL;
 }
 
-/* Drops the first k elements of every column under o. */
+/* Drops the elements at odd indices below lim from every column under
+ * o: the same indices everywhere, so the columns stay aligned. */
 static void
-trim_front(json_t *o, size_t k)
+thin(json_t *o, size_t lim)
 {
 	const char *key;
 	json_t *v;
-	size_t j;
+	long j;
 
 	json_object_foreach(o, key, v) {
 		if (json_is_object(v))
-			trim_front(v, k);
+			thin(v, lim);
 		else if (json_is_array(v))
-			for (j = 0; j < k && json_array_size(v) > 0; j++)
-				json_array_remove(v, 0);
+			/* from the top down, so the indices below hold */
+			for (j = (long)lim - 1 - (long)(lim % 2); j >= 1; j -= 2)
+				if ((size_t)j < json_array_size(v))
+					json_array_remove(v, (size_t)j);
 	}
 }
 
+/* Once column col of o holds more than max samples, every second one of
+ * the older half goes: the whole run stays on the page, its older part
+ * at a coarser step, in bounded memory. */
 static void
-keep_last(json_t *o, const char *col, int max)
+keep_bounded(json_t *o, const char *col, int max)
 {
 	size_t n = json_array_size(json_object_get(o, col));
 
 	if (n > (size_t)max)
-		trim_front(o, n - (size_t)max);
+		thin(o, n / 2 < 2 ? 2 : n / 2);
 }
 
 /* The bytes a status counts for checkpoints and updates: what moves
@@ -192,15 +198,17 @@ bytes_moved(json_t *bytes)
 }
 
 /* The bytes of a status's {"in": {kind: n}, "out": {kind: n}} into
- * columns in_KIND and out_KIND of obj's sub-object sub. */
+ * columns in_KIND and out_KIND of obj's sub-object sub; only the out_
+ * ones with out_only (a link's, whose in is the other end's out). */
 static void
-put_bytes(json_t *obj, const char *sub, json_t *bytes, size_t n)
+put_bytes(json_t *obj, const char *sub, json_t *bytes, size_t n,
+    int out_only)
 {
 	static const char *const dir[2] = { "in", "out" };
 	char name[32];
 	int k, w;
 
-	for (w = 0; w < 2; w++)
+	for (w = out_only; w < 2; w++)
 		for (k = 0; k < PEERS_KINDS; k++) {
 			json_t *v = json_object_get(json_object_get(bytes,
 			    dir[w]), peers_kind_name(k));
@@ -250,7 +258,7 @@ note_round(dash_history *h, struct dash_daemon *d, double t, int64_t round)
 	put(d->rounds, "t", json_real(t), n);
 	put(d->rounds, "round", json_integer(round), n);
 	put(d->rounds, "round_s", period, n);
-	keep_last(d->rounds, "t", h->max);
+	keep_bounded(d->rounds, "t", h->max);
 	d->round_changed = d->have_round;
 	d->round_seen = round;
 	d->round_t = t;
@@ -291,7 +299,7 @@ note_share(dash_history *h, int i, json_t *status)
 	h->share_from[d->block] = i;
 	put(b, "step", json_integer(at), n);
 	put(b, "value", json_deep_copy(share), n);
-	keep_last(b, "step", h->max);
+	keep_bounded(b, "step", h->max);
 }
 
 /* Whether a sample was added. */
@@ -324,7 +332,7 @@ record_train(dash_history *h, int i, double t, json_t *st)
 	put(s, "positions_per_s", number(st, "positions_per_s"), n);
 	put(s, "steps_per_s", number(st, "steps_per_s"), n);
 	put(s, "heldout_share", number(st, "heldout_share"), n);
-	put_bytes(s, "bytes", json_object_get(st, "bytes"), n);
+	put_bytes(s, "bytes", json_object_get(st, "bytes"), n, 0);
 	json_array_foreach(json_object_get(st, "peers"), j, p) {
 		const char *addr = json_string_value(json_object_get(p,
 		    "addr"));
@@ -336,10 +344,10 @@ record_train(dash_history *h, int i, double t, json_t *st)
 			links = json_object();
 			json_object_set_new(s, "links", links);
 		}
-		put_bytes(links, addr, json_object_get(p, "bytes"), n);
+		put_bytes(links, addr, json_object_get(p, "bytes"), n, 1);
 	}
 	put_predicted(s, json_object_get(st, "predicted"), n);
-	keep_last(s, "t", h->max);
+	keep_bounded(s, "t", h->max);
 	return 1;
 }
 
@@ -375,7 +383,7 @@ record_serve(dash_history *h, struct dash_daemon *d, double t, json_t *st)
 		json_object_set_new(d->series, "numbers", k);
 	}
 	put_numbers(k, "", st, n, 0);
-	keep_last(d->series, "t", h->max);
+	keep_bounded(d->series, "t", h->max);
 }
 
 void
