@@ -9,7 +9,8 @@
 extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
     cmd_eval_entry, cmd_generate_entry, cmd_status_entry,
     cmd_assemble_entry, cmd_demo_entry, cmd_init_entry, cmd_id_entry,
-    cmd_cluster_entry, cmd_probe_entry, cmd_plan_entry;
+    cmd_cluster_entry, cmd_probe_entry, cmd_plan_entry,
+    cmd_dashboard_entry;
 
 const struct cmd_entry *const cmd_table[] = {
 	&cmd_spec_entry,
@@ -17,6 +18,7 @@ const struct cmd_entry *const cmd_table[] = {
 	&cmd_eval_entry,
 	&cmd_generate_entry,
 	&cmd_status_entry,
+	&cmd_dashboard_entry,
 	&cmd_assemble_entry,
 	&cmd_demo_entry,
 	&cmd_init_entry,

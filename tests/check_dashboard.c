@@ -1,0 +1,711 @@
+/* shardmeter dashboard end to end: a small run of real daemons on loopback
+ * over mutual TLS (block 1 on two replicas, block 2 on one, and a listed
+ * daemon that never starts), the dashboard polling them, and its data
+ * checked against what the daemons themselves report: the losses the
+ * test saw at each step, the final statuses, the composed bound summed
+ * here.  Then the page in a headless Chromium (skipped without one): its
+ * curves hold the same points, the unreachable daemon is named, and a
+ * screenshot is saved. */
+#include "config.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "daemon/cli/dashboard_history.h"
+#include "tests/cdp.h"
+#include "tests/testutil.h"
+
+#define LIVE 3                  /* daemons started */
+#define STEPS 300
+#define MAXSTEP (STEPS + 1)
+
+static char dir[64];
+static int base_port, dash_port;
+static pid_t pids[LIVE], dash_pid;
+static const int block_of[LIVE] = { 1, 1, 2 };
+/* what the test saw each daemon report at each step (NAN: not seen),
+ * and when it first saw it, ms since the epoch */
+static double seen_loss[LIVE][MAXSTEP], seen_at[LIVE][MAXSTEP];
+
+static double
+wall_ms(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return tv.tv_sec * 1e3 + tv.tv_usec / 1e3;
+}
+
+static void
+setup(void)
+{
+	int i, j;
+
+	tu_temp_dir(dir, sizeof(dir), "check_dashboard");
+	tu_trust_init(dir);
+	base_port = tu_port_base(LIVE + 3);
+	dash_port = base_port + LIVE + 2;
+	for (i = 0; i < LIVE; i++)
+		for (j = 0; j < MAXSTEP; j++)
+			seen_loss[i][j] = seen_at[i][j] = NAN;
+}
+
+static void
+teardown(void)
+{
+	int i;
+
+	for (i = 0; i < LIVE; i++)
+		tu_stop(&pids[i], SIGKILL, 5);
+	tu_stop(&dash_pid, SIGKILL, 5);
+	tu_remove_dir(dir);
+}
+
+/* peers: the live daemons; dash_peers: the same and a block 2 replica
+ * listed at a port where nothing listens. */
+static void
+write_peers(void)
+{
+	char text[4096] = "", state[128];
+	int i;
+
+	for (i = 0; i < LIVE; i++) {
+		snprintf(state, sizeof(state), "%s/state%d", dir, i);
+		tu_peer_line(text, sizeof(text), base_port + i, block_of[i],
+		    state);
+	}
+	tu_client_line(text, sizeof(text));
+	tu_write_file(dir, "peers", text);
+	snprintf(state, sizeof(state), "%s/never", dir);
+	tu_peer_line(text, sizeof(text), base_port + LIVE, 2, state);
+	tu_write_file(dir, "dash_peers", text);
+}
+
+static void
+start_run(void)
+{
+	char listen[32], blk[8], log[128], peers[128], spec[128];
+	char conf[128], state[128];
+	int i;
+
+	tu_write_run(dir, 2, STEPS, 50, 5);
+	write_peers();
+	for (i = 0; i < LIVE; i++) {
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
+		snprintf(blk, sizeof(blk), "%d", block_of[i]);
+		snprintf(log, sizeof(log), "%s/log%d", dir, i);
+		snprintf(peers, sizeof(peers), "%s/peers", dir);
+		snprintf(spec, sizeof(spec), "%s/run.conf", dir);
+		snprintf(conf, sizeof(conf), "%s/daemon.conf", dir);
+		snprintf(state, sizeof(state), "%s/state%d", dir, i);
+		pids[i] = tu_daemon_start(log, base_port + i, "-f", "-c", conf,
+		    "-l", listen, "-b", blk, "-s", state, "-p", peers, "-r",
+		    spec, "-D", "cpu", "-t", "1", (char *)NULL);
+	}
+}
+
+static void
+start_dashboard(const char *interval)
+{
+	char peers[128], listen[32], log[128];
+	const char *argv[] = { "shardmeter", "dashboard", "--peers", peers,
+	    "--listen", listen, "--interval", interval, NULL };
+
+	snprintf(peers, sizeof(peers), "%s/dash_peers", dir);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", dash_port);
+	snprintf(log, sizeof(log), "%s/dashboard.log", dir);
+	dash_pid = tu_spawn(log, tu_shardmeter(), argv);
+	ck_assert_msg(tu_wait_port(dash_port, dash_pid, 10),
+	    "the dashboard did not listen (see %s)", log);
+}
+
+/* Polls every daemon until all are done, noting each step's loss. */
+static void
+follow_run(double limit)
+{
+	double end = wall_ms() + limit * 1e3;
+	int i, done = 0;
+
+	while (done < LIVE && wall_ms() < end) {
+		done = 0;
+		for (i = 0; i < LIVE; i++) {
+			json_t *st = tu_status(base_port + i);
+			long long s;
+
+			if (st == NULL)
+				continue;
+			s = json_integer_value(json_object_get(st, "step"));
+			if (s >= 0 && s < MAXSTEP && isnan(seen_at[i][s])) {
+				seen_at[i][s] = wall_ms();
+				seen_loss[i][s] = json_number_value(
+				    json_object_get(st, "loss"));
+			}
+			done += strcmp(json_string_value(json_object_get(st,
+			    "state")), "done") == 0;
+			json_decref(st);
+		}
+		usleep(20000);
+	}
+	ck_assert_msg(done == LIVE, "the run was not done within %.0f s",
+	    limit);
+}
+
+static json_t *
+dashboard_get(const char *path)
+{
+	tu_body b = { 0 };
+	json_t *o;
+
+	ck_assert_int_eq(tu_http_get(dash_port, path, &b), 200);
+	o = json_loads(b.data, 0, NULL);
+	free(b.data);
+	ck_assert_ptr_nonnull(o);
+	return o;
+}
+
+static json_t *
+at(json_t *o, const char *a, const char *b, const char *c)
+{
+	o = json_object_get(o, a);
+	if (b != NULL)
+		o = json_object_get(o, b);
+	if (c != NULL)
+		o = json_object_get(o, c);
+	return o;
+}
+
+static json_t *
+last(json_t *col)
+{
+	return json_array_get(col, json_array_size(col) - 1);
+}
+
+/* The figures of a final status the dashboard must repeat unchanged (the
+ * "other" bytes move with every status request, ours included). */
+static void
+same_status(json_t *mine, json_t *theirs, int i)
+{
+	static const char *const keys[] = { "run_id", "state", "step",
+	    "steps", "round", "loss", "positions_per_s", "steps_per_s",
+	    "heldout_share", "heldout_share_step", "checkpoint" };
+	static const char *const bytes[] = { "checkpoint", "update" };
+	size_t k;
+
+	for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+		ck_assert_msg(json_equal(json_object_get(mine, keys[k]),
+		    json_object_get(theirs, keys[k])), "daemon %d: %s differs",
+		    i, keys[k]);
+	for (k = 0; k < 2; k++) {
+		ck_assert(json_equal(at(mine, "bytes", "out", bytes[k]),
+		    at(theirs, "bytes", "out", bytes[k])));
+		ck_assert(json_equal(at(mine, "bytes", "in", bytes[k]),
+		    at(theirs, "bytes", "in", bytes[k])));
+	}
+}
+
+/* Daemon i's history against what the test saw and its final status;
+ * returns the steps both saw. */
+static int
+check_series(json_t *d, json_t *final, int i)
+{
+	json_t *s = json_object_get(d, "series"), *p;
+	json_t *steps = json_object_get(s, "step");
+	json_t *loss = json_object_get(s, "loss");
+	long long prev = -1;
+	int both = 0;
+	size_t j;
+
+	ck_assert_uint_gt(json_array_size(steps), 1);
+	ck_assert_uint_eq(json_array_size(steps), json_array_size(loss));
+	for (j = 0; j < json_array_size(steps); j++) {
+		long long st = json_integer_value(json_array_get(steps, j));
+
+		ck_assert_int_ge(st, prev);
+		prev = st;
+		if (st < MAXSTEP && !isnan(seen_loss[i][st])) {
+			ck_assert_double_eq(json_number_value(json_array_get(
+			    loss, j)), seen_loss[i][st]);
+			both++;
+		}
+	}
+	ck_assert(json_equal(last(steps), json_object_get(final, "step")));
+	ck_assert(json_equal(last(loss), json_object_get(final, "loss")));
+	ck_assert(json_equal(last(at(d, "rounds", "round", NULL)),
+	    json_object_get(final, "round")));
+	/* each link's update bytes, as the daemon meters them */
+	json_array_foreach(json_object_get(final, "peers"), j, p) {
+		const char *addr = json_string_value(json_object_get(p,
+		    "addr"));
+
+		if (json_is_true(json_object_get(p, "self")))
+			continue;
+		ck_assert_msg(json_equal(last(at(s, "links", addr,
+		    "out_update")), at(p, "bytes", "out", "update")),
+		    "daemon %d, link to %s", i, addr);
+	}
+	return both;
+}
+
+/* The data endpoints against the daemons' own statuses; the composed
+ * bound summed here into *bound. */
+static void
+check_endpoints(double *bound)
+{
+	json_t *all = dashboard_get("/v1/dashboard"), *d, *shares;
+	json_t *latest = dashboard_get("/v1/dashboard/latest");
+	double share[3] = { 0 };
+	long long share_at[3] = { -1, -1, -1 };
+	int i, both = 0;
+
+	ck_assert_uint_eq(json_array_size(json_object_get(all, "daemons")),
+	    LIVE + 1);
+	for (i = 0; i < LIVE; i++) {
+		json_t *final = tu_status(base_port + i);
+		int b = block_of[i];
+
+		ck_assert_ptr_nonnull(final);
+		d = json_array_get(json_object_get(all, "daemons"), i);
+		ck_assert(json_is_true(json_object_get(d, "up")));
+		same_status(json_object_get(d, "status"), final, i);
+		same_status(at(json_array_get(json_object_get(latest,
+		    "daemons"), i), "status", NULL, NULL), final, i);
+		both += check_series(d, final, i);
+		if (json_integer_value(json_object_get(final,
+		    "heldout_share_step")) > share_at[b]) {
+			share_at[b] = json_integer_value(json_object_get(final,
+			    "heldout_share_step"));
+			share[b] = json_number_value(json_object_get(final,
+			    "heldout_share"));
+		}
+		json_decref(final);
+	}
+	fprintf(stderr, "# dashboard: %d (step, loss) points also seen by "
+	    "the test\n", both);
+	ck_assert_int_ge(both, LIVE);
+	/* the block's last share and the bound, as status composes them */
+	shares = json_object_get(all, "shares");
+	ck_assert_double_eq(json_number_value(last(at(shares, "1", "value",
+	    NULL))), share[1]);
+	ck_assert_double_eq(json_number_value(last(at(shares, "2", "value",
+	    NULL))), share[2]);
+	*bound = share[1] + share[2];
+	ck_assert_double_eq_tol(json_number_value(json_object_get(all,
+	    "bound_latest")), *bound, 1e-12);
+	ck_assert_double_eq_tol(json_number_value(last(at(all, "bound",
+	    "value", NULL))), *bound, 1e-12);
+	ck_assert_int_eq(json_integer_value(last(at(all, "bound", "step",
+	    NULL))), STEPS);
+	/* the daemon that never started */
+	d = json_array_get(json_object_get(all, "daemons"), LIVE);
+	ck_assert(json_is_false(json_object_get(d, "up")));
+	ck_assert(json_is_null(json_object_get(d, "status")));
+	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(d,
+	    "error")), "unreachable"));
+	json_decref(all);
+	json_decref(latest);
+}
+
+/* The page's curves, as the DOM holds them: a JSON array of {chart,
+ * name, x, y} (x and y comma-separated). */
+static const char curves_js[] =
+    "JSON.stringify([...document.querySelectorAll('polyline')].map(p => "
+    "({chart: p.closest('svg').id, name: p.dataset.series, x: p.dataset.x,"
+    " y: p.dataset.y})))";
+
+/* The last number of a comma-separated list. */
+static double
+last_of(const char *list)
+{
+	const char *c = strrchr(list, ',');
+
+	return atof(c ? c + 1 : list);
+}
+
+/* The page's curves against the dashboard's history, which
+ * check_endpoints held to the daemons' numbers. */
+static void
+check_curves(cdp *c, double bound)
+{
+	json_t *all = dashboard_get("/v1/dashboard"), *curves, *cv;
+	char *text = cdp_eval(c, curves_js), name[64];
+	int i, found = 0;
+	size_t j;
+
+	ck_assert_ptr_nonnull(text);
+	curves = json_loads(text, 0, NULL);
+	free(text);
+	ck_assert_ptr_nonnull(curves);
+	for (i = 0; i < LIVE; i++) {
+		json_t *s = at(json_array_get(json_object_get(all, "daemons"),
+		    i), "series", NULL, NULL);
+
+		snprintf(name, sizeof(name), "block %d replica %d",
+		    block_of[i], i == 1);
+		json_array_foreach(curves, j, cv) {
+			const char *xs = json_string_value(json_object_get(cv,
+			    "x")), *ys = json_string_value(json_object_get(cv,
+			    "y"));
+			char *end;
+			size_t k = 0;
+
+			if (strcmp(json_string_value(json_object_get(cv,
+			    "chart")), "c-loss-svg") != 0 ||
+			    strcmp(json_string_value(json_object_get(cv,
+			    "name")), name) != 0)
+				continue;
+			found++;
+			/* every point, in order, as the history has it (which
+			 * may have gained one since the page's last fetch) */
+			while (*xs) {
+				ck_assert_uint_lt(k, json_array_size(
+				    json_object_get(s, "step")));
+				ck_assert_double_eq(strtod(xs, &end),
+				    json_number_value(json_array_get(
+				    json_object_get(s, "step"), k)));
+				xs = *end ? end + 1 : end;
+				ck_assert_double_eq(strtod(ys, &end),
+				    json_number_value(json_array_get(
+				    json_object_get(s, "loss"), k)));
+				ys = *end ? end + 1 : end;
+				k++;
+			}
+			ck_assert_uint_gt(k, 1);
+		}
+	}
+	ck_assert_int_eq(found, LIVE);
+	found = 0;
+	json_array_foreach(curves, j, cv)
+		if (strcmp(json_string_value(json_object_get(cv, "name")),
+		    "composed bound") == 0) {
+			ck_assert_double_eq_tol(last_of(json_string_value(
+			    json_object_get(cv, "y"))), bound, 1e-12);
+			ck_assert_double_eq(last_of(json_string_value(
+			    json_object_get(cv, "x"))), STEPS);
+			found = 1;
+		}
+	ck_assert_msg(found, "no composed bound curve on the page");
+	json_decref(curves);
+	json_decref(all);
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* From a step first seen at a daemon to its point first drawn on the
+ * page: reported, not asserted (a time). */
+static void
+report_latency(cdp *c, const char *interval)
+{
+	char *text = cdp_eval(c, "JSON.stringify(window.smSeen)"), key[64];
+	json_t *seen = text ? json_loads(text, 0, NULL) : NULL;
+	double lat[LIVE * MAXSTEP];
+	int i, s, n = 0;
+
+	free(text);
+	for (i = 0; i < LIVE; i++)
+		for (s = 0; s < MAXSTEP; s++) {
+			json_t *v;
+
+			snprintf(key, sizeof(key), "127.0.0.1:%d@%d",
+			    base_port + i, s);
+			if (!isnan(seen_at[i][s]) &&
+			    (v = json_object_get(seen, key)) != NULL)
+				lat[n++] = json_number_value(v) - seen_at[i][s];
+		}
+	json_decref(seen);
+	if (n == 0)
+		return;
+	qsort(lat, (size_t)n, sizeof(lat[0]), cmp_double);
+	fprintf(stderr, "# step to page (dashboard --interval %s): %d steps, "
+	    "median %.0f ms, p90 %.0f ms, max %.0f ms\n", interval, n,
+	    lat[n / 2], lat[n * 9 / 10], lat[n - 1]);
+}
+
+/* Waits until the page has drawn the run's last step and the bound. */
+static int
+page_caught_up(cdp *c, double limit)
+{
+	double end = wall_ms() + limit * 1e3;
+	char expr[256];
+
+	snprintf(expr, sizeof(expr), "String(!!document.querySelector("
+	    "'#c-bound-svg') && [...document.querySelectorAll('#c-loss-svg "
+	    "polyline')].filter(p => p.dataset.x.endsWith(',%d')).length == "
+	    "%d)", STEPS, LIVE);
+	while (wall_ms() < end) {
+		char *v = cdp_eval(c, expr);
+		int ok = v != NULL && strcmp(v, "true") == 0;
+
+		free(v);
+		if (ok)
+			return 1;
+		usleep(100000);
+	}
+	return 0;
+}
+
+START_TEST(test_live_run)
+{
+	const char *browser = cdp_browser(), *interval =
+	    getenv("DASHBOARD_INTERVAL") ? getenv("DASHBOARD_INTERVAL") : "0.1";
+	const char *shot = getenv("DASHBOARD_SCREENSHOT") ?
+	    getenv("DASHBOARD_SCREENSHOT") : "check_dashboard.png";
+	char url[64], prof[128], log[128], err[256], *alert;
+	double bound;
+	cdp *c = NULL;
+
+	start_run();
+	start_dashboard(interval);
+	if (browser == NULL)
+		fprintf(stderr, "# browser part skipped: no chromium (scripts/"
+		    "install-deps --browser installs it, or set CHROMIUM)\n");
+	else {
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/", dash_port);
+		snprintf(prof, sizeof(prof), "%s/chromium", dir);
+		snprintf(log, sizeof(log), "%s/chromium.log", dir);
+		c = cdp_open(browser, prof, log, url, 1500, err);
+		ck_assert_msg(c != NULL, "%s", err);
+	}
+	follow_run(60);
+	usleep((useconds_t)(atof(interval) * 5e6));
+	check_endpoints(&bound);
+	if (c == NULL)
+		return;
+	ck_assert_msg(page_caught_up(c, 10), "the page did not draw the "
+	    "last step within 10 s");
+	check_curves(c, bound);
+	snprintf(url, sizeof(url), "127.0.0.1:%d", base_port + LIVE);
+	alert = cdp_eval(c, "document.getElementById('alerts').textContent");
+	ck_assert_ptr_nonnull(alert);
+	ck_assert_msg(strstr(alert, url) && strstr(alert, "unreachable"),
+	    "no message for the unreachable daemon: %s", alert);
+	free(alert);
+	report_latency(c, interval);
+	ck_assert_int_eq(cdp_screenshot(c, shot), 0);
+	fprintf(stderr, "# screenshot of the page: %s\n", shot);
+	cdp_close(c);
+	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
+}
+END_TEST
+
+/* One poll of daemon i, its status written as JSON text. */
+static void
+feed(dash_history *h, int i, double t, const char *text)
+{
+	json_t *st = json_loads(text, 0, NULL);
+
+	ck_assert_msg(st != NULL, "bad JSON in the test: %s", text);
+	dash_history_record(h, i, t, st, 200, NULL);
+	json_decref(st);
+}
+
+/* The numbers of column col, as "a,b,null,..." (a column ends where its
+ * figure was last reported). */
+static const char *
+column(json_t *col)
+{
+	static char out[512];
+	json_t *v;
+	size_t i, used = 0;
+
+	out[0] = '\0';
+	json_array_foreach(col, i, v) {
+		if (json_is_null(v))
+			used += (size_t)snprintf(out + used, sizeof(out) - used,
+			    "%snull", i ? "," : "");
+		else
+			used += (size_t)snprintf(out + used, sizeof(out) - used,
+			    "%s%g", i ? "," : "", json_number_value(v));
+	}
+	return out;
+}
+
+/* The history on constructed statuses: a sample only when something
+ * moved, columns padded and trimmed together, round periods between two
+ * seen changes, a block's share from its first-listed replica, the
+ * bound, and a serving host's numbers whatever their shape. */
+START_TEST(test_history)
+{
+	char err[256];
+	dash_history *h;
+	json_t *o, *d0, *s0;
+	unsigned long v;
+	int k;
+
+	ck_assert_int_eq(dash_history_new(&h, 3, 4, err), 0);
+	dash_history_describe(h, 0, "A", DASH_TRAIN, 1, 0);
+	dash_history_describe(h, 1, "B", DASH_TRAIN, 1, 1);
+	dash_history_describe(h, 2, "S", DASH_SERVE, 2, 0);
+	feed(h, 0, 1, "{\"blocks\":1,\"step\":10,\"round\":0,\"state\":"
+	    "\"training\",\"loss\":2.5,\"peers\":[{\"addr\":\"B\",\"bytes\":"
+	    "{\"out\":{\"update\":5}}}]}");
+	v = dash_history_version(h);
+	/* nothing moved: no sample, no new version */
+	feed(h, 0, 2, "{\"blocks\":1,\"step\":10,\"round\":0,\"state\":"
+	    "\"training\",\"loss\":2.5,\"peers\":[{\"addr\":\"B\",\"bytes\":"
+	    "{\"out\":{\"update\":5}}}]}");
+	ck_assert_uint_eq(dash_history_version(h), v);
+	feed(h, 0, 3, "{\"blocks\":1,\"step\":20,\"round\":1,\"state\":"
+	    "\"training\",\"loss\":2,\"heldout_share\":1.5,"
+	    "\"heldout_share_step\":20,\"predicted\":{\"round_s\":{"
+	    "\"predicted\":0.5,\"measured\":0.4}}}");
+	ck_assert_uint_gt(dash_history_version(h), v);
+	feed(h, 0, 5, "{\"blocks\":1,\"step\":30,\"round\":2,\"state\":"
+	    "\"training\",\"loss\":1.5}");
+	/* replica 1 scores step 20 too: replica 0, listed first, stays */
+	feed(h, 1, 6, "{\"blocks\":1,\"step\":20,\"round\":1,\"state\":"
+	    "\"training\",\"heldout_share\":1.4,\"heldout_share_step\":20}");
+	/* replica 1 first at step 40, then replica 0 at the same step */
+	feed(h, 1, 7, "{\"blocks\":1,\"step\":40,\"round\":3,\"state\":"
+	    "\"training\",\"heldout_share\":1.3,\"heldout_share_step\":40}");
+	feed(h, 0, 8, "{\"blocks\":1,\"step\":40,\"round\":3,\"state\":"
+	    "\"training\",\"loss\":1.25,\"heldout_share\":1.35,"
+	    "\"heldout_share_step\":40}");
+	feed(h, 2, 1, "{\"requests\":5,\"latency_ms\":{\"p50\":1}}");
+	feed(h, 2, 2, "{\"requests\":9,\"latency_ms\":{\"p50\":2},"
+	    "\"bytes_out\":100,\"name\":\"x\"}");
+	o = dash_history_json(h, 9);
+	d0 = json_array_get(json_object_get(o, "daemons"), 0);
+	s0 = json_object_get(d0, "series");
+	ck_assert_str_eq(column(json_object_get(s0, "t")), "1,3,5,8");
+	ck_assert_str_eq(column(json_object_get(s0, "loss")), "2.5,2,1.5,1.25");
+	ck_assert_str_eq(column(at(s0, "predicted", "round_s_predicted",
+	    NULL)), "null,0.5,null,null");
+	ck_assert_str_eq(column(at(s0, "links", "B", "out_update")), "5");
+	ck_assert_str_eq(column(at(d0, "rounds", "round", NULL)), "0,1,2,3");
+	ck_assert_str_eq(column(at(d0, "rounds", "round_s", NULL)),
+	    "null,null,2,3");
+	ck_assert_str_eq(column(at(o, "shares", "1", "step")), "20,40");
+	ck_assert_str_eq(column(at(o, "shares", "1", "value")), "1.5,1.35");
+	ck_assert_str_eq(column(at(o, "bound", "value", NULL)), "1.5,1.35");
+	ck_assert_double_eq(json_number_value(json_object_get(o,
+	    "bound_latest")), 1.35);
+	s0 = at(json_array_get(json_object_get(o, "daemons"), 2), "series",
+	    "numbers", NULL);
+	ck_assert_str_eq(column(json_object_get(s0, "requests")), "5,9");
+	ck_assert_str_eq(column(json_object_get(s0, "latency_ms.p50")), "1,2");
+	ck_assert_str_eq(column(json_object_get(s0, "bytes_out")), "null,100");
+	ck_assert_ptr_null(json_object_get(s0, "name"));
+	json_decref(o);
+	/* past 4 samples, every second one of the older half goes, from
+	 * every column at once */
+	for (k = 0; k < 2; k++) {
+		char text[128];
+
+		snprintf(text, sizeof(text), "{\"step\":%d,\"round\":3,"
+		    "\"state\":\"training\",\"loss\":1}", 50 + k);
+		feed(h, 0, 10 + k, text);
+	}
+	dash_history_record(h, 1, 12, NULL, 0, "unreachable: refused");
+	o = dash_history_json(h, 13);
+	s0 = at(json_array_get(json_object_get(o, "daemons"), 0), "series",
+	    NULL, NULL);
+	ck_assert_str_eq(column(json_object_get(s0, "step")), "10,40,50,51");
+	ck_assert_str_eq(column(json_object_get(s0, "loss")), "2.5,1.25,1,1");
+	ck_assert_str_eq(column(at(s0, "predicted", "round_s_predicted",
+	    NULL)), "null,null,null,null");
+	ck_assert_str_eq(column(at(s0, "links", "B", "out_update")), "5");
+	ck_assert_ptr_null(at(s0, "links", "B", "in_update"));
+	d0 = json_array_get(json_object_get(o, "daemons"), 1);
+	ck_assert(json_is_false(json_object_get(d0, "up")));
+	ck_assert_str_eq(json_string_value(json_object_get(d0, "error")),
+	    "unreachable: refused");
+	json_decref(o);
+	dash_history_free(h);
+}
+END_TEST
+
+/* A serving host (blocktraind -S, a one-host ring of random weights):
+ * the dashboard watches it from a host list given as --peers, and says
+ * what it got, whether the host serves /v1/status or not. */
+START_TEST(test_serving_host)
+{
+	char text[2048] = "shape width=32 heads=2 layers=1 window=32 blocks=1 "
+	    "seed=1\n", state[128], listen[32], hosts[128], log[128];
+	const char *argv[] = { "shardmeter", "dashboard", "--peers", hosts,
+	    "--listen", listen, "--interval", "0.1", NULL };
+	json_t *all, *d;
+
+	snprintf(state, sizeof(state), "%s/host", dir);
+	tu_peer_line(text, sizeof(text), base_port, 1, state);
+	tu_client_line(text, sizeof(text));
+	tu_write_file(dir, "hosts", text);
+	snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port);
+	snprintf(log, sizeof(log), "%s/host.log", dir);
+	pids[0] = tu_daemon_start(log, base_port, "-S", "-f", "-L", listen,
+	    "-P", hosts, "-s", state, "-D", "cpu", "-t", "1", (char *)NULL);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", dash_port);
+	snprintf(log, sizeof(log), "%s/dashboard.log", dir);
+	dash_pid = tu_spawn(log, tu_shardmeter(), argv);
+	ck_assert_msg(tu_wait_port(dash_port, dash_pid, 10),
+	    "the dashboard did not listen (see %s)", log);
+	usleep(600000);
+	all = dashboard_get("/v1/dashboard");
+	d = json_array_get(json_object_get(all, "daemons"), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(d, "kind")),
+	    "serve");
+	fprintf(stderr, "# serving host: %s\n", json_is_true(json_object_get(d,
+	    "up")) ? "its status answered" : json_string_value(
+	    json_object_get(d, "error")));
+	if (json_is_true(json_object_get(d, "up"))) {
+		ck_assert(json_is_object(json_object_get(d, "status")));
+		ck_assert_uint_gt(json_array_size(at(d, "series", "t", NULL)),
+		    0);
+	} else
+		ck_assert_uint_gt(strlen(json_string_value(json_object_get(d,
+		    "error"))), 0);
+	json_decref(all);
+	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
+}
+END_TEST
+
+/* The listener serves the operator's browser only, unless told. */
+START_TEST(test_listen)
+{
+	char out[2048];
+	const char *tool = tu_shardmeter();
+
+	tu_write_file(dir, "p", "127.0.0.1:9 1\n");
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s dashboard --peers "
+	    "%s/p --listen 0.0.0.0:%d", tool, dir, dash_port), 2);
+	ck_assert_ptr_nonnull(strstr(out, "not a loopback address"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s dashboard --peers "
+	    "%s/p --listen 127.0.0.1", tool, dir), 2);
+	ck_assert_ptr_nonnull(strstr(out, "HOST:PORT"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s dashboard", tool),
+	    2);
+	ck_assert_ptr_nonnull(strstr(out, "--peers FILE"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s dashboard --peers "
+	    "%s/missing", tool, dir), 1);
+	ck_assert_ptr_nonnull(strstr(out, "missing"));
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("dashboard");
+	TCase *tc = tcase_create("dashboard");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_history);
+	tcase_add_test(tc, test_live_run);
+	tcase_add_test(tc, test_serving_host);
+	tcase_add_test(tc, test_listen);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s);
+}
