@@ -123,6 +123,23 @@ START_TEST(test_train_eval_generate)
 	total = after;
 	ck_assert_double_eq_tol(total, s1 + s2, 1e-5);
 
+	/* --text: any file by the same fixed procedure; the valid split's
+	 * bytes under another name score exactly as the split does, other
+	 * bytes do not */
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "cp %s/valid.txt %s/other.txt",
+	    dir, dir), 0);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s eval --spec %s/run.conf --dir %s/a --json --windows 128 "
+	    "--text %s/other.txt", tool, dir, dir, dir), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"split\":\"text\""));
+	ck_assert_double_eq(json_number(strchr(out, '{'),
+	    "blocktrain_nats_per_byte"), after);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
+	    "%s eval --spec %s/run.conf --dir %s/a --json --windows 128 "
+	    "--text %s/train.txt", tool, dir, dir, dir), 0);
+	ck_assert_double_ne(json_number(strchr(out, '{'),
+	    "blocktrain_nats_per_byte"), after);
+
 	/* determinism: the same checkpoint bytes from a second training */
 	ck_assert_int_eq(tu_run_cmd(NULL, 0,
 	    "%s train --spec %s/run.conf --dir %s/b "
@@ -147,6 +164,11 @@ START_TEST(test_train_eval_generate)
 		tu_run_cmd(again, sizeof(again),
 		    "%s generate --spec %s/run.conf "
 		    "--dir %s/a --steps 8 --seed 3 'the cat '", tool, dir, dir);
+		ck_assert_str_eq(strstr(again, "the cat "), p);
+		/* the same prompt from standard input */
+		tu_run_cmd(again, sizeof(again),
+		    "printf 'the cat ' | %s generate --spec %s/run.conf "
+		    "--dir %s/a --steps 8 --seed 3 -", tool, dir, dir);
 		ck_assert_str_eq(strstr(again, "the cat "), p);
 	}
 }
@@ -312,6 +334,10 @@ START_TEST(test_errors)
 	    "--dir %s/nothing");
 	expect_failure("missing checkpoint", "generate --spec %s/run.conf "
 	    "--dir %s/nothing x");
+	expect_failure("not both", "eval --spec %s/run.conf --dir %s/a "
+	    "--split test --text %s/valid.txt");
+	expect_failure("cannot open", "eval --spec %s/run.conf --dir %s "
+	    "--text %s/nowhere.txt");
 	tu_write_file(dir, "nodata.conf", "[data]\ntrain = nowhere.txt\n");
 	expect_failure("cannot open", "train --spec %s/nodata.conf --dir "
 	    "%s/x --block 1");

@@ -60,6 +60,49 @@ cli_read_file(const char *path, char **data, size_t *len, char *err)
 }
 
 int
+cli_read_stream(FILE *f, const char *what, size_t max, char **data,
+    size_t *len, char *err)
+{
+	size_t n = 0, cap = 4096, got;
+	char *buf = malloc(cap + 1), *nb;
+
+	for (;;) {
+		if (buf == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory reading "
+			    "%s", what);
+		got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (n > max) {
+			free(buf);
+			return kn_error(err, KN_EINVAL, "%s holds more than "
+			    "%zu bytes", what, max);
+		}
+		if (got == 0 || n < cap) {
+			if (ferror(f)) {
+				free(buf);
+				return kn_error(err, KN_EIO, "cannot read %s: %s",
+				    what, strerror(errno));
+			}
+			if (feof(f))
+				break;
+			continue;
+		}
+		cap *= 2;
+		if ((nb = realloc(buf, cap + 1)) == NULL)
+			free(buf);
+		buf = nb;
+	}
+	if (memchr(buf, '\0', n) != NULL) {
+		free(buf);
+		return kn_error(err, KN_EINVAL, "%s holds a NUL byte", what);
+	}
+	buf[n] = '\0';
+	*data = buf;
+	*len = n;
+	return 0;
+}
+
+int
 cli_parse_int(const char *cmd, const char *name, const char *v, int lo,
     int hi, int *out)
 {

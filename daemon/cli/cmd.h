@@ -37,6 +37,11 @@ int cli_help(const struct cmd_entry *self);
 
 /* The whole file in *data (caller frees; NUL-terminated) and its length. */
 int cli_read_file(const char *path, char **data, size_t *len, char *err);
+/* All of f (a pipe too) up to max bytes, NUL-terminated, into *data
+ * (malloc'd); more than max is an error naming what, and so is a NUL
+ * byte inside it. */
+int cli_read_stream(FILE *f, const char *what, size_t max, char **data,
+    size_t *len, char *err);
 
 /* "--NAME takes an integer from LO to HI" on stderr when v is not one;
  * returns 0 or -1. */

@@ -20,7 +20,8 @@
 
 struct eval_args {
 	struct cli_run run;
-	const char *split;      /* "valid" or "test" */
+	const char *split;      /* "valid" or "test", or "text" with text */
+	const char *text;       /* --text: any file in place of a split */
 	int json;
 	int windows_given;
 	bt_eval_set set;
@@ -43,6 +44,7 @@ eval_option(void *args, int ch)
 
 	switch (ch) {
 	case 's': e->split = optarg; return CLI_CONTINUE;
+	case 't': e->text = optarg; return CLI_CONTINUE;
 	case 'j': e->json = 1; return CLI_CONTINUE;
 	case 'w':
 		e->windows_given = 1;
@@ -59,6 +61,7 @@ eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
 	static const struct option opts[] = {
 		CLI_RUN_OPTIONS,
 		{ "split", required_argument, NULL, 's' },
+		{ "text", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "windows", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 }
@@ -68,6 +71,17 @@ eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
 	if ((rc = cli_run_parse(self, &e->run, argc, argv, opts, eval_option,
 	    e)) != CLI_CONTINUE)
 		return rc;
+	if (e->split != NULL && e->text != NULL) {
+		fprintf(stderr, "shardmeter eval: give --split or --text, not "
+		    "both\n");
+		return 2;
+	}
+	if (e->text != NULL) {
+		e->split = "text";
+		return CLI_CONTINUE;
+	}
+	if (e->split == NULL)
+		e->split = "valid";
 	if (strcmp(e->split, "valid") != 0 && strcmp(e->split, "test") != 0) {
 		fprintf(stderr, "shardmeter eval: --split takes valid or test\n");
 		return 2;
@@ -140,8 +154,9 @@ static int
 eval_print_json(const struct eval_args *e, const struct eval_result *res)
 {
 	const pr_spec *s = &e->run.spec;
-	json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:f,s:f}", "run_id",
-	    e->run.run_id, "split", e->split, "windows", e->set.windows,
+	json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:f,s:f}", "run_id",
+	    e->run.run_id, "split", e->split, "path", res->path,
+	    "windows", e->set.windows,
 	    "strata", e->set.strata, "blocktrain_nats_per_byte", res->total,
 	    "blocktrain_bits_per_byte", res->total / M_LN2);
 	json_t *arr = json_array(), *e2e = json_array();
@@ -209,8 +224,7 @@ eval_print_table(const struct eval_args *e, const struct eval_result *res)
 static int
 eval_exec(const struct cmd_entry *self, int argc, char **argv)
 {
-	struct eval_args e = { .split = "valid",
-	    .set = { BT_EVAL_WINDOWS, BT_EVAL_STRATA } };
+	struct eval_args e = { .set = { BT_EVAL_WINDOWS, BT_EVAL_STRATA } };
 	struct eval_result res = { 0 };
 	char err[PR_ERR_LEN];
 	int rc, test;
@@ -221,13 +235,16 @@ eval_exec(const struct cmd_entry *self, int argc, char **argv)
 	if ((rc = cli_run_open(&e.run, "eval", 1)) != 0)
 		return rc;
 	if (pr_spec_method(&e.run.spec) == PR_METHOD_SOMA)
-		return cli_eval_soma(&e.run, e.split, e.json,
+		return cli_eval_soma(&e.run, e.split, e.text, e.json,
 		    e.windows_given ? e.set.windows : 0);
 	test = strcmp(e.split, "test") == 0;
-	res.path = test ? e.run.spec.test : e.run.spec.valid;
-	if (corpus_open(&c, res.path, test ? e.run.spec.test_sha256 :
-	    e.run.spec.valid_sha256, (size_t)e.run.spec.window + 2,
-	    err) != 0) {
+	res.path = e.text != NULL ? e.text : test ? e.run.spec.test :
+	    e.run.spec.valid;
+	/* the spec's files are checked against its digests; any other
+	 * text is scored as it is, and the run id is not touched */
+	if (corpus_open(&c, res.path, e.text != NULL ? NULL : test ?
+	    e.run.spec.test_sha256 : e.run.spec.valid_sha256,
+	    (size_t)e.run.spec.window + 2, err) != 0) {
 		fprintf(stderr, "shardmeter eval: %s split: %s\n", e.split, err);
 		return 1;
 	}
@@ -245,12 +262,15 @@ const struct cmd_entry cmd_eval_entry = {
 	.summary = "held-out bound and references; SOMA: experts, mixture, "
 	    "controls",
 	.usage = "usage: shardmeter eval --spec FILE --dir DIR "
-	    "[--split valid|test] [--json] [--windows N]\n"
+	    "[--split valid|test | --text FILE] [--json]\n"
+	    "                       [--windows N]\n"
 	    "Reports the composed held-out bound (nats and bits "
 	    "per byte), each block's\nshare on its interval, the "
 	    "e2e reference on the same intervals and the causal\n"
 	    "LM's cross-entropy, when their checkpoints are in "
-	    "DIR.\n"
+	    "DIR.  --text scores any file\nwith the same fixed "
+	    "procedure (windows and noise draws) in place of the "
+	    "spec's\nsplit.\n"
 	    "On a spec of method = soma: each expert's loss on the "
 	    "held-out tail of its\ncluster, the routed mixture of the "
 	    "experts (top-k chosen from the bytes\nbefore each window) "

@@ -269,12 +269,17 @@ print_json(const struct soma_eval *ev, const char *split)
 }
 
 int
-cli_eval_soma(const struct cli_run *run, const char *split, int json,
-    long max_windows)
+cli_eval_soma(const struct cli_run *run, const char *split,
+    const char *text, int json, long max_windows)
 {
 	const pr_spec *s = &run->spec;
 	struct soma_eval ev = { .run = run, .s = s, .N = s->soma.experts };
-	const char *path = strcmp(split, "test") == 0 ? s->test : s->valid;
+	int test = strcmp(split, "test") == 0;
+	const char *path = text != NULL ? text : test ? s->test : s->valid;
+	/* any text is scored as it is; the spec's own files are checked
+	 * against their digests */
+	const char *sha = text != NULL ? NULL : test ? s->test_sha256 :
+	    s->valid_sha256;
 	kn_soma_shape sh = sa_expert_shape(s);
 	kn_soma_model *m = NULL;
 	char err[KN_ERR_LEN];
@@ -287,8 +292,7 @@ cli_eval_soma(const struct cli_run *run, const char *split, int json,
 		    "clusters folder\n");
 		return 2;
 	}
-	if (corpus_open(&c, path, strcmp(split, "test") == 0 ?
-	    s->test_sha256 : s->valid_sha256, (size_t)s->soma.window + 1,
+	if (corpus_open(&c, path, sha, (size_t)s->soma.window + 1,
 	    err) != 0) {
 		fprintf(stderr, "shardmeter eval: %s split: %s\n", split, err);
 		return 1;

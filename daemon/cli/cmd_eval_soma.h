@@ -5,9 +5,10 @@
 #include "daemon/cli/cmd.h"
 
 /* Prints the experts, the routed mixture and the controls on split
- * ("valid" or "test"), at most max_windows windows (0: all); the exit
+ * ("valid" or "test"), or on the file text when it is not NULL (split
+ * then names it "text"), at most max_windows windows (0: all); the exit
  * status. */
-int cli_eval_soma(const struct cli_run *run, const char *split, int json,
-    long max_windows);
+int cli_eval_soma(const struct cli_run *run, const char *split,
+    const char *text, int json, long max_windows);
 
 #endif

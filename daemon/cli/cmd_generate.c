@@ -18,10 +18,14 @@
 #include "kernels/model.h"
 #include "kernels/pool.h"
 
+/* more than any window holds: the window check below then names both */
+#define GEN_PROMPT_MAX (1 << 20)
+
 struct gen_args {
 	struct cli_run run;
 	const char *peers;      /* the pipeline's host list, or NULL */
 	const char *prompt;
+	char *prompt_buf;       /* owned: the prompt read from stdin ("-") */
 	int length;             /* -1: to the end of the window (64 remote) */
 	int steps;
 	float temp;
@@ -136,6 +140,18 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 		return 2;
 	}
 	g->prompt = argv[optind];
+	if (strcmp(g->prompt, "-") == 0) {
+		char err[PR_ERR_LEN];
+		size_t n;
+
+		/* bytes as they come: echo's newline is part of the prompt */
+		if (cli_read_stream(stdin, "the prompt on standard input",
+		    GEN_PROMPT_MAX, &g->prompt_buf, &n, err) != 0) {
+			fprintf(stderr, "shardmeter generate: %s\n", err);
+			return 2;
+		}
+		g->prompt = g->prompt_buf;
+	}
 	return CLI_CONTINUE;
 }
 
@@ -289,6 +305,25 @@ gen_local(struct gen_args *g)
 }
 
 static int
+gen_run(struct gen_args *g)
+{
+	if ((g->score != NULL || g->windows > 0) && !g->soma) {
+		fprintf(stderr, "shardmeter generate: --score and --windows are "
+		    "for --mode soma\n");
+		return 2;
+	}
+	if (g->soma) {
+		struct cli_soma_gen a = { .run = &g->run, .peers = g->peers,
+		    .prompt = g->prompt, .length = g->length, .temp = g->temp,
+		    .seed = g->seed, .score = g->score, .windows = g->windows,
+		    .timeout_ms = g->timeout_ms, .verbose = g->verbose };
+
+		return cli_generate_soma(&a);
+	}
+	return g->peers != NULL ? gen_remote(g) : gen_local(g);
+}
+
+static int
 gen_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct gen_args g = { .length = -1, .steps = 64, .temp = 1.0f,
@@ -297,20 +332,9 @@ gen_exec(const struct cmd_entry *self, int argc, char **argv)
 
 	if ((rc = gen_parse(self, &g, argc, argv)) != CLI_CONTINUE)
 		return rc;
-	if ((g.score != NULL || g.windows > 0) && !g.soma) {
-		fprintf(stderr, "shardmeter generate: --score and --windows are "
-		    "for --mode soma\n");
-		return 2;
-	}
-	if (g.soma) {
-		struct cli_soma_gen a = { .run = &g.run, .peers = g.peers,
-		    .prompt = g.prompt, .length = g.length, .temp = g.temp,
-		    .seed = g.seed, .score = g.score, .windows = g.windows,
-		    .timeout_ms = g.timeout_ms, .verbose = g.verbose };
-
-		return cli_generate_soma(&a);
-	}
-	return g.peers != NULL ? gen_remote(&g) : gen_local(&g);
+	rc = gen_run(&g);
+	free(g.prompt_buf);
+	return rc;
 }
 
 const struct cmd_entry cmd_generate_entry = {
@@ -324,6 +348,9 @@ const struct cmd_entry cmd_generate_entry = {
 	    "[--steps K] [--timeout MS]\n"
 	    "         [--temperature T] [--seed X] [--mode "
 	    "blocktrain|ar] [--verbose] \"PROMPT\"\n"
+	    "PROMPT - reads the prompt from standard input, every "
+	    "byte of it (echo's\nnewline too; printf '%s' leaves "
+	    "it out).\n"
 	    "With --peers, asks the pipeline of running daemons "
 	    "(blocktraind -S) whose\nhost list is HOSTS: the "
 	    "request goes to its first host, the entry, over\n"
