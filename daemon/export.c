@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/export.h"
+#include "daemon/export_private.h"
 #include "daemon/train.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
@@ -130,6 +130,7 @@ xp_name_model(xp_model *x, bt_kind kind, int block)
 {
 	x->kind = kind;
 	x->block = kind == BT_BLOCK ? block : 0;
+	snprintf(x->kind_name, sizeof(x->kind_name), "%s", bt_kind_name(kind));
 	if (kind == BT_BLOCK)
 		snprintf(x->prefix, sizeof(x->prefix), "block%d", block);
 	else
@@ -153,7 +154,7 @@ xp_read_ckpt(xp_model *x, kn_model *m, const char *run_id, float **host,
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", run_id);
 	expect.block = x->block;
-	snprintf(expect.kind, sizeof(expect.kind), "%s", bt_kind_name(x->kind));
+	snprintf(expect.kind, sizeof(expect.kind), "%s", x->kind_name);
 	rc = pr_ckpt_read_file(x->path, TR_CKPT_MAX_BYTES, &buf, &len, msg);
 	if (rc == 0) {
 		t = kn_model_tensors(m, &count);
@@ -219,12 +220,14 @@ xp_metadata(const pr_spec *s, const xp_summary *sum, pr_st_meta *meta,
     char **owned, char *err)
 {
 	json_t *models = json_array(), *cuts = json_array();
+	int soma = pr_spec_method(s) == PR_METHOD_SOMA, i;
 	size_t slen;
 	FILE *f;
-	int i;
 
 	for (i = 0; i < sum->nmodels; i++)
-		json_array_append_new(models, xp_model_json(s, &sum->models[i]));
+		json_array_append_new(models, soma ?
+		    xp__soma_json(s, &sum->models[i]) :
+		    xp_model_json(s, &sum->models[i]));
 	for (i = 0; i <= s->blocks; i++)
 		json_array_append_new(cuts, json_real(s->cuts[i]));
 	owned[0] = json_dumps(models, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -249,8 +252,10 @@ xp_metadata(const pr_spec *s, const xp_summary *sum, pr_st_meta *meta,
 	meta[2] = (pr_st_meta){ "spec", owned[2] };
 	meta[3] = (pr_st_meta){ "cuts", owned[1] };
 	meta[4] = (pr_st_meta){ "models", owned[0] };
-	meta[5] = (pr_st_meta){ "tensors", xp_tensors_doc };
-	meta[6] = (pr_st_meta){ "forward", xp_forward_doc };
+	meta[5] = (pr_st_meta){ "tensors", soma ? xp__soma_tensors_doc :
+	    xp_tensors_doc };
+	meta[6] = (pr_st_meta){ "forward", soma ? xp__soma_forward_doc :
+	    xp_forward_doc };
 	return KN_OK;
 }
 
@@ -285,41 +290,54 @@ xp_count(const pr_spec *s, bt_kind kind)
 	return n;
 }
 
+/* Reads model i of sum into buffers at buf[2i..2i+1] and appends its
+ * tensors to out at *n. */
+static int
+xp_read_model(const pr_spec *s, xp_summary *sum, int i, float **buf,
+    pr_st_tensor *out, int *n, int max, char *err)
+{
+	xp_model *x = &sum->models[i];
+	const kn_tensor *t;
+	kn_model *m;
+	int count, rc;
+
+	if (pr_spec_method(s) == PR_METHOD_SOMA)
+		return xp__soma_read(s, sum->run_id, x, &buf[2 * i], out, n,
+		    max, err);
+	if ((rc = xp_table(&m, s, x->kind, err)) != 0)
+		return rc;
+	rc = xp_read_ckpt(x, m, sum->run_id, &buf[2 * i], err);
+	t = kn_model_tensors(m, &count);
+	if (rc == 0)
+		rc = xp_split(x->prefix, t, count, buf[2 * i], out, n, max,
+		    err);
+	kn_model_free(m);
+	return rc;
+}
+
 int
 xp_export(const pr_spec *s, const char *run_id, const char *dir,
     const char *out, xp_summary *sum, char *err)
 {
-	float *host[XP_MAX_MODELS] = { NULL };
+	float *bufs[2 * XP_MAX_MODELS] = { NULL };
+	int soma = pr_spec_method(s) == PR_METHOD_SOMA;
 	pr_st_tensor *tensors = NULL;
-	kn_model *m = NULL;
-	const kn_tensor *t;
 	char *buf = NULL;
 	size_t len = 0;
-	int i, n = 0, max = 0, count, rc;
+	int i, n = 0, max = 0, rc;
 
 	memset(sum, 0, sizeof(*sum));
 	snprintf(sum->run_id, sizeof(sum->run_id), "%s", run_id);
-	if (pr_spec_method(s) != PR_METHOD_BLOCKTRAIN)
-		return kn_error(err, KN_EINVAL, "export takes a BlockTrain "
-		    "run; SOMA experts are not exported yet");
-	if ((rc = xp_find_models(s, dir, sum, err)) != 0)
+	if ((rc = soma ? xp__soma_find(s, dir, sum, err) :
+	    xp_find_models(s, dir, sum, err)) != 0)
 		return rc;
 	for (i = 0; i < sum->nmodels; i++)
-		max += xp_count(s, sum->models[i].kind);
+		max += soma ? xp__soma_count(s) :
+		    xp_count(s, sum->models[i].kind);
 	if ((tensors = calloc((size_t)max, sizeof(*tensors))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
-	for (i = 0; i < sum->nmodels && rc == 0; i++) {
-		xp_model *x = &sum->models[i];
-
-		if ((rc = xp_table(&m, s, x->kind, err)) != 0)
-			break;
-		rc = xp_read_ckpt(x, m, run_id, &host[i], err);
-		t = kn_model_tensors(m, &count);
-		if (rc == 0)
-			rc = xp_split(x->prefix, t, count, host[i], tensors, &n,
-			    max, err);
-		kn_model_free(m);
-	}
+	for (i = 0; i < sum->nmodels && rc == 0; i++)
+		rc = xp_read_model(s, sum, i, bufs, tensors, &n, max, err);
 	if (rc == 0)
 		rc = xp_encode(s, sum, tensors, n, &buf, &len, err);
 	if (rc == 0)
@@ -328,8 +346,8 @@ xp_export(const pr_spec *s, const char *run_id, const char *dir,
 	sum->bytes = len;
 	free(buf);
 	free(tensors);
-	for (i = 0; i < XP_MAX_MODELS; i++)
-		free(host[i]);
+	for (i = 0; i < 2 * XP_MAX_MODELS; i++)
+		free(bufs[i]);
 	return rc;
 }
 
@@ -377,16 +395,14 @@ xp_import_spec(const pr_st_file *f, const char *want, pr_spec *s,
 	if (want != NULL && strcmp(want, run_id) != 0)
 		return kn_error(err, KN_EINVAL, "the file is of run %.16s..., "
 		    "not of --spec's run %.16s...", run_id, want);
-	if (pr_spec_method(s) != PR_METHOD_BLOCKTRAIN)
-		return kn_error(err, KN_EINVAL, "the spec is not a BlockTrain "
-		    "run");
 	return KN_OK;
 }
 
 /* One entry of the metadata's "models", into x; its prefix must be the
  * one export gives that kind and block. */
 static int
-xp_import_entry(const pr_spec *s, json_t *e, int i, xp_model *x, char *err)
+xp_import_entry(const pr_spec *s, const char *dir, json_t *e, int i,
+    xp_model *x, char *err)
 {
 	const char *prefix, *kind;
 	json_int_t step, round;
@@ -396,7 +412,14 @@ xp_import_entry(const pr_spec *s, json_t *e, int i, xp_model *x, char *err)
 	    &kind, "block", &block, "step", &step, "round", &round) != 0)
 		return kn_error(err, KN_EINVAL, "metadata models[%d] lacks "
 		    "prefix, kind, block, step or round", i);
-	if (strcmp(kind, "block") == 0 && block >= 1 && block <= s->blocks)
+	if (pr_spec_method(s) == PR_METHOD_SOMA) {
+		if (xp__soma_name(s, kind, block, dir, x) != 0)
+			return kn_error(err, KN_EINVAL, "metadata models[%d]: "
+			    "kind %.16s with index %d is not a model of this "
+			    "run of %d experts", i, kind, block,
+			    s->soma.experts);
+	} else if (strcmp(kind, "block") == 0 && block >= 1 &&
+	    block <= s->blocks)
 		xp_name_model(x, BT_BLOCK, block);
 	else if (strcmp(kind, "e2e") == 0 && block == 0)
 		xp_name_model(x, BT_E2E, 0);
@@ -412,87 +435,124 @@ xp_import_entry(const pr_spec *s, json_t *e, int i, xp_model *x, char *err)
 		    x->prefix);
 	x->step = step;
 	x->round = round;
+	if (x->path[0] == '\0' && tr_model_path(x->path, sizeof(x->path), dir,
+	    x->kind, x->block, "ckpt") != 0)
+		return kn_error(err, KN_EINVAL, "path too long");
 	return KN_OK;
 }
 
-/* The values of one model, from the file's tensors, into host laid out
- * by t (count); taken[k] is set for each tensor k of f used. */
-static int
-xp_gather(const pr_st_file *f, const char *prefix, const kn_tensor *t,
-    int count, float *host, unsigned char *taken, char *err)
+int
+xp__take(const pr_st_file *f, const pr_st_tensor *want, int n,
+    unsigned char *taken, char *err)
 {
-	pr_st_tensor *want;
 	const pr_st_tensor *got;
-	int n = 0, i, d, max = 0, rc;
+	char gs[64], ws[64];
+	int i, d, rc = 0;
 
-	for (i = 0; i < count; i++)
-		max += t[i].ndim > 1 ? (int)t[i].shape[0] : 1;
-	if ((want = calloc((size_t)max, sizeof(*want))) == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	rc = xp_split(prefix, t, count, host, want, &n, max, err);
 	for (i = 0; i < n && rc == 0; i++) {
-		if ((got = pr_st_find(f, want[i].name)) == NULL) {
-			rc = kn_error(err, KN_EINVAL, "tensor %s is missing",
+		if ((got = pr_st_find(f, want[i].name)) == NULL)
+			return kn_error(err, KN_EINVAL, "tensor %s is missing",
 			    want[i].name);
-			break;
-		}
 		for (d = 0; d < want[i].ndim && got->ndim == want[i].ndim; d++)
 			if (got->shape[d] != want[i].shape[d])
 				break;
 		if (got->ndim != want[i].ndim || d < want[i].ndim) {
-			char gs[64], ws[64];
-
 			xp_shape_str(got, gs, sizeof(gs));
 			xp_shape_str(&want[i], ws, sizeof(ws));
-			rc = kn_error(err, KN_EINVAL, "tensor %s has shape %s; "
+			return kn_error(err, KN_EINVAL, "tensor %s has shape %s; "
 			    "the spec makes it %s", want[i].name, gs, ws);
-			break;
 		}
 		taken[got - f->tensors] = 1;
-		/* the split points into host: read straight there */
+		/* want[i] points into the model's buffer: read straight
+		 * there */
 		rc = pr_st_read_values(f, got, (float *)want[i].values, err);
 	}
-	free(want);
 	return rc;
 }
 
-/* One model of the file to a checkpoint in a new buffer *ck (*cklen). */
+/* One BlockTrain model of the file to a checkpoint in a new buffer *ck
+ * (*cklen). */
 static int
 xp_import_model(const pr_st_file *f, const pr_spec *s, const char *run_id,
     xp_model *x, unsigned char *taken, char **ck, size_t *cklen, char *err)
 {
 	pr_ckpt_meta meta = { 0 };
+	pr_st_tensor *want = NULL;
 	const kn_tensor *t;
 	kn_model *m;
 	float *host;
-	int count, rc;
+	int count, n = 0, max, rc;
 
 	if ((rc = xp_table(&m, s, x->kind, err)) != 0)
 		return rc;
 	t = kn_model_tensors(m, &count);
 	x->params = kn_model_num_params(m);
-	if ((host = malloc(x->params * sizeof(float))) == NULL) {
-		kn_model_free(m);
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	}
-	rc = xp_gather(f, x->prefix, t, count, host, taken, err);
+	max = xp_count(s, x->kind);
+	host = malloc(x->params * sizeof(float));
+	want = calloc((size_t)max, sizeof(*want));
+	rc = host == NULL || want == NULL ? kn_error(err, KN_ENOMEM, "out of "
+	    "memory") : xp_split(x->prefix, t, count, host, want, &n, max, err);
+	if (rc == 0)
+		rc = xp__take(f, want, n, taken, err);
 	snprintf(meta.run_id, sizeof(meta.run_id), "%s", run_id);
 	meta.block = x->block;
-	snprintf(meta.kind, sizeof(meta.kind), "%s", bt_kind_name(x->kind));
+	snprintf(meta.kind, sizeof(meta.kind), "%s", x->kind_name);
 	meta.step = x->step;
 	meta.round = x->round;
 	if (rc == 0)
 		rc = pr_ckpt_encode(&meta, t, count, host, ck, cklen, err);
+	free(want);
 	free(host);
 	kn_model_free(m);
 	return rc;
 }
 
-/* Every model listed, checked and encoded into ck[i]; nothing of the file
- * may be left over. */
+/* What import has made of the file before it writes: a BlockTrain
+ * model's checkpoint ck[i] (cklen[i] bytes), a SOMA model's body and
+ * decoder at bufs[2i], bufs[2i+1]. */
+struct xp_staged {
+	char *ck[XP_MAX_MODELS];
+	size_t cklen[XP_MAX_MODELS];
+	float *bufs[2 * XP_MAX_MODELS];
+};
+
+static void
+xp_staged_free(struct xp_staged *st)
+{
+	int i;
+
+	for (i = 0; i < XP_MAX_MODELS; i++)
+		free(st->ck[i]);
+	for (i = 0; i < 2 * XP_MAX_MODELS; i++)
+		free(st->bufs[i]);
+}
+
+/* Model i of the metadata's list e: named, checked and staged. */
 static int
-xp_import_models(const pr_st_file *f, const pr_spec *s, xp_summary *sum,
-    char **ck, size_t *cklen, char *err)
+xp_import_one(const pr_st_file *f, const pr_spec *s, const char *dir,
+    json_t *e, int i, xp_summary *sum, unsigned char *taken,
+    struct xp_staged *st, char *err)
+{
+	xp_model *x = &sum->models[i];
+	int j, rc;
+
+	if ((rc = xp_import_entry(s, dir, e, i, x, err)) != 0)
+		return rc;
+	for (j = 0; j < i; j++)
+		if (strcmp(sum->models[j].prefix, x->prefix) == 0)
+			return kn_error(err, KN_EINVAL, "metadata lists model "
+			    "%s twice", x->prefix);
+	if (pr_spec_method(s) == PR_METHOD_SOMA)
+		return xp__soma_gather(f, s, x, taken, &st->bufs[2 * i], err);
+	return xp_import_model(f, s, sum->run_id, x, taken, &st->ck[i],
+	    &st->cklen[i], err);
+}
+
+/* Every model listed, checked and staged; nothing of the file may be
+ * left over. */
+static int
+xp_import_models(const pr_st_file *f, const pr_spec *s, const char *dir,
+    xp_summary *sum, struct xp_staged *st, char *err)
 {
 	const char *text = pr_st_meta_get(f, "models");
 	unsigned char *taken;
@@ -514,19 +574,9 @@ xp_import_models(const pr_st_file *f, const pr_spec *s, xp_summary *sum,
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
 	json_array_foreach(models, i, e) {
-		xp_model *x = &sum->models[i];
-
-		if ((rc = xp_import_entry(s, e, (int)i, x, err)) != 0)
-			break;
-		for (j = 0; j < (int)i && rc == 0; j++)
-			if (strcmp(sum->models[j].prefix, x->prefix) == 0)
-				rc = kn_error(err, KN_EINVAL, "metadata lists "
-				    "model %s twice", x->prefix);
-		if (rc == 0)
-			rc = xp_import_model(f, s, sum->run_id, x, taken,
-			    &ck[i], &cklen[i], err);
 		sum->nmodels = (int)i + 1;
-		if (rc != 0)
+		if ((rc = xp_import_one(f, s, dir, e, (int)i, sum, taken, st,
+		    err)) != 0)
 			break;
 	}
 	json_decref(models);
@@ -539,25 +589,25 @@ xp_import_models(const pr_st_file *f, const pr_spec *s, xp_summary *sum,
 }
 
 static int
-xp_import_write(const char *dir, int force, xp_summary *sum, char **ck,
-    const size_t *cklen, char *err)
+xp_import_write(const pr_spec *s, int force, xp_summary *sum,
+    struct xp_staged *st, char *err)
 {
 	int i, rc;
 
-	for (i = 0; i < sum->nmodels; i++) {
-		xp_model *x = &sum->models[i];
-
-		if (tr_model_path(x->path, sizeof(x->path), dir, x->kind,
-		    x->block, "ckpt") != 0)
-			return kn_error(err, KN_EINVAL, "path too long");
-		if (!force && access(x->path, F_OK) == 0)
-			return kn_error(err, KN_EINVAL, "%.150s exists: give "
-			    "--force to replace it", x->path);
-	}
 	for (i = 0; i < sum->nmodels; i++)
-		if ((rc = pr_ckpt_write_file(sum->models[i].path, ck[i],
-		    cklen[i], err)) != 0)
+		if (!force && access(sum->models[i].path, F_OK) == 0)
+			return kn_error(err, KN_EINVAL, "%.150s exists: give "
+			    "--force to replace it", sum->models[i].path);
+	for (i = 0; i < sum->nmodels; i++) {
+		if (pr_spec_method(s) == PR_METHOD_SOMA)
+			rc = xp__soma_save(s, sum->run_id, &sum->models[i],
+			    &st->bufs[2 * i], err);
+		else
+			rc = pr_ckpt_write_file(sum->models[i].path, st->ck[i],
+			    st->cklen[i], err);
+		if (rc != 0)
 			return rc;
+	}
 	return KN_OK;
 }
 
@@ -565,11 +615,12 @@ int
 xp_import(const char *in, const char *dir, const char *want_run_id,
     int force, xp_summary *sum, char *err)
 {
-	char *buf = NULL, *ck[XP_MAX_MODELS] = { NULL }, msg[PR_ERR_LEN];
-	size_t len, cklen[XP_MAX_MODELS];
+	char *buf = NULL, msg[PR_ERR_LEN];
+	struct xp_staged *st;
+	size_t len;
 	pr_st_file f;
 	pr_spec s;
-	int rc, i;
+	int rc;
 
 	memset(sum, 0, sizeof(*sum));
 	if ((rc = pr_ckpt_read_file(in, XP_MAX_FILE_BYTES, &buf, &len,
@@ -581,15 +632,19 @@ xp_import(const char *in, const char *dir, const char *want_run_id,
 		return kn_error(err, rc, "%.100s: %.150s", in, msg);
 	}
 	sum->tensors = (size_t)f.ntensors;
-	rc = xp_import_spec(&f, want_run_id, &s, sum->run_id, msg);
+	if ((st = calloc(1, sizeof(*st))) == NULL)
+		rc = kn_error(msg, KN_ENOMEM, "out of memory");
 	if (rc == 0)
-		rc = xp_import_models(&f, &s, sum, ck, cklen, msg);
+		rc = xp_import_spec(&f, want_run_id, &s, sum->run_id, msg);
+	if (rc == 0)
+		rc = xp_import_models(&f, &s, dir, sum, st, msg);
 	if (rc != 0)
 		kn_error(err, rc, "%.100s: %.150s", in, msg);
 	else
-		rc = xp_import_write(dir, force, sum, ck, cklen, err);
-	for (i = 0; i < XP_MAX_MODELS; i++)
-		free(ck[i]);
+		rc = xp_import_write(&s, force, sum, st, err);
+	if (st != NULL)
+		xp_staged_free(st);
+	free(st);
 	pr_st_free(&f);
 	free(buf);
 	return rc;

@@ -1,6 +1,7 @@
 /* A run's models as one safetensors file, and back: `shardmeter export`
  * gathers the blocks' checkpoints (and the e2e and causal references when
- * their checkpoints are there) with the spec in the metadata, under names
+ * their checkpoints are there; for SOMA the experts and the seed) with the
+ * spec in the metadata, under names
  * a PyTorch reader maps to layers; `shardmeter import` writes the same
  * checkpoints again, byte for byte. */
 #ifndef SM_EXPORT_H
@@ -10,17 +11,22 @@
 #include <stdint.h>
 
 #include "daemon/blocktrain.h"
+#include "proto/checkpoint.h"
 #include "proto/spec.h"
 
 /* The metadata's "format" value; a reader refuses any other. */
 #define XP_FORMAT "shardmeter-safetensors 1"
+/* BlockTrain: the blocks and two references; SOMA: the experts and the
+ * seed */
 #define XP_MAX_MODELS (PR_MAX_BLOCKS + 2)
 
-/* One model in the file: "block3", "e2e" or "causal" before each of its
- * tensor names. */
+/* One model in the file: "block3", "e2e", "causal", "seed" or "expert2"
+ * before each of its tensor names. */
 typedef struct {
-	bt_kind kind;
-	int block;              /* 1-based; 0 for the references */
+	bt_kind kind;           /* BlockTrain's */
+	char kind_name[PR_CKPT_KIND_LEN];       /* its checkpoint's kind */
+	int block;              /* 1-based; 0 for the references and the
+				 * seed; an expert's index from 0 */
 	int64_t step, round;
 	char prefix[16];
 	char path[PR_PATH_LEN + 32];    /* its checkpoint */
@@ -37,7 +43,8 @@ typedef struct {
 
 /* Writes the models of run s (run id run_id) found in dir to the
  * safetensors file out: every block, which must all be there, then the
- * references that are.  0 or KN_E* with the reason in err. */
+ * references that are; for SOMA the seed if it is there, then every
+ * expert.  0 or KN_E* with the reason in err. */
 int xp_export(const pr_spec *s, const char *run_id, const char *dir,
     const char *out, xp_summary *sum, char *err);
 

@@ -21,6 +21,8 @@
 #include "kernels/pool.h"
 #include "proto/checkpoint.h"
 #include "proto/safetensors.h"
+#include "soma/model_file.h"
+#include "soma/trainer.h"
 #include "tests/testutil.h"
 
 static char dir[256];
@@ -456,6 +458,89 @@ START_TEST(test_malformed)
 }
 END_TEST
 
+/* SOMA: the seed and the experts, the same bytes back. */
+START_TEST(test_soma_round_trip)
+{
+	char text[512], path[400], a[400], b[400], out[8192], err[PR_ERR_LEN];
+	kn_soma_shape sh;
+	pr_spec ss;
+	char sid[PR_RUN_ID_LEN], *buf;
+	size_t len;
+	pr_st_file f;
+	const pr_st_tensor *t;
+	int e;
+
+	snprintf(text, sizeof(text), "seed = 5\nmethod = soma\n[soma]\n"
+	    "experts = 3\nwidth = 8\nmlp_mult = 2\nlayers = 2\nwindow = 16\n"
+	    "clusters = %s\n", dir);
+	tu_write_file(dir, "soma.conf", text);
+	snprintf(path, sizeof(path), "%s/soma.conf", dir);
+	ck_assert_msg(pr_spec_load(&ss, path, err) == 0, "%s", err);
+	ck_assert_int_eq(pr_spec_run_id(&ss, sid, err), 0);
+	sh = sa_expert_shape(&ss);
+	snprintf(path, sizeof(path), "%s/s", dir);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	for (e = -1; e < 3; e++) {
+		pr_ckpt_meta meta = { .block = e < 0 ? 0 : e, .step = 40 + e,
+		    .round = e + 1 };
+		float *body = tu_alloc_fill(kn_soma_body_params(&sh), -1, 1,
+		    (uint64_t)(10 + e));
+		float *dec = tu_alloc_fill(kn_soma_decoder_params(&sh), -1, 1,
+		    (uint64_t)(20 + e));
+
+		snprintf(meta.run_id, sizeof(meta.run_id), "%s", sid);
+		snprintf(meta.kind, sizeof(meta.kind), "%s", e < 0 ? "seed" :
+		    "expert");
+		if (e < 0)
+			snprintf(path, sizeof(path), "%s/s/seed.ckpt", dir);
+		else
+			snprintf(path, sizeof(path), "%s/s/expert-%d.ckpt", dir,
+			    e);
+		ck_assert_msg(sa_model_save(path, &meta, &sh, body, dec, err) ==
+		    0, "%s", err);
+		free(body);
+		free(dec);
+	}
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s export --spec "
+	    "%s/soma.conf --dir %s/s --out %s/s.safetensors", tool, dir, dir,
+	    dir) == 0, "%s", out);
+	ck_assert_msg(strstr(out, "exported 4 models") != NULL, "%s", out);
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s import --in "
+	    "%s/s.safetensors --dir %s/t", tool, dir, dir) == 0, "%s", out);
+	for (e = -1; e < 3; e++) {
+		if (e < 0) {
+			snprintf(a, sizeof(a), "%s/s/seed.ckpt", dir);
+			snprintf(b, sizeof(b), "%s/t/seed.ckpt", dir);
+		} else {
+			snprintf(a, sizeof(a), "%s/s/expert-%d.ckpt", dir, e);
+			snprintf(b, sizeof(b), "%s/t/expert-%d.ckpt", dir, e);
+		}
+		assert_same_file(a, b);
+	}
+	snprintf(path, sizeof(path), "%s/s.safetensors", dir);
+	buf = slurp(path, &len);
+	ck_assert_msg(pr_st_decode(buf, len, &f, err) == 0, "%s", err);
+	t = pr_st_find(&f, "expert2.body.block1.w_ih");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(t->ndim, 2);
+	ck_assert_int_eq(t->shape[0], 32);
+	ck_assert_int_eq(t->shape[1], 8);
+	t = pr_st_find(&f, "seed.decoder.dec_bias");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(t->ndim, 1);
+	ck_assert_int_eq(t->shape[0], 256);
+	pr_st_free(&f);
+	free(buf);
+	/* every expert must be there */
+	snprintf(path, sizeof(path), "%s/s/expert-1.ckpt", dir);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s export --spec "
+	    "%s/soma.conf --dir %s/s --out %s/x.safetensors", tool, dir, dir,
+	    dir), 1);
+	ck_assert_msg(strstr(out, "expert-1.ckpt") != NULL, "%s", out);
+}
+END_TEST
+
 /* PyTorch parity */
 
 static int
@@ -596,6 +681,7 @@ main(void)
 	tcase_add_test(tc, test_format_rules);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_malformed);
+	tcase_add_test(tc, test_soma_round_trip);
 	tcase_add_test(tc, test_torch_parity);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

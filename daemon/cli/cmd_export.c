@@ -1,6 +1,6 @@
 /* shardmeter export: a run's trained blocks (and the references whose
- * checkpoints are there) as one safetensors file for PyTorch, the spec in
- * its metadata.  The work is daemon/export.c's. */
+ * checkpoints are there; SOMA's experts and seed) as one safetensors file
+ * for PyTorch, the spec in its metadata.  The work is daemon/export.c's. */
 #include "config.h"
 
 #include <getopt.h>
@@ -85,7 +85,10 @@ const struct cmd_entry cmd_export_entry = {
 	    "... with PREFIX block1..blockT, e2e or causal,\nand in the "
 	    "metadata the spec, its run id, the cuts and each model's shape,\n"
 	    "step and round.  scripts/torch_reference.py runs it in PyTorch; "
-	    "'shardmeter\nimport' writes the checkpoints back.  SOMA runs are "
-	    "not exported.\n",
+	    "'shardmeter\nimport' writes the checkpoints back.\n"
+	    "On a spec of method = soma: every expert (DIR/expert-E.ckpt, all "
+	    "must be there)\nand the seed (DIR/seed.ckpt) when it is there, as "
+	    "expertE.body.blockB.w_ih,\n..., expertE.decoder.e; the router "
+	    "stays in the clusters folder.\n",
 	.exec = export_exec
 };
