@@ -648,17 +648,21 @@ START_TEST(test_torch_parity)
 		ck_assert_msg(d <= 1e-4, "block %d: logits differ by %g", b, d);
 		worst_block = d > worst_block ? d : worst_block;
 	}
-	tu_report("export: torch vs ours, BlockTrain blocks' logits",
-	    worst_block);
+	fprintf(stderr, "# export parity: BlockTrain blocks, largest |logit "
+	    "difference| torch vs ours %.3e (logits up to %.2f)\n",
+	    worst_block, range);
 	for (i = 0; i < spec.window; i++)
 		sym[i] = (unsigned char)"It is a truth universally "
 		    "acknowledged"[i];
 	d = logit_diff(BT_CAUSAL, 0, "causal", sym, &range);
 	ck_assert_msg(range > 1.0, "logits too flat to test: %g", range);
 	ck_assert_msg(d <= 1e-4, "causal LM: logits differ by %g", d);
-	tu_report("export: torch vs ours, causal LM logits", d);
+	fprintf(stderr, "# export parity: causal LM, largest |logit "
+	    "difference| torch vs ours %.3e (logits up to %.2f)\n", d, range);
 	d = logit_diff(BT_E2E, 0, "e2e", sym, &range);
 	ck_assert_msg(d <= 1e-4, "e2e: logits differ by %g", d);
+	fprintf(stderr, "# export parity: e2e reference, largest |logit "
+	    "difference| torch vs ours %.3e (logits up to %.2f)\n", d, range);
 
 	/* generation: sampled, and greedy */
 	same_generation("blocktrain", "1", "5");
