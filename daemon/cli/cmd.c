@@ -11,6 +11,7 @@ extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
     cmd_assemble_entry, cmd_demo_entry, cmd_init_entry, cmd_id_entry,
     cmd_cluster_entry, cmd_probe_entry, cmd_plan_entry,
     cmd_dashboard_entry;
+extern const struct cmd_entry cmd_export_entry, cmd_import_entry;
 
 const struct cmd_entry *const cmd_table[] = {
 	&cmd_spec_entry,
@@ -20,6 +21,8 @@ const struct cmd_entry *const cmd_table[] = {
 	&cmd_status_entry,
 	&cmd_dashboard_entry,
 	&cmd_assemble_entry,
+	&cmd_export_entry,
+	&cmd_import_entry,
 	&cmd_demo_entry,
 	&cmd_init_entry,
 	&cmd_id_entry,
