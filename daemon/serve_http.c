@@ -166,16 +166,15 @@ write_copy(conn *c, const char *data, size_t len)
 static void request_done(conn *c);
 static int feed(conn *c, const char *p, size_t n);
 
-/* A whole response: status, a JSON body (o taken). */
+/* A whole response: status and a JSON text (body, malloc'd, taken; NULL:
+ * out of memory). */
 static void
-respond_json(conn *c, int status, const char *reason, json_t *o)
+respond_body(conn *c, int status, const char *reason, char *body)
 {
-	char *body = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 	char head[256];
 	size_t blen;
 	int hl;
 
-	json_decref(o);
 	if (body == NULL) {
 		sv_conn_close(c, "out of memory");
 		return;
@@ -191,6 +190,16 @@ respond_json(conn *c, int status, const char *reason, json_t *o)
 	} else
 		free(body);
 	request_done(c);
+}
+
+/* The same with o (taken) as the body. */
+static void
+respond_json(conn *c, int status, const char *reason, json_t *o)
+{
+	char *body = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	respond_body(c, status, reason, body);
 }
 
 static const char *
@@ -533,6 +542,13 @@ post_completions(conn *c)
 		    "a client's peer id must be on a client line");
 		return;
 	}
+	if (s->soma != NULL) {
+		sv_count_error(s, SV_ERR_REFUSED);
+		respond_error(c, 404, "a SOMA host serves no completions: its "
+		    "clients route themselves (shardmeter generate --mode soma "
+		    "--peers)");
+		return;
+	}
 	if (!s->entry || s->compute == NULL) {
 		sv_count_error(s, SV_ERR_REFUSED);
 		respond_error(c, 421, "this host is not the entry; send "
@@ -586,16 +602,8 @@ static void
 get_status(conn *c)
 {
 	size_t len;
-	char *text = sv_status_json(c->s, &len);
-	json_t *o;
 
-	if (text == NULL || (o = json_loadb(text, len, 0, NULL)) == NULL) {
-		free(text);
-		respond_error(c, 503, "out of memory");
-		return;
-	}
-	free(text);
-	respond_json(c, 200, "OK", o);
+	respond_body(c, 200, "OK", sv_status_json(c->s, &len));
 }
 
 static void

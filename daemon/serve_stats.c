@@ -197,7 +197,7 @@ sv_status_json(sv *s, size_t *len)
 	json_object_set_new(o, "request_compute_s", json_real(s->st.compute_s));
 	json_object_set_new(o, "jobs", json_integer((json_int_t)s->st.jobs));
 	json_object_set_new(o, "job_compute_s", json_real(s->st.job_compute_s));
-	text = json_dumps(o, JSON_COMPACT);
+	text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
 	json_decref(o);
 	*len = text != NULL ? strlen(text) : 0;
 	return text;

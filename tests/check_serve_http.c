@@ -326,21 +326,29 @@ bad(const char *body, long want, const char *says)
 
 START_TEST(test_bad_input)
 {
+	/* each a 400 whose message says what was wrong */
+	static const struct {
+		const char *body, *says;
+	} cases[] = {
+		{ "{\"prompt\": \"a\", ", "invalid JSON" },
+		{ "[1, 2]", "JSON object" },
+		{ "{\"max_tokens\": 4}", "prompt" },
+		{ "{\"prompt\": 7}", "prompt must be a string" },
+		{ "{\"prompt\": \"a\", \"max_tokens\": \"4\"}",
+		    "max_tokens must be an integer" },
+		{ "{\"prompt\": \"a\", \"max_tokens\": 0}", "at least 1" },
+		{ "{\"prompt\": \"abcd\", \"max_tokens\": 61}", "window of 64" },
+		{ "{\"prompt\": \"a\", \"mode\": \"gpt\"}", "blocktrain or ar" },
+		{ "{\"prompt\": \"a\", \"stream\": 1}", "true or false" },
+		{ "{\"prompt\": \"a\", \"temperature\": -1}", "temperature" },
+		{ "{\"prompt\": \"\", \"mode\": \"ar\", \"max_tokens\": 3}",
+		    "at least one byte" },
+	};
 	tu_body b;
+	size_t i;
 
-	bad("{\"prompt\": \"a\", ", 400, "invalid JSON");
-	bad("[1, 2]", 400, "JSON object");
-	bad("{\"max_tokens\": 4}", 400, "prompt");
-	bad("{\"prompt\": 7}", 400, "prompt must be a string");
-	bad("{\"prompt\": \"a\", \"max_tokens\": \"4\"}", 400,
-	    "max_tokens must be an integer");
-	bad("{\"prompt\": \"a\", \"max_tokens\": 0}", 400, "at least 1");
-	bad("{\"prompt\": \"abcd\", \"max_tokens\": 61}", 400, "window of 64");
-	bad("{\"prompt\": \"a\", \"mode\": \"gpt\"}", 400, "blocktrain or ar");
-	bad("{\"prompt\": \"a\", \"stream\": 1}", 400, "true or false");
-	bad("{\"prompt\": \"a\", \"temperature\": -1}", 400, "temperature");
-	bad("{\"prompt\": \"\", \"mode\": \"ar\", \"max_tokens\": 3}", 400,
-	    "at least one byte");
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		bad(cases[i].body, 400, cases[i].says);
 	ck_assert_int_eq(tu_http("GET", base_port, "/v1/completions", NULL,
 	    NULL, 0, &b), 405);
 	ck_assert_ptr_nonnull(strstr(b.data, "\"message\""));
