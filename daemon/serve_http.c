@@ -480,6 +480,10 @@ parse_completion(conn *c, json_t *o, pl_frame *f, int *stream)
 	}
 	if (rc > 0)
 		f->length = (int)json_integer_value(v);
+	else if ((size_t)s->spec.window > f->data_len && f->length >
+	    s->spec.window - (int)f->data_len)
+		/* what the window leaves after the prompt, when less */
+		f->length = s->spec.window - (int)f->data_len;
 	if ((rc = field(c, o, "steps", JSON_INTEGER, &v)) < 0)
 		return -1;
 	if (rc > 0 && (json_integer_value(v) < 1 ||

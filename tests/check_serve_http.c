@@ -590,6 +590,11 @@ START_TEST(test_unlisted_and_open_entry)
 	    "\"max_tokens\":3}", &answer, &len), 200);
 	ck_assert_ptr_nonnull(strstr((char *)answer, "text_completion"));
 	free(answer);
+	/* without max_tokens: what the window of 64 leaves after 4 bytes */
+	ck_assert_int_eq(curl_post(base_port, stranger, "{\"prompt\":\"abcd\","
+	    "\"steps\":2}", &answer, &len), 200);
+	ck_assert_ptr_nonnull(strstr((char *)answer, "\"completion_tokens\":60"));
+	free(answer);
 	tu_act_as(stranger);
 	ck_assert_int_eq(tu_http_get(base_port, "/v1/status", &b), 403);
 	free(b.data);
