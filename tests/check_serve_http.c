@@ -2,9 +2,10 @@
  * loopback over mutual TLS, the test a listed client.  POST
  * /v1/completions through the curl binary against `shardmeter generate
  * --peers` on the same hosts (whole and streamed, both modes), JSON errors
- * for bad input, an unlisted client refused and an open entry, and the
+ * for bad input, an unlisted client refused and an open entry, the
  * counts of GET /v1/status and /metrics after requests whose bytes the
- * test adds up itself; promtool checks both daemons' /metrics. */
+ * test adds up itself, and shardmeter status on the host list; promtool
+ * checks both daemons' /metrics. */
 #include "config.h"
 
 #include <check.h>
@@ -506,6 +507,41 @@ START_TEST(test_status_counts)
 }
 END_TEST
 
+/* shardmeter status on the host list: a line per host, and the JSON
+ * that is the hosts' own statuses. */
+START_TEST(test_cli_status)
+{
+	char out[8192], want[64];
+	json_t *o, *hosts, *mine;
+	int i;
+
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s status --peers %s/hosts",
+	    tu_shardmeter(), dir) == 0, "%s", out);
+	for (i = 0; i < HOSTS; i++) {
+		snprintf(want, sizeof(want), "127.0.0.1:%d", base_port + i);
+		ck_assert_msg(strstr(out, want) != NULL, "no line for %s: %s",
+		    want, out);
+	}
+	ck_assert_ptr_nonnull(strstr(out, "entry"));
+	ck_assert_ptr_nonnull(strstr(out, "inner"));
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s status --peers %s/hosts "
+	    "--json", tu_shardmeter(), dir) == 0, "%s", out);
+	ck_assert_ptr_nonnull(o = json_loads(out, 0, NULL));
+	hosts = json_object_get(o, "hosts");
+	ck_assert_int_eq(json_array_size(hosts), HOSTS);
+	mine = tu_status(base_port);
+	ck_assert_ptr_nonnull(mine);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(
+	    hosts, 0), "role")), "pipeline-host");
+	/* the requests the command saw are those of the status after it */
+	ck_assert_int_eq(get(json_array_get(hosts, 0), "requests", "total",
+	    NULL), get(mine, "requests", "total", NULL));
+	ck_assert_int_eq(get(json_array_get(hosts, 1), "host", NULL, NULL), 2);
+	json_decref(mine);
+	json_decref(o);
+}
+END_TEST
+
 /* promtool check metrics on the text at port's /metrics. */
 static void
 promtool(int port, const char *name)
@@ -618,6 +654,7 @@ main(void)
 	tcase_add_test(tc, test_same_as_generate);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_status_counts);
+	tcase_add_test(tc, test_cli_status);
 	tcase_add_test(tc, test_promtool);
 	/* last: it restarts the entry as an open one */
 	tcase_add_test(tc, test_unlisted_and_open_entry);
