@@ -83,14 +83,23 @@ request_remove(sv *s, request *r)
 	free(r);
 }
 
-static void
-request_fail(sv *s, request *r, const char *msg)
+void
+sv_count_error(sv *s, sv_err kind)
 {
-	if (r->client != NULL)
+	s->st.errors[kind]++;
+}
+
+static void
+request_fail(sv *s, request *r, sv_err kind, const char *msg)
+{
+	if (r->client != NULL && r->client->http != NULL)
+		sh_fail(r->client, r, msg);
+	else if (r->client != NULL)
 		send_error(r->client, r->client_id, msg);
 	log_info("pipeline: request %llu failed: %s",
 	    (unsigned long long)r->id, msg);
 	s->failed++;
+	sv_count_error(s, kind);
 	request_end_ring(s, r);
 	request_remove(s, r);
 }
@@ -106,19 +115,22 @@ request_answer(sv *s, request *r, const unsigned char *data, size_t len)
 	/* with the client's request and this answer */
 	f.hops = r->hops + 2;
 	f.traversals = r->traversals;
-	if (r->client != NULL)
+	if (r->client != NULL && r->client->http != NULL)
+		sh_answer(r->client, r, data, len);
+	else if (r->client != NULL)
 		sv_conn_send(r->client, &f);
 	s->served++;
+	sv_stats_answered(s, r);
 	request_end_ring(s, r);
 	request_remove(s, r);
 }
 
 /* Every request in flight is lost with the link it went out on. */
 static void
-requests_fail_all(sv *s, const char *msg)
+requests_fail_all(sv *s, sv_err kind, const char *msg)
 {
 	while (s->requests != NULL)
-		request_fail(s, s->requests, msg);
+		request_fail(s, s->requests, kind, msg);
 }
 
 /* The link to the next host -------------------------------------------- */
@@ -139,7 +151,7 @@ queue_drop_all(sv *s, const char *why)
 			snprintf(msg, sizeof(msg), "the next host %s is down: "
 			    "%.150s", s->hosts.v[(s->self + 1) % s->hosts.n].addr,
 			    why);
-			request_fail(s, r, msg);
+			request_fail(s, r, SV_ERR_LINK, msg);
 		}
 		free(q->buf);
 		free(q);
@@ -170,8 +182,8 @@ link_send_frame(sv *s, const pl_frame *f)
 
 		free(buf);
 		if (r != NULL)
-			request_fail(s, r, "the link to the next host is "
-			    "congested");
+			request_fail(s, r, SV_ERR_LINK, "the link to the next "
+			    "host is congested");
 		return;
 	}
 	q->id = f->id;
@@ -197,49 +209,45 @@ sv_on_compute_done(void *ctx, sc_job *job)
 {
 	sv *s = ctx;
 
+	s->st.jobs++;
+	s->st.job_compute_s += job->compute_us / 1e6;
 	if (!s->stopping)
 		route(s, &job->out);
 	sc_job_free(job);
 }
 
-/* A request this host cannot take gets its error here; returns nonzero
- * when it did. */
+/* Why this host cannot take a client's request (in msg, with its kind),
+ * or 0 when it can. */
 static int
-gen_refused(sv *s, conn *c, const pl_frame *f)
+gen_refused(sv *s, conn *c, const pl_frame *f, char *msg, size_t len,
+    sv_err *kind)
 {
 	int n = s->spec.window, plen = (int)f->data_len;
-	char msg[PL_MSG_LEN];
 
-	if (!s->entry) {
-		snprintf(msg, sizeof(msg), "this host is not the entry; send "
-		    "requests to %.150s", s->hosts.v[0].addr);
-		send_error(c, f->id, msg);
-		return 1;
-	}
-	if (!sc_serves(s->compute, f->mode)) {
-		snprintf(msg, sizeof(msg), "mode %s is not served here (see the "
-		    "host's log)", pl_mode_name(f->mode));
-		send_error(c, f->id, msg);
-		return 1;
-	}
+	*kind = SV_ERR_REFUSED;
+	if (!s->entry)
+		snprintf(msg, len, "this host is not the entry; send requests "
+		    "to %.150s", s->hosts.v[0].addr);
+	else if (!sc_serves(s->compute, f->mode))
+		snprintf(msg, len, "mode %s is not served here (see the host's "
+		    "log)", pl_mode_name(f->mode));
 	/* a client the list does not name, at an open entry */
-	if (c->kind == SV_PEER_OPEN &&
+	else if (c->kind == SV_PEER_OPEN &&
 	    c->inflight >= s->cfg.pipeline_client_requests) {
-		snprintf(msg, sizeof(msg), "too many requests in flight on this "
+		*kind = SV_ERR_LIMIT;
+		snprintf(msg, len, "too many requests in flight on this "
 		    "connection (the limit is %d)",
 		    s->cfg.pipeline_client_requests);
-		send_error(c, f->id, msg);
-		return 1;
-	}
-	if (plen + f->length > n || (f->mode == PL_MODE_AR && plen < 1)) {
-		snprintf(msg, sizeof(msg), "the prompt (%d bytes) and the output "
-		    "(%d) must fit the window of %d bytes%s", plen, f->length, n,
+	} else if (plen + f->length > n || (f->mode == PL_MODE_AR &&
+	    plen < 1)) {
+		*kind = SV_ERR_INVALID;
+		snprintf(msg, len, "the prompt (%d bytes) and the output (%d) "
+		    "must fit the window of %d bytes%s", plen, f->length, n,
 		    f->mode == PL_MODE_AR ? ", with a prompt of at least one "
 		    "byte in ar mode" : "");
-		send_error(c, f->id, msg);
-		return 1;
-	}
-	return 0;
+	} else
+		return 0;
+	return 1;
 }
 
 /* The request for a client's gen frame, linked and counted in flight;
@@ -265,7 +273,8 @@ gen_request_new(sv *s, conn *c, const pl_frame *f)
 	r->temperature = f->temperature;
 	r->seed = f->seed;
 	memcpy(r->seq, f->data, (size_t)plen);
-	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	r->arrived = kn_now();
+	r->deadline = r->arrived + s->cfg.pipeline_timeout_ms / 1000.0;
 	r->next = s->requests;
 	s->requests = r;
 	s->inflight++;
@@ -320,24 +329,29 @@ gen_job_ar(const pl_frame *f)
 	return job;
 }
 
-/* The entry takes a client's request: checks it and starts the first
- * traversal on its own block or layers. */
-static void
-handle_gen(sv *s, conn *c, pl_frame *f)
+int
+sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
+    sv_err *kind)
 {
 	request *r;
 	sc_job *job;
 
-	if (gen_refused(s, c, f))
-		return;
+	s->st.requests[f->mode == PL_MODE_AR]++;
+	if (gen_refused(s, c, f, msg, len, kind)) {
+		sv_count_error(s, *kind);
+		return -1;
+	}
 	if ((r = gen_request_new(s, c, f)) == NULL) {
-		send_error(c, f->id, "out of memory");
-		return;
+		*kind = SV_ERR_MEMORY;
+		sv_count_error(s, *kind);
+		snprintf(msg, len, "out of memory");
+		return -1;
 	}
 	job = f->mode == PL_MODE_BT ? gen_job_bt(s, f) : gen_job_ar(f);
 	if (job == NULL) {
-		request_fail(s, r, "out of memory");
-		return;
+		/* answered, and counted, as a failed request */
+		request_fail(s, r, SV_ERR_MEMORY, "out of memory");
+		return 0;
 	}
 	job->in.id = r->id;
 	job->in.steps = r->steps;
@@ -346,6 +360,18 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
 	sc_submit(s->compute, job);
+	return 0;
+}
+
+/* The entry takes a client's gen frame. */
+static void
+handle_gen(sv *s, conn *c, pl_frame *f)
+{
+	char msg[PL_MSG_LEN];
+	sv_err kind;
+
+	if (sv_start_request(s, c, f, msg, sizeof(msg), &kind) != 0)
+		send_error(c, f->id, msg);
 }
 
 /* The byte of one autoregressive traversal, back at the entry. */
@@ -362,17 +388,21 @@ handle_tok(sv *s, pl_frame *f)
 	r->traversals++;
 	/* traversal k (from 1) emits the byte at fixed + k - 1 */
 	if (f->pos != r->fixed + r->traversals - 1 || f->pos >= r->end) {
-		request_fail(s, r, "the pipeline answered out of order");
+		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline answered "
+		    "out of order");
 		return;
 	}
 	r->seq[f->pos] = (unsigned char)f->byte;
+	if (r->client != NULL && r->client->http != NULL &&
+	    f->pos + 1 < r->end)
+		sh_partial_byte(r->client, r, f->pos);
 	if (f->pos + 1 == r->end) {
 		request_answer(s, r, r->seq + r->fixed,
 		    (size_t)(r->end - r->fixed));
 		return;
 	}
 	if (r->client == NULL) {
-		request_fail(s, r, "the client has gone");
+		request_fail(s, r, SV_ERR_CLIENT_GONE, "the client has gone");
 		return;
 	}
 	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
@@ -388,7 +418,7 @@ handle_tok(sv *s, pl_frame *f)
 	job->sym = malloc(sizeof(int32_t));
 	if (job->sym == NULL) {
 		sc_job_free(job);
-		request_fail(s, r, "out of memory");
+		request_fail(s, r, SV_ERR_MEMORY, "out of memory");
 		return;
 	}
 	job->sym[0] = f->byte;
@@ -404,6 +434,12 @@ route(sv *s, pl_frame *f)
 
 	switch (f->type) {
 	case PL_BT:
+		/* at the entry: its own blocks' result, on its way on */
+		if (s->entry && (r = request_find(s, f->id)) != NULL &&
+		    r->client != NULL && r->client->http != NULL)
+			sh_partial(r->client, r, f->data, f->mask, f->block);
+		link_send_frame(s, f);
+		break;
 	case PL_AR:
 		link_send_frame(s, f);
 		break;
@@ -431,7 +467,7 @@ route(sv *s, pl_frame *f)
 			break;
 		}
 		if ((r = request_find(s, f->id)) != NULL)
-			request_fail(s, r, f->message);
+			request_fail(s, r, SV_ERR_PIPELINE, f->message);
 		break;
 	case PL_END:
 		if (!s->entry && !last)
@@ -517,7 +553,7 @@ sv_conn_gone(sv *s, conn *c, const char *why)
 
 		snprintf(msg, sizeof(msg), "lost the connection to the next "
 		    "host %s: %.100s", c->peer, why ? why : "closed");
-		requests_fail_all(s, msg);
+		requests_fail_all(s, SV_ERR_LINK, msg);
 	}
 	queue_drop_all(s, why ? why : "closed");
 }
@@ -539,7 +575,7 @@ sv_on_cron(uv_timer_t *t)
 			    "the pipeline in %d ms (after %d traversals); a host "
 			    "may be down or overloaded", s->cfg.pipeline_timeout_ms,
 			    r->traversals);
-			request_fail(s, r, msg);
+			request_fail(s, r, SV_ERR_TIMEOUT, msg);
 		}
 	}
 	sv_conns_cron(s, tnow);
@@ -585,13 +621,15 @@ sv_shutdown(sv *s)
 	log_info("pipeline: stopping (%llu requests served, %llu failed)",
 	    (unsigned long long)s->served, (unsigned long long)s->failed);
 	while (s->requests != NULL)
-		request_fail(s, s->requests, "the host is shutting down");
+		request_fail(s, s->requests, SV_ERR_SHUTDOWN, "the host is "
+		    "shutting down");
 	queue_drop_all(s, "shutting down");
 	for (c = s->conns; c != NULL; c = next) {
 		next = c->next;
 		sv_conn_close(c, NULL);
 	}
 	s->closing_handles = s->compute != NULL ? 6 : 5;
+	sv_metrics_stop(s);
 	uv_close((uv_handle_t *)&s->listener, on_handle_closed);
 	uv_close((uv_handle_t *)&s->cron, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);

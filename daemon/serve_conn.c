@@ -59,6 +59,8 @@ sv_conn_write(conn *c, char *buf, size_t len)
 		free(buf);
 		return -1;
 	}
+	c->s->st.bytes_out[c->outbound ? SV_BYTES_RING : c->http != NULL ?
+	    SV_BYTES_HTTP : SV_BYTES_CLIENT] += len;
 	r->buf = buf;
 	if (ts_write(&r->req, (uv_stream_t *)&c->tcp, c->tls, &b, 1,
 	    on_written) != 0) {
@@ -98,6 +100,7 @@ on_conn_closed(uv_handle_t *h)
 			break;
 		}
 	tls_conn_free(c->tls);
+	sh_conn_free(c);
 	free(c->body);
 	free(c);
 }
@@ -151,6 +154,22 @@ conn_drain(conn *c, const char *why)
 	c->draining_since = kn_now();
 	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_drained) != 0)
 		conn_release(c);
+}
+
+void
+sv_conn_finish(conn *c)
+{
+	if (c->closing)
+		return;
+	/* a TLS peer tells a whole answer from a cut-off one by this */
+	if (c->tls != NULL) {
+		tls_conn_shutdown(c->tls);
+		if (ts_flush((uv_stream_t *)&c->tcp, c->tls) < 0) {
+			sv_conn_close(c, NULL);
+			return;
+		}
+	}
+	conn_drain(c, NULL);
 }
 
 /* Who the peer is -------------------------------------------------------- */
@@ -241,6 +260,20 @@ frame_allowed(const conn *c, const pl_frame *f)
 
 /* Reading -------------------------------------------------------------- */
 
+/* What a frame read whole counts as: a client's request, or the ring's
+ * (over plain TCP the kind of peer is not known, the frame's type
+ * tells). */
+static sv_bytes
+frame_bytes_kind(const conn *c, const pl_frame *f)
+{
+	if (c->kind == SV_PEER_CLIENT || c->kind == SV_PEER_OPEN)
+		return SV_BYTES_CLIENT;
+	if (c->kind == SV_PEER_ANY && !c->outbound && (f->type == PL_GEN ||
+	    f->type == PL_SCORE || f->type == PL_STEP))
+		return SV_BYTES_CLIENT;
+	return SV_BYTES_RING;
+}
+
 /* Feeds plaintext to the frame reader of c; returns -1 when c was
  * closed. */
 static int
@@ -249,6 +282,9 @@ conn_feed(conn *c, const char *p, size_t n)
 	sv *s = c->s;
 	char err[KN_ERR_LEN];
 
+	if (c->http != NULL || (n > 0 && !c->outbound && c->frames == 0 &&
+	    c->hdr_got == 0 && sh_is_http((unsigned char)p[0])))
+		return sh_feed(c, p, n);
 	while (n > 0 && !c->closing) {
 		if (c->partial_since == 0)
 			c->partial_since = kn_now();
@@ -299,6 +335,9 @@ conn_feed(conn *c, const char *p, size_t n)
 			}
 			free(c->body);
 			c->body = NULL;
+			c->frames++;
+			s->st.bytes_in[frame_bytes_kind(c, &f)] += PL_HEADER +
+			    c->body_len;
 			if (!frame_allowed(c, &f)) {
 				snprintf(err, sizeof(err), "refused a %s frame from "
 				    "%s", pl_type_name(f.type),

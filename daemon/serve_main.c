@@ -16,6 +16,7 @@
 #include "daemon/serve.h"
 #include "daemon/serve_private.h"
 #include "daemon/startup.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
@@ -258,6 +259,10 @@ log_started(const sv *s, const char *desc)
 		    "weights" : "logical shape with random weights" : "trained",
 		    s->hosts.n > 1 ? s->hosts.v[(s->self + 1) % s->hosts.n].addr :
 		    "none", desc);
+	if (s->metrics != NULL)
+		log_info("pipeline: /metrics on http://%s; GET /v1/status%s on "
+		    "the pipeline port", s->metrics_addr, s->entry &&
+		    !s->hosts.soma ? " and POST /v1/completions" : "");
 	if (s->tls != NULL)
 		log_info("pipeline: mutual TLS as peer id %s%s", tls_ctx_id(s->tls),
 		    s->entry && s->open_entry ? "; the entry is open to any "
@@ -291,7 +296,9 @@ sv_main(const startup_flags *f)
 		fatalx("%s", err);
 	s.loop = uv_default_loop();
 	s.next_id = ((uint64_t)getpid() << 32) ^ ((uint64_t)time(NULL) << 20);
-	if (start_compute(&s, err) != 0 || start_loop(&s, &sa, err) != 0)
+	s.started = kn_now();
+	if (start_compute(&s, err) != 0 || start_loop(&s, &sa, err) != 0 ||
+	    sv_metrics_start(&s, err) != 0)
 		fatalx("%s", err);
 	log_started(&s, desc);
 	uv_run(s.loop, UV_RUN_DEFAULT);

@@ -19,6 +19,53 @@
 
 typedef struct sv sv;
 typedef struct ss_host ss_host;         /* serve_soma.c */
+typedef struct sh_conn sh_conn;         /* serve_http.c */
+struct hs_server;
+
+/* Why a request, or a client's frame, was not answered: the kinds of
+ * the errors counted in the status and /metrics (serve_stats.c). */
+typedef enum {
+	SV_ERR_INVALID,         /* bad input: a frame or a body that does not fit */
+	SV_ERR_REFUSED,         /* not the entry, a mode not served, a peer kind */
+	SV_ERR_LIMIT,           /* an open client's requests in flight */
+	SV_ERR_TIMEOUT,         /* no progress from the pipeline in time */
+	SV_ERR_LINK,            /* the next host down or congested */
+	SV_ERR_PIPELINE,        /* an error from a host of the ring */
+	SV_ERR_CLIENT_GONE,
+	SV_ERR_SHUTDOWN,
+	SV_ERR_MEMORY,
+	SV_ERR_KINDS
+} sv_err;
+
+/* Where the bytes a host counts came from or went to. */
+typedef enum {
+	SV_BYTES_CLIENT,        /* pipeline frames of clients, and answers */
+	SV_BYTES_HTTP,          /* HTTP requests and responses */
+	SV_BYTES_RING,          /* frames between the hosts */
+	SV_BYTES_KINDS
+} sv_bytes;
+
+/* Upper bounds of the latency histogram's buckets, in seconds (then
+ * +Inf). */
+#define SV_LAT_BUCKETS 14
+
+/* What a host counts for its status and /metrics; the loop's own. */
+typedef struct {
+	uint64_t requests[2];           /* arrived, by pl_mode */
+	uint64_t http_requests;         /* HTTP requests, any path */
+	uint64_t errors[SV_ERR_KINDS];
+	uint64_t bytes_in[SV_BYTES_KINDS], bytes_out[SV_BYTES_KINDS];
+	/* requests answered at the entry: arrival to answer */
+	uint64_t lat_count[SV_LAT_BUCKETS + 1];  /* not cumulative */
+	double lat_sum;
+	/* over those requests: frames between the hosts, and the time
+	 * they took beside the compute (latency - compute, summed) */
+	uint64_t hops;
+	double hop_s, compute_s;
+	/* compute jobs done on this host, and their compute */
+	uint64_t jobs;
+	double job_compute_s;
+} sv_stats;
 
 /* Who is at the other end of a connection, from its peer id once the TLS
  * handshake is over; it decides which frames the connection may send. */
@@ -56,6 +103,8 @@ typedef struct conn {
 	double draining_since;          /* closing once its alert is out */
 	char peer[64];                  /* host:port */
 	char addr[48];                  /* the peer's address, for limits */
+	int frames;                     /* frames read whole */
+	sh_conn *http;                  /* it speaks HTTP: serve_http.c */
 	struct conn *next;
 } conn;
 
@@ -80,6 +129,7 @@ typedef struct request {
 	double deadline;
 	uint64_t compute_us;
 	int hops, traversals;
+	double arrived;
 	struct request *next;
 } request;
 
@@ -109,6 +159,10 @@ struct sv {
 	int stopping, closing_handles;
 	int trimmed;                    /* memory given back since idle */
 	uint64_t served, failed;
+	double started;
+	sv_stats st;
+	struct hs_server *metrics;      /* the plain /metrics listener */
+	char metrics_addr[CF_HOST_LEN + 8];
 };
 
 /* serve.c */
@@ -124,6 +178,9 @@ void sv_link_up(sv *s);
 void sv_conn_gone(sv *s, conn *c, const char *why);
 /* Fails what is in flight, closes every handle; the loop then ends. */
 void sv_shutdown(sv *s);
+
+/* The error kind of an answer, counted (sv_stats.errors). */
+void sv_count_error(sv *s, sv_err kind);
 
 /* serve_soma.c: a host of SOMA experts (s->soma set, no ring) */
 
@@ -143,6 +200,8 @@ void sv_link_connect(sv *s);
 /* Writes buf (len bytes, taken) to c; -1 when c is or goes closing. */
 int sv_conn_write(conn *c, char *buf, size_t len);
 int sv_conn_send(conn *c, const pl_frame *f);
+/* Closes c once what is written to it has gone (HTTP's close). */
+void sv_conn_finish(conn *c);
 /* Closes c at once; why (NULL: nothing) goes to the log. */
 void sv_conn_close(conn *c, const char *why);
 /* Stalled frames and handshakes, paused clients, the link's retry. */
@@ -153,5 +212,43 @@ void sv_conns_cron(sv *s, double now);
 int sv_conns_recheck(sv *s);
 /* Whether the host list or an open entry lets id in (tls_allow_fn). */
 int sv_allows(void *arg, const uint8_t id[ID_BYTES]);
+
+/* serve_stats.c: the status and /metrics of a pipeline host */
+
+/* A request answered at the entry: its latency, hops and compute. */
+void sv_stats_answered(sv *s, const request *r);
+/* The status as compact JSON (malloc'd, NUL-terminated), NULL when out
+ * of memory; and the Prometheus text (malloc'd, *len bytes). */
+char *sv_status_json(sv *s, size_t *len);
+char *sv_metrics_text(sv *s, size_t *len);
+/* The plain loopback listener of /metrics (metrics_listen; its default
+ * is 127.0.0.1 on the pipeline port + 2000), and its end. */
+int sv_metrics_start(sv *s, char *err);
+void sv_metrics_stop(sv *s);
+
+/* serve_http.c: HTTP on the pipeline port (GET /v1/status, POST
+ * /v1/completions), told from frames by its first byte */
+
+/* Whether the first byte of a connection starts an HTTP request: a
+ * method's capital letter, which no frame length below
+ * PL_FRAME_MAX starts with. */
+int sh_is_http(unsigned char first);
+/* Feeds plaintext to c's HTTP parser (made on the first call); -1 when c
+ * was closed. */
+int sh_feed(conn *c, const char *p, size_t n);
+void sh_conn_free(conn *c);
+/* r (a completion of c) has its output, failed, or has progressed: a
+ * BlockTrain window (data and mask, window bytes) after the entry's
+ * blocks, or one more ar byte. */
+void sh_answer(conn *c, request *r, const unsigned char *data, size_t len);
+void sh_fail(conn *c, request *r, const char *msg);
+void sh_partial(conn *c, request *r, const unsigned char *data,
+    const unsigned char *mask, int next_block);
+void sh_partial_byte(conn *c, request *r, int pos);
+/* Starts the request of a completion at the entry, as a gen frame
+ * would (serve.c); takes what f owns.  0, or -1 with msg set and the
+ * error counted (kind in *kind). */
+int sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
+    sv_err *kind);
 
 #endif

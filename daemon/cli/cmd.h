@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "daemon/peers.h"
+#include "daemon/pipeline_hosts.h"
 #include "kernels/backend.h"
 #include "proto/spec.h"
 
@@ -138,6 +139,13 @@ int cli_status_soma(const peers_list *pl, int json);
  * plan, from their statuses (status[i] of pl's line i, NULL when down);
  * nothing when none carries a plan. */
 void cli_status_predicted(const peers_list *pl, struct json_t *const *status);
+
+/* shardmeter status on a pipeline host list, once: a table, or JSON; returns the number
+ * of hosts that answered.  cli_is_pipeline_host: whether the first host
+ * that answers is a blocktraind -S host (a list of one block per host
+ * reads as a peer list too). */
+int cli_status_pipeline(const ph_list *hosts, int json);
+int cli_is_pipeline_host(const ph_list *hosts);
 
 /* The operator's identity directory: $XDG_CONFIG_HOME/shardmeter, else
  * $HOME/.config/shardmeter.  0, or -1 with the reason in err. */

@@ -195,8 +195,9 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 	const char *peers = NULL;
 	double every = 0;
 	peers_list pl;
-	char err[PR_ERR_LEN];
-	int ch, up, json = 0;
+	ph_list hosts;
+	char err[PR_ERR_LEN], herr[PR_ERR_LEN];
+	int ch, up, json = 0, pipeline, loaded;
 
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (ch) {
@@ -211,27 +212,41 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter status: --peers FILE is required\n");
 		return 2;
 	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	/* a pipeline host list, or a peer list (a ring of one block per
+	 * host reads as either: the hosts' answers tell) */
+	pipeline = loaded = ph_load(&hosts, peers, herr) == 0;
 	if (peers_load(&pl, peers, err) != 0) {
-		fprintf(stderr, "shardmeter status: %s\n", err);
-		return 1;
-	}
-	if (json && !pl.experts) {
+		if (!pipeline) {
+			fprintf(stderr, "shardmeter status: %s\n(as a pipeline "
+			    "host list: %s)\n", err, herr);
+			curl_global_cleanup();
+			return 1;
+		}
+		memset(&pl, 0, sizeof(pl));
+	} else if (pipeline)
+		pipeline = cli_is_pipeline_host(&hosts);
+	if (json && !pl.experts && !pipeline) {
 		fprintf(stderr, "shardmeter status: --json is for a SOMA run "
-		    "(a peer list of expert=E lines)\n");
+		    "(a peer list of expert=E lines) or a pipeline host list\n");
 		peers_free(&pl);
+		if (loaded)
+			ph_free(&hosts);
+		curl_global_cleanup();
 		return 2;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	for (;;) {
 		if (every > 0 && !json)
 			printf("\033[H\033[2J");
-		up = pl.experts ? cli_status_soma(&pl, json) :
-		    status_once(&pl);
+		up = pipeline ? cli_status_pipeline(&hosts, json) : pl.experts ?
+		    cli_status_soma(&pl, json) : status_once(&pl);
 		fflush(stdout);
 		if (every <= 0)
 			break;
 		usleep((useconds_t)(every * 1e6));
 	}
+	if (loaded)
+		ph_free(&hosts);
 	peers_free(&pl);
 	curl_global_cleanup();
 	return up > 0 ? 0 : 1;
@@ -251,6 +266,9 @@ const struct cmd_entry cmd_status_entry = {
 	    "(measured - predicted) / predicted.\nOn a SOMA run (expert=E lines): each expert's "
 	    "step, losses and speed, and\nthe routed mixture's held-out "
 	    "loss mixed from the experts' published scores\n(--json: as "
-	    "JSON).\n",
+	    "JSON).\nOn a pipeline host list (blocktraind -S, "
+	    "pipeline_hosts): each host's role,\nblocks, requests, in "
+	    "flight, answered, errors, latency p50/p90, time per\nhop, KV "
+	    "cache and client bytes (--json: the hosts' statuses).\n",
 	.exec = status_exec
 };
