@@ -6,7 +6,8 @@
  * its bytes.  Covers the coordinator's choice, a member missing the
  * deadline, catch-up, a split round and its healing, the status of an
  * update that cannot be stored for want of memory, rounds in int8
- * (with and without zstd) with error feedback, and updates sent in parts
+ * (with and without zstd) with error feedback, an update for the next
+ * round held rather than refused, and updates sent in parts
  * on parallel connections (update_streams) with the receiver's refusals
  * of parts that do not fit. */
 #include "config.h"
@@ -66,6 +67,7 @@ struct replica {
 	int update_calls[NREP];         /* update exchanges metered, likewise */
 	int posts_from[NREP];           /* POSTs of updates it received */
 	int parts_from[NREP];           /* of them, parts */
+	int fetches_from[NREP];         /* GETs of an update it answered */
 	int refuse_from[NREP];          /* a partition: 503 to these */
 };
 
@@ -183,6 +185,9 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 		x->posts_from[from]++;
 		x->parts_from[from] += strstr(req->query, "parts=") != NULL;
 	}
+	if (from >= 0 && strcmp(req->method, "GET") == 0 &&
+	    strstr(req->path, "/updates/") != NULL)
+		x->fetches_from[from]++;
 	if (strcmp(req->path, "/v1/blocks/1/checkpoint") == 0) {
 		char *body = malloc(CKPT_HEAD + sizeof(x->theta));
 
@@ -643,6 +648,52 @@ START_TEST(test_behind_then_member)
 	ck_assert_str_eq(rep[0].journal, "round 1 members 0x7 coordinator 0");
 	assert_same_weights(0, 1);
 	assert_same_weights(0, 2);
+}
+END_TEST
+
+/* The coordinator, done with round 0, sends its update for round 1
+ * before replica 2 has seen round 0's end (here replica 2 is down in
+ * the others' view during round 0, so round 0 ends without it while
+ * replica 2 still gathers it).  Replica 2 holds the round-1 updates of the other
+ * two: each is uploaded to it once, not again after a "behind" and a
+ * backoff, and none is fetched later; round 1 then averages all three
+ * to the weights computed here. */
+START_TEST(test_early_update_held)
+{
+	float theta0[COUNT], want[COUNT];
+	int k;
+
+	set_state(0, 2, PEERS_DOWN);
+	set_state(1, 2, PEERS_DOWN);
+	send_update(0);
+	send_update(1);
+	ck_assert(run_until(is_active_round_over));
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
+	memcpy(theta0, rep[0].theta, sizeof(theta0));
+	set_state(0, 2, PEERS_UP);
+	set_state(1, 2, PEERS_UP);
+	send_update(0);
+	send_update(1);
+	/* a backoff would have offered them again by now (0.1, 0.3 s) */
+	run_for(0.5);
+	ck_assert_int_eq(rep[0].commits, 1);
+	for (k = 0; k < 2; k++)
+		ck_assert_int_eq(rep[2].posts_from[k], 2);
+	send_update(2);         /* round 0: over, it adopts the checkpoint */
+	wait_commits(1, 1, 1);
+	ck_assert_int_eq(rep[2].ckpt_commits, 1);
+	ck_assert_int_eq(rep[2].round, 1);
+	send_update(2);
+	wait_commits(2, 2, 2);
+	ck_assert_str_eq(rep[0].journal, "round 1 members 0x7 coordinator 0");
+	expected_after(theta0, 7, 1, want);
+	for (k = 0; k < NREP; k++) {
+		ck_assert_msg(memcmp(rep[k].theta, want, sizeof(want)) == 0,
+		    "replica %d", k);
+		ck_assert_int_eq(rep[0].fetches_from[k], 0);
+	}
+	for (k = 0; k < 2; k++)
+		ck_assert_int_eq(rep[2].posts_from[k], 2);
 }
 END_TEST
 
@@ -1175,6 +1226,7 @@ main(void)
 	tcase_add_test(tc, test_out_of_memory_is_503);
 	tcase_add_test(tc, test_malformed_parts);
 	tcase_add_test(tc, test_behind_then_member);
+	tcase_add_test(tc, test_early_update_held);
 	tcase_add_test(tc, test_assembly_budget);
 	suite_add_tcase(s, tc);
 	/* the same rounds with updates in parts end on the same weights */
