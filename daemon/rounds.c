@@ -92,17 +92,28 @@ struct rounds {
 	float *early_delta[MAX_REPLICAS];
 };
 
+/* Empties a set of update slots, one per replica. */
+static void
+free_slots(char **bytes, float **delta, size_t *len)
+{
+	int i;
+
+	for (i = 0; i < MAX_REPLICAS; i++) {
+		free(bytes[i]);
+		free(delta[i]);
+		bytes[i] = NULL;
+		delta[i] = NULL;
+		len[i] = 0;
+	}
+}
+
 static void
 drop_round(rounds *r)
 {
 	int i;
 
+	free_slots(r->bytes, r->delta, r->len);
 	for (i = 0; i < MAX_REPLICAS; i++) {
-		free(r->bytes[i]);
-		free(r->delta[i]);
-		r->bytes[i] = NULL;
-		r->delta[i] = NULL;
-		r->len[i] = 0;
 		r->fetching[i] = 0;
 		r->pushed[i] = 0;
 		r->push_at[i] = 0;
@@ -122,15 +133,7 @@ drop_round(rounds *r)
 static void
 drop_early(rounds *r)
 {
-	int i;
-
-	for (i = 0; i < MAX_REPLICAS; i++) {
-		free(r->early_bytes[i]);
-		free(r->early_delta[i]);
-		r->early_bytes[i] = NULL;
-		r->early_delta[i] = NULL;
-		r->early_len[i] = 0;
-	}
+	free_slots(r->early_bytes, r->early_delta, r->early_len);
 	r->early_round = -1;
 }
 
@@ -422,17 +425,18 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	    max_body, done, -1);
 }
 
-/* Decodes an update for round: its floats and a copy of its bytes
- * (the caller's), and the replica it is of; only replica sender's own
- * (sender -1: any, over plain TCP). */
+/* Decodes an update for round into its replica's slot of bytes, delta
+ * and lens (the current round's, or those held for the next), and says
+ * whose it is; only replica sender's own (sender -1: any, over plain
+ * TCP). */
 static int
-decode_update(const rounds *r, const char *buf, size_t len, int64_t round,
-    int sender, float **delta_out, char **bytes_out, int *replica_out,
-    char *err)
+put_update(const rounds *r, const char *buf, size_t len, int64_t round,
+    int sender, char **bytes, float **delta, size_t *lens,
+    int *replica_out, char *err)
 {
 	pr_update_meta expect = { 0 }, got;
-	float *delta;
-	char *bytes;
+	float *d;
+	char *copy;
 	int rc;
 
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", r->cfg.run_id);
@@ -440,72 +444,51 @@ decode_update(const rounds *r, const char *buf, size_t len, int64_t round,
 	expect.round = round;
 	expect.count = r->count;
 	if (r->count > SIZE_MAX / sizeof(float) ||
-	    (delta = malloc(r->count * sizeof(float))) == NULL)
+	    (d = malloc(r->count * sizeof(float))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory for an update of "
 		    "%zu floats", r->count);
-	rc = pr_update_decode(buf, len, &expect, delta, &got, err);
+	rc = pr_update_decode(buf, len, &expect, d, &got, err);
 	if (rc == 0 && (got.replica < 0 || got.replica >= r->cfg.replicas))
 		rc = kn_error(err, KN_EINVAL, "replica %d does not exist: block "
 		    "%d has %d", got.replica, r->cfg.block, r->cfg.replicas);
 	if (rc == 0 && sender >= 0 && got.replica != sender)
 		rc = kn_error(err, KN_EINVAL, "the update says replica %d, but "
 		    "its sender is replica %d", got.replica, sender);
-	if (rc == 0 && (bytes = malloc(len)) == NULL)
+	if (rc == 0 && (copy = malloc(len)) == NULL)
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 	if (rc != 0) {
-		free(delta);
+		free(d);
 		return rc;
 	}
-	memcpy(bytes, buf, len);
-	*delta_out = delta;
-	*bytes_out = bytes;
+	memcpy(copy, buf, len);
+	free(delta[got.replica]);
+	free(bytes[got.replica]);
+	delta[got.replica] = d;
+	bytes[got.replica] = copy;
+	lens[got.replica] = len;
 	*replica_out = got.replica;
 	return KN_OK;
 }
 
-/* Decodes an update for the current round into its replica's slot. */
+/* An update for the current round. */
 static int
 store_update(rounds *r, const char *buf, size_t len, int64_t round,
     int sender, int *replica_out, char *err)
 {
-	float *delta;
-	char *bytes;
-	int rc, k;
-
-	if ((rc = decode_update(r, buf, len, round, sender, &delta, &bytes,
-	    &k, err)) != 0)
-		return rc;
-	free(r->delta[k]);
-	free(r->bytes[k]);
-	r->delta[k] = delta;
-	r->bytes[k] = bytes;
-	r->len[k] = len;
-	*replica_out = k;
-	return KN_OK;
+	return put_update(r, buf, len, round, sender, r->bytes, r->delta,
+	    r->len, replica_out, err);
 }
 
-/* The same for the round after ours, held apart until we get there. */
+/* An update for the round after ours, held apart until we get there. */
 static int
 hold_update(rounds *r, const char *buf, size_t len, int64_t round,
     int sender, int *replica_out, char *err)
 {
-	float *delta;
-	char *bytes;
-	int rc, k;
-
-	if ((rc = decode_update(r, buf, len, round, sender, &delta, &bytes,
-	    &k, err)) != 0)
-		return rc;
 	if (r->early_round != round)
 		drop_early(r);
 	r->early_round = round;
-	free(r->early_delta[k]);
-	free(r->early_bytes[k]);
-	r->early_delta[k] = delta;
-	r->early_bytes[k] = bytes;
-	r->early_len[k] = len;
-	*replica_out = k;
-	return KN_OK;
+	return put_update(r, buf, len, round, sender, r->early_bytes,
+	    r->early_delta, r->early_len, replica_out, err);
 }
 
 /* The updates held for the round we now stand at become its own (none
