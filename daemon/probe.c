@@ -29,6 +29,7 @@ struct pb_job {
 	const kn_backend *be;
 	wk_worker *trainer;             /* NULL: none to hold */
 	double seconds;
+	int repeats;
 	/* the answer */
 	pc_rates rates;
 	uint64_t memory;
@@ -243,7 +244,7 @@ job_run(struct pb_job *j)
 	j->rc = pc_free_memory(j->be, &j->memory, &j->memory_how, j->err);
 	if (j->rc == 0)
 		j->rc = pc_measure(&j->shape, j->batch, j->be, j->seconds, 100000,
-		    &j->rates, j->err);
+		    j->repeats, &j->rates, j->err);
 	if (j->trainer != NULL)
 		wk_release(j->trainer);
 }
@@ -279,6 +280,18 @@ shape_json(const kn_model_shape *sh, int batch)
 	    batch);
 }
 
+/* The first n of v as a JSON array. */
+static json_t *
+numbers_json(const double *v, int n)
+{
+	json_t *a = json_array();
+	int i;
+
+	for (i = 0; a != NULL && i < n; i++)
+		json_array_append_new(a, json_real(v[i]));
+	return a;
+}
+
 /* The answer of the probe thread, on the loop. */
 static void
 job_deliver(void *arg, lt_item *item)
@@ -297,18 +310,24 @@ job_deliver(void *arg, lt_item *item)
 	} else {
 		s->compute_status = 200;
 		s->compute = json_pack("{s:s,s:s,s:o,s:s,s:I,s:s,s:f,s:f,s:i,"
-		    "s:i,s:f,s:f}", "state", "done", "addr", n->cfg.advertise,
+		    "s:o,s:o,s:i,s:i,s:f,s:f}", "state", "done", "addr",
+		    n->cfg.advertise,
 		    "shape", shape_json(&j->shape, j->batch), "device",
 		    n->backend_desc, "memory_bytes", (json_int_t)j->memory,
 		    "memory_source", j->memory_how, "train_positions_per_s",
 		    j->rates.train_positions_per_s, "forward_positions_per_s",
-		    j->rates.forward_positions_per_s, "train_steps",
+		    j->rates.forward_positions_per_s, "repeats",
+		    j->rates.repeats, "train_positions_per_s_each",
+		    numbers_json(j->rates.train_each, j->rates.repeats),
+		    "forward_positions_per_s_each",
+		    numbers_json(j->rates.forward_each, j->rates.repeats),
+		    "train_steps",
 		    j->rates.train_steps, "forward_passes",
 		    j->rates.forward_passes, "train_s", j->rates.train_s,
 		    "forward_s", j->rates.forward_s);
 		log_info("compute probe: %.0f positions/s training, %.0f "
-		    "forward", j->rates.train_positions_per_s,
-		    j->rates.forward_positions_per_s);
+		    "forward (medians of %d)", j->rates.train_positions_per_s,
+		    j->rates.forward_positions_per_s, j->rates.repeats);
 	}
 	free(j);
 }
@@ -318,7 +337,7 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 {
 	struct pb_state *s = n->probe;
 	struct pb_job *j;
-	double seconds;
+	double seconds, repeats;
 
 	if (n->soma) {
 		hs_response_text(res, 404, "expert %d trains a SOMA expert: the "
@@ -326,7 +345,9 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 		return;
 	}
 	if (param(req, res, "seconds", 0.01, PB_MAX_COMPUTE_SECONDS,
-	    PB_DEFAULT_COMPUTE_SECONDS, 0, &seconds) != 0 || refused(n, res))
+	    PB_DEFAULT_COMPUTE_SECONDS, 0, &seconds) != 0 ||
+	    param(req, res, "repeats", 1, PC_MAX_REPEATS,
+	    PB_DEFAULT_COMPUTE_REPEATS, 1, &repeats) != 0 || refused(n, res))
 		return;
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
 		hs_response_text(res, 503, "out of memory");
@@ -337,6 +358,7 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 	j->be = n->be;
 	j->trainer = n->worker_done ? NULL : n->worker;
 	j->seconds = seconds;
+	j->repeats = (int)repeats;
 	s->busy = 1;
 	s->compute_status = 202;
 	json_decref(s->compute);
@@ -374,26 +396,6 @@ links_free(struct pb_links *L)
 	free(L);
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The q quantile of sorted v (n), linear between order statistics. */
-static double
-quantile(const double *v, int n, double q)
-{
-	double pos = q * (n - 1);
-	int i = (int)pos;
-
-	if (i >= n - 1)
-		return v[n - 1];
-	return v[i] + (pos - i) * (v[i + 1] - v[i]);
-}
-
 static json_t *
 target_json(const struct pb_links *L, struct pb_target *t)
 {
@@ -401,10 +403,10 @@ target_json(const struct pb_links *L, struct pb_target *t)
 
 	if (t->error[0] != '\0')
 		return json_pack("{s:s,s:s}", "to", t->addr, "error", t->error);
-	qsort(t->rtt_ms, (size_t)L->samples, sizeof(double), cmp_double);
+	pc_sort(t->rtt_ms, L->samples);
 	o = json_pack("{s:s,s:f,s:f,s:i,s:f,s:i,s:f,s:I}", "to", t->addr,
-	    "rtt_ms", quantile(t->rtt_ms, L->samples, 0.5), "rtt_spread_ms",
-	    quantile(t->rtt_ms, L->samples, 0.75) - quantile(t->rtt_ms,
+	    "rtt_ms", pc_quantile(t->rtt_ms, L->samples, 0.5), "rtt_spread_ms",
+	    pc_quantile(t->rtt_ms, L->samples, 0.75) - pc_quantile(t->rtt_ms,
 	    L->samples, 0.25), "samples", L->samples, "stream_bytes_per_s",
 	    t->stream_bps, "streams", L->streams, "multi_bytes_per_s",
 	    t->multi_bps, "sink_bytes", (json_int_t)t->sink_bytes);

@@ -21,12 +21,14 @@ struct node;
 #define PB_MAX_SAMPLES 1000
 #define PB_MAX_STREAMS 16
 #define PB_MAX_SECONDS 120.0            /* a link probe in all */
-#define PB_MAX_COMPUTE_SECONDS 10.0     /* each half of a compute probe */
+#define PB_MAX_COMPUTE_SECONDS 10.0     /* each half of a repetition */
 #define PB_DEFAULT_SAMPLES 20
 #define PB_DEFAULT_BYTES ((size_t)16 << 20)
 #define PB_DEFAULT_STREAMS 4
 #define PB_DEFAULT_SECONDS 60.0
 #define PB_DEFAULT_COMPUTE_SECONDS 1.0
+/* repetitions of each half, the median reported (PC_MAX_REPEATS) */
+#define PB_DEFAULT_COMPUTE_REPEATS 3
 /* How long a compute probe waits for training to reach a step boundary
  * (a round or a full disk may hold it elsewhere). */
 #define PB_HOLD_TIMEOUT 30.0

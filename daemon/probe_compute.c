@@ -110,18 +110,53 @@ timed(kn_model *m, const kn_batch *b, int train, double seconds,
 	return KN_OK;
 }
 
+void
+pc_sort(double *v, int n)
+{
+	int i, j;
+
+	/* a few values: insertion sort, no comparator to go wrong on NaN */
+	for (i = 1; i < n; i++) {
+		double x = v[i];
+
+		for (j = i; j > 0 && v[j - 1] > x; j--)
+			v[j] = v[j - 1];
+		v[j] = x;
+	}
+}
+
+double
+pc_quantile(const double *sorted, int n, double q)
+{
+	double pos = q * (n - 1);
+	int i = (int)pos;
+
+	if (i >= n - 1)
+		return sorted[n - 1];
+	return sorted[i] + (pos - i) * (sorted[i + 1] - sorted[i]);
+}
+
+double
+pc_median(double *v, int n)
+{
+	pc_sort(v, n);
+	return pc_quantile(v, n, 0.5);
+}
+
 int
 pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
-    double seconds_each, int max_steps, pc_rates *out, char *err)
+    double seconds_each, int max_steps, int repeats, pc_rates *out,
+    char *err)
 {
 	size_t N = (size_t)batch * shape->window;
 	int32_t *input = malloc(N * sizeof(int32_t));
 	int32_t *target = malloc(N * sizeof(int32_t));
 	float *weight = malloc(N * sizeof(float));
 	float *losses = malloc((size_t)batch * sizeof(float));
+	double train[PC_MAX_REPEATS], forward[PC_MAX_REPEATS], s;
 	kn_model *m = NULL;
 	kn_batch b = { input, target, weight, batch };
-	int rc;
+	int rc = KN_OK, k, count;
 
 	memset(out, 0, sizeof(*out));
 	if (input == NULL || target == NULL || weight == NULL ||
@@ -134,20 +169,36 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 		    "and seconds above zero");
 		goto out;
 	}
+	if (repeats < 1 || repeats > PC_MAX_REPEATS) {
+		rc = kn_error(err, KN_EINVAL, "a probe repeats 1 to %d times, "
+		    "not %d", PC_MAX_REPEATS, repeats);
+		goto out;
+	}
 	fill_batch(input, target, weight, N, shape->window);
 	if ((rc = kn_model_create(&m, shape, be, batch, err)) != 0)
 		goto out;
 	kn_model_init(m, 12);
-	rc = timed(m, &b, 1, seconds_each, max_steps, losses,
-	    &out->train_steps, &out->train_s, err);
-	if (rc == 0)
-		rc = timed(m, &b, 0, seconds_each, max_steps, losses,
-		    &out->forward_passes, &out->forward_s, err);
+	for (k = 0; k < repeats; k++) {
+		rc = timed(m, &b, 1, seconds_each, max_steps, losses, &count,
+		    &s, err);
+		if (rc != 0)
+			break;
+		out->train_steps += count;
+		out->train_s += s;
+		out->train_each[k] = train[k] = (double)count * (double)N / s;
+		rc = timed(m, &b, 0, seconds_each, max_steps, losses, &count,
+		    &s, err);
+		if (rc != 0)
+			break;
+		out->forward_passes += count;
+		out->forward_s += s;
+		out->forward_each[k] = forward[k] = (double)count * (double)N /
+		    s;
+	}
 	if (rc == 0) {
-		out->train_positions_per_s = (double)out->train_steps *
-		    (double)N / out->train_s;
-		out->forward_positions_per_s = (double)out->forward_passes *
-		    (double)N / out->forward_s;
+		out->repeats = repeats;
+		out->train_positions_per_s = pc_median(train, repeats);
+		out->forward_positions_per_s = pc_median(forward, repeats);
 	}
 out:
 	kn_model_free(m);

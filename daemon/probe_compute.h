@@ -11,12 +11,21 @@
 #include "kernels/backend.h"
 #include "kernels/model.h"
 
+/* Repetitions of a compute probe at most: one timing of a host whose CPU
+ * comes in quota periods, or that others share, can be far off, and the
+ * median of a few is not. */
+#define PC_MAX_REPEATS 9
+
 typedef struct {
 	/* positions (windows x window) per second: forward, backward and
-	 * AdamW; and forward alone, each over seconds_each or max_steps */
+	 * AdamW; and forward alone: the median over the repetitions, each
+	 * over seconds_each or max_steps */
 	double train_positions_per_s, forward_positions_per_s;
+	int repeats;
+	/* each repetition's, in the order they ran */
+	double train_each[PC_MAX_REPEATS], forward_each[PC_MAX_REPEATS];
 	int train_steps, forward_passes;        /* timed, warm-up aside */
-	double train_s, forward_s;              /* what they took */
+	double train_s, forward_s;              /* what they took, in all */
 } pc_rates;
 
 /* Free memory of the training device in *bytes: MemAvailable of
@@ -29,8 +38,20 @@ int pc_free_memory(const kn_backend *be, uint64_t *bytes, const char **how,
 /* Times training steps, then forward passes, of a freshly initialised
  * model of shape on be, batch windows at a time, on a seeded random
  * batch: one untimed warm-up each, then until seconds_each have passed
- * or max_steps were timed (at least one).  0 or KN_E* with err. */
+ * or max_steps were timed (at least one); that repeats times (1 to
+ * PC_MAX_REPEATS), train and forward in turn, so a slow spell of the
+ * host falls on both kinds alike.  0 or KN_E* with err. */
 int pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
-    double seconds_each, int max_steps, pc_rates *out, char *err);
+    double seconds_each, int max_steps, int repeats, pc_rates *out,
+    char *err);
+
+/* Sorts v (n values) in increasing order. */
+void pc_sort(double *v, int n);
+/* The q quantile (0 to 1) of sorted v (n >= 1), linear between order
+ * statistics. */
+double pc_quantile(const double *sorted, int n, double q);
+/* The median of v (n >= 1; sorted in place): the middle value, or the
+ * mean of the two middle ones. */
+double pc_median(double *v, int n);
 
 #endif

@@ -9,7 +9,11 @@
  * updates in replica order, the very bytes that were sent (its own update
  * decoded from its own encoding too), so that all replicas end bitwise
  * identical.  A replica that was left out, or is behind, adopts the
- * coordinator's published checkpoint instead.  With a lossy encoding,
+ * coordinator's published checkpoint instead.  An update for the round
+ * after the one a replica stands at (the coordinator, done first, sends
+ * its next one before a follower has seen the commit) is held until the
+ * replica gets there, not refused: refused, the whole update would be
+ * uploaded again after a backoff.  With a lossy encoding,
  * each replica adds to its update what the encoding dropped from the
  * last one it sent (error feedback), until it adopts a checkpoint. */
 #include "config.h"
@@ -80,19 +84,36 @@ struct rounds {
 	 * from the updates we sent; NULL in f32 and until the first */
 	float *residual;
 	size_t residual_count;
+	/* updates for the round after current_round(), sent whole, held
+	 * until we stand at it */
+	int64_t early_round;            /* -1: none held */
+	char *early_bytes[MAX_REPLICAS];
+	size_t early_len[MAX_REPLICAS];
+	float *early_delta[MAX_REPLICAS];
 };
+
+/* Empties a set of update slots, one per replica. */
+static void
+free_slots(char **bytes, float **delta, size_t *len)
+{
+	int i;
+
+	for (i = 0; i < MAX_REPLICAS; i++) {
+		free(bytes[i]);
+		free(delta[i]);
+		bytes[i] = NULL;
+		delta[i] = NULL;
+		len[i] = 0;
+	}
+}
 
 static void
 drop_round(rounds *r)
 {
 	int i;
 
+	free_slots(r->bytes, r->delta, r->len);
 	for (i = 0; i < MAX_REPLICAS; i++) {
-		free(r->bytes[i]);
-		free(r->delta[i]);
-		r->bytes[i] = NULL;
-		r->delta[i] = NULL;
-		r->len[i] = 0;
 		r->fetching[i] = 0;
 		r->pushed[i] = 0;
 		r->push_at[i] = 0;
@@ -107,6 +128,13 @@ drop_round(rounds *r)
 	rp_clear(&r->asm_);
 	r->active = 0;
 	r->polling = 0;
+}
+
+static void
+drop_early(rounds *r)
+{
+	free_slots(r->early_bytes, r->early_delta, r->early_len);
+	r->early_round = -1;
 }
 
 static double
@@ -157,6 +185,8 @@ peer_addr(const rounds *r, int replica)
 }
 
 static void on_timer(uv_timer_t *t);
+static int64_t current_round(const rounds *r);
+static void take_early(rounds *r);
 
 int
 rounds_new(rounds **out, const rounds_config *cfg, char *err)
@@ -177,6 +207,7 @@ rounds_new(rounds **out, const rounds_config *cfg, char *err)
 	rounds_remap(r);
 	r->round = -1;
 	r->committed_round = -1;
+	r->early_round = -1;
 	r->diverged_from = -1;
 	/* known before our first update, so early ones from others fit */
 	r->count = cfg->count;
@@ -201,6 +232,7 @@ release(rounds *r)
 	if (!r->closing || r->timer_open || r->calls > 0)
 		return;
 	drop_round(r);
+	drop_early(r);
 	for (i = 0; i < MAX_REPLICAS; i++)
 		free(r->kept[i]);
 	free(r->residual);
@@ -233,6 +265,7 @@ rounds_on_checkpoint(rounds *r, int64_t step, int64_t round,
 	r->ckpt_step = step;
 	r->ckpt_round = round;
 	snprintf(r->ckpt_sha256, sizeof(r->ckpt_sha256), "%s", sha256);
+	take_early(r);
 }
 
 void
@@ -392,15 +425,18 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	    max_body, done, -1);
 }
 
-/* Decodes an update for the current round into slot replica; only
- * replica sender's own (sender -1: any, over plain TCP). */
+/* Decodes an update for round into its replica's slot of bytes, delta
+ * and lens (the current round's, or those held for the next), and says
+ * whose it is; only replica sender's own (sender -1: any, over plain
+ * TCP). */
 static int
-store_update(rounds *r, const char *buf, size_t len, int64_t round,
-    int sender, int *replica_out, char *err)
+put_update(const rounds *r, const char *buf, size_t len, int64_t round,
+    int sender, char **bytes, float **delta, size_t *lens,
+    int *replica_out, char *err)
 {
 	pr_update_meta expect = { 0 }, got;
-	float *delta;
-	char *bytes;
+	float *d;
+	char *copy;
 	int rc;
 
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", r->cfg.run_id);
@@ -408,30 +444,81 @@ store_update(rounds *r, const char *buf, size_t len, int64_t round,
 	expect.round = round;
 	expect.count = r->count;
 	if (r->count > SIZE_MAX / sizeof(float) ||
-	    (delta = malloc(r->count * sizeof(float))) == NULL)
+	    (d = malloc(r->count * sizeof(float))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory for an update of "
 		    "%zu floats", r->count);
-	rc = pr_update_decode(buf, len, &expect, delta, &got, err);
+	rc = pr_update_decode(buf, len, &expect, d, &got, err);
 	if (rc == 0 && (got.replica < 0 || got.replica >= r->cfg.replicas))
 		rc = kn_error(err, KN_EINVAL, "replica %d does not exist: block "
 		    "%d has %d", got.replica, r->cfg.block, r->cfg.replicas);
 	if (rc == 0 && sender >= 0 && got.replica != sender)
 		rc = kn_error(err, KN_EINVAL, "the update says replica %d, but "
 		    "its sender is replica %d", got.replica, sender);
-	if (rc == 0 && (bytes = malloc(len)) == NULL)
+	if (rc == 0 && (copy = malloc(len)) == NULL)
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 	if (rc != 0) {
-		free(delta);
+		free(d);
 		return rc;
 	}
-	memcpy(bytes, buf, len);
-	free(r->delta[got.replica]);
-	free(r->bytes[got.replica]);
-	r->delta[got.replica] = delta;
-	r->bytes[got.replica] = bytes;
-	r->len[got.replica] = len;
+	memcpy(copy, buf, len);
+	free(delta[got.replica]);
+	free(bytes[got.replica]);
+	delta[got.replica] = d;
+	bytes[got.replica] = copy;
+	lens[got.replica] = len;
 	*replica_out = got.replica;
 	return KN_OK;
+}
+
+/* An update for the current round. */
+static int
+store_update(rounds *r, const char *buf, size_t len, int64_t round,
+    int sender, int *replica_out, char *err)
+{
+	return put_update(r, buf, len, round, sender, r->bytes, r->delta,
+	    r->len, replica_out, err);
+}
+
+/* An update for the round after ours, held apart until we get there. */
+static int
+hold_update(rounds *r, const char *buf, size_t len, int64_t round,
+    int sender, int *replica_out, char *err)
+{
+	if (r->early_round != round)
+		drop_early(r);
+	r->early_round = round;
+	return put_update(r, buf, len, round, sender, r->early_bytes,
+	    r->early_delta, r->early_len, replica_out, err);
+}
+
+/* The updates held for the round we now stand at become its own (none
+ * that came the usual way meanwhile is replaced); those held for a
+ * round we passed are dropped. */
+static void
+take_early(rounds *r)
+{
+	int64_t cur;
+	int k;
+
+	if (r->early_round < 0 || r->early_round > (cur = current_round(r)))
+		return;
+	if (r->early_round == cur && (r->round < 0 || r->round == cur)) {
+		for (k = 0; k < r->cfg.replicas; k++) {
+			if (r->early_delta[k] == NULL || r->delta[k] != NULL)
+				continue;
+			r->delta[k] = r->early_delta[k];
+			r->bytes[k] = r->early_bytes[k];
+			r->len[k] = r->early_len[k];
+			r->early_delta[k] = NULL;
+			r->early_bytes[k] = NULL;
+			if (r->round < 0)
+				r->round = cur;
+			log_info("round %" PRId64 ": took the update of replica %d "
+			    "held since it came early (%zu bytes)", cur, k,
+			    r->len[k]);
+		}
+	}
+	drop_early(r);
 }
 
 /* A replica that cannot be reached at all is down now, not at its next
@@ -460,6 +547,7 @@ end_round(rounds *r)
 {
 	drop_round(r);
 	r->round = -1;
+	take_early(r);
 }
 
 /* Members' updates in replica order, averaged, to the trainer. */
@@ -934,6 +1022,7 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 		drop_round(r);	/* what came for another round is of no use */
 	r->round = round;
 	r->count = count;
+	take_early(r);
 	if (r->diverged_from >= 0 && adopt_diverged(r))
 		return;
 	snprintf(meta.run_id, sizeof(meta.run_id), "%s", r->cfg.run_id);
@@ -1101,6 +1190,17 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 		    "replica is at round %" PRId64 ": fetch the checkpoint",
 		    round, current);
 		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_OVER);
+		return;
+	}
+	if (round == current + 1 && !in_parts) {
+		if ((rc = hold_update(r, req->body, req->body_len, round, sender,
+		    &rep, err)) != 0)
+			hs_response_text(res, hs_status_of_error(rc), "update "
+			    "refused: %s", err);
+		else
+			hs_response_text(res, 202, "update of replica %d for round "
+			    "%" PRId64 " held: this replica is at round %" PRId64,
+			    rep, round, current);
 		return;
 	}
 	if (round > current) {

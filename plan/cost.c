@@ -340,10 +340,26 @@ hop(const topo_topology *t, int a, int b, double bytes, pl_breakdown *part)
 	part->latency += p.lat;
 }
 
+double
+pl_bt_passes(const pr_spec *s, int steps, int block, int outputs)
+{
+	int j, count = bt_steps_of(s, steps, block);
+	double sum = 0;
+
+	/* a position is still masked at level t with probability t (all
+	 * are at 1), and a step from t to next unmasks it with probability
+	 * (t - next) / t: t - next in all, independently of the others */
+	for (j = 0; j < count; j++)
+		sum += 1 - pow(1 - (bt_time_of(s, steps, block, j) -
+		    bt_time_of(s, steps, block, j + 1)), outputs);
+	return sum;
+}
+
 /* The BlockTrain traversal: the host of block T first, down to block 1,
- * whose host sends the output back to the entry; each block runs its
- * share of PL_SERVE_STEPS denoising steps, a forward pass over the
- * window each. */
+ * whose host sends the output back to the entry; each block runs those
+ * of its share of PL_SERVE_STEPS denoising steps that unmask a position,
+ * a forward pass over the window each (bt_denoise_block skips the
+ * others). */
 static void
 predict_serve_bt(const topo_topology *t, const pr_spec *s,
     const pl_candidate *c, pl_prediction *p)
@@ -354,9 +370,9 @@ predict_serve_bt(const topo_topology *t, const pr_spec *s,
 
 	memset(&p->bt, 0, sizeof(p->bt));
 	for (b = T - 1; b >= 0; b--) {
-		double pass = bt_steps_of(s, PL_SERVE_STEPS, b) *
-		    (double)s->window / pl_forward_rate(t, s, c->ring[b],
-		    c->layers[b]);
+		double pass = pl_bt_passes(s, PL_SERVE_STEPS, b,
+		    p->output_bytes) * (double)s->window /
+		    pl_forward_rate(t, s, c->ring[b], c->layers[b]);
 
 		p->bt.part.compute += pass;
 		busy[c->ring[b]] += pass;

@@ -113,6 +113,11 @@ double pl_train_rate(const topo_topology *t, const pr_spec *s, int host,
 double pl_forward_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
 
+/* The forward passes block (0-based) is expected to run in one
+ * traversal of steps denoising steps that generates outputs positions:
+ * its steps that unmask at least one of them (the others are skipped). */
+double pl_bt_passes(const pr_spec *s, int steps, int block, int outputs);
+
 /* Predicts c.  0, or KN_EINVAL with the reason (a host used twice, a
  * host out of range, steps not a multiple of H with replicas). */
 int pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,

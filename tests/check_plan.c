@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/blocktrain.h"
 #include "daemon/conf.h"
 #include "daemon/peers.h"
 #include "daemon/pipeline_hosts.h"
@@ -108,6 +109,61 @@ uses(const pl_candidate *c, int b, int host)
 /* One block, two replicas out of three hosts: with every link alike the
  * first two hosts in list order are taken; with the link between them
  * ten times slower, the replicated block moves off it. */
+/* The expected forward passes of each block in one traversal against
+ * the daemon's own draws (bt_step_draw, bt_step_positions), counted over
+ * many seeds: a step runs a pass only when it unmasks a position, so
+ * fewer run than there are steps, the more so with fewer outputs. */
+START_TEST(test_bt_passes_simulated)
+{
+	enum { SEEDS = 4000, K = 64, WINDOW = 32 };
+	static const int prompts[] = { 0, 20 };
+	int32_t seq[WINDOW], pos[WINDOW];
+	float u[2 * WINDOW];
+	double sum[3], sq[3], p, next;
+	pr_spec s;
+	size_t k;
+	int b, j, i, seed, cnt, passes;
+
+	spec_of(&s, 3, 1, 100, 50);
+	for (k = 0; k < sizeof(prompts) / sizeof(prompts[0]); k++) {
+		int fixed = prompts[k];
+
+		memset(sum, 0, sizeof(sum));
+		memset(sq, 0, sizeof(sq));
+		for (seed = 1; seed <= SEEDS; seed++) {
+			for (i = 0; i < WINDOW; i++)
+				seq[i] = i < fixed ? 'a' : KN_MASK;
+			for (b = s.blocks - 1; b >= 0; b--) {
+				passes = 0;
+				for (j = 0; bt_step_draw(&s, K, b, j, (uint64_t)seed,
+				    u, &p, &next); j++) {
+					cnt = bt_step_positions(seq, WINDOW, fixed, u, p,
+					    next, pos);
+					passes += cnt > 0;
+					for (i = 0; i < cnt; i++)
+						seq[pos[i]] = 'x';
+				}
+				sum[b] += passes;
+				sq[b] += (double)passes * passes;
+			}
+			for (i = fixed; i < WINDOW; i++)
+				ck_assert_int_ne(seq[i], KN_MASK);
+		}
+		for (b = 0; b < s.blocks; b++) {
+			double mean = sum[b] / SEEDS;
+			double se = sqrt((sq[b] / SEEDS - mean * mean) / SEEDS);
+			double want = pl_bt_passes(&s, K, b, WINDOW - fixed);
+
+			ck_assert_msg(fabs(mean - want) < 5 * se + 1e-9,
+			    "prompt %d block %d: %.3f passes by the draws, %.3f "
+			    "expected (se %.3f)", fixed, b + 1, mean, want, se);
+			/* and not simply every step */
+			ck_assert(want < bt_steps_of(&s, K, b) - 10 * se);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_slow_link_moves_replicas)
 {
 	topo_topology t;
@@ -833,6 +889,7 @@ main(void)
 	Suite *s = suite_create("plan");
 	TCase *tc = tcase_create("cost");
 
+	tcase_add_test(tc, test_bt_passes_simulated);
 	tcase_add_test(tc, test_slow_link_moves_replicas);
 	tcase_add_test(tc, test_int8_only_when_link_bound);
 	tcase_add_test(tc, test_fast_host);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/identity.h"
+#include "daemon/probe_compute.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/topology.h"
@@ -122,7 +123,8 @@ START_TEST(test_shardmeter_probe)
 	snprintf(path, sizeof(path), "%s/topology.json", dir);
 	before = tu_status_int(base_port, "step");
 	rc = tu_run_cmd(out, sizeof(out), "%s probe --peers %s/peers --out %s "
-	    "--samples 5 --bytes 2000003 --streams 3 --seconds 60",
+	    "--samples 5 --bytes 2000003 --streams 3 --seconds 60 "
+	    "--compute-repeats 2",
 	    tu_shardmeter(), dir, path);
 	ck_assert_msg(rc == 0, "shardmeter probe: %d\n%s", rc, out);
 	ck_assert_msg(strstr(out, "probe: links from") != NULL &&
@@ -146,6 +148,10 @@ START_TEST(test_shardmeter_probe)
 		ck_assert(t.hosts[i].train_positions_per_s > 0);
 		ck_assert(t.hosts[i].forward_positions_per_s > 0);
 		ck_assert(t.hosts[i].memory_bytes > 0);
+		/* the range of the repetitions, noted */
+		ck_assert(t.hosts[i].notes != NULL);
+		ck_assert_msg(strstr(t.hosts[i].notes, "medians of 2 "
+		    "repetitions") != NULL, "%s", t.hosts[i].notes);
 		for (j = 0; j < NDAEMONS; j++) {
 			const topo_link *l = topo_link_at(&t, i, j);
 
@@ -241,13 +247,29 @@ START_TEST(test_links_count)
 }
 END_TEST
 
-/* One probe at a time: the second is refused while the first runs. */
+/* The middle of three values, by comparisons alone. */
+static double
+middle_of_three(double a, double b, double c)
+{
+	if ((a <= b && b <= c) || (c <= b && b <= a))
+		return b;
+	if ((b <= a && a <= c) || (c <= a && a <= b))
+		return a;
+	return c;
+}
+
+/* One probe at a time: the second is refused while the first runs.  The
+ * compute probe repeats three times by default and reports the middle
+ * of each kind's three rates. */
 START_TEST(test_one_at_a_time)
 {
-	char *why;
-	json_t *o;
+	static const char *const kinds[] = { "train", "forward" };
+	char key[64], *why;
+	json_t *o, *each;
+	size_t k;
 
-	ck_assert_int_eq(post(base_port + 1, "/v1/probe/compute", NULL), 202);
+	ck_assert_int_eq(post(base_port + 1, "/v1/probe/compute?seconds=0.2",
+	    NULL), 202);
 	ck_assert_int_eq(post(base_port + 1, "/v1/probe/links", &why), 409);
 	ck_assert_msg(strstr(why, "another probe is running") != NULL, "%s",
 	    why);
@@ -255,7 +277,52 @@ START_TEST(test_one_at_a_time)
 	ck_assert_int_eq(result(base_port + 1, "compute", &o), 200);
 	ck_assert(json_number_value(json_object_get(o,
 	    "train_positions_per_s")) > 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "repeats")), 3);
+	for (k = 0; k < 2; k++) {
+		snprintf(key, sizeof(key), "%s_positions_per_s_each", kinds[k]);
+		each = json_object_get(o, key);
+		ck_assert_int_eq(json_array_size(each), 3);
+		snprintf(key, sizeof(key), "%s_positions_per_s", kinds[k]);
+		ck_assert(json_number_value(json_object_get(o, key)) ==
+		    middle_of_three(json_number_value(json_array_get(each, 0)),
+		    json_number_value(json_array_get(each, 1)),
+		    json_number_value(json_array_get(each, 2))));
+	}
 	json_decref(o);
+}
+END_TEST
+
+/* pc_median and pc_quantile on values whose answers are known: a
+ * permutation of 1..n has median (n + 1) / 2 and q quantile
+ * 1 + q (n - 1) whatever its order. */
+START_TEST(test_median)
+{
+	double v[PC_MAX_REPEATS + 2];
+	double one = 7.5, two[2] = { 9, -3 }, same[4] = { 2, 2, 2, 2 };
+	int n, i, shift;
+
+	ck_assert(pc_median(&one, 1) == 7.5);
+	ck_assert(pc_median(two, 2) == 3);
+	ck_assert(two[0] == -3 && two[1] == 9);       /* sorted in place */
+	ck_assert(pc_median(same, 4) == 2);
+	for (n = 1; n <= PC_MAX_REPEATS + 2; n++)
+		for (shift = 0; shift < n; shift++) {
+			/* 1..n rotated by shift and reversed when shift is odd */
+			for (i = 0; i < n; i++)
+				v[i] = shift % 2 ? (double)(n - (i + shift) % n) :
+				    (double)(1 + (i + shift) % n);
+			ck_assert_msg(pc_median(v, n) == (n + 1) / 2.0,
+			    "n %d shift %d", n, shift);
+			for (i = 0; i < n; i++)
+				ck_assert(v[i] == i + 1);
+			ck_assert(pc_quantile(v, n, 0.25) == 1 + 0.25 * (n - 1));
+			ck_assert(pc_quantile(v, n, 1.0) == n);
+			ck_assert(pc_quantile(v, n, 0.0) == 1);
+		}
+	/* the 6.6k-11k spread of a quota-limited host: one slow or fast
+	 * repetition does not move the median */
+	v[0] = 11000; v[1] = 6600; v[2] = 9100;
+	ck_assert(pc_median(v, 3) == 9100);
 }
 END_TEST
 
@@ -272,6 +339,8 @@ START_TEST(test_bounds)
 		"/v1/probe/links?bytes=2&streams=3",
 		"/v1/probe/links?seconds=1000",
 		"/v1/probe/compute?seconds=11", "/v1/probe/compute?seconds=x",
+		"/v1/probe/compute?repeats=0", "/v1/probe/compute?repeats=10",
+		"/v1/probe/compute?repeats=1.5",
 	};
 	char answer[1024], *text;
 	tu_body b;
@@ -407,6 +476,7 @@ main(void)
 {
 	Suite *s = suite_create("probe");
 	TCase *tc = tcase_create("probe");
+	TCase *median = tcase_create("median");
 
 	tcase_add_unchecked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -420,5 +490,7 @@ main(void)
 	tcase_add_test(tc, test_unreachable_and_bad_peers);
 	tcase_add_test(tc, test_round_refuses);
 	suite_add_tcase(s, tc);
+	tcase_add_test(median, test_median);
+	suite_add_tcase(s, median);
 	return tu_run_suite(s);
 }

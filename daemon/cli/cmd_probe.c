@@ -16,6 +16,7 @@
 #include "daemon/cli/cmd.h"
 #include "daemon/peers.h"
 #include "daemon/probe.h"
+#include "daemon/probe_compute.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/topology.h"
@@ -27,7 +28,8 @@ struct probe_args {
 	int samples, streams;
 	long long bytes;
 	double seconds;
-	int compute_seconds;    /* each half of the compute probe */
+	int compute_seconds;    /* each half of a repetition */
+	int compute_repeats;    /* of the compute probe, median reported */
 };
 
 /* One request to daemon p: its JSON answer in *out (the caller's) and the
@@ -110,6 +112,50 @@ num(json_t *o, const char *key)
 	return json_number_value(json_object_get(o, key));
 }
 
+/* The lowest and highest of a JSON array of numbers (0 and 0 when it
+ * has none). */
+static void
+range_of(json_t *arr, double *lo, double *hi)
+{
+	json_t *v;
+	size_t k;
+
+	*lo = *hi = 0;
+	json_array_foreach(arr, k, v) {
+		double x = json_number_value(v);
+
+		if (k == 0 || x < *lo)
+			*lo = x;
+		if (k == 0 || x > *hi)
+			*hi = x;
+	}
+}
+
+/* What the repetitions of a compute probe ranged over, in the host's
+ * notes (the file has no field for it; plan reads the medians only) and
+ * on stderr: a host whose range is wide measures unsteadily. */
+static int
+note_spread(topo_host *h, json_t *o, char *err)
+{
+	double tlo, thi, flo, fhi;
+	int n = (int)json_integer_value(json_object_get(o, "repeats"));
+	char text[256];
+
+	if (n < 2)
+		return KN_OK;   /* a daemon of before repetitions, or one */
+	range_of(json_object_get(o, "train_positions_per_s_each"), &tlo, &thi);
+	range_of(json_object_get(o, "forward_positions_per_s_each"), &flo,
+	    &fhi);
+	snprintf(text, sizeof(text), "compute probe: medians of %d "
+	    "repetitions; training ranged %.0f to %.0f positions/s, forward "
+	    "%.0f to %.0f", n, tlo, thi, flo, fhi);
+	fprintf(stderr, "probe:   %s\n", text);
+	free(h->notes);
+	if ((h->notes = strdup(text)) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	return KN_OK;
+}
+
 /* The compute answer of host i into t (the shape of the first that
  * answered). */
 static int
@@ -135,7 +181,7 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 	h->memory_bytes = num(o, "memory_bytes");
 	h->train_positions_per_s = num(o, "train_positions_per_s");
 	h->forward_positions_per_s = num(o, "forward_positions_per_s");
-	return KN_OK;
+	return note_spread(h, o, err);
 }
 
 /* The link answer of host from into t's row from. */
@@ -264,11 +310,12 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	int i, failed = 0;
 	json_t *o;
 
-	snprintf(query, sizeof(query), "seconds=%d", a->compute_seconds);
+	snprintf(query, sizeof(query), "seconds=%d&repeats=%d",
+	    a->compute_seconds, a->compute_repeats);
 	for (i = 0; i < pl->n; i++) {
 		fprintf(stderr, "probe: compute of %s...\n", pl->v[i].addr);
 		o = run_probe(&pl->v[i], "compute", query, 2 * PB_HOLD_TIMEOUT +
-		    2 * PB_MAX_COMPUTE_SECONDS, err);
+		    2 * PB_MAX_COMPUTE_SECONDS * a->compute_repeats, err);
 		if (o == NULL || take_compute(t, i, o, err) != 0) {
 			fprintf(stderr, "shardmeter probe: %s\n", err);
 			failed++;
@@ -307,6 +354,7 @@ parse(const struct cmd_entry *self, struct probe_args *a, int argc,
 		{ "streams", required_argument, NULL, 'k' },
 		{ "seconds", required_argument, NULL, 'n' },
 		{ "compute-seconds", required_argument, NULL, 'c' },
+		{ "compute-repeats", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -348,6 +396,11 @@ parse(const struct cmd_entry *self, struct probe_args *a, int argc,
 			    &a->compute_seconds) != 0)
 				return 2;
 			break;
+		case 'r':
+			if (cli_parse_int("probe", "compute-repeats", optarg, 1,
+			    PC_MAX_REPEATS, &a->compute_repeats) != 0)
+				return 2;
+			break;
 		case 'h': return cli_help(self);
 		default: return 2;
 		}
@@ -370,7 +423,8 @@ probe_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct probe_args a = { NULL, NULL, PB_DEFAULT_SAMPLES,
 		PB_DEFAULT_STREAMS, (long long)PB_DEFAULT_BYTES,
-		PB_DEFAULT_SECONDS, (int)PB_DEFAULT_COMPUTE_SECONDS };
+		PB_DEFAULT_SECONDS, (int)PB_DEFAULT_COMPUTE_SECONDS,
+		PB_DEFAULT_COMPUTE_REPEATS };
 	char err[PR_ERR_LEN];
 	topo_topology t;
 	peers_list pl;
@@ -424,12 +478,14 @@ const struct cmd_entry cmd_probe_entry = {
 	    "file",
 	.usage = "usage: shardmeter probe --peers FILE --out TOPOLOGY.json "
 	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N] "
-	    "[--compute-seconds C]\n"
+	    "[--compute-seconds C]\n       [--compute-repeats R]\n"
 	    "Asks every daemon of the peer list, one at a time, to time "
 	    "training steps\nand forward passes of its block's shape (C "
 	    "seconds each, default 1, at\nmost 10: longer evens out a host "
-	    "whose CPU comes in quota periods;\ntraining waits meanwhile) "
-	    "and to measure the links\nto "
+	    "whose CPU comes in quota periods;\ntraining waits meanwhile), "
+	    "R times in turn (default 3, at most 9), the\nmedian kept and "
+	    "the range noted in the host's notes, and to measure the\nlinks "
+	    "to "
 	    "every other daemon: the median and\ninterquartile range of S "
 	    "round trips (default 20), one stream of B bytes\n(default "
 	    "16777216, at most 67108864) and K streams of B/K bytes each\n"

@@ -2,7 +2,9 @@
 # The measuring half of scripts/bench/plan: `poll` watches one
 # configuration's daemons over mutual TLS (their /v1/status) until every
 # one is done, keeping when each step and state was first seen; `report`
-# sets each run's measurements beside the plan's predictions (plan.json).
+# sets each run's measurements beside the plan's predictions (plan.json),
+# and the inference latency measured over a configuration's ring
+# (DIR/serve/latency) beside the plan's for that ring.
 import http.client
 import json
 import math
@@ -176,6 +178,20 @@ def predicted(cfg):
     raise SystemExit("plan.json of %s has no row %d" % (cfg, k))
 
 
+def serve_latency(cfg):
+    """The predicted inference latency of cfg's ring and the measured
+    ones (seconds, the warm-up left out), or None when not measured."""
+    path = cfg + "/serve/latency"
+    if not os.path.exists(path):
+        return None
+    meas = [float(l) / 1e3 for l in open(path)
+            if l.strip() and not l.startswith("warm-up")]
+    p, _ = predicted(cfg + "/serve")
+    if not meas or "serve" not in p:
+        return None
+    return p["serve"], meas
+
+
 def name_map(topology):
     t = json.load(open(topology))
     return {h["name"]: h.get("address", h["name"]) for h in t["hosts"]}
@@ -183,7 +199,7 @@ def name_map(topology):
 
 def report(out, names, skipped):
     addr = name_map(out + "/topology.json")
-    rows, errs = [], []
+    rows, errs, serves = [], [], []
     print("\n%-8s %-32s %10s %10s %6s %9s %9s %6s %11s %11s %6s"
           " %12s %12s %6s" % ("config", "options", "pred time", "meas time",
                               "err", "pred rnd", "meas rnd", "err",
@@ -241,6 +257,25 @@ def report(out, names, skipped):
                 key[0], key[1], want, got,
                 "%.1f%%" % (100 * rel_err(want, got)) if got else "-"))
         rows.append((name, k, p["train_s"], m["train_s"]))
+        sv = serve_latency(cfg)
+        if sv is not None:
+            ps, meas = sv
+            bt = ps["blocktrain"]
+            med_s = statistics.median(meas)
+            e_s = rel_err(bt["latency_s"], med_s)
+            errs.append(e_s)
+            serves.append((name, bt["latency_s"], med_s, e_s))
+            print("    inference over %s, %d steps: %.1f ms pred (compute "
+                  "%.1f, network %.1f), %.1f ms meas (median of %d: %s), "
+                  "%.1f%%" % (
+                      " -> ".join(addr.get(h, h) for h in ps["ring"]),
+                      ps["denoising_steps"], 1e3 * bt["latency_s"],
+                      1e3 * bt["breakdown"]["compute"],
+                      1e3 * (bt["breakdown"]["transfer"] +
+                             bt["breakdown"]["latency"]),
+                      1e3 * med_s, len(meas),
+                      " ".join("%.0f" % (1e3 * x) for x in meas),
+                      100 * e_s))
     for s in skipped:
         print("skipped: " + s)
     errs = [e for e in errs if e == e]
@@ -257,6 +292,9 @@ def report(out, names, skipped):
               "default's %.2f s (predicted %.2fx, measured %.2fx)" % (
                   first[0][3], byname["default"][3],
                   byname["default"][2] / first[0][2], speed))
+    for name, pl, ml, el in serves:
+        print("inference latency, %s: %.1f ms predicted, %.1f ms measured "
+              "(%.1f%%)" % (name, 1e3 * pl, 1e3 * ml, 100 * el))
     med = statistics.median(errs) if errs else float("nan")
     mx = max(errs) if errs else float("nan")
     print("median_error=%.3f max_error=%.3f speedup_vs_default=%.2f" % (
