@@ -287,6 +287,21 @@ START_TEST(test_id_independent)
 		ck_assert_int_eq(sscanf(out + 2 * i, "%2x", &byte), 1);
 		ck_assert_int_eq(id[i], byte);
 	}
+	/* shardmeter id --pin, of the identity and of its id, is what
+	 * curl's --pinnedpubkey takes: the digest's base64 by openssl */
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "printf 'sha256//'; "
+	    "openssl x509 -in %s/cert.pem -pubkey -noout | openssl pkey "
+	    "-pubin -outform DER | openssl dgst -sha256 -binary | base64; "
+	    "%s id --pin --dir %s; %s id --pin $(%s id --dir %s)", dir,
+	    tu_shardmeter(), dir, tu_shardmeter(), tu_shardmeter(), dir), 0);
+	{
+		char a[64], b[64], c[64];
+
+		ck_assert_int_eq(sscanf(out, "%63s %63s %63s", a, b, c), 3);
+		ck_assert_uint_eq(strlen(a), 8 + 44);
+		ck_assert_str_eq(a, b);
+		ck_assert_str_eq(a, c);
+	}
 }
 END_TEST
 

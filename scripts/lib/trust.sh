@@ -23,9 +23,11 @@ sm_client_dir() {
 }
 
 # sm_pin ID: curl's --pinnedpubkey for a peer id (sha256// and base64).
+# Without a shardmeter to ask (launch --dry-run), the same from coreutils.
 sm_pin() {
-	printf 'sha256//%s' "$(printf '%s====' "$1" | tr -d '-' | tr 'a-z' 'A-Z' |
-		base32 -d 2>/dev/null | base64 -w0)"
+	"$sm" id --pin "$1" 2>/dev/null ||
+		printf 'sha256//%s' "$(printf '%s====' "$1" | tr -d '-' | tr 'a-z' 'A-Z' |
+			base32 -d 2>/dev/null | base64 -w0)"
 }
 
 # sm_curl ID IDENTITY-DIR curl-args...: curl over mutual TLS presenting the
