@@ -34,6 +34,9 @@ pl_options_defaults(pl_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->goal = PL_GOAL_TRAIN;
+	/* what a replica learns from a shorter share is not predicted, so
+	 * by default no plan trades it for speed */
+	o->same_steps = 1;
 	o->max_streams = 1;
 	o->exhaustive_limit = 20000;
 	o->tie = 0.01;

@@ -580,6 +580,7 @@ START_TEST(test_written_plan_loads)
 	pl_options_defaults(&o);
 	o.goal = PL_GOAL_BOTH;
 	o.replicas = 2;
+	o.same_steps = 0;               /* --share-steps */
 	plan_of(&t, &s, &o, &plan);
 	c = chosen(&plan);
 	tu_temp_dir(dir, sizeof(dir), "check_plan");

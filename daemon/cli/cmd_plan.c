@@ -130,6 +130,7 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		{ "all-options", no_argument, NULL, 'A' },
 		{ "pick", required_argument, NULL, 'p' },
 		{ "same-steps", no_argument, NULL, 'S' },
+		{ "share-steps", no_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -190,6 +191,9 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 				    optarg);
 				return 2;
 			}
+			break;
+		case 'X':
+			a->o.same_steps = 0;
 			break;
 		case 'S':
 			a->o.same_steps = 1;
@@ -433,7 +437,7 @@ const struct cmd_entry cmd_plan_entry = {
 	    "    [--goal train|serve|both] [--top N] [--out DIR]\n"
 	    "    [--replicas R | --max-replicas R] [--local-steps H,H,...]\n"
 	    "    [--zstd-ratio ENC=RATIO] [--max-streams K] [--all-options]\n"
-	    "    [--pick K] [--same-steps]\n"
+	    "    [--pick K] [--share-steps]\n"
 	    "Predicts, for the hosts and links of the topology file (from "
 	    "'shardmeter probe'\nor written by hand), how the run spec would "
 	    "train and serve under each\ncandidate: which hosts train which "
@@ -455,9 +459,10 @@ const struct cmd_entry cmd_plan_entry = {
 	    "key for\n"
 	    "  --pick K     with --out, write row K of the table instead of the "
 	    "first\n               choice (0: the default configuration)\n"
-	    "  --same-steps every replica trains the spec's steps (more "
-	    "replicas: more\n               data at no gain in time); default: "
-	    "the spec's positions per\n               block shared out among "
-	    "the replicas\n",
+	    "  --share-steps the spec's positions per block shared out among "
+	    "its replicas\n               (faster, but what a replica learns "
+	    "from its share is not\n               predicted); default: every "
+	    "replica trains the spec's steps\n               (--same-steps), "
+	    "so replicas add data, never speed\n",
 	.exec = cmd_plan_exec
 };
