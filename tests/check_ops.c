@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/convert.h"
 #include "kernels/pool.h"
 #include "tests/testutil.h"
 
@@ -392,6 +393,67 @@ START_TEST(test_sample)
 }
 END_TEST
 
+/* The fp16-storage layer against a direct double loop over the widened
+ * weights, for the few-row shapes of decoding (the path that reads fp16
+ * weights in place where the CPU has it) and more rows (widen and GEMM),
+ * tails included; and bitwise the same on 1 and 2 threads. */
+START_TEST(test_matmul_f16)
+{
+	static const int Ns[] = { 1, 2, 3, 4, 5, 9 }, Cs[] = { 16, 37, 64,
+	    100 }, OCs[] = { 1, 65, 130 };
+	size_t ni, ci, oi, k;
+
+	for (ni = 0; ni < sizeof(Ns) / sizeof(Ns[0]); ni++)
+	for (ci = 0; ci < sizeof(Cs) / sizeof(Cs[0]); ci++)
+	for (oi = 0; oi < sizeof(OCs) / sizeof(OCs[0]); oi++) {
+		int N = Ns[ni], C = Cs[ci], OC = OCs[oi], n, o, c, t;
+		size_t nw = (size_t)OC * C;
+		float *x = malloc((size_t)N * C * sizeof(float));
+		float *wf = malloc(nw * sizeof(float));
+		float *bias = malloc((size_t)OC * sizeof(float));
+		float *out[2];
+		uint16_t *wh = malloc(nw * sizeof(uint16_t));
+		void *scratch;
+
+		for (k = 0; k < (size_t)N * C; k++)
+			x[k] = (float)((k * 37) % 101) / 50.0f - 1.0f;
+		for (k = 0; k < nw; k++)
+			wf[k] = (float)((k * 53) % 97) / 40.0f - 1.2f;
+		for (o = 0; o < OC; o++)
+			bias[o] = 0.01f * (float)o;
+		kn_f32_to_f16(wh, wf, nw);
+		kn_f16_to_f32(wf, wh, nw);
+		for (t = 0; t < 2; t++) {
+			ck_assert_int_eq(kn_pool_init(t + 1, NULL), 0);
+			out[t] = malloc((size_t)N * OC * sizeof(float));
+			scratch = malloc(be->matmul_f16_scratch(N, C, OC));
+			be->matmul_forward_f16(out[t], x, wh, bias, scratch, N, C,
+			    OC);
+			free(scratch);
+		}
+		ck_assert_mem_eq(out[0], out[1], (size_t)N * OC * sizeof(float));
+		for (n = 0; n < N; n++)
+			for (o = 0; o < OC; o++) {
+				double want = bias[o];
+
+				for (c = 0; c < C; c++)
+					want += (double)x[n * C + c] *
+					    wf[(size_t)o * C + c];
+				ck_assert_msg(fabs(out[0][n * OC + o] - want) <=
+				    1e-5 * (1.0 + fabs(want)) * C, "N=%d C=%d OC=%d "
+				    "[%d,%d]: %g, not %g", N, C, OC, n, o,
+				    out[0][n * OC + o], want);
+			}
+		free(x);
+		free(wf);
+		free(bias);
+		free(wh);
+		free(out[0]);
+		free(out[1]);
+	}
+}
+END_TEST
+
 static Suite *
 ops_suite(void)
 {
@@ -408,6 +470,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_residual_scale_sumsq);
 	tcase_add_test(tc, test_adamw_hand);
 	tcase_add_test(tc, test_sample);
+	tcase_add_test(tc, test_matmul_f16);
 	suite_add_tcase(s, tc);
 	return s;
 }

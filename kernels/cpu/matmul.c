@@ -5,6 +5,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemv_f16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/pool.h"
 
@@ -130,5 +131,9 @@ kn_cpu_matmul_forward_f16(float *out, const float *inp, const uint16_t *w,
 	if (bias != NULL)
 		kn_pool_run((N + KN_CPU_ROWS_PER_TASK - 1) /
 		    KN_CPU_ROWS_PER_TASK, bias_fill_task, &b);
-	kn_pool_run((OC + j.cols - 1) / j.cols, f16_task, &j);
+	/* a byte's decoding: memory-bound, the weights read only once */
+	if (kn_cpu_gemv_f16_usable(N))
+		kn_cpu_gemv_f16(out, inp, w, N, C, OC, j.beta);
+	else
+		kn_pool_run((OC + j.cols - 1) / j.cols, f16_task, &j);
 }
