@@ -676,6 +676,21 @@ START_TEST(test_serving_host)
 	    "served", NULL, NULL)), 2);
 	ck_assert_uint_gt(json_array_size(at(d, "series", "t", NULL)), 0);
 	json_decref(all);
+	/* a page of another name resolved to loopback (DNS rebinding) is
+	 * refused; a loopback name on any port (ssh -L) is served */
+	{
+		char out[64];
+
+		ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "curl -s -o "
+		    "/dev/null -w '%%{http_code}' -H 'Host: rebind.example:%d' "
+		    "http://127.0.0.1:%d/v1/dashboard", dash_port, dash_port),
+		    0);
+		ck_assert_str_eq(out, "403");
+		ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "curl -s -o "
+		    "/dev/null -w '%%{http_code}' -H 'Host: localhost:9' "
+		    "http://127.0.0.1:%d/v1/dashboard", dash_port), 0);
+		ck_assert_str_eq(out, "200");
+	}
 	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
 }
 END_TEST

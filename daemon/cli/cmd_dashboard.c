@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/time.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -56,6 +57,7 @@ struct dash {
 	int n;
 	double interval;                /* seconds between polls */
 	int closing;
+	int loopback_names;             /* answer Host: loopback names only */
 };
 
 struct dash_args {
@@ -130,11 +132,39 @@ on_tick(uv_timer_t *h)
 	}
 }
 
+/* Whether a Host header names this machine's loopback (any port, for an
+ * ssh -L tunnel): a page of another site whose name was made to resolve
+ * to 127.0.0.1 (DNS rebinding) sends its own name, and is refused. */
+static int
+host_is_loopback(const char *host)
+{
+	static const char *const names[] = { "127.0.0.1", "localhost",
+	    "[::1]" };
+	size_t i, n;
+
+	if (host == NULL)
+		return 0;
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		n = strlen(names[i]);
+		if (strncasecmp(host, names[i], n) == 0 &&
+		    (host[n] == '\0' || host[n] == ':'))
+			return 1;
+	}
+	return 0;
+}
+
 static void
 on_http(void *ctx, const hs_request *req, hs_response *res)
 {
 	struct dash *d = ctx;
 
+	if (d->loopback_names && !host_is_loopback(hs_request_header(req,
+	    "Host"))) {
+		hs_response_text(res, 403, "the dashboard answers requests for "
+		    "127.0.0.1, localhost or [::1] only (Host: %s)",
+		    hs_request_header(req, "Host") ? "another name" : "none");
+		return;
+	}
 	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD")) {
 		hs_response_header(res, "Allow", "GET, HEAD");
 		hs_response_text(res, 405, "only GET here");
@@ -317,6 +347,7 @@ dash_run(const struct dash_args *a, peers_list *pl, ph_list *hl)
 		    "reach it through an SSH tunnel (ssh -L)\n", a->listen);
 		return 2;
 	}
+	d.loopback_names = loopback && !a->allow_remote;
 	if (load_targets(&d, a, pl, hl, err) != 0 ||
 	    open_identity(&d, err) != 0) {
 		fprintf(stderr, "shardmeter dashboard: %s\n", err);
