@@ -27,8 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "daemon/log.h"
 #include "daemon/rounds_private.h"
 #include "kernels/average.h"
@@ -683,28 +681,6 @@ on_fetched(void *ctx, hc_result *res)
 		log_warnx("round %" PRId64 ": fetched update: %s", r->round, err);
 }
 
-/* The members a commit answer lists, as a bit set. */
-static uint64_t
-commit_members(const rounds *r, const hc_result *res)
-{
-	json_t *root, *arr;
-	json_error_t jerr;
-	uint64_t members = 0;
-	size_t i;
-
-	if ((root = json_loadb(res->body, res->body_len, 0, &jerr)) == NULL)
-		return 0;
-	arr = json_object_get(root, "members");
-	for (i = 0; i < json_array_size(arr); i++) {
-		json_int_t m = json_integer_value(json_array_get(arr, i));
-
-		if (m >= 0 && m < r->cfg.replicas)
-			members |= 1ULL << m;
-	}
-	json_decref(root);
-	return members;
-}
-
 /* A follower's view of the commit. */
 static void
 on_commit(void *ctx, hc_result *res)
@@ -727,7 +703,7 @@ on_commit(void *ctx, hc_result *res)
 	}
 	if (res->status != 200)
 		return;		/* not decided yet: poll again */
-	members = commit_members(r, res);
+	members = rounds__commit_members(r, res);
 	if (!(members & (1ULL << r->cfg.replica))) {
 		catch_up(r, coordinator(r));
 		return;

@@ -71,6 +71,9 @@ int rounds__store_update(rounds *r, const char *buf, size_t len,
     int64_t round, int sender, int *replica_out, char *err);
 int rounds__hold_update(rounds *r, const char *buf, size_t len,
     int64_t round, int sender, int *replica_out, char *err);
+/* The members a commit answer (res, handle_commit's JSON) lists, as a
+ * bit set; 0 when it lists none or cannot be read. */
+uint64_t rounds__commit_members(const rounds *r, const hc_result *res);
 /* Drops the updates held for the round after ours. */
 void rounds__drop_early(rounds *r);
 /* Moves the round on: pushes, polls or commits as the state allows. */

@@ -1,8 +1,9 @@
 /* The serving half of the averaging rounds (DESIGN section 2): the
  * answers to the other replicas of our block, their updates POSTed whole
  * or in parts, the commit polls and the GETs of a committed round's
- * updates; and every update that comes in, decoded and put in its slot.
- * rounds.c keeps the round's state and the requests we send. */
+ * updates; every update that comes in, decoded and put in its slot; and
+ * the commit document, written and read.  rounds.c keeps the round's
+ * state and the requests we send. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -216,6 +217,28 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 	log_info("round %" PRId64 ": received the update of replica %d "
 	    "(%zu bytes)", round, rep, req->body_len);
 	rounds__progress(r);
+}
+
+/* The reader of handle_commit's answer, kept beside its writer. */
+uint64_t
+rounds__commit_members(const rounds *r, const hc_result *res)
+{
+	json_t *root, *arr;
+	json_error_t jerr;
+	uint64_t members = 0;
+	size_t i;
+
+	if ((root = json_loadb(res->body, res->body_len, 0, &jerr)) == NULL)
+		return 0;
+	arr = json_object_get(root, "members");
+	for (i = 0; i < json_array_size(arr); i++) {
+		json_int_t m = json_integer_value(json_array_get(arr, i));
+
+		if (m >= 0 && m < r->cfg.replicas)
+			members |= 1ULL << m;
+	}
+	json_decref(root);
+	return members;
 }
 
 static void
