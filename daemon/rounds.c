@@ -8,14 +8,17 @@
  * list at .../rounds/{r}/commit.  Every member then averages the members'
  * updates in replica order, the very bytes that were sent (its own update
  * decoded from its own encoding too), so that all replicas end bitwise
- * identical.  A replica that was left out, or is behind, adopts the
- * coordinator's published checkpoint instead.  An update for the round
- * after the one a replica stands at (the coordinator, done first, sends
- * its next one before a follower has seen the commit) is held until the
- * replica gets there, not refused: refused, the whole update would be
- * uploaded again after a backoff.  With a lossy encoding,
- * each replica adds to its update what the encoding dropped from the
- * last one it sent (error feedback), until it adopts a checkpoint.
+ * identical; one that lacks a member's update fetches it from the
+ * coordinator, once the member's own push, if it is up, has had the time
+ * a push over that link takes.  A replica that was left out, or is
+ * behind, adopts the coordinator's published checkpoint instead.  An
+ * update for the round after the one a replica stands at (the
+ * coordinator, done first, sends its next one before a follower has seen
+ * the commit) is held until the replica gets there, not refused:
+ * refused, the whole update would be uploaded again after a backoff.
+ * With a lossy encoding, each replica adds to its update what the
+ * encoding dropped from the last one it sent (error feedback), until it
+ * adopts a checkpoint.
  * This file keeps the round's state and the requests a replica sends;
  * rounds_serve.c answers the other replicas' requests. */
 #include "config.h"
@@ -40,7 +43,9 @@
  * is behind: each offer uploads the whole update, and a replica that
  * restarted from an older checkpoint is behind for a round or more. */
 #define BEHIND_RETRY_MAX_S 2.0
-
+/* The shortest wait for a member's own push before its update is
+ * fetched from the coordinator (see own_push_due). */
+#define OWN_PUSH_WAIT_MIN_S 0.5
 
 /* Empties a set of update slots, one per replica. */
 static void
@@ -58,6 +63,14 @@ free_slots(char **bytes, float **delta, size_t *len)
 }
 
 static void
+clear_push_clocks(rounds *r)
+{
+	memset(r->push_start, 0, sizeof(r->push_start));
+	memset(r->push_secs, 0, sizeof(r->push_secs));
+	memset(r->missing_since, 0, sizeof(r->missing_since));
+}
+
+static void
 drop_round(rounds *r)
 {
 	int i;
@@ -69,6 +82,7 @@ drop_round(rounds *r)
 		r->push_at[i] = 0;
 		r->behind_wait[i] = 0;
 	}
+	clear_push_clocks(r);
 	free(r->mine);
 	r->mine = NULL;
 	r->mine_len = 0;
@@ -579,10 +593,27 @@ offer_later(rounds *r, int replica, const hc_result *res)
 	r->behind_wait[replica] = wait;
 	r->push_at[replica] = now(r) + wait;
 	r->pushed[replica] = 0;
+	r->push_start[replica] = 0;     /* the next offer times afresh */
 	/* it holds none of our parts: all again, but those in flight */
 	for (i = 0; i < RP_MAX_PARTS; i++)
 		if (r->part_state[replica][i] != 1)
 			r->part_state[replica][i] = 0;
+}
+
+static void
+push_started(rounds *r, int k)
+{
+	if (r->push_start[k] == 0)
+		r->push_start[k] = now(r);
+}
+
+/* Replica k has taken our update, all of it. */
+static void
+pushed_at(rounds *r, int k)
+{
+	r->pushed[k] = 2;
+	r->push_secs[k] = r->push_start[k] > 0 ? now(r) - r->push_start[k] :
+	    0;
 }
 
 /* The answer to a part of our update: 202, or "have" (its answer was
@@ -609,7 +640,7 @@ part_answered(rounds *r, const struct call *c, const hc_result *res)
 	for (i = 0; i < r->nparts; i++)
 		all &= st[i] == 2;
 	if (all && r->pushed[c->replica] != 2) {
-		r->pushed[c->replica] = 2;
+		pushed_at(r, c->replica);
 		log_info("round %" PRId64 ": sent our update to %s (%zu bytes in "
 		    "%d parts)", c->round, peer_addr(r, c->replica), r->mine_len,
 		    r->nparts);
@@ -650,7 +681,7 @@ on_pushed(void *ctx, hc_result *res)
 			offer_later(r, c.replica, res);
 		}
 	} else if (res->status == 202 && c.part < 0 && r->round == c.round) {
-		r->pushed[c.replica] = 2;
+		pushed_at(r, c.replica);
 		log_info("round %" PRId64 ": sent our update to %s (%zu bytes)",
 		    c.round, peer_addr(r, c.replica), c.sent);
 	} else if (res->status != 409) {
@@ -679,6 +710,34 @@ on_fetched(void *ctx, hc_result *res)
 	    rounds__store_update(r, res->body, res->body_len, r->round,
 	    c.replica, &rep, err) != 0)
 		log_warnx("round %" PRId64 ": fetched update: %s", r->round, err);
+}
+
+/* Whether member k's own push of its update to us may still come, so
+ * that fetching the update from the coordinator too would bring it
+ * twice.  k sent it to us when it sent it to the coordinator, as we
+ * sent ours to k: as many bytes over the same link.  So while ours to k
+ * is on its way, k's to us likely is too; once ours was taken, k's is
+ * given twice as long as ours took (at least OWN_PUSH_WAIT_MIN_S) from
+ * when the commit named k.  Only while k is up in our view: one down
+ * or cut off from us is fetched for at once, and a push that never
+ * comes costs at most the round deadline. */
+static int
+own_push_due(rounds *r, int k)
+{
+	double t = now(r), waited, wait = 2 * r->push_secs[k];
+	int i;
+
+	if (replica_peer(r, k)->state != PEERS_UP)
+		return 0;
+	if (r->missing_since[k] == 0)
+		r->missing_since[k] = t;
+	if ((waited = t - r->missing_since[k]) >= r->cfg.round_deadline)
+		return 0;
+	for (i = 0; i < r->nparts; i++)
+		if (r->part_state[k][i] == 1)
+			return 1;
+	return r->pushed[k] == 1 || waited < (wait > OWN_PUSH_WAIT_MIN_S ?
+	    wait : OWN_PUSH_WAIT_MIN_S);
 }
 
 /* A follower's view of the commit. */
@@ -714,7 +773,7 @@ on_commit(void *ctx, hc_result *res)
 		if (!(members & (1ULL << k)) || r->delta[k] != NULL)
 			continue;
 		missing = 1;
-		if (r->fetching[k])
+		if (r->fetching[k] || own_push_due(r, k))
 			continue;
 		url_for(r, coordinator(r), url, sizeof(url),
 		    "/v1/blocks/%d/rounds/%" PRId64 "/updates/%d",
@@ -746,8 +805,10 @@ push_parts(rounds *r, int k)
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates?%s", r->cfg.block, r->round, q);
 		if (send_part(r, k, k, r->round, "POST", url, r->mine + off, len,
-		    1 << 16, on_pushed, i) == 0)
+		    1 << 16, on_pushed, i) == 0) {
 			r->part_state[k][i] = 1;
+			push_started(r, k);
+		}
 	}
 }
 
@@ -772,8 +833,10 @@ push(rounds *r)
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates", r->cfg.block, r->round);
 		if (send_request(r, k, r->round, "POST", url, r->mine,
-		    r->mine_len, 1 << 16, on_pushed) == 0)
+		    r->mine_len, 1 << 16, on_pushed) == 0) {
 			r->pushed[k] = 1;
+			push_started(r, k);
+		}
 	}
 }
 
@@ -934,6 +997,7 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	memset(r->pushed, 0, sizeof(r->pushed));
 	memset(r->push_at, 0, sizeof(r->push_at));
 	memset(r->behind_wait, 0, sizeof(r->behind_wait));
+	clear_push_clocks(r);
 	push(r);
 	log_debug("round %" PRId64 ": our update is out (%zu bytes, %s%s)",
 	    round, len, pr_encoding_name(r->cfg.enc),

@@ -33,6 +33,13 @@ struct rounds {
 	int pushed[MAX_REPLICAS];       /* 0 to do, 1 in flight, 2 accepted */
 	double push_at[MAX_REPLICAS];   /* no offer to a replica before */
 	double behind_wait[MAX_REPLICAS];       /* its last wait, 0: none */
+	/* when our update first went to each replica (0: not yet), and
+	 * how long it took to be taken (0: not yet): the same link brings
+	 * that replica's update to us */
+	double push_start[MAX_REPLICAS], push_secs[MAX_REPLICAS];
+	/* when a commit first named the replica while we lacked its
+	 * update (0: not yet) */
+	double missing_since[MAX_REPLICAS];
 	char *mine;                     /* our update, for retries */
 	size_t mine_len;
 	/* update_streams: the parts it goes in (1: one POST), its hash, and
