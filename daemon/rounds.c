@@ -8,14 +8,19 @@
  * list at .../rounds/{r}/commit.  Every member then averages the members'
  * updates in replica order, the very bytes that were sent (its own update
  * decoded from its own encoding too), so that all replicas end bitwise
- * identical.  A replica that was left out, or is behind, adopts the
- * coordinator's published checkpoint instead.  An update for the round
- * after the one a replica stands at (the coordinator, done first, sends
- * its next one before a follower has seen the commit) is held until the
- * replica gets there, not refused: refused, the whole update would be
- * uploaded again after a backoff.  With a lossy encoding,
- * each replica adds to its update what the encoding dropped from the
- * last one it sent (error feedback), until it adopts a checkpoint. */
+ * identical; one that lacks a member's update fetches it from the
+ * coordinator, once the member's own push, if it is up, has had the time
+ * a push over that link takes.  A replica that was left out, or is
+ * behind, adopts the coordinator's published checkpoint instead.  An
+ * update for the round after the one a replica stands at (the
+ * coordinator, done first, sends its next one before a follower has seen
+ * the commit) is held until the replica gets there, not refused:
+ * refused, the whole update would be uploaded again after a backoff.
+ * With a lossy encoding, each replica adds to its update what the
+ * encoding dropped from the last one it sent (error feedback), until it
+ * adopts a checkpoint.
+ * This file keeps the round's state and the requests a replica sends;
+ * rounds_serve.c answers the other replicas' requests. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -25,72 +30,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "daemon/log.h"
-#include "daemon/rounds.h"
-#include "daemon/rounds_parts.h"
+#include "daemon/rounds_private.h"
 #include "kernels/average.h"
 #include "kernels/error.h"
 #include "kernels/feedback.h"
 #include "proto/checkpoint.h"
 #include "proto/update.h"
 
-#define MAX_REPLICAS ROUNDS_MAX_REPLICAS
 #define POLL_MS 100
 /* The longest wait before our update is offered again to a replica that
  * is behind: each offer uploads the whole update, and a replica that
  * restarted from an older checkpoint is behind for a round or more. */
 #define BEHIND_RETRY_MAX_S 2.0
-
-struct rounds {
-	rounds_config cfg;
-	uv_timer_t timer;
-	int closing;                    /* rounds_free was called */
-	int timer_open;
-	int calls;                      /* requests in flight */
-	/* the trainer's last checkpoint */
-	int64_t ckpt_step, ckpt_round;
-	char ckpt_sha256[65];
-	int rep_peer[MAX_REPLICAS];     /* replica index -> peer index */
-	int64_t round;                  /* the round we gather, -1: none */
-	int active;                     /* our own update is in */
-	double ready_at;
-	size_t count;
-	char *bytes[MAX_REPLICAS];      /* each replica's update, as sent */
-	size_t len[MAX_REPLICAS];
-	float *delta[MAX_REPLICAS];
-	int fetching[MAX_REPLICAS];
-	int pushed[MAX_REPLICAS];       /* 0 to do, 1 in flight, 2 accepted */
-	double push_at[MAX_REPLICAS];   /* no offer to a replica before */
-	double behind_wait[MAX_REPLICAS];       /* its last wait, 0: none */
-	char *mine;                     /* our update, for retries */
-	size_t mine_len;
-	/* update_streams: the parts it goes in (1: one POST), its hash, and
-	 * each part's state at each replica, as pushed[] */
-	int nparts;
-	char mine_sha256[65];
-	unsigned char part_state[MAX_REPLICAS][RP_MAX_PARTS];
-	rp_set asm_;                    /* the others' updates in parts */
-	/* the last commit, kept for late followers */
-	int64_t committed_round;        /* -1: none yet */
-	uint64_t members;
-	char *kept[MAX_REPLICAS];       /* that round's updates */
-	size_t kept_len[MAX_REPLICAS];
-	int polling, catching_up;
-	double next_poll;
-	int diverged_from;              /* replica to copy next round, or -1 */
-	/* error feedback: residual_count floats that our encoding dropped
-	 * from the updates we sent; NULL in f32 and until the first */
-	float *residual;
-	size_t residual_count;
-	/* updates for the round after current_round(), sent whole, held
-	 * until we stand at it */
-	int64_t early_round;            /* -1: none held */
-	char *early_bytes[MAX_REPLICAS];
-	size_t early_len[MAX_REPLICAS];
-	float *early_delta[MAX_REPLICAS];
-};
+/* The shortest wait for a member's own push before its update is
+ * fetched from the coordinator (see own_push_due). */
+#define OWN_PUSH_WAIT_MIN_S 0.5
 
 /* Empties a set of update slots, one per replica. */
 static void
@@ -108,6 +63,14 @@ free_slots(char **bytes, float **delta, size_t *len)
 }
 
 static void
+clear_push_clocks(rounds *r)
+{
+	memset(r->push_start, 0, sizeof(r->push_start));
+	memset(r->push_secs, 0, sizeof(r->push_secs));
+	memset(r->missing_since, 0, sizeof(r->missing_since));
+}
+
+static void
 drop_round(rounds *r)
 {
 	int i;
@@ -119,6 +82,7 @@ drop_round(rounds *r)
 		r->push_at[i] = 0;
 		r->behind_wait[i] = 0;
 	}
+	clear_push_clocks(r);
 	free(r->mine);
 	r->mine = NULL;
 	r->mine_len = 0;
@@ -130,8 +94,8 @@ drop_round(rounds *r)
 	r->polling = 0;
 }
 
-static void
-drop_early(rounds *r)
+void
+rounds__drop_early(rounds *r)
 {
 	free_slots(r->early_bytes, r->early_delta, r->early_len);
 	r->early_round = -1;
@@ -185,7 +149,6 @@ peer_addr(const rounds *r, int replica)
 }
 
 static void on_timer(uv_timer_t *t);
-static int64_t current_round(const rounds *r);
 static void take_early(rounds *r);
 
 int
@@ -232,7 +195,7 @@ release(rounds *r)
 	if (!r->closing || r->timer_open || r->calls > 0)
 		return;
 	drop_round(r);
-	drop_early(r);
+	rounds__drop_early(r);
 	for (i = 0; i < MAX_REPLICAS; i++)
 		free(r->kept[i]);
 	free(r->residual);
@@ -425,72 +388,6 @@ send_request(rounds *r, int replica, int64_t round, const char *method,
 	    max_body, done, -1);
 }
 
-/* Decodes an update for round into its replica's slot of bytes, delta
- * and lens (the current round's, or those held for the next), and says
- * whose it is; only replica sender's own (sender -1: any, over plain
- * TCP). */
-static int
-put_update(const rounds *r, const char *buf, size_t len, int64_t round,
-    int sender, char **bytes, float **delta, size_t *lens,
-    int *replica_out, char *err)
-{
-	pr_update_meta expect = { 0 }, got;
-	float *d;
-	char *copy;
-	int rc;
-
-	snprintf(expect.run_id, sizeof(expect.run_id), "%s", r->cfg.run_id);
-	expect.block = r->cfg.block;
-	expect.round = round;
-	expect.count = r->count;
-	if (r->count > SIZE_MAX / sizeof(float) ||
-	    (d = malloc(r->count * sizeof(float))) == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory for an update of "
-		    "%zu floats", r->count);
-	rc = pr_update_decode(buf, len, &expect, d, &got, err);
-	if (rc == 0 && (got.replica < 0 || got.replica >= r->cfg.replicas))
-		rc = kn_error(err, KN_EINVAL, "replica %d does not exist: block "
-		    "%d has %d", got.replica, r->cfg.block, r->cfg.replicas);
-	if (rc == 0 && sender >= 0 && got.replica != sender)
-		rc = kn_error(err, KN_EINVAL, "the update says replica %d, but "
-		    "its sender is replica %d", got.replica, sender);
-	if (rc == 0 && (copy = malloc(len)) == NULL)
-		rc = kn_error(err, KN_ENOMEM, "out of memory");
-	if (rc != 0) {
-		free(d);
-		return rc;
-	}
-	memcpy(copy, buf, len);
-	free(delta[got.replica]);
-	free(bytes[got.replica]);
-	delta[got.replica] = d;
-	bytes[got.replica] = copy;
-	lens[got.replica] = len;
-	*replica_out = got.replica;
-	return KN_OK;
-}
-
-/* An update for the current round. */
-static int
-store_update(rounds *r, const char *buf, size_t len, int64_t round,
-    int sender, int *replica_out, char *err)
-{
-	return put_update(r, buf, len, round, sender, r->bytes, r->delta,
-	    r->len, replica_out, err);
-}
-
-/* An update for the round after ours, held apart until we get there. */
-static int
-hold_update(rounds *r, const char *buf, size_t len, int64_t round,
-    int sender, int *replica_out, char *err)
-{
-	if (r->early_round != round)
-		drop_early(r);
-	r->early_round = round;
-	return put_update(r, buf, len, round, sender, r->early_bytes,
-	    r->early_delta, r->early_len, replica_out, err);
-}
-
 /* The updates held for the round we now stand at become its own (none
  * that came the usual way meanwhile is replaced); those held for a
  * round we passed are dropped. */
@@ -500,7 +397,8 @@ take_early(rounds *r)
 	int64_t cur;
 	int k;
 
-	if (r->early_round < 0 || r->early_round > (cur = current_round(r)))
+	if (r->early_round < 0 ||
+	    r->early_round > (cur = rounds__current_round(r)))
 		return;
 	if (r->early_round == cur && (r->round < 0 || r->round == cur)) {
 		for (k = 0; k < r->cfg.replicas; k++) {
@@ -518,7 +416,7 @@ take_early(rounds *r)
 			    r->len[k]);
 		}
 	}
-	drop_early(r);
+	rounds__drop_early(r);
 }
 
 /* A replica that cannot be reached at all is down now, not at its next
@@ -695,10 +593,27 @@ offer_later(rounds *r, int replica, const hc_result *res)
 	r->behind_wait[replica] = wait;
 	r->push_at[replica] = now(r) + wait;
 	r->pushed[replica] = 0;
+	r->push_start[replica] = 0;     /* the next offer times afresh */
 	/* it holds none of our parts: all again, but those in flight */
 	for (i = 0; i < RP_MAX_PARTS; i++)
 		if (r->part_state[replica][i] != 1)
 			r->part_state[replica][i] = 0;
+}
+
+static void
+push_started(rounds *r, int k)
+{
+	if (r->push_start[k] == 0)
+		r->push_start[k] = now(r);
+}
+
+/* Replica k has taken our update, all of it. */
+static void
+pushed_at(rounds *r, int k)
+{
+	r->pushed[k] = 2;
+	r->push_secs[k] = r->push_start[k] > 0 ? now(r) - r->push_start[k] :
+	    0;
 }
 
 /* The answer to a part of our update: 202, or "have" (its answer was
@@ -725,7 +640,7 @@ part_answered(rounds *r, const struct call *c, const hc_result *res)
 	for (i = 0; i < r->nparts; i++)
 		all &= st[i] == 2;
 	if (all && r->pushed[c->replica] != 2) {
-		r->pushed[c->replica] = 2;
+		pushed_at(r, c->replica);
 		log_info("round %" PRId64 ": sent our update to %s (%zu bytes in "
 		    "%d parts)", c->round, peer_addr(r, c->replica), r->mine_len,
 		    r->nparts);
@@ -766,7 +681,7 @@ on_pushed(void *ctx, hc_result *res)
 			offer_later(r, c.replica, res);
 		}
 	} else if (res->status == 202 && c.part < 0 && r->round == c.round) {
-		r->pushed[c.replica] = 2;
+		pushed_at(r, c.replica);
 		log_info("round %" PRId64 ": sent our update to %s (%zu bytes)",
 		    c.round, peer_addr(r, c.replica), c.sent);
 	} else if (res->status != 409) {
@@ -792,31 +707,37 @@ on_fetched(void *ctx, hc_result *res)
 	r->fetching[c.replica] = 0;
 	meter(r, coordinator(r), PEERS_KIND_UPDATE, res);
 	if (res->status == 200 && r->round == c.round &&
-	    store_update(r, res->body, res->body_len, r->round, c.replica,
-	    &rep, err) != 0)
+	    rounds__store_update(r, res->body, res->body_len, r->round,
+	    c.replica, &rep, err) != 0)
 		log_warnx("round %" PRId64 ": fetched update: %s", r->round, err);
 }
 
-/* The members a commit answer lists, as a bit set. */
-static uint64_t
-commit_members(const rounds *r, const hc_result *res)
+/* Whether member k's own push of its update to us may still come, so
+ * that fetching the update from the coordinator too would bring it
+ * twice.  k sent it to us when it sent it to the coordinator, as we
+ * sent ours to k: as many bytes over the same link.  So while ours to k
+ * is on its way, k's to us likely is too; once ours was taken, k's is
+ * given twice as long as ours took (at least OWN_PUSH_WAIT_MIN_S) from
+ * when the commit named k.  Only while k is up in our view: one down
+ * or cut off from us is fetched for at once, and a push that never
+ * comes costs at most the round deadline. */
+static int
+own_push_due(rounds *r, int k)
 {
-	json_t *root, *arr;
-	json_error_t jerr;
-	uint64_t members = 0;
-	size_t i;
+	double t = now(r), waited, wait = 2 * r->push_secs[k];
+	int i;
 
-	if ((root = json_loadb(res->body, res->body_len, 0, &jerr)) == NULL)
+	if (replica_peer(r, k)->state != PEERS_UP)
 		return 0;
-	arr = json_object_get(root, "members");
-	for (i = 0; i < json_array_size(arr); i++) {
-		json_int_t m = json_integer_value(json_array_get(arr, i));
-
-		if (m >= 0 && m < r->cfg.replicas)
-			members |= 1ULL << m;
-	}
-	json_decref(root);
-	return members;
+	if (r->missing_since[k] == 0)
+		r->missing_since[k] = t;
+	if ((waited = t - r->missing_since[k]) >= r->cfg.round_deadline)
+		return 0;
+	for (i = 0; i < r->nparts; i++)
+		if (r->part_state[k][i] == 1)
+			return 1;
+	return r->pushed[k] == 1 || waited < (wait > OWN_PUSH_WAIT_MIN_S ?
+	    wait : OWN_PUSH_WAIT_MIN_S);
 }
 
 /* A follower's view of the commit. */
@@ -841,7 +762,7 @@ on_commit(void *ctx, hc_result *res)
 	}
 	if (res->status != 200)
 		return;		/* not decided yet: poll again */
-	members = commit_members(r, res);
+	members = rounds__commit_members(r, res);
 	if (!(members & (1ULL << r->cfg.replica))) {
 		catch_up(r, coordinator(r));
 		return;
@@ -852,7 +773,7 @@ on_commit(void *ctx, hc_result *res)
 		if (!(members & (1ULL << k)) || r->delta[k] != NULL)
 			continue;
 		missing = 1;
-		if (r->fetching[k])
+		if (r->fetching[k] || own_push_due(r, k))
 			continue;
 		url_for(r, coordinator(r), url, sizeof(url),
 		    "/v1/blocks/%d/rounds/%" PRId64 "/updates/%d",
@@ -884,8 +805,10 @@ push_parts(rounds *r, int k)
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates?%s", r->cfg.block, r->round, q);
 		if (send_part(r, k, k, r->round, "POST", url, r->mine + off, len,
-		    1 << 16, on_pushed, i) == 0)
+		    1 << 16, on_pushed, i) == 0) {
 			r->part_state[k][i] = 1;
+			push_started(r, k);
+		}
 	}
 }
 
@@ -910,8 +833,10 @@ push(rounds *r)
 		url_for(r, k, url, sizeof(url), "/v1/blocks/%d/rounds/%" PRId64
 		    "/updates", r->cfg.block, r->round);
 		if (send_request(r, k, r->round, "POST", url, r->mine,
-		    r->mine_len, 1 << 16, on_pushed) == 0)
+		    r->mine_len, 1 << 16, on_pushed) == 0) {
 			r->pushed[k] = 1;
+			push_started(r, k);
+		}
 	}
 }
 
@@ -958,8 +883,8 @@ coordinate(rounds *r, double t)
 	apply(r, members);
 }
 
-static void
-progress(rounds *r)
+void
+rounds__progress(rounds *r)
 {
 	double t = now(r);
 	int k = coordinator(r);
@@ -976,13 +901,13 @@ progress(rounds *r)
 static void
 on_timer(uv_timer_t *t)
 {
-	progress(t->data);
+	rounds__progress(t->data);
 }
 
 void
 rounds_cron(rounds *r)
 {
-	progress(r);
+	rounds__progress(r);
 }
 
 size_t
@@ -1039,8 +964,8 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 		log_warnx("round %" PRId64 ": cannot encode our update: %s",
 		    round, err);
 	/* our own contribution as the others will see it */
-	else if ((rc = store_update(r, buf, len, round, r->cfg.replica, &rep,
-	    err)) != 0) {
+	else if ((rc = rounds__store_update(r, buf, len, round,
+	    r->cfg.replica, &rep, err)) != 0) {
 		log_warnx("round %" PRId64 ": %s", round, err);
 		free(buf);
 	}
@@ -1072,221 +997,24 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 	memset(r->pushed, 0, sizeof(r->pushed));
 	memset(r->push_at, 0, sizeof(r->push_at));
 	memset(r->behind_wait, 0, sizeof(r->behind_wait));
+	clear_push_clocks(r);
 	push(r);
 	log_debug("round %" PRId64 ": our update is out (%zu bytes, %s%s)",
 	    round, len, pr_encoding_name(r->cfg.enc),
 	    r->cfg.comp == PR_COMP_ZSTD ? ", zstd" : "");
-	progress(r);
+	rounds__progress(r);
 }
 
 /* The round a replica stands at: the one it gathers, else the trainer's,
  * or the one after the last commit when that is later (with overlapped
  * rounds the published checkpoint is a round behind, and an early update
  * for the next round is not "behind") */
-static int64_t
-current_round(const rounds *r)
+int64_t
+rounds__current_round(const rounds *r)
 {
 	int64_t next = r->committed_round + 1;
 
 	if (r->round >= 0)
 		return r->round;
 	return r->ckpt_round > next ? r->ckpt_round : next;
-}
-
-/* The replica index of the peer whose id is id among our block's, or
- * -1 when it is a client or another block's daemon. */
-static int
-sender_replica(const rounds *r, const uint8_t *id)
-{
-	int i = peers_find_id(r->cfg.peers, id);
-
-	if (i < 0 || r->cfg.peers->v[i].block != r->cfg.block)
-		return -1;
-	return peers_replica_index(r->cfg.peers, i);
-}
-
-/* A part of replica p->replica's update for the current round: put
- * with the others, and once all are in, taken as a whole POST is. */
-static void
-handle_part(rounds *r, const hs_request *req, hs_response *res,
-    int64_t round, int sender, const rp_part *p)
-{
-	char err[KN_ERR_LEN], *whole;
-	size_t len;
-	int rep, rc;
-
-	if (p->replica >= r->cfg.replicas || p->replica == r->cfg.replica) {
-		hs_response_text(res, 400, "part refused: replica=%d is not "
-		    "another replica of block %d (it has %d)", p->replica,
-		    r->cfg.block, r->cfg.replicas);
-		return;
-	}
-	if (sender >= 0 && sender != p->replica) {
-		hs_response_text(res, 400, "part refused: it names replica %d, "
-		    "but its sender is replica %d", p->replica, sender);
-		return;
-	}
-	rc = rp_add(&r->asm_, p, req->body, req->body_len,
-	    pr_update_max_bytes(r->count), &whole, &len, err);
-	if (rc == RP_EHAVE) {
-		hs_response_text(res, 409, "%s", err);
-		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_HAVE);
-		return;
-	}
-	if (rc != 0) {
-		hs_response_text(res, rc == RP_ETOOLARGE ? 413 :
-		    hs_status_of_error(rc), "part refused: %s", err);
-		return;
-	}
-	if (r->round < 0)
-		r->round = round;       /* dropped when the round changes */
-	if (whole == NULL) {
-		hs_response_text(res, 202, "part %d of %d of replica %d's update "
-		    "for round %" PRId64 " received", p->part, p->parts,
-		    p->replica, round);
-		return;
-	}
-	rc = store_update(r, whole, len, round, p->replica, &rep, err);
-	free(whole);
-	if (rc != 0) {
-		hs_response_text(res, hs_status_of_error(rc), "update refused: "
-		    "%s", err);
-		return;
-	}
-	rp_done(&r->asm_, rep, p->sha256);
-	hs_response_text(res, 202, "update of replica %d for round %" PRId64
-	    " accepted", rep, round);
-	log_info("round %" PRId64 ": received the update of replica %d "
-	    "(%zu bytes in %d parts)", round, rep, len, p->parts);
-	progress(r);
-}
-
-static void
-handle_post_update(rounds *r, const hs_request *req, hs_response *res,
-    int64_t round)
-{
-	int64_t current = current_round(r);
-	char err[KN_ERR_LEN];
-	int rep, rc, sender = -1, in_parts;
-	rp_part part;
-
-	if (strcmp(req->method, "POST") != 0) {
-		hs_response_header(res, "Allow", "POST");
-		hs_response_text(res, 405, "updates are POSTed");
-		return;
-	}
-	if (req->peer_id != NULL && (sender = sender_replica(r,
-	    req->peer_id)) < 0) {
-		hs_response_text(res, 403, "only the replicas of block %d send "
-		    "it updates", r->cfg.block);
-		return;
-	}
-	if ((in_parts = rp_parse(req, &part, err)) < 0) {
-		hs_response_text(res, 400, "part refused: %s", err);
-		return;
-	}
-	if (round < current || round <= r->committed_round) {
-		hs_response_text(res, 409, "round %" PRId64 " is over; this "
-		    "replica is at round %" PRId64 ": fetch the checkpoint",
-		    round, current);
-		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_OVER);
-		return;
-	}
-	if (round == current + 1 && !in_parts) {
-		if ((rc = hold_update(r, req->body, req->body_len, round, sender,
-		    &rep, err)) != 0)
-			hs_response_text(res, hs_status_of_error(rc), "update "
-			    "refused: %s", err);
-		else
-			hs_response_text(res, 202, "update of replica %d for round "
-			    "%" PRId64 " held: this replica is at round %" PRId64,
-			    rep, round, current);
-		return;
-	}
-	if (round > current) {
-		hs_response_text(res, 409, "this replica is behind, at round %"
-		    PRId64 "; it will catch up", current);
-		hs_response_header(res, ROUNDS_STATE_HEADER,
-		    ROUNDS_STATE_BEHIND);
-		return;
-	}
-	if (in_parts) {
-		handle_part(r, req, res, round, sender, &part);
-		return;
-	}
-	if ((rc = store_update(r, req->body, req->body_len, round, sender,
-	    &rep, err)) != 0) {
-		hs_response_text(res, hs_status_of_error(rc), "update refused: "
-		    "%s", err);
-		return;
-	}
-	if (r->round < 0)
-		r->round = round;
-	hs_response_text(res, 202, "update of replica %d for round %" PRId64
-	    " accepted", rep, round);
-	log_info("round %" PRId64 ": received the update of replica %d "
-	    "(%zu bytes)", round, rep, req->body_len);
-	progress(r);
-}
-
-static void
-handle_commit(rounds *r, hs_response *res, int64_t round)
-{
-	json_t *members;
-	int k;
-
-	if (round == r->committed_round) {
-		members = json_array();
-		for (k = 0; k < r->cfg.replicas; k++)
-			if (r->members & (1ULL << k))
-				json_array_append_new(members, json_integer(k));
-		hs_response_json(res, 200, json_pack("{s:I,s:o}", "round",
-		    (json_int_t)round, "members", members));
-		return;
-	}
-	if (round < r->committed_round || round < r->ckpt_round)
-		hs_response_text(res, 410, "round %" PRId64 " is over; fetch the "
-		    "checkpoint", round);
-	else
-		hs_response_text(res, 404, "round %" PRId64 " is not decided yet",
-		    round);
-}
-
-int
-rounds_handle(rounds *r, const hs_request *req, hs_response *res,
-    int64_t round, const char *rest)
-{
-	int64_t rep;
-	size_t used;
-
-	if (strcmp(rest, "updates") == 0) {
-		handle_post_update(r, req, res, round);
-		return 1;
-	}
-	if (strcmp(req->method, "GET") != 0 &&
-	    strcmp(req->method, "HEAD") != 0) {
-		hs_response_header(res, "Allow", "GET, HEAD");
-		hs_response_text(res, 405, "%s is not allowed on %s", req->method,
-		    req->path);
-		return 1;
-	}
-	if (strcmp(rest, "commit") == 0) {
-		handle_commit(r, res, round);
-		return 1;
-	}
-	if (strncmp(rest, "updates/", 8) == 0 &&
-	    (used = hs_path_number(rest + 8, MAX_REPLICAS, &rep)) > 0 &&
-	    rest[8 + used] == '\0') {
-		if (round != r->committed_round || rep >= r->cfg.replicas ||
-		    r->kept[rep] == NULL) {
-			hs_response_text(res, 404, "no update of replica %" PRId64
-			    " for round %" PRId64 " here", rep, round);
-			return 1;
-		}
-		hs_response_status(res, 200);
-		hs_response_body(res, "application/x-msgpack", r->kept[rep],
-		    r->kept_len[rep]);
-		return 1;
-	}
-	return 0;
 }

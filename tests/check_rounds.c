@@ -9,11 +9,14 @@
  * (with and without zstd) with error feedback, an update for the next
  * round held rather than refused, and updates sent in parts
  * on parallel connections (update_streams) with the receiver's refusals
- * of parts that do not fit. */
+ * of parts that do not fit, and a slow link between two followers (two
+ * wan-relays) over which each update still comes once, not also
+ * fetched from the coordinator. */
 #include "config.h"
 
 #include <check.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -669,6 +672,93 @@ START_TEST(test_behind_then_member)
 }
 END_TEST
 
+/* The link between replicas 1 and 2 goes through two wan-relays (one
+ * for the connections each opens to the other) that delay each way by
+ * SLOW_LINK_MS; every other link is direct.  Replicas 1 and 2 follow
+ * replica 0. */
+#define SLOW_LINK_MS "250"
+static pid_t relay_pid[2];
+
+static void
+stop_relays(void)
+{
+	tu_stop(&relay_pid[0], SIGTERM, 5);
+	tu_stop(&relay_pid[1], SIGTERM, 5);
+}
+
+/* Replica viewer reaches replica k through a relay on port, to k. */
+static void
+slow_route(int i, int viewer, int k, int port)
+{
+	char listen[32], target[32];
+	const char *argv[] = { "wan-relay", "-q", "-d", SLOW_LINK_MS, listen,
+	    target, NULL };
+	int line = k == 0 ? 0 : k + 1;  /* as set_state */
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(target, sizeof(target), "127.0.0.1:%d", rep[k].port);
+	relay_pid[i] = tu_spawn(NULL, tu_wan_relay(), argv);
+	ck_assert_msg(tu_wait_port(port, relay_pid[i], 10), "no relay on %s",
+	    listen);
+	snprintf(rep[viewer].peers.v[line].addr,
+	    sizeof(rep[viewer].peers.v[line].addr), "%s", listen);
+}
+
+/* Replica 1's update has reached replica 2 over the slow link, and 2's
+ * replica 1, every part of it. */
+static int
+slow_posts_in(void)
+{
+	return rep[2].posts_from[1] >= parts_expected() &&
+	    rep[1].posts_from[2] >= parts_expected();
+}
+
+/* The coordinator takes every update over fast links and commits before
+ * the pushes between 1 and 2 have crossed the slow link.  Each follower
+ * must then wait for the other's own push rather than fetch that update
+ * from the coordinator as well: every update reaches every other
+ * replica once, as the POST its sender made (whole, or its parts), and
+ * the coordinator answers no GET of an update.  The round averages all
+ * three to the weights computed here. */
+START_TEST(test_slow_link_sent_once)
+{
+	float theta0[COUNT], want[COUNT];
+	int port = tu_port_base(2), parts = parts_expected(), f, k;
+	int got[NREP];
+
+	atexit(stop_relays);    /* a failed check exits the test's process */
+	slow_route(0, 1, 2, port);
+	slow_route(1, 2, 1, port + 1);
+	memcpy(theta0, rep[0].theta, sizeof(theta0));
+	for (k = 0; k < NREP; k++)
+		send_update(k);
+	wait_commits(1, 1, 1);
+	/* what was on its way over the slow link has come, too */
+	ck_assert(run_until(slow_posts_in));
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x7 coordinator 0");
+	expected_after(theta0, 7, 0, want);
+	for (k = 0; k < NREP; k++)
+		ck_assert_msg(memcmp(rep[k].theta, want, sizeof(want)) == 0,
+		    "replica %d", k);
+	for (f = 1; f < NREP; f++) {
+		got[f] = 0;
+		for (k = 0; k < NREP; k++)
+			got[f] += k != f ? rep[f].posts_from[k] : 0;
+		fprintf(stderr, "slow link, %d part(s) an update: replica %d "
+		    "took %d POSTs of updates and fetched %d, want %d and 0\n",
+		    parts, f, got[f], rep[0].fetches_from[f],
+		    (NREP - 1) * parts);
+	}
+	for (f = 1; f < NREP; f++) {
+		ck_assert_msg(rep[0].fetches_from[f] == 0, "replica %d fetched "
+		    "%d update(s) from the coordinator that their senders "
+		    "pushed to it as well", f, rep[0].fetches_from[f]);
+		ck_assert_int_eq(got[f], (NREP - 1) * parts);
+	}
+	stop_relays();
+}
+END_TEST
+
 struct answer {
 	int done;
 	long status;
@@ -1198,6 +1288,7 @@ main(void)
 	tcase_add_test(tc, test_out_of_memory_is_503);
 	tcase_add_test(tc, test_malformed_parts);
 	tcase_add_test(tc, test_behind_then_member);
+	tcase_add_test(tc, test_slow_link_sent_once);
 	tcase_add_test(tc, test_assembly_budget);
 	suite_add_tcase(s, tc);
 	/* the same rounds with updates in parts end on the same weights */
@@ -1207,6 +1298,7 @@ main(void)
 	tcase_add_test(streams, test_deadline_and_catch_up);
 	tcase_add_test(streams, test_split_and_heal);
 	tcase_add_test(streams, test_behind_then_member);
+	tcase_add_test(streams, test_slow_link_sent_once);
 	suite_add_tcase(s, streams);
 	tcase_add_checked_fixture(one_chunk, setup_one_chunk, teardown);
 	tcase_set_timeout(one_chunk, 60);
