@@ -21,6 +21,9 @@
 #include "kernels/pool.h"
 #include "kernels/rng.h"
 
+/* In gemm_avx512.c. */
+extern const char kn__gemm_own_build[];
+
 /* OpenBLAS's own introspection; not every cblas.h declares it. */
 extern char *openblas_get_corename(void);
 extern char *openblas_get_config(void);
@@ -256,19 +259,11 @@ void
 kn_gemm_cache_key(char *buf, size_t len)
 {
 	char cpu[256];
-	struct stat st;
-	long long size = 0, mtime = 0;
 
 	cpu_model(cpu, sizeof(cpu));
-	/* the executable's size and time stand for our build: a rebuilt
-	 * kernel is timed again */
-	if (stat("/proc/self/exe", &st) == 0) {
-		size = (long long)st.st_size;
-		mtime = (long long)st.st_mtime;
-	}
-	snprintf(buf, len, "cpu=%s; openblas=%s; core=%s; build=%s/%lld/%lld; "
+	snprintf(buf, len, "cpu=%s; openblas=%s; core=%s; build=%s %s; "
 	    "threads=%d", cpu, openblas_get_config(), openblas_get_corename(),
-	    PACKAGE_VERSION, size, mtime, kn_pool_threads());
+	    PACKAGE_VERSION, kn__gemm_own_build, kn_pool_threads());
 	buf[strcspn(buf, "\n")] = '\0';
 }
 
