@@ -30,7 +30,7 @@ extern char *openblas_get_config(void);
 
 /* A timed run does at most this many multiply-adds: the largest of M and
  * K is halved until it fits, as both kernels' time is linear in each. */
-#define CHOOSE_MACS ((size_t)1 << 25)
+#define CHOOSE_MACS ((size_t)1 << 24)
 #define CHOOSE_MIN_DIM 64
 /* Timed runs per kernel and class, taking turns, after one warm-up each. */
 #define CHOOSE_REPS 5
