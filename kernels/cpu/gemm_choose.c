@@ -560,8 +560,9 @@ kn_gemm_plan_describe(char *buf, size_t len)
 	for (i = 0; i < plan_count; i++)
 		blas += plan_c[i].pick == KN_GEMM_OPENBLAS;
 	if (!planned)
-		snprintf(buf, len, "gemm %s (no model planned yet)",
-		    kn_gemm_current() == KN_GEMM_AVX512 ? "own" : "blas");
+		snprintf(buf, len, "gemm chosen when a model starts "
+		    "(%s until then)", kn_gemm_current() == KN_GEMM_AVX512 ?
+		    "own" : "blas");
 	else if (plan_mode != KN_GEMM_AUTO)
 		snprintf(buf, len, "gemm %s (forced)", pick_name(plan_mode));
 	else if (kn_gemm_current() != KN_GEMM_AVX512)
