@@ -28,12 +28,16 @@ extern const char kn__gemm_own_build[];
 extern char *openblas_get_corename(void);
 extern char *openblas_get_config(void);
 
-/* A timed run does at most this many multiply-adds: the largest of M and
- * K is halved until it fits, as both kernels' time is linear in each. */
+/* A timed run does about this many multiply-adds: the larger of M and K
+ * is halved until it fits, as both kernels' time is linear in each, but
+ * M stays at CHOOSE_MIN_M or more on the pool, where both kernels split
+ * the rows into tiles, and K at one block of our kernel (GEMM_KC), so
+ * that the cut is parallel and blocked as the whole. */
 #define CHOOSE_MACS ((size_t)1 << 24)
-#define CHOOSE_MIN_DIM 64
+#define CHOOSE_MIN_M 256
+#define CHOOSE_MIN_K 256
 /* Timed runs per kernel and class, taking turns, after one warm-up each. */
-#define CHOOSE_REPS 5
+#define CHOOSE_REPS 7
 /* Serial classes run as this many pool tasks per thread at once, as the
  * attention runs them. */
 #define CHOOSE_TASKS_PER_THREAD 2
@@ -168,12 +172,16 @@ measure_one(kn_gemm_choice *c, char *err)
 	float *A, *B, *C;
 	int r, i;
 
-	while ((size_t)s->M * s->N * s->K > CHOOSE_MACS &&
-	    (s->M > CHOOSE_MIN_DIM || s->K > CHOOSE_MIN_DIM)) {
-		if (s->M >= s->K)
-			s->M = (s->M + 1) / 2;
+	while ((size_t)s->M * s->N * s->K > CHOOSE_MACS) {
+		int m_ok = s->parallel && s->M / 2 >= CHOOSE_MIN_M;
+		int k_ok = s->K / 2 >= CHOOSE_MIN_K;
+
+		if (m_ok && (s->M >= s->K || !k_ok))
+			s->M /= 2;
+		else if (k_ok)
+			s->K /= 2;
 		else
-			s->K = (s->K + 1) / 2;
+			break;
 	}
 	g.tasks = s->parallel ? 1 : kn_pool_threads() *
 	    CHOOSE_TASKS_PER_THREAD;
