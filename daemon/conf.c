@@ -154,6 +154,7 @@ static const char *const encodings[] = { "f32", "f16", "bf16", "int8",
 	NULL };
 static const char *const compressions[] = { "none", "zstd", NULL };
 static const char *const yes_no[] = { "no", "yes", NULL };
+static const char *const gemms[] = { "auto", "own", "blas", NULL };
 
 #define FIELD(f) .offset = offsetof(cf_config, f), \
 	.size = sizeof(((cf_config *)0)->f)
@@ -183,6 +184,10 @@ const pr_key cf_keys[] = {
 	{ .section = "", .name = "threads", .type = PR_KEY_INT,
 	  FIELD(threads), .min = 0, .max = 256, .def = 0,
 	  .doc = "threads of the CPU backend; 0: KN_THREADS or all cores" },
+	{ .section = "", .name = "gemm", .type = PR_KEY_CHOICE, FIELD(gemm),
+	  .def_str = "auto", .choices = gemms,
+	  .doc = "the CPU's GEMM: auto (the faster per shape, measured at "
+	  "start), own or blas; SM_GEMM overrides" },
 	{ .section = "", .name = "eval_every", .type = PR_KEY_INT,
 	  FIELD(eval_every), .min = 0, .max = 1 << 30, .def = 200,
 	  .doc = "steps between held-out shares; 0: none" },

@@ -27,6 +27,7 @@ typedef struct {
 	int block;                      /* 1-based */
 	char device[16];                /* auto | cpu | cuda */
 	int threads;                    /* 0: all cores */
+	char gemm[8];                   /* auto | own | blas */
 	int eval_every;                 /* steps between held-out shares */
 	int eval_windows;
 	int checkpoint_every;           /* steps, for a block of one replica */

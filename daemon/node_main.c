@@ -12,6 +12,7 @@
 #include "daemon/node.h"
 #include "daemon/serve.h"
 #include "daemon/startup.h"
+#include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
@@ -62,6 +63,12 @@ main(int argc, char **argv)
 	if ((be = startup_backend(&n.cfg, n.backend_desc,
 	    sizeof(n.backend_desc), err)) == NULL)
 		fatalx("%s", err);
+	/* the GEMM choice is made for the spec's shape before any model
+	 * exists, and then named in the log line and /v1/status */
+	if (kn_backend_plan(be, n.spec.width, n.spec.heads, n.spec.window,
+	    n.spec.batch, n.cfg.gemm, err) != 0)
+		fatalx("%s", err);
+	kn_backend_describe(be, n.backend_desc, sizeof(n.backend_desc));
 	log_info("%s", n.backend_desc);
 	if (node_start(&n, uv_default_loop(), be, err) != 0)
 		fatalx("%s", err);

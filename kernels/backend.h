@@ -182,6 +182,16 @@ struct kn_backend {
  * was chosen, or "" when there was nothing to say. */
 const kn_backend *kn_backend_get(kn_backend_kind kind, char *note, char *err);
 
+/* Tells the backend the shape of the model it is about to train (width,
+ * heads, window, batch), so that it can pick its kernels for it: the CPU
+ * backend chooses its GEMM per shape class (kernels/cpu/gemm.h,
+ * kn_gemm_plan) as gemm says, "auto", "own" or "blas"; the environment's
+ * SM_GEMM, when set, overrides it, and NULL with SM_GEMM unset means
+ * "auto".  Once per process: the first call decides.  Returns 0, or
+ * KN_EINVAL for a bad setting (reason in err). */
+int kn_backend_plan(const kn_backend *be, int width, int heads, int window,
+    int batch, const char *gemm, char *err);
+
 /* Parses "auto", "cpu" or "cuda"; returns 0 or KN_EINVAL. */
 int kn_backend_parse(const char *s, kn_backend_kind *kind);
 

@@ -246,6 +246,14 @@ int
 kn_model_create(kn_model **out, const kn_model_shape *shape,
     const kn_backend *be, int max_batch, char *err)
 {
+	/* the first model of the process fixes the backend's kernels for
+	 * its shapes (SM_GEMM or auto); a caller with a setting of its own
+	 * planned before */
+	int rc = kn_backend_plan(be, shape->width, shape->heads,
+	    shape->window, max_batch, NULL, err);
+
+	if (rc != 0)
+		return rc;
 	return kn__model_create(out, shape, be, max_batch, 0, KN_STORE_F32,
 	    err);
 }

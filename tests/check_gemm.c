@@ -529,6 +529,96 @@ START_TEST(test_model_shapes)
 }
 END_TEST
 
+/* The classes the GEMM choice times for a model (kn_gemm_model_shapes),
+ * each kernel against the double loop: whichever kernel a plan picks for
+ * a class computes it within the bound. */
+START_TEST(test_planned_classes)
+{
+	kn_gemm_shape sh[KN_GEMM_MAX_SHAPES];
+	int n = kn_gemm_model_shapes(128, 4, 64, 4, sh, KN_GEMM_MAX_SHAPES);
+	int i;
+
+	if (!use_loop_kernel(_i * 4))
+		return;
+	ck_assert_int_gt(n, 0);
+	for (i = 0; i < n; i++) {
+		struct gcase c = make_case(sh[i].transA | sh[i].transB << 1,
+		    sh[i].M, sh[i].N, sh[i].K, 0, 1.0f, sh[i].transA ? 1.0f :
+		    0.0f, 0);
+
+		run_case(&c, !sh[i].parallel, 20 + i, 1);
+	}
+}
+END_TEST
+
+/* A plan of mixed picks: each planned class gives the bits of the kernel
+ * picked for it, and a class outside the plan those of ours. */
+START_TEST(test_plan_dispatch)
+{
+	kn_gemm_shape sh[KN_GEMM_MAX_SHAPES];
+	kn_gemm_choice plan[KN_GEMM_MAX_SHAPES];
+	/* N = 1024 positions: the dW products sum over more k than one
+	 * block of either kernel, where their bits part */
+	int n = kn_gemm_model_shapes(64, 2, 64, 16, sh, KN_GEMM_MAX_SHAPES);
+	int i, extra, apart = 0;
+
+	if (!avx512_here()) {
+		fprintf(stderr, "check_gemm: this CPU lacks AVX-512F; "
+		    "skipping the plan test\n");
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		plan[i].shape = sh[i];
+		plan[i].pick = i % 2 ? KN_GEMM_OPENBLAS : KN_GEMM_AVX512;
+	}
+	kn_gemm_use(KN_GEMM_AUTO);
+	kn__gemm_plan_install(plan, n);
+	for (i = 0; i <= n; i++) {
+		/* one more class than planned: 33 rows of the first */
+		kn_gemm_shape s = i < n ? sh[i] : sh[0];
+		kn_gemm_kernel k = i < n ? plan[i].pick : KN_GEMM_AVX512;
+		struct gcase c;
+		struct operands o;
+		float *want, *other;
+
+		extra = i == n;
+		if (extra)
+			s.M = 33;
+		/* beta 1 for dW, as the model accumulates it */
+		c = make_case(s.transA | s.transB << 1, s.M, s.N, s.K, 0, 1.0f,
+		    s.transA ? 1.0f : 0.0f, 0);
+		operands_make(&c, &o, 40 + i);
+		ck_assert_ptr_nonnull(want = malloc(o.nc * sizeof(float)));
+		ck_assert_ptr_nonnull(other = malloc(o.nc * sizeof(float)));
+		memcpy(want, o.cbuf, o.nc * sizeof(float));
+		memcpy(other, o.cbuf, o.nc * sizeof(float));
+		kn__gemm_run(k, s.parallel, c.transA, c.transB, c.M, c.N, c.K,
+		    1.0f, o.A, c.lda, o.B, c.ldb, c.beta, want, c.ldc);
+		kn__gemm_run(k == KN_GEMM_AVX512 ? KN_GEMM_OPENBLAS :
+		    KN_GEMM_AVX512, s.parallel, c.transA, c.transB, c.M, c.N,
+		    c.K, 1.0f, o.A, c.lda, o.B, c.ldb, c.beta, other, c.ldc);
+		if (s.parallel)
+			kn_gemm(c.transA, c.transB, c.M, c.N, c.K, 1.0f, o.A,
+			    c.lda, o.B, c.ldb, c.beta, o.C, c.ldc);
+		else
+			kn_gemm_serial(c.transA, c.transB, c.M, c.N, c.K,
+			    1.0f, o.A, c.lda, o.B, c.ldb, c.beta, o.C, c.ldc);
+		ck_assert_msg(memcmp(want, o.C, o.nc * sizeof(float)) == 0,
+		    "%s: not the bits of %s", case_str(&c), kn_gemm_name(k));
+		apart += k == KN_GEMM_OPENBLAS &&
+		    memcmp(other, o.C, o.nc * sizeof(float)) != 0;
+		free(other);
+		check_against_double(&c, &o, o.C, "planned kn_gemm");
+		free(want);
+		operands_free(&o);
+	}
+	/* else the test could not tell which kernel ran */
+	ck_assert_msg(apart > 0, "no OpenBLAS class differs from ours");
+	/* kn_gemm_use drops the plan */
+	ck_assert_int_eq(kn_gemm_use(KN_GEMM_AUTO), KN_OK);
+}
+END_TEST
+
 /* C of c computed with a pool of the given size, into a new buffer. */
 static float *
 result_with_threads(const struct gcase *c, const struct operands *o,
@@ -691,6 +781,8 @@ gemm_suite(void)
 	tcase_add_loop_test(tc, test_alpha_beta, 0, 8);
 	tcase_add_loop_test(tc, test_special_scalars, 0, 8);
 	tcase_add_loop_test(tc, test_model_shapes, 0, 2);
+	tcase_add_loop_test(tc, test_planned_classes, 0, 2);
+	tcase_add_test(tc, test_plan_dispatch);
 	suite_add_tcase(s, tc);
 
 	/* _i: kernel (0 AVX-512, 1 OpenBLAS) */

@@ -295,6 +295,7 @@ train_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct train_args t = { .kind = BT_BLOCK, .steps = -1, .every = 250,
 	    .expert = -1 };
+	char err[KN_ERR_LEN];
 	int rc;
 
 	if ((rc = train_parse(self, &t, argc, argv)) != CLI_CONTINUE)
@@ -320,6 +321,14 @@ train_exec(const struct cmd_entry *self, int argc, char **argv)
 		    "spec has %d blocks\n", t.block, t.run.spec.blocks);
 		return 2;
 	}
+	/* the GEMM choice for the spec's shape (SM_GEMM or auto), named
+	 * before the first step */
+	if (kn_backend_plan(t.run.be, t.run.spec.width, t.run.spec.heads,
+	    t.run.spec.window, t.run.spec.batch, NULL, err) != 0) {
+		fprintf(stderr, "shardmeter train: %s\n", err);
+		return 1;
+	}
+	cli_backend_report(t.run.be, "");
 	return t.all ? train_all(&t) : train_one(&t);
 }
 

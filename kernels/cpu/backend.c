@@ -1,5 +1,6 @@
 /* The CPU backend's table: host memory, ops from kernels/cpu/, GEMMs from
- * kn_gemm on the process's thread pool. */
+ * kn_gemm on the process's thread pool (ours or OpenBLAS per shape class,
+ * as kn_backend_plan chose). */
 #include "config.h"
 
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/error.h"
 #include "kernels/pool.h"
 
 /* OpenBLAS's own introspection; declared here because not every cblas.h
@@ -65,9 +67,12 @@ cpu_status(char *err)
 static void
 cpu_describe(char *buf, size_t len)
 {
-	snprintf(buf, len, "cpu: %d threads, gemm %s, OpenBLAS %s (%s)",
-	    kn_pool_threads(), kn_gemm_name(kn_gemm_current()),
-	    openblas_get_corename(), openblas_get_config());
+	char gemm[KN_ERR_LEN + 128];
+
+	kn_gemm_plan_describe(gemm, sizeof(gemm));
+	snprintf(buf, len, "cpu: %d threads, %s, OpenBLAS %s (%s)",
+	    kn_pool_threads(), gemm, openblas_get_corename(),
+	    openblas_get_config());
 }
 
 static const kn_backend cpu_backend = {

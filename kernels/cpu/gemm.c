@@ -1,5 +1,6 @@
 /* kn_gemm: argument checks, the choice of kernel (ours for AVX-512 CPUs,
- * else OpenBLAS) and the OpenBLAS path.  The layers of the CPU backend
+ * else OpenBLAS, or per shape class as a plan says) and the OpenBLAS
+ * path.  The layers of the CPU backend
  * call it; the AVX-512 kernel itself is in gemm_avx512.c. */
 #include "config.h"
 
@@ -31,6 +32,11 @@ void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
 
 static atomic_int gemm_kernel = KN_GEMM_AUTO;   /* AUTO: not chosen yet */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* The plan: written once before any product of the classes it names runs,
+ * then only read; plan_n is published last. */
+static kn_gemm_choice plan[KN_GEMM_MAX_SHAPES];
+static atomic_int plan_n;
 
 /* Our pool is the thread budget: OpenBLAS threads on top of it would
  * oversubscribe the cores. */
@@ -73,8 +79,37 @@ kn_gemm_use(kn_gemm_kernel k)
 	}
 	/* whichever kernel: other code of the process may call cblas too */
 	pthread_once(&blas_once, blas_one_thread);
+	atomic_store(&plan_n, 0);
 	atomic_store(&gemm_kernel, k);
 	return KN_OK;
+}
+
+void
+kn__gemm_plan_install(const kn_gemm_choice *c, int n)
+{
+	if (n > KN_GEMM_MAX_SHAPES)
+		n = KN_GEMM_MAX_SHAPES;
+	atomic_store(&plan_n, 0);
+	memcpy(plan, c, (size_t)n * sizeof(*c));
+	atomic_store(&plan_n, n);
+}
+
+/* The planned kernel of a class, else ours: a short scan, as a model has
+ * a few dozen classes at most and each product costs microseconds. */
+static kn_gemm_kernel
+plan_pick(int parallel, int transA, int transB, int M, int N, int K)
+{
+	int i, n = atomic_load(&plan_n);
+
+	for (i = 0; i < n; i++) {
+		const kn_gemm_shape *s = &plan[i].shape;
+
+		if (s->M == M && s->N == N && s->K == K &&
+		    s->transA == transA && s->transB == transB &&
+		    s->parallel == parallel)
+			return plan[i].pick;
+	}
+	return KN_GEMM_AVX512;
 }
 
 kn_gemm_kernel
@@ -189,11 +224,28 @@ gemm_blas(int parallel, int transA, int transB, int M, int N, int K,
 		blas_tile(&g, t, 0);
 }
 
+/* One kernel on checked arguments with M, N, K > 0 and alpha != 0;
+ * KN_GEMM_AVX512 only where avx512_usable(). */
+void
+kn__gemm_run(kn_gemm_kernel k, int parallel, int transA, int transB, int M,
+    int N, int K, float alpha, const float *A, int lda, const float *B,
+    int ldb, float beta, float *C, int ldc)
+{
+	if (k == KN_GEMM_AVX512)
+		kn__gemm_avx512(parallel, transA, transB, M, N, K, alpha, A,
+		    lda, B, ldb, beta, C, ldc);
+	else
+		gemm_blas(parallel, transA, transB, M, N, K, alpha, A, lda,
+		    B, ldb, beta, C, ldc);
+}
+
 static void
 gemm_dispatch(int parallel, int transA, int transB, int M, int N, int K,
     float alpha, const float *A, int lda, const float *B, int ldb,
     float beta, float *C, int ldc)
 {
+	kn_gemm_kernel k;
+
 	transA = transA != 0;
 	transB = transB != 0;
 	if (!gemm_args_ok(transA, transB, M, N, K, A, lda, B, ldb, C, ldc))
@@ -204,12 +256,11 @@ gemm_dispatch(int parallel, int transA, int transB, int M, int N, int K,
 		gemm_scale(M, N, beta, C, ldc);
 		return;
 	}
-	if (kn_gemm_current() == KN_GEMM_AVX512)
-		kn__gemm_avx512(parallel, transA, transB, M, N, K, alpha, A,
-		    lda, B, ldb, beta, C, ldc);
-	else
-		gemm_blas(parallel, transA, transB, M, N, K, alpha, A, lda,
-		    B, ldb, beta, C, ldc);
+	k = kn_gemm_current();
+	if (k == KN_GEMM_AVX512 && atomic_load(&plan_n) > 0)
+		k = plan_pick(parallel, transA, transB, M, N, K);
+	kn__gemm_run(k, parallel, transA, transB, M, N, K, alpha, A, lda, B,
+	    ldb, beta, C, ldc);
 }
 
 /* Only the caller of the parallel path touches these (the pool runs one

@@ -3,9 +3,13 @@
  * kn_gemm splits C into tiles over the thread pool; each element is
  * computed by one task with a fixed summation order, so the result does not
  * depend on the thread count.  The kernel is our AVX-512 one where the CPU
- * has AVX-512F, else OpenBLAS (held to one thread per call). */
+ * has AVX-512F, else OpenBLAS (held to one thread per call); a plan
+ * (kn_gemm_plan, gemm_choose.c) may hand some shape classes to OpenBLAS
+ * where it measured faster. */
 #ifndef KN_CPU_GEMM_H
 #define KN_CPU_GEMM_H
+
+#include <stddef.h>
 
 typedef enum {
 	KN_GEMM_AUTO = 0,     /* AVX-512 when the CPU has it, else OpenBLAS */
@@ -23,8 +27,8 @@ void kn_gemm_serial(int transA, int transB, int M, int N, int K,
     float alpha, const float *A, int lda, const float *B, int ldb,
     float beta, float *C, int ldc);
 
-/* Chooses the kernel for the whole process; returns 0, or KN_ENODEV when
- * the CPU lacks what the kernel needs. */
+/* Chooses the kernel for the whole process and drops any plan; returns 0,
+ * or KN_ENODEV when the CPU lacks what the kernel needs. */
 int kn_gemm_use(kn_gemm_kernel k);
 kn_gemm_kernel kn_gemm_current(void);
 const char *kn_gemm_name(kn_gemm_kernel k);
@@ -41,5 +45,79 @@ typedef struct {
 void kn_gemm_stats_enable(int on);
 void kn_gemm_stats_reset(void);
 void kn_gemm_stats_get(kn_gemm_stats *s);
+
+/* The choice by measurement (gemm_choose.c).  A shape class is a product's
+ * sizes and transposes, whatever its strides, and whether it runs on the
+ * pool (kn_gemm) or inside one pool task (kn_gemm_serial).  The plan is
+ * made once per process, before the first model step, so every product of
+ * one class takes the same kernel for the life of the process. */
+typedef struct {
+	int parallel, transA, transB, M, N, K;
+} kn_gemm_shape;
+
+/* One class's measurement and the kernel chosen for it. */
+typedef struct {
+	kn_gemm_shape shape;
+	double own_gflops, blas_gflops;
+	kn_gemm_kernel pick;    /* KN_GEMM_AVX512 ("own") or KN_GEMM_OPENBLAS */
+} kn_gemm_choice;
+
+#define KN_GEMM_MAX_SHAPES 64
+/* The cache file's first line, with its format version. */
+#define KN_GEMM_CACHE_MAGIC "shardmeter-gemm-choice 1"
+
+/* "auto" (KN_GEMM_AUTO), "own" (KN_GEMM_AVX512) or "blas"
+ * (KN_GEMM_OPENBLAS); returns 0 or KN_EINVAL. */
+int kn_gemm_parse_mode(const char *s, kn_gemm_kernel *mode);
+
+/* The classes of a Transformer block train step of width d, h heads,
+ * window n and batch B: its five linear layers (QKV, attention output,
+ * MLP in and out, head) forward and backward, and the per-head attention
+ * products.  Writes at most max; returns the count. */
+int kn_gemm_model_shapes(int width, int heads, int window, int batch,
+    kn_gemm_shape *out, int max);
+
+/* Times both kernels on each class (best of a few runs of a cut of the
+ * shape, taking turns) into own_gflops and blas_gflops; then picks. */
+int kn_gemm_measure(kn_gemm_choice *c, int n, char *err);
+
+/* Sets each pick to the faster kernel: OpenBLAS only when it beats ours by
+ * more than KN_GEMM_MARGIN, so that noise does not flip a tie. */
+#define KN_GEMM_MARGIN 0.02
+void kn_gemm_choose(kn_gemm_choice *c, int n);
+
+/* The cache: one file per key (CPU model, OpenBLAS build and core, our
+ * build, threads), a text file of KN_GEMM_CACHE_MAGIC, "key <key>", then
+ * one line per class: "parallel transA transB M N K own_gflops
+ * blas_gflops own|blas".  read: returns 0 with *n entries, KN_EIO when the
+ * file is missing (reason in err), KN_EINVAL naming file:line when it is
+ * corrupt or holds another key. */
+void kn_gemm_cache_key(char *buf, size_t len);
+int kn_gemm_cache_path(char *buf, size_t len, const char *key);
+int kn_gemm_cache_read(const char *path, const char *key, kn_gemm_choice *c,
+    int max, int *n, char *err);
+int kn_gemm_cache_write(const char *path, const char *key,
+    const kn_gemm_choice *c, int n, char *err);
+
+/* Makes the process's plan for these classes, once: the first call
+ * decides, later ones return 0 and change nothing.  mode AUTO reads the
+ * picks from the cache at cache_path (NULL: kn_gemm_cache_path; "": no
+ * cache), measures the classes it lacks and writes the union back; OWN or
+ * BLAS uses that kernel for every product.  note (KN_ERR_LEN) receives what
+ * was not fatal (a cache that could not be read or written, "own" asked on
+ * a CPU without AVX-512).  Classes outside the plan take our kernel. */
+int kn_gemm_plan(const kn_gemm_shape *s, int n, kn_gemm_kernel mode,
+    const char *cache_path, char *note, char *err);
+/* The plan in force (NULL, 0 when none). */
+void kn_gemm_plan_get(const kn_gemm_choice **c, int *n);
+/* One line: the mode and, under auto, how many classes each kernel won
+ * and where the figures came from. */
+void kn_gemm_plan_describe(char *buf, size_t len);
+
+/* Internal, shared by gemm.c and gemm_choose.c. */
+void kn__gemm_run(kn_gemm_kernel k, int parallel, int transA, int transB,
+    int M, int N, int K, float alpha, const float *A, int lda,
+    const float *B, int ldb, float beta, float *C, int ldc);
+void kn__gemm_plan_install(const kn_gemm_choice *c, int n);
 
 #endif

@@ -21,6 +21,11 @@ void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
     int K, float alpha, const float *A, int lda, const float *B, int ldb,
     float beta, float *C, int ldc);
 
+/* When this kernel was compiled: the GEMM choice cache (gemm_choose.c)
+ * keys on it, so that a changed kernel is timed again, and every program
+ * of one build shares the key. */
+const char kn__gemm_own_build[] = __DATE__ " " __TIME__;
+
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>

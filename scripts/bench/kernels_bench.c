@@ -1,7 +1,9 @@
 /* Times the block train step (forward, backward, clipped AdamW) of one
  * model shape on one backend, and the GEMM share of it, and prints one
- * line of key=value pairs.  scripts/bench/kernels runs it beside the
- * PyTorch reference and OpenBLAS's sgemm peak. */
+ * line of key=value pairs; --gemm-report adds a line per GEMM shape class
+ * with both kernels' GFLOP/s, measured again here, and the one the plan
+ * chose.  scripts/bench/kernels runs it beside the PyTorch reference and
+ * OpenBLAS's sgemm peak. */
 #include "config.h"
 
 #include <getopt.h>
@@ -55,14 +57,16 @@ usage(void)
 	fprintf(stderr, "usage: kernels-bench [--width D] [--heads H] "
 	    "[--layers L] [--window N] [--batch B] [--steps S] [--warmup W]\n"
 	    "                     [--causal] [--backend auto|cpu|cuda] "
-	    "[--threads T] [--peak]\n");
+	    "[--threads T] [--peak]\n"
+	    "                     [--gemm auto|own|blas] [--gemm-report]\n");
 }
 
 /* What the command line asks for. */
 struct bench_opts {
 	kn_model_shape shape;
-	int batch, steps, warmup, threads, peak;
+	int batch, steps, warmup, threads, peak, gemm_report;
 	kn_backend_kind kind;
+	const char *gemm;       /* NULL: SM_GEMM, else auto */
 };
 
 /* What the timed steps measured. */
@@ -87,6 +91,8 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		{ "backend", required_argument, NULL, 'k' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "peak", no_argument, NULL, 'p' },
+		{ "gemm", required_argument, NULL, 'g' },
+		{ "gemm-report", no_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -104,6 +110,8 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		case 'c': o->shape.causal = 1; break;
 		case 't': o->threads = atoi(optarg); break;
 		case 'p': o->peak = 1; break;
+		case 'g': o->gemm = optarg; break;
+		case 'r': o->gemm_report = 1; break;
 		case 'k':
 			if (kn_backend_parse(optarg, &o->kind) != 0) {
 				usage();
@@ -177,6 +185,56 @@ time_steps(kn_model *m, const kn_backend *be, const kn_batch *b,
 	return 0;
 }
 
+/* The plan in a word for the result line: own, blas, or auto:ownX,blasY. */
+static void
+gemm_word(char *buf, size_t len)
+{
+	const kn_gemm_choice *c;
+	int n, i, blas = 0;
+
+	kn_gemm_plan_get(&c, &n);
+	for (i = 0; i < n; i++)
+		blas += c[i].pick == KN_GEMM_OPENBLAS;
+	if (n > 0)
+		snprintf(buf, len, "auto:own%d,blas%d", n - blas, blas);
+	else
+		snprintf(buf, len, "%s", kn_gemm_current() == KN_GEMM_AVX512 ?
+		    "own" : "blas");
+}
+
+/* A line per class of the plan: both kernels timed afresh (the plan's
+ * figures may come from the cache) beside the kernel the plan chose. */
+static int
+gemm_report(char *err)
+{
+	kn_gemm_choice fresh[KN_GEMM_MAX_SHAPES];
+	const kn_gemm_choice *c;
+	int n, i;
+
+	kn_gemm_plan_get(&c, &n);
+	if (n == 0) {
+		printf("gemm_class none: the plan was forced (%s)\n",
+		    kn_gemm_current() == KN_GEMM_AVX512 ? "own" : "blas");
+		return 0;
+	}
+	memcpy(fresh, c, (size_t)n * sizeof(*c));
+	if (kn_gemm_measure(fresh, n, err) != 0)
+		return -1;
+	for (i = 0; i < n; i++) {
+		const kn_gemm_shape *s = &c[i].shape;
+
+		printf("gemm_class op=%c%c M=%d N=%d K=%d pool=%d "
+		    "own_gflops=%.1f blas_gflops=%.1f chosen=%s "
+		    "plan_own_gflops=%.1f plan_blas_gflops=%.1f\n",
+		    s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N,
+		    s->K, s->parallel, fresh[i].own_gflops,
+		    fresh[i].blas_gflops,
+		    c[i].pick == KN_GEMM_OPENBLAS ? "blas" : "own",
+		    c[i].own_gflops, c[i].blas_gflops);
+	}
+	return 0;
+}
+
 /* The one key=value line, with the sgemm peaks when --peak asks. */
 static void
 print_result(const struct bench_opts *o, const kn_backend *be,
@@ -185,7 +243,9 @@ print_result(const struct bench_opts *o, const kn_backend *be,
 	const kn_model_shape *s = &o->shape;
 	size_t N = (size_t)o->batch * s->window;
 	double dt = res->dt;
+	char gemm[64];
 
+	gemm_word(gemm, sizeof(gemm));
 	printf("impl=shardmeter-%s causal=%d width=%d heads=%d layers=%d "
 	    "window=%d batch=%d params=%zu steps=%d step_ms=%.3f "
 	    "positions_per_s=%.1f model_gflops=%.1f gemm_share=%.3f "
@@ -196,7 +256,7 @@ print_result(const struct bench_opts *o, const kn_backend *be,
 	    3.0 * kn_model_flops_per_window(s) * o->batch * o->steps / dt /
 	    1e9, res->gemm_s / dt,
 	    res->gemm_s > 0 ? res->gemm_flops / res->gemm_s / 1e9 : 0.0,
-	    kn_gemm_name(kn_gemm_current()), kn_pool_threads(), res->loss);
+	    gemm, kn_pool_threads(), res->loss);
 	if (o->peak && be->kind == KN_BACKEND_CPU) {
 		double ours = sgemm_peak(1024, 1, 5), blas;
 
@@ -212,8 +272,8 @@ print_result(const struct bench_opts *o, const kn_backend *be,
 int
 main(int argc, char **argv)
 {
-	struct bench_opts o = { { 256, 4, 2, 128, 0 }, 32, 30, 5, 0, 0,
-	    KN_BACKEND_CPU };
+	struct bench_opts o = { { 256, 4, 2, 128, 0 }, 32, 30, 5, 0, 0, 0,
+	    KN_BACKEND_CPU, NULL };
 	struct bench_result res = { 0, 0, 0, 0 };
 	const kn_backend *be;
 	char err[KN_ERR_LEN], note[KN_ERR_LEN], desc[512];
@@ -232,6 +292,11 @@ main(int argc, char **argv)
 	}
 	if (note[0])
 		fprintf(stderr, "kernels-bench: %s\n", note);
+	if (kn_backend_plan(be, o.shape.width, o.shape.heads, o.shape.window,
+	    o.batch, o.gemm, err) != 0) {
+		fprintf(stderr, "kernels-bench: %s\n", err);
+		return 1;
+	}
 	kn_backend_describe(be, desc, sizeof(desc));
 	fprintf(stderr, "kernels-bench: %s\n", desc);
 	if (kn_model_create(&m, &o.shape, be, o.batch, err) != 0) {
@@ -253,6 +318,11 @@ main(int argc, char **argv)
 		}
 	}
 	print_result(&o, be, m, &res);
+	if (o.gemm_report && be->kind == KN_BACKEND_CPU &&
+	    gemm_report(err) != 0) {
+		fprintf(stderr, "kernels-bench: %s\n", err);
+		return 1;
+	}
 	kn_model_free(m);
 	free(input); free(target); free(weight);
 	kn_pool_shutdown();
