@@ -488,20 +488,18 @@ route(sv *s, pl_frame *f)
 			send_part(s, f);
 		link_send_frame(s, f);
 		break;
-	case PL_PART:
-		if (s->entry)
-			handle_part(s, f);
-		else
-			link_send_frame(s, f);
-		break;
 	case PL_AR:
 		link_send_frame(s, f);
 		break;
 	case PL_TOK:
-		if (s->entry)
+	case PL_PART:
+		/* for the entry: the hosts between pass them on */
+		if (!s->entry)
+			link_send_frame(s, f);
+		else if (f->type == PL_TOK)
 			handle_tok(s, f);
 		else
-			link_send_frame(s, f);
+			handle_part(s, f);
 		break;
 	case PL_OUT:
 		if (!s->entry) {
