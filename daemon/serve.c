@@ -272,6 +272,9 @@ gen_request_new(sv *s, conn *c, const pl_frame *f)
 	r->steps = f->steps;
 	r->temperature = f->temperature;
 	r->seed = f->seed;
+	/* only a completion streamed as events has a use for the windows
+	 * of the hosts; anything else keeps the ring's frames as they were */
+	r->stream = f->mode == PL_MODE_BT && c->http != NULL && sh_streams(c);
 	memcpy(r->seq, f->data, (size_t)plen);
 	r->arrived = kn_now();
 	r->deadline = r->arrived + s->cfg.pipeline_timeout_ms / 1000.0;
@@ -359,6 +362,7 @@ sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
 	job->in.seed = r->seed;
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
+	job->in.stream = r->stream;
 	sc_submit(s->compute, job);
 	return 0;
 }
@@ -425,6 +429,46 @@ handle_tok(sv *s, pl_frame *f)
 	sc_submit(s->compute, job);
 }
 
+/* The window of a host further round the ring, back at the entry: it
+ * must be the next host line's, with the window and block that line's
+ * blocks leave. */
+static void
+handle_part(sv *s, pl_frame *f)
+{
+	request *r = request_find(s, f->id);
+
+	if (r == NULL)
+		return;		/* it failed or timed out meanwhile */
+	if (!r->stream || f->host != r->parts + 1 || f->host >= s->hosts.n ||
+	    f->block != s->hosts.v[f->host - 1].block_lo - 1 ||
+	    f->data_len != (size_t)s->spec.window) {
+		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline sent a host's "
+		    "window out of order, or one the request did not ask for");
+		return;
+	}
+	r->parts++;
+	if (r->client != NULL && r->client->http != NULL)
+		sh_partial(r->client, r, f->data, f->mask, f->block, f->host);
+}
+
+/* A host past the entry tells the entry, round the rest of the ring,
+ * what its blocks made of a streamed request's window: the frame goes
+ * just before the bt frame on the same link, and each host passes it on
+ * as it arrives, so the entry gets the windows in host order. */
+static void
+send_part(sv *s, const pl_frame *bt)
+{
+	pl_frame p = { .type = PL_PART, .id = bt->id, .host = s->self + 1,
+	    .block = bt->block };
+
+	/* borrowed: the bt frame still owns them */
+	p.data = bt->data;
+	p.data_len = bt->data_len;
+	p.mask = bt->mask;
+	p.mask_len = bt->mask_len;
+	link_send_frame(s, &p);
+}
+
 /* Where a frame goes, whether it arrived or this host made it. */
 static void
 route(sv *s, pl_frame *f)
@@ -435,19 +479,27 @@ route(sv *s, pl_frame *f)
 	switch (f->type) {
 	case PL_BT:
 		/* at the entry: its own blocks' result, on its way on */
-		if (s->entry && (r = request_find(s, f->id)) != NULL &&
-		    r->client != NULL && r->client->http != NULL)
-			sh_partial(r->client, r, f->data, f->mask, f->block);
+		if (s->entry && (r = request_find(s, f->id)) != NULL) {
+			r->parts = 1;
+			if (r->client != NULL && r->client->http != NULL)
+				sh_partial(r->client, r, f->data, f->mask,
+				    f->block, 1);
+		} else if (!s->entry && f->stream)
+			send_part(s, f);
 		link_send_frame(s, f);
 		break;
 	case PL_AR:
 		link_send_frame(s, f);
 		break;
 	case PL_TOK:
-		if (s->entry)
+	case PL_PART:
+		/* for the entry: the hosts between pass them on */
+		if (!s->entry)
+			link_send_frame(s, f);
+		else if (f->type == PL_TOK)
 			handle_tok(s, f);
 		else
-			link_send_frame(s, f);
+			handle_part(s, f);
 		break;
 	case PL_OUT:
 		if (!s->entry) {

@@ -64,6 +64,7 @@ bt_finish(sc *c, struct bt_state *st)
 		out->fixed = in->fixed;
 		out->end = in->end;
 		out->block = c->o.block_lo - 1;
+		out->stream = in->stream;
 		out->data_len = out->mask_len = (size_t)n;
 		out->data = malloc((size_t)n);
 		out->mask = malloc((size_t)n);

@@ -370,11 +370,18 @@ sh_fail(conn *c, request *r, const char *msg)
 	sse_end(c);
 }
 
+int
+sh_streams(const conn *c)
+{
+	return c->http != NULL && c->http->busy && c->http->stream;
+}
+
 void
 sh_partial(conn *c, request *r, const unsigned char *data,
-    const unsigned char *mask, int next_block)
+    const unsigned char *mask, int next_block, int host)
 {
 	sh_conn *h = c->http;
+	const ph_host *by = &c->s->hosts.v[host - 1];
 	size_t n = (size_t)(r->end - r->fixed), known = 0, i;
 	unsigned char *out;
 	json_t *o, *partial, *masked;
@@ -392,8 +399,10 @@ sh_partial(conn *c, request *r, const unsigned char *data,
 		else if (known == i)
 			known = i + 1;
 	}
-	partial = json_pack("{s:i,s:o,s:o}", "next_block", next_block,
-	    "bytes", base64_json(out, n), "masked", masked);
+	partial = json_pack("{s:i,s:s,s:[i,i],s:i,s:o,s:o}", "host", host,
+	    "addr", by->addr, "blocks", by->block_hi, by->block_lo,
+	    "next_block", next_block, "bytes", base64_json(out, n), "masked",
+	    masked);
 	o = completion_json(c->s, h, choice_json(h, out, known,
 	    h->text_sent + utf8_whole(out + h->text_sent, known -
 	    h->text_sent), NULL));

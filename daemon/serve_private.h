@@ -125,6 +125,8 @@ typedef struct request {
 	int fixed, end, steps;
 	double temperature;
 	uint64_t seed;
+	int stream;                     /* bt: the hosts send their windows */
+	int parts;                      /* bt: host lines whose window went */
 	unsigned char *seq;             /* ar: the window so far */
 	double deadline;
 	uint64_t compute_us;
@@ -237,13 +239,15 @@ int sh_is_http(unsigned char first);
  * was closed. */
 int sh_feed(conn *c, const char *p, size_t n);
 void sh_conn_free(conn *c);
+/* Whether c's completion in flight asked for server-sent events. */
+int sh_streams(const conn *c);
 /* r (a completion of c) has its output, failed, or has progressed: a
- * BlockTrain window (data and mask, window bytes) after the entry's
- * blocks, or one more ar byte. */
+ * BlockTrain window (data and mask, window bytes) after the blocks of
+ * host line `host` (from 1), or one more ar byte. */
 void sh_answer(conn *c, request *r, const unsigned char *data, size_t len);
 void sh_fail(conn *c, request *r, const char *msg);
 void sh_partial(conn *c, request *r, const unsigned char *data,
-    const unsigned char *mask, int next_block);
+    const unsigned char *mask, int next_block, int host);
 void sh_partial_byte(conn *c, request *r, int pos);
 /* Starts the request of a completion at the entry, as a gen frame
  * would (serve.c); takes what f owns.  0, or -1 with msg set and the

@@ -16,6 +16,7 @@
 #define PL_MAX_OBJECTS 64
 #define PL_MAX_WINDOW 65536
 #define PL_MAX_EXPERT 4095
+#define PL_MAX_BLOCK 4096
 
 static const struct pr_mp_format frame_format = {
 	PL_MAGIC, "pipeline frame", "not a ShardMeter pipeline frame",
@@ -24,24 +25,27 @@ static const struct pr_mp_format frame_format = {
 
 static const char *const type_names[PL_NTYPES] = {
 	"gen", "bt", "ar", "tok", "out", "err", "end", "score", "logp",
-	"step", "dist"
+	"step", "dist", "part"
 };
 
 enum {
 	K_MAGIC, K_VERSION, K_TYPE, K_ID, K_MODE, K_LENGTH, K_STEPS, K_TEMP,
 	K_SEED, K_FIXED, K_END, K_BLOCK, K_POS, K_COUNT, K_WIDTH, K_BYTE,
-	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_EXPERT, K_NKEYS
+	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_EXPERT,
+	K_STREAM, K_HOST, K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
 	"magic", "version", "type", "id", "mode", "length", "steps",
 	"temperature", "seed", "fixed", "end", "block", "pos", "count",
 	"width", "byte", "data", "mask", "compute_us", "hops", "traversals",
-	"message", "expert"
+	"message", "expert", "stream", "host"
 };
 
 /* The keys of each type after magic, version, type and id, in the order
- * they are written; -1 ends a list. */
+ * they are written; -1 ends a list.  A bt frame of a streamed request
+ * has "stream" (true) after them; it is absent otherwise, so that the
+ * frames of a request that does not stream are as they always were. */
 static const int type_keys[PL_NTYPES][14] = {
 	[PL_GEN] = { K_MODE, K_LENGTH, K_STEPS, K_TEMP, K_SEED, K_DATA, -1 },
 	[PL_BT] = { K_STEPS, K_TEMP, K_SEED, K_FIXED, K_END, K_BLOCK, K_DATA,
@@ -56,6 +60,7 @@ static const int type_keys[PL_NTYPES][14] = {
 	[PL_LOGP] = { K_EXPERT, K_COUNT, K_WIDTH, K_DATA, K_COMPUTE, -1 },
 	[PL_STEP] = { K_EXPERT, K_POS, K_DATA, -1 },
 	[PL_DIST] = { K_EXPERT, K_POS, K_DATA, K_COMPUTE, -1 },
+	[PL_PART] = { K_HOST, K_BLOCK, K_DATA, K_MASK, -1 },
 };
 
 const char *
@@ -116,6 +121,7 @@ uint_field(const pl_frame *f, int k)
 	case K_HOPS: return (uint64_t)f->hops;
 	case K_TRAV: return (uint64_t)f->traversals;
 	case K_EXPERT: return (uint64_t)f->expert;
+	case K_HOST: return (uint64_t)f->host;
 	default: return 0;
 	}
 }
@@ -126,7 +132,7 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	const int *keys;
-	int n = 0, i, rc = 0;
+	int n = 0, i, rc = 0, stream;
 	size_t body;
 
 	*buf = NULL;
@@ -136,11 +142,12 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	keys = type_keys[f->type];
 	while (keys[n] >= 0)
 		n++;
+	stream = f->type == PL_BT && f->stream;
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	/* room for the length, filled in at the end */
 	rc |= msgpack_sbuffer_write(&sb, "\0\0\0\0", PL_HEADER);
-	rc |= msgpack_pack_map(&pk, (size_t)n + 4);
+	rc |= msgpack_pack_map(&pk, (size_t)n + 4 + (size_t)stream);
 	rc |= pr_mp_pack_key(&pk, "magic");
 	rc |= msgpack_pack_str_with_body(&pk, PL_MAGIC, strlen(PL_MAGIC));
 	rc |= pr_mp_pack_key(&pk, "version");
@@ -167,6 +174,10 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 			    strlen(f->message));
 		else
 			rc |= msgpack_pack_uint64(&pk, uint_field(f, k));
+	}
+	if (stream) {
+		rc |= pr_mp_pack_key(&pk, "stream");
+		rc |= msgpack_pack_true(&pk);
 	}
 	body = sb.size - PL_HEADER;
 	if (rc != 0 || body > PL_FRAME_MAX) {
@@ -227,7 +238,16 @@ decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 	    "pipeline frame", name, err);
 	case K_FIXED: return get_int(o, PL_MAX_WINDOW, &f->fixed, name, err);
 	case K_END: return get_int(o, PL_MAX_WINDOW, &f->end, name, err);
-	case K_BLOCK: return get_int(o, 4096, &f->block, name, err);
+	case K_BLOCK: return get_int(o, PL_MAX_BLOCK, &f->block, name, err);
+	case K_HOST: return get_int(o, PL_MAX_BLOCK, &f->host, name, err);
+	case K_STREAM:
+		/* only true: a frame has one encoding */
+		if (o->type != MSGPACK_OBJECT_BOOLEAN || !o->via.boolean)
+			return kn_error(err, KN_EINVAL, "pipeline frame field "
+			    "'stream' must be true (absent when the request does "
+			    "not stream)");
+		f->stream = 1;
+		return KN_OK;
 	case K_POS: return get_int(o, PL_MAX_WINDOW, &f->pos, name, err);
 	case K_COUNT: return get_int(o, PL_MAX_WINDOW, &f->count, name, err);
 	case K_WIDTH: return get_int(o, 1 << 16, &f->width, name, err);
@@ -283,6 +303,21 @@ check_logp(const unsigned char *p, size_t n, char *err)
 	return KN_OK;
 }
 
+/* A window and its mask flags, as bt and part frames carry them. */
+static int
+check_window(const pl_frame *f, char *err)
+{
+	size_t i;
+
+	if (f->data_len != f->mask_len || f->data_len == 0 || f->block < 1)
+		return kn_error(err, KN_EINVAL, "a %s frame needs as many mask "
+		    "flags as symbols and block >= 1", pl_type_name(f->type));
+	for (i = 0; i < f->mask_len; i++)
+		if (f->mask[i] > 1)
+			return kn_error(err, KN_EINVAL, "mask flags are 0 or 1");
+	return KN_OK;
+}
+
 /* What a well-formed frame of each type must also satisfy. */
 static int
 check_frame(const pl_frame *f, char *err)
@@ -294,16 +329,19 @@ check_frame(const pl_frame *f, char *err)
 			    "and steps of at least 1");
 		break;
 	case PL_BT:
-		if (f->data_len != f->mask_len || f->data_len == 0 ||
-		    f->fixed > f->end || (size_t)f->end > f->data_len ||
-		    f->block < 1 || f->steps < 1)
+		if (check_window(f, err) != 0)
+			return KN_EINVAL;
+		if (f->fixed > f->end || (size_t)f->end > f->data_len ||
+		    f->steps < 1)
 			return kn_error(err, KN_EINVAL, "a BlockTrain frame needs "
-			    "as many mask flags as symbols and fixed <= end <= "
-			    "window, block >= 1");
-		for (size_t i = 0; i < f->mask_len; i++)
-			if (f->mask[i] > 1)
-				return kn_error(err, KN_EINVAL, "mask flags are 0 "
-				    "or 1");
+			    "fixed <= end <= window and steps >= 1");
+		break;
+	case PL_PART:
+		if (check_window(f, err) != 0)
+			return KN_EINVAL;
+		if (f->host < 1)
+			return kn_error(err, KN_EINVAL, "a part frame needs a "
+			    "host line from 1");
 		break;
 	case PL_AR:
 		if (f->count < 1 || f->width < 1 || f->data_len !=
@@ -355,7 +393,7 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	msgpack_unpacked up;
 	const msgpack_object *root, *vals[18], *t;
 	const char *keys[18];
-	int rc, n = 0, i, k;
+	int rc, n = 0, i, k, stream;
 
 	memset(f, 0, sizeof(*f));
 	msgpack_unpacked_init(&up);
@@ -378,6 +416,9 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	keys[n++] = "id";
 	for (i = 0; type_keys[f->type][i] >= 0; i++)
 		keys[n++] = key_names[type_keys[f->type][i]];
+	stream = f->type == PL_BT && pr_mp_map_get(root, "stream") != NULL;
+	if (stream)
+		keys[n++] = key_names[K_STREAM];
 	if ((rc = pr_mp_collect_fields(root, keys, n, vals, "pipeline frame",
 	    err)) != 0)
 		goto out;
@@ -386,6 +427,8 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 		goto out;
 	for (i = 0; type_keys[f->type][i] >= 0 && rc == 0; i++)
 		rc = decode_field(f, type_keys[f->type][i], vals[4 + i], err);
+	if (rc == 0 && stream)
+		rc = decode_field(f, K_STREAM, vals[n - 1], err);
 	if (rc == 0)
 		rc = check_frame(f, err);
 out:

@@ -30,6 +30,8 @@ typedef enum {
 	PL_LOGP,        /* expert host -> client: their per-byte log-probs */
 	PL_STEP,        /* SOMA client -> expert host: bytes for a session */
 	PL_DIST,        /* expert host -> client: the next byte's log-probs */
+	PL_PART,        /* host -> (ring) -> entry: a streamed request's
+			 * window after that host's blocks */
 	PL_NTYPES
 } pl_type;
 
@@ -43,7 +45,12 @@ typedef struct {
 	double temperature;             /* gen, bt, ar */
 	uint64_t seed;                  /* gen, bt, ar */
 	int fixed, end;                 /* bt, ar: prompt length, prompt+output */
-	int block;                      /* bt: the next block to run, 1-based */
+	int block;                      /* bt, part: the next block to run,
+					 * 1-based */
+	/* bt: the entry streams the request, so each host reports its
+	 * window in a part frame (the key is absent when 0) */
+	int stream;
+	int host;                       /* part: its host line, from 1 */
 	/* ar: first position, rows, d; tok: pos; score, logp: windows and
 	 * bytes predicted per window; step: bytes the session had seen,
 	 * dist: bytes it has seen now */
@@ -51,13 +58,15 @@ typedef struct {
 	int byte;                       /* tok */
 	int expert;                     /* score, logp, step, dist */
 	/* gen: the prompt; bt: the window's symbols (a byte each, 0 where
-	 * masked); out: the output bytes; ar: hidden states, count x width
-	 * little-endian float32; score: count windows of width + 1 bytes;
-	 * logp: count x width little-endian float32; step: the bytes fed;
-	 * dist: 256 little-endian float32.  Owned by the frame. */
+	 * masked), part: the same after the host's blocks; out: the output
+	 * bytes; ar: hidden states, count x width little-endian float32;
+	 * score: count windows of width + 1 bytes; logp: count x width
+	 * little-endian float32; step: the bytes fed; dist: 256
+	 * little-endian float32.  Owned by the frame. */
 	unsigned char *data;
 	size_t data_len;
-	unsigned char *mask;            /* bt: one flag per position, 1 masked */
+	unsigned char *mask;            /* bt, part: one flag per position,
+					 * 1 masked */
 	size_t mask_len;
 	uint64_t compute_us;            /* compute spent on the way so far */
 	int hops;                       /* host-to-host frames so far */

@@ -82,6 +82,107 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/* f encoded, its body (after the header) in *body; the body's length. */
+static size_t
+encode_body(const pl_frame *f, char **buf, char **body)
+{
+	char err[KN_ERR_LEN];
+	size_t len;
+
+	ck_assert_int_eq(pl_frame_encode(f, buf, &len, err), 0);
+	*body = *buf + PL_HEADER;
+	return len - PL_HEADER;
+}
+
+/* The body of f (a fixmap of under 15 keys) with "stream" and the
+ * msgpack byte v added: whether it decodes, and err. */
+static int
+decode_with_stream(const pl_frame *f, unsigned char v, char *err)
+{
+	char *buf, *body, grown[256];
+	size_t n = encode_body(f, &buf, &body);
+	pl_frame g;
+	int rc;
+
+	ck_assert((unsigned char)body[0] >= 0x80 &&
+	    (unsigned char)body[0] < 0x8f && n + 8 <= sizeof(grown));
+	memcpy(grown, body, n);
+	grown[0]++;
+	memcpy(grown + n, "\xa6stream", 7);
+	grown[n + 7] = (char)v;
+	free(buf);
+	rc = pl_frame_decode(grown, n + 8, &g, err);
+	pl_frame_clear(&g);
+	return rc;
+}
+
+/* The flag of a streamed bt frame and the part frame of a host: round
+ * trips, the flag's bytes only where it is set, and their strictness. */
+START_TEST(test_stream_and_part)
+{
+	unsigned char seq[6] = "ab\0cd", mask[6] = { 0, 0, 1, 0, 0, 1 };
+	pl_frame f = { .type = PL_BT, .id = 9, .steps = 8, .temperature = 0.5,
+	    .seed = 4, .fixed = 2, .end = 5, .block = 2, .data = seq,
+	    .data_len = 6, .mask = mask, .mask_len = 6, .compute_us = 70,
+	    .hops = 1 }, g;
+	char err[KN_ERR_LEN], *plain, *streamed, *pb, *sb;
+	size_t pn, sn;
+
+	/* unset, not a byte of it; set, the key and true at the end */
+	pn = encode_body(&f, &plain, &pb);
+	ck_assert_ptr_null(memmem(pb, pn, "stream", 6));
+	f.stream = 1;
+	sn = encode_body(&f, &streamed, &sb);
+	ck_assert_uint_eq(sn, pn + 8);
+	ck_assert_mem_eq(sb + 1, pb + 1, pn - 1);
+	ck_assert_mem_eq(sb + pn, "\xa6stream\xc3", 8);
+	ck_assert_int_eq(pl_frame_decode(sb, sn, &g, err), 0);
+	ck_assert_int_eq(g.stream, 1);
+	ck_assert_int_eq(g.block, 2);
+	pl_frame_clear(&g);
+	ck_assert_int_eq(pl_frame_decode(pb, pn, &g, err), 0);
+	ck_assert_int_eq(g.stream, 0);
+	pl_frame_clear(&g);
+	free(plain);
+	free(streamed);
+	/* false and 1 are not its encoding; no other type has it */
+	f.stream = 0;
+	ck_assert_int_ne(decode_with_stream(&f, 0xc2, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "'stream' must be true"));
+	ck_assert_int_ne(decode_with_stream(&f, 0x01, err), 0);
+	ck_assert_int_eq(decode_with_stream(&f, 0xc3, err), 0);
+	f = (pl_frame){ .type = PL_PART, .id = 9, .host = 2, .block = 1,
+	    .data = seq, .data_len = 6, .mask = mask, .mask_len = 6 };
+	ck_assert_int_ne(decode_with_stream(&f, 0xc3, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "unknown field 'stream'"));
+	f.stream = 1;   /* the encoder leaves it out of other types */
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_int_eq(g.type, PL_PART);
+	ck_assert_int_eq(g.stream, 0);
+	ck_assert_int_eq(g.host, 2);
+	ck_assert_int_eq(g.block, 1);
+	ck_assert_mem_eq(g.data, seq, 6);
+	ck_assert_mem_eq(g.mask, mask, 6);
+	pl_frame_clear(&g);
+	/* a host line from 1, a block from 1, one flag a symbol, 0 or 1 */
+	f.host = 0;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "host line"));
+	f.host = 2;
+	f.block = 0;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	f.block = 1;
+	f.mask_len = 5;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	f.mask_len = 6;
+	mask[1] = 2;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "mask flags"));
+	f.data_len = f.mask_len = 0;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+}
+END_TEST
+
 /* A map written by hand: n key/value pairs after magic and version. */
 static size_t
 pack(char *out, size_t cap, const char *magic, int nkv, const char **keys,
@@ -358,6 +459,7 @@ main(void)
 
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_bad_frames);
+	tcase_add_test(tc, test_stream_and_part);
 	tcase_add_test(tc, test_host_list);
 	tcase_add_test(tc, test_host_list_ids);
 	suite_add_tcase(s, tc);

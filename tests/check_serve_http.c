@@ -1,11 +1,14 @@
-/* HTTP on the pipeline hosts: two blocktraind -S of a logical shape on
- * loopback over mutual TLS, the test a listed client.  POST
- * /v1/completions through the curl binary against `shardmeter generate
- * --peers` on the same hosts (whole and streamed, both modes), JSON errors
- * for bad input, an unlisted client refused and an open entry, the
- * counts of GET /v1/status and /metrics after requests whose bytes the
- * test adds up itself, and shardmeter status on the host list; promtool
- * checks both daemons' /metrics. */
+/* HTTP on the pipeline hosts: a ring of three blocktraind -S of a
+ * logical shape on loopback over mutual TLS, the test a listed client.
+ * POST /v1/completions through the curl binary against `shardmeter
+ * generate --peers` on the same hosts (whole and streamed, both modes;
+ * streamed BlockTrain with each host's window in host order), the bytes
+ * of the ring's links against the frames the test encodes itself (a
+ * streamed request's part frames, and none for one that does not
+ * stream), JSON errors for bad input, an unlisted client refused and an
+ * open entry, the counts of GET /v1/status and /metrics after requests
+ * whose bytes the test adds up itself, and shardmeter status on the host
+ * list; promtool checks both daemons' /metrics. */
 #include "config.h"
 
 #include <check.h>
@@ -23,7 +26,7 @@
 #include "proto/pipeline.h"
 #include "tests/testutil.h"
 
-#define HOSTS 2
+#define HOSTS 3
 #define WINDOW 64
 
 static char dir[64];
@@ -82,7 +85,7 @@ wait_ring(void)
 static void
 setup_once(void)
 {
-	char text[1024] = "shape width=32 heads=2 layers=1 window=64 blocks=2 "
+	char text[1024] = "shape width=32 heads=2 layers=1 window=64 blocks=3 "
 	    "seed=3\n", state[128], err[KN_ERR_LEN];
 	int i;
 
@@ -91,7 +94,7 @@ setup_once(void)
 	tu_trust_init(dir);
 	ck_assert_msg(tls_ctx_new(&operator_tls, tu_client_dir(), err) == 0,
 	    "%s", err);
-	base_port = tu_port_base(12);
+	base_port = tu_port_base(13);
 	for (i = 0; i < HOSTS; i++) {
 		snprintf(state, sizeof(state), "%s/host%d", dir, i);
 		tu_peer_line(text, sizeof(text), base_port + i, HOSTS - i, state);
@@ -220,15 +223,17 @@ completion_bytes(const unsigned char *answer, unsigned char *out, int plen)
 }
 
 /* The event stream: the concatenated bytes of its events in out, their
- * count in *events; it must end with [DONE].  BlockTrain partials must
- * agree with want where they have decided. */
+ * count in *events; it must end with [DONE].  BlockTrain partials come
+ * first, one for each host before the exit in host order, each with that
+ * host's block, and must agree with want where they have decided, each
+ * deciding at least what the one before it did. */
 static size_t
 stream_bytes(char *answer, unsigned char *out, int *events,
     const unsigned char *want)
 {
 	char *ev, *save = NULL;
-	size_t n = 0;
-	int done = 0;
+	size_t n = 0, was_masked = WINDOW + 1;
+	int done = 0, parts = 0;
 
 	*events = 0;
 	for (ev = strtok_r(answer, "\n", &save); ev != NULL;
@@ -250,6 +255,25 @@ stream_bytes(char *answer, unsigned char *out, int *events,
 			size_t k = unbase64(json_string_value(json_object_get(
 			    partial, "bytes")), view), i, m = 0;
 			json_t *masked = json_object_get(partial, "masked");
+			/* host line h serves block HOSTS + 1 - h */
+			int h = ++parts, b = HOSTS + 1 - h;
+			char addr[32];
+
+			snprintf(addr, sizeof(addr), "127.0.0.1:%d",
+			    base_port + h - 1);
+			ck_assert_int_eq(*events, h - 1);
+			ck_assert_int_eq(json_integer_value(json_object_get(
+			    partial, "host")), h);
+			ck_assert_str_eq(json_string_value(json_object_get(
+			    partial, "addr")), addr);
+			ck_assert_int_eq(json_integer_value(json_array_get(
+			    json_object_get(partial, "blocks"), 0)), b);
+			ck_assert_int_eq(json_integer_value(json_array_get(
+			    json_object_get(partial, "blocks"), 1)), b);
+			ck_assert_int_eq(json_integer_value(json_object_get(
+			    partial, "next_block")), b - 1);
+			ck_assert_uint_le(json_array_size(masked), was_masked);
+			was_masked = json_array_size(masked);
 
 			for (i = 0; i < k; i++) {
 				if (m < json_array_size(masked) && (size_t)
@@ -264,6 +288,9 @@ stream_bytes(char *answer, unsigned char *out, int *events,
 		json_decref(o);
 	}
 	ck_assert_msg(done, "no [DONE] at the end");
+	/* the windows, then one event with the end */
+	if (parts > 0)
+		ck_assert_int_eq(*events, parts + 1);
 	return n;
 }
 
@@ -292,7 +319,8 @@ check_mode(const char *mode, const char *prompt, int length, int seed)
 	ck_assert_uint_eq(stream_bytes((char *)answer, got, &events, want), n);
 	ck_assert_msg(memcmp(got, want, n) == 0, "%s seed %d: the stream and "
 	    "shardmeter generate differ", mode, seed);
-	/* ar: a byte an event; blocktrain: the entry's partial, the end */
+	/* ar: a byte an event; blocktrain: the window of each host before
+	 * the exit (the entry's, the middle one's), then the end */
 	ck_assert_int_eq(events, strcmp(mode, "ar") == 0 ? length : HOSTS);
 	free(answer);
 }
@@ -303,6 +331,134 @@ START_TEST(test_same_as_generate)
 	check_mode("blocktrain", "x", 40, 11);
 	check_mode("ar", "The ", 12, 3);
 	check_mode("ar", "ab", 9, 5);
+}
+END_TEST
+
+/* The ring's links ------------------------------------------------------- */
+
+/* What the hosts' statuses say of the ring: bytes in and out, and the
+ * compute of the jobs done, in microseconds. */
+typedef struct {
+	long long in[HOSTS], out[HOSTS], jobs[HOSTS];
+	double compute_s[HOSTS];
+} ring_meter;
+
+static void
+ring_read(ring_meter *m)
+{
+	int i;
+
+	for (i = 0; i < HOSTS; i++) {
+		json_t *st = tu_status(base_port + i), *b;
+
+		ck_assert_ptr_nonnull(st);
+		b = json_object_get(st, "bytes");
+		m->in[i] = json_integer_value(json_object_get(json_object_get(b,
+		    "in"), "ring"));
+		m->out[i] = json_integer_value(json_object_get(json_object_get(b,
+		    "out"), "ring"));
+		m->jobs[i] = json_integer_value(json_object_get(st, "jobs"));
+		m->compute_s[i] = json_real_value(json_object_get(st,
+		    "job_compute_s"));
+		json_decref(st);
+	}
+}
+
+static size_t
+frame_size(const pl_frame *f)
+{
+	char *buf, err[KN_ERR_LEN];
+	size_t len;
+
+	ck_assert_int_eq(pl_frame_encode(f, &buf, &len, err), 0);
+	free(buf);
+	return len;
+}
+
+/* The bytes each link of the ring carries for one BlockTrain request
+ * (ring id id, prompt plen, output len, steps 8, temperature 0.9, seed)
+ * whose hosts' jobs took compute_us[h]: host h's out is host h + 1's
+ * in.  Its frames: bt from each host before the exit, with the compute
+ * so far and the hops; out from the exit; with stream, the flag on each
+ * bt and the part frame of the middle host, carried on by the exit. */
+static void
+ring_expect(uint64_t id, int plen, int len, uint64_t seed,
+    const uint64_t compute_us[HOSTS], int stream, long long out[HOSTS])
+{
+	unsigned char win[WINDOW] = { 0 }, mask[WINDOW] = { 0 };
+	pl_frame bt = { .type = PL_BT, .id = id, .steps = 8,
+	    .temperature = 0.9, .seed = seed, .fixed = plen, .end = plen + len,
+	    .data = win, .data_len = WINDOW, .mask = mask, .mask_len = WINDOW,
+	    .stream = stream };
+	pl_frame part = { .type = PL_PART, .id = id, .data = win,
+	    .data_len = WINDOW, .mask = mask, .mask_len = WINDOW };
+	pl_frame o = { .type = PL_OUT, .id = id, .data = win, .data_len =
+	    (size_t)len, .hops = HOSTS, .traversals = 1 };
+	long long parts = 0;        /* carried on by each next host */
+	int h;
+
+	for (h = 0; h < HOSTS; h++) {
+		bt.compute_us += compute_us[h];
+		bt.hops = h + 1;
+		bt.block = HOSTS - 1 - h;
+		if (stream && h > 0 && h < HOSTS - 1) {
+			part.host = h + 1;
+			part.block = bt.block;
+			parts += (long long)frame_size(&part);
+		}
+		o.compute_us = bt.compute_us;
+		out[h] = parts + (long long)frame_size(h < HOSTS - 1 ? &bt : &o);
+	}
+}
+
+START_TEST(test_ring_bytes)
+{
+	static const char body[] = "{\"prompt\":\"ab\",\"max_tokens\":10,"
+	    "\"temperature\":0.9,\"seed\":7,\"steps\":8%s}";
+	unsigned char want[WINDOW], got[WINDOW], *answer;
+	char text[256];
+	size_t alen;
+	int stream, events, h;
+
+	generate("blocktrain", "ab", 10, 7, want);
+	for (stream = 0; stream < 2; stream++) {
+		ring_meter before, after;
+		long long expect[HOSTS];
+		uint64_t compute_us[HOSTS], id;
+		const char *idp;
+
+		ring_read(&before);
+		snprintf(text, sizeof(text), body, stream ? ",\"stream\":true" :
+		    "");
+		ck_assert_int_eq(curl_post(base_port, NULL, text, &answer,
+		    &alen), 200);
+		if (stream)
+			ck_assert_uint_eq(stream_bytes((char *)answer, got, &events,
+			    want), 10);
+		else
+			ck_assert_uint_eq(completion_bytes(answer, got, 2), 10);
+		ck_assert_mem_eq(got, want, 10);
+		/* the ring's id of the request is the completion's */
+		ck_assert_ptr_nonnull(idp = strstr((char *)answer,
+		    "\"id\":\"cmpl-"));
+		id = strtoull(idp + 11, NULL, 16);
+		free(answer);
+		ring_read(&after);
+		for (h = 0; h < HOSTS; h++) {
+			ck_assert_int_eq(after.jobs[h] - before.jobs[h], 1);
+			compute_us[h] = (uint64_t)((after.compute_s[h] -
+			    before.compute_s[h]) * 1e6 + 0.5);
+		}
+		ring_expect(id, 2, 10, 7, compute_us, stream, expect);
+		for (h = 0; h < HOSTS; h++) {
+			ck_assert_msg(after.out[h] - before.out[h] == expect[h],
+			    "stream %d: host %d sent %lld ring bytes, not %lld",
+			    stream, h + 1, after.out[h] - before.out[h],
+			    expect[h]);
+			ck_assert_int_eq(after.in[(h + 1) % HOSTS] -
+			    before.in[(h + 1) % HOSTS], expect[h]);
+		}
+	}
 }
 END_TEST
 
@@ -652,6 +808,7 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_unchecked_fixture(tc, setup_once, teardown_once);
 	tcase_add_test(tc, test_same_as_generate);
+	tcase_add_test(tc, test_ring_bytes);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_status_counts);
 	tcase_add_test(tc, test_cli_status);

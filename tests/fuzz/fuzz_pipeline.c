@@ -27,7 +27,8 @@ same_frame(const pl_frame *a, const pl_frame *b)
 	    a->length == b->length && a->steps == b->steps &&
 	    a->temperature == b->temperature && a->seed == b->seed &&
 	    a->fixed == b->fixed && a->end == b->end &&
-	    a->block == b->block && a->pos == b->pos &&
+	    a->block == b->block && a->stream == b->stream &&
+	    a->host == b->host && a->pos == b->pos &&
 	    a->count == b->count && a->width == b->width &&
 	    a->byte == b->byte && a->expert == b->expert &&
 	    same_bytes(a->data, a->data_len, b->data, b->data_len) &&

@@ -187,6 +187,12 @@ frames(void)
 	    .data_len = 7, .mask = mask, .mask_len = 7, .compute_us = 100,
 	    .hops = 1 };
 	frame(&f, "bt");
+	/* a streamed request's bt frame, and a host's window for the entry */
+	f.stream = 1;
+	frame(&f, "bt-stream");
+	f = (pl_frame){ .type = PL_PART, .id = 2, .host = 2, .block = 1,
+	    .data = data, .data_len = 7, .mask = mask, .mask_len = 7 };
+	frame(&f, "part");
 	f = (pl_frame){ .type = PL_AR, .id = 3, .temperature = 0, .seed = 7,
 	    .fixed = 1, .end = 4, .pos = 1, .count = 2, .width = 2,
 	    .data = (unsigned char *)hidden, .data_len = sizeof(hidden) };
