@@ -413,12 +413,12 @@ START_TEST(test_attention)
 			gpu->attention_forward(out.g, att.g, qkv.g, B, T, C, NH,
 			    mask);
 			snprintf(what, sizeof(what),
-			    "attention_forward att B=%d T=%d C=%d NH=%d mask %d", B,
-			    T, C, NH, mask);
+			    "attention_forward att B=%d T=%d C=%d NH=%d "
+			    "mask %d", B, T, C, NH, mask);
 			expect_close(what, &att, natt, TOL_GEMM);
 			snprintf(what, sizeof(what),
-			    "attention_forward out B=%d T=%d C=%d NH=%d mask %d", B,
-			    T, C, NH, mask);
+			    "attention_forward out B=%d T=%d C=%d NH=%d "
+			    "mask %d", B, T, C, NH, mask);
 			expect_close(what, &out, (size_t)N * C, TOL_GEMM);
 
 			/* the backward passes read the same probabilities */
@@ -428,8 +428,8 @@ START_TEST(test_attention)
 			gpu->attention_backward(dqkv.g, scratch.g, dout.g,
 			    qkv.g, att.g, B, T, C, NH, mask);
 			snprintf(what, sizeof(what),
-			    "attention_backward dqkv B=%d T=%d C=%d NH=%d mask %d",
-			    B, T, C, NH, mask);
+			    "attention_backward dqkv B=%d T=%d C=%d NH=%d "
+			    "mask %d", B, T, C, NH, mask);
 			expect_close(what, &dqkv, (size_t)N * 3 * C, TOL_GEMM);
 
 			pair_free(&qkv); pair_free(&out); pair_free(&att);
