@@ -207,7 +207,7 @@ END_TEST
 
 START_TEST(test_checkpoint_pinned)
 {
-	char h[65], path[160];
+	char h[65], h2[65], path[160];
 	const char *gemm = kn_gemm_name(kn_gemm_current());
 
 	ck_assert_int_eq(tu_run_cmd(NULL, 0,
@@ -221,6 +221,58 @@ START_TEST(test_checkpoint_pinned)
 	else
 		fprintf(stderr, "GEMM kernel %s, not %s: the pinned checkpoint "
 		    "is not compared\n", gemm, PIN_GEMM);
+	/* one position block of the whole window is the same model */
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "sed 's/^window = 24$/&\\n"
+	    "position_block = 24/' %s/run.conf > %s/whole.conf", dir, dir), 0);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0,
+	    "%s train --spec %s/whole.conf --dir %s/q --block 1 "
+	    "--backend cpu --quiet", tool, dir, dir), 0);
+	snprintf(path, sizeof(path), "%s/q/block-1.ckpt", dir);
+	file_hash(path, h2);
+	ck_assert_str_eq(h, h2);
+}
+END_TEST
+
+/* Position blocks of 4 through the tool: every block and the e2e
+ * reference train, the composed bound is the sum of the shares and lies
+ * below the untrained one, and generation still fills the window. */
+START_TEST(test_position_blocks)
+{
+	char out[8192];
+	double before, after, s1, s2;
+	const char *p;
+
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "sed 's/^window = 24$/&\\n"
+	    "position_block = 4/;s/^steps = 120$/steps = 60/' %s/run.conf > "
+	    "%s/pb.conf", dir, dir), 0);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s spec %s/pb.conf",
+	    tool, dir), 0);
+	ck_assert_msg(strstr(out, "position blocks of 4") != NULL, "%s", out);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/pb.conf --dir %s/pb --all --steps 0", tool, dir, dir), 0);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s eval --spec "
+	    "%s/pb.conf --dir %s/pb --json --windows 64", tool, dir, dir), 0);
+	before = json_number(strchr(out, '{'), "blocktrain_nats_per_byte");
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/pb.conf --dir %s/pb --all --quiet", tool, dir, dir), 0);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/pb.conf --dir %s/pb --reference e2e --quiet", tool, dir, dir),
+	    0);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s eval --spec "
+	    "%s/pb.conf --dir %s/pb --json --windows 64", tool, dir, dir), 0);
+	p = strchr(out, '{');
+	after = json_number(p, "blocktrain_nats_per_byte");
+	ck_assert_msg(after < 0.8 * before, "bound %g -> %g", before, after);
+	p = strstr(p, "\"shares\"");
+	s1 = json_number(p, "share");
+	s2 = json_number(strstr(p, "\"block\":2"), "share");
+	ck_assert_double_eq_tol(after, s1 + s2, 1e-5);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
+	    "%s/pb.conf --dir %s/pb --steps 8 --seed 3 'the cat '", tool, dir,
+	    dir), 0);
+	p = strstr(out, "the cat ");
+	ck_assert_msg(p != NULL, "prompt lost: %s", out);
+	ck_assert_uint_eq(strlen(p), 24 + 1);
 }
 END_TEST
 
@@ -386,6 +438,7 @@ main(void)
 	tcase_add_test(tc, test_train_eval_generate);
 	tcase_add_test(tc, test_resume);
 	tcase_add_test(tc, test_checkpoint_pinned);
+	tcase_add_test(tc, test_position_blocks);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_reopen_after_kill);
 	suite_add_tcase(s, tc);
