@@ -93,10 +93,28 @@ json_number(const char *json, const char *key)
 	return strtod(p + strlen(pat), NULL);
 }
 
+/* The composed bound of eval's JSON for two blocks, checked to be the sum
+ * of the shares each block computes alone. */
+static double
+summed_bound(const char *out)
+{
+	const char *p = strchr(out, '{');
+	double total, s1, s2;
+
+	ck_assert_ptr_nonnull(p);
+	total = json_number(p, "blocktrain_nats_per_byte");
+	p = strstr(p, "\"shares\"");
+	ck_assert_ptr_nonnull(p);
+	s1 = json_number(p, "share");
+	s2 = json_number(strstr(p, "\"block\":2"), "share");
+	ck_assert_double_eq_tol(total, s1 + s2, 1e-5);
+	return total;
+}
+
 START_TEST(test_train_eval_generate)
 {
 	char out[8192], h1[65], h2[65], path[160];
-	double before, after, total, s1, s2;
+	double before, after;
 	const char *p;
 
 	/* the bound of the untrained blocks, then trained */
@@ -113,16 +131,8 @@ START_TEST(test_train_eval_generate)
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out),
 	    "%s eval --spec %s/run.conf "
 	    "--dir %s/a --json --windows 128", tool, dir, dir), 0);
-	p = strchr(out, '{');
-	after = json_number(p, "blocktrain_nats_per_byte");
+	after = summed_bound(out);
 	ck_assert_msg(after < 0.7 * before, "bound %g -> %g", before, after);
-	/* the composed bound is the sum of the shares each block computes
-	 * alone */
-	p = strstr(p, "\"shares\"");
-	s1 = json_number(p, "share");
-	s2 = json_number(strstr(p, "\"block\":2"), "share");
-	total = after;
-	ck_assert_double_eq_tol(total, s1 + s2, 1e-5);
 
 	/* --text: any file by the same fixed procedure; the valid split's
 	 * bytes under another name score exactly as the split does, other
@@ -239,7 +249,7 @@ END_TEST
 START_TEST(test_position_blocks)
 {
 	char out[8192];
-	double before, after, s1, s2;
+	double before, after;
 	const char *p;
 
 	ck_assert_int_eq(tu_run_cmd(NULL, 0, "sed 's/^window = 24$/&\\n"
@@ -260,13 +270,8 @@ START_TEST(test_position_blocks)
 	    0);
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s eval --spec "
 	    "%s/pb.conf --dir %s/pb --json --windows 64", tool, dir, dir), 0);
-	p = strchr(out, '{');
-	after = json_number(p, "blocktrain_nats_per_byte");
+	after = summed_bound(out);
 	ck_assert_msg(after < 0.8 * before, "bound %g -> %g", before, after);
-	p = strstr(p, "\"shares\"");
-	s1 = json_number(p, "share");
-	s2 = json_number(strstr(p, "\"block\":2"), "share");
-	ck_assert_double_eq_tol(after, s1 + s2, 1e-5);
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
 	    "%s/pb.conf --dir %s/pb --steps 8 --seed 3 'the cat '", tool, dir,
 	    dir), 0);
