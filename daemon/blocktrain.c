@@ -39,6 +39,19 @@ bt_row_len(const pr_spec *s, bt_kind kind)
 	return kind == BT_CAUSAL ? s->window : kn_model_row_len(&shape);
 }
 
+/* The clean copy of a position-block row, [n, 2n): context, no loss. */
+static void
+clean_copy(const unsigned char *x, int n, int32_t *in, int32_t *tg,
+    float *w)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		in[n + i] = tg[n + i] = x[i];
+		w[n + i] = 0.0f;
+	}
+}
+
 /* A window with position blocks of L (DESIGN section 2) as one training
  * row of 2n (KN_ATT_* in kernels/backend.h): the noisy copy in [0, n),
  * the clean copy in [n, 2n).  Block j of the noisy copy is masked at its
@@ -69,10 +82,7 @@ fill_blocks(const pr_spec *s, kn_rng *r, const unsigned char *x, int b,
 			w[i] = masked ? (float)(1.0 / (t * n)) : 0.0f;
 		}
 	}
-	for (i = 0; i < n; i++) {
-		in[n + i] = tg[n + i] = x[i];
-		w[n + i] = 0.0f;
-	}
+	clean_copy(x, n, in, tg, w);
 }
 
 void
@@ -189,8 +199,8 @@ block_weights(int L, double lo, double hi, double *cdf)
  * block, a count k from the stratified uniform u and a uniform k-subset
  * of its bytes masked, each weighted z / n. */
 static void
-eval_fill_blocks(const struct eval_job *job, kn_rng *r, const unsigned char *x,
-    int j, int32_t *in, int32_t *tg, float *w)
+eval_fill_blocks(const struct eval_job *job, kn_rng *r,
+    const unsigned char *x, int j, int32_t *in, int32_t *tg, float *w)
 {
 	int n = job->s->window, L = job->s->position_block, b, i, k, m;
 	int32_t *pick = in + n;         /* the clean copy's room, for now */
@@ -215,10 +225,7 @@ eval_fill_blocks(const struct eval_job *job, kn_rng *r, const unsigned char *x,
 			pick[m] = pick[i];
 		}
 	}
-	for (i = 0; i < n; i++) {
-		in[n + i] = tg[n + i] = x[i];
-		w[n + i] = 0.0f;
-	}
+	clean_copy(x, n, in, tg, w);
 }
 
 static void

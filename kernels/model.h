@@ -39,10 +39,10 @@ typedef struct {
  * The other calls take rows of one window. */
 int kn_model_row_len(const kn_model_shape *shape);
 
-/* One training or evaluation batch in host memory: B windows of n
- * positions (kn_model_row_len each).  The loss is (1/B) sum_b sum_i weight[b,i] CE(b,i): the
- * masked-diffusion objective sets weight 1/(t n) on masked positions and 0
- * elsewhere, the causal LM 1/n everywhere. */
+/* One training or evaluation batch in host memory: B windows of
+ * kn_model_row_len positions.  The loss is (1/B) sum_b sum_i weight[b,i]
+ * CE(b,i): the masked-diffusion objective sets weight 1/(t n) on masked
+ * positions and 0 elsewhere, the causal LM 1/n everywhere. */
 typedef struct {
 	const int32_t *input;   /* (B, n) symbols in [0, 257) */
 	const int32_t *target;  /* (B, n) bytes in [0, 256) */
