@@ -31,12 +31,66 @@ bt_interval(const pr_spec *s, bt_kind kind, int block, double *lo, double *hi)
 	}
 }
 
+int
+bt_row_len(const pr_spec *s, bt_kind kind)
+{
+	kn_model_shape shape = pr_spec_block_shape(s);
+
+	return kind == BT_CAUSAL ? s->window : kn_model_row_len(&shape);
+}
+
+/* The clean copy of a position-block row, [n, 2n): context, no loss. */
+static void
+clean_copy(const unsigned char *x, int n, int32_t *in, int32_t *tg,
+    float *w)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		in[n + i] = tg[n + i] = x[i];
+		w[n + i] = 0.0f;
+	}
+}
+
+/* A window with position blocks of L (DESIGN section 2) as one training
+ * row of 2n (KN_ATT_* in kernels/backend.h): the noisy copy in [0, n),
+ * the clean copy in [n, 2n).  Block j of the noisy copy is masked at its
+ * own level, stratified across the batch (window b, block j draws in
+ * slice (b + j) mod B, so every block visits every slice); the twin mask
+ * shows block j the clean bytes before it and hides every other block's
+ * noise, so one pass gives each block's share of the bound given its
+ * clean context.  Weights 1/(t_j n) on the masked bytes make the row's
+ * loss the sum over blocks in nats per byte; the clean copy carries none.
+ * A prompt prefix stays unmasked as in the one-block row. */
+static void
+fill_blocks(const pr_spec *s, kn_rng *r, const unsigned char *x, int b,
+    double lo, double hi, int prefix, int32_t *in, int32_t *tg, float *w)
+{
+	int n = s->window, L = s->position_block, B = s->batch, i, j;
+
+	for (j = 0; j < n / L; j++) {
+		double t = lo + (hi - lo) * ((b + j) % B + kn_rng_uniform(r)) /
+		    B;
+
+		if (t < BT_T_MIN)
+			t = BT_T_MIN;
+		for (i = j * L; i < (j + 1) * L; i++) {
+			int masked = i >= prefix && kn_rng_uniform(r) < t;
+
+			tg[i] = x[i];
+			in[i] = masked ? KN_MASK : tg[i];
+			w[i] = masked ? (float)(1.0 / (t * n)) : 0.0f;
+		}
+	}
+	clean_copy(x, n, in, tg, w);
+}
+
 void
 bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
     int replica, int64_t step, int32_t *input, int32_t *target,
     float *weight)
 {
-	int B = s->batch, n = s->window, b, i;
+	int B = s->batch, n = s->window, rl = bt_row_len(s, kind), b, i;
 	double lo, hi;
 	kn_rng r;
 
@@ -49,8 +103,8 @@ bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
 		/* stratified: window b draws from the b-th slice */
 		double t = lo + (hi - lo) * (b + kn_rng_uniform(&r)) / B;
 		int prefix = 0;
-		int32_t *in = input + (size_t)b * n, *tg = target + (size_t)b * n;
-		float *w = weight + (size_t)b * n;
+		int32_t *in = input + (size_t)b * rl, *tg = target + (size_t)b * rl;
+		float *w = weight + (size_t)b * rl;
 
 		if (t < BT_T_MIN)
 			t = BT_T_MIN;
@@ -64,6 +118,11 @@ bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
 		}
 		if (s->p_prefix > 0 && kn_rng_uniform(&r) < s->p_prefix)
 			prefix = 1 + (int)kn_rng_below(&r, (uint64_t)n - 1);
+		if (rl > n) {
+			fill_blocks(s, &r, c->data + start, b, lo, hi, prefix, in,
+			    tg, w);
+			continue;
+		}
 		for (i = 0; i < n; i++) {
 			int masked = i >= prefix && kn_rng_uniform(&r) < t;
 
@@ -89,7 +148,85 @@ struct eval_job {
 	const bt_eval_set *set;
 	double lo, hi;
 	int causal;
+	/* with position blocks: the masked count's distribution (below) */
+	const double *cdf;      /* (L) P(k' <= k), k = 1..L */
+	double z;               /* the weight of every masked byte, x n */
 };
+
+/* P[Bin(L, p) = k] */
+static double
+binom_pmf(int L, int k, double p)
+{
+	if (p <= 0.0)
+		return k == 0 ? 1.0 : 0.0;
+	if (p >= 1.0)
+		return k == L ? 1.0 : 0.0;
+	return exp(lgamma(L + 1.0) - lgamma(k + 1.0) - lgamma(L - k + 1.0) +
+	    k * log(p) + (L - k) * log1p(-p));
+}
+
+/* The share of one position block of L bytes on (lo, hi], with the
+ * level integrated out: given k of the L masked, each set of k is as
+ * likely whatever t, and integral_lo^hi t^(k-1) (1-t)^(L-k) dt C(L,k) =
+ * (P[Bin(L,hi) >= k] - P[Bin(L,lo) >= k]) / k =: w_k, so the share is
+ * sum_k w_k E[CE summed over a uniform k-subset masked].  Drawing k with
+ * probability w_k / z (z the sum) and weighting each masked byte z gives
+ * it without bias and with no 1/t: at L = 1 it is exact, z = hi - lo, and
+ * the shares of (0, 1] sum to the next-byte cross-entropy.  cdf (L)
+ * receives the cumulative draw probabilities; returns z. */
+static double
+block_weights(int L, double lo, double hi, double *cdf)
+{
+	double tail_lo = 0.0, tail_hi = 0.0, z = 0.0;
+	int k;
+
+	/* tails from the top: P[Bin >= k] = P[Bin >= k + 1] + pmf(k) */
+	for (k = L; k >= 1; k--) {
+		tail_lo += binom_pmf(L, k, lo);
+		tail_hi += binom_pmf(L, k, hi);
+		cdf[k - 1] = (tail_hi - tail_lo) / k;
+	}
+	for (k = 0; k < L; k++) {
+		z += cdf[k];
+		cdf[k] = z;
+	}
+	for (k = 0; k < L; k++)
+		cdf[k] /= z;
+	return z;
+}
+
+/* A held-out row with position blocks (the training row's layout): per
+ * block, a count k from the stratified uniform u and a uniform k-subset
+ * of its bytes masked, each weighted z / n. */
+static void
+eval_fill_blocks(const struct eval_job *job, kn_rng *r,
+    const unsigned char *x, int j, int32_t *in, int32_t *tg, float *w)
+{
+	int n = job->s->window, L = job->s->position_block, b, i, k, m;
+	int32_t *pick = in + n;         /* the clean copy's room, for now */
+
+	for (i = 0; i < n; i++) {
+		tg[i] = x[i];
+		in[i] = x[i];
+		w[i] = 0.0f;
+	}
+	for (b = 0; b < n / L; b++) {
+		double u = (j + kn_rng_uniform(r)) / job->set->strata;
+
+		for (k = 1; k < L && job->cdf[k - 1] < u; k++)
+			;
+		for (i = 0; i < L; i++)
+			pick[i] = b * L + i;
+		/* the first k of a partial Fisher-Yates shuffle */
+		for (i = 0; i < k; i++) {
+			m = i + (int)kn_rng_below(r, (uint64_t)(L - i));
+			in[pick[m]] = KN_MASK;
+			w[pick[m]] = (float)(job->z / n);
+			pick[m] = pick[i];
+		}
+	}
+	clean_copy(x, n, in, tg, w);
+}
 
 static void
 eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
@@ -115,6 +252,10 @@ eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
 	 * across the models compared */
 	kn_rng_init(&r, 0x5eedULL, kn_rng_stream(TAG_EVAL, (uint64_t)k,
 	    (uint64_t)j, 0));
+	if (job->cdf != NULL) {
+		eval_fill_blocks(job, &r, x, j, in, tg, w);
+		return;
+	}
 	t = job->lo + (job->hi - job->lo) * (j + kn_rng_uniform(&r)) /
 	    job->set->strata;
 	if (t < BT_T_MIN)
@@ -133,7 +274,7 @@ static int
 eval_sum(kn_model *m, const struct eval_job *job, int cases, double *sum,
     char *err)
 {
-	int n = job->s->window, e, b, rc = KN_OK;
+	int n = kn_model_row_len(kn_model_get_shape(m)), e, b, rc = KN_OK;
 	int B = kn_model_max_batch(m) < 32 ? kn_model_max_batch(m) : 32;
 	int32_t *in = malloc((size_t)B * n * 4), *tg = malloc((size_t)B * n * 4);
 	float *w = malloc((size_t)B * n * 4), *wl = malloc((size_t)B * 4);
@@ -163,12 +304,22 @@ int
 bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double lo, double hi, double *share, char *err)
 {
-	struct eval_job job = { s, c, set, lo, hi, 0 };
+	struct eval_job job = { s, c, set, lo, hi, 0, NULL, 0.0 };
 	int cases = set->windows * set->strata, rc;
-	double sum;
+	double sum, *cdf = NULL;
 
+	if (bt_row_len(s, BT_BLOCK) > s->window) {
+		if ((cdf = malloc((size_t)s->position_block *
+		    sizeof(double))) == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		job.z = block_weights(s->position_block, lo, hi, cdf);
+		job.cdf = cdf;
+	}
 	if ((rc = eval_sum(m, &job, cases, &sum, err)) == 0)
-		*share = (hi - lo) * sum / cases;
+		/* the 1/t rows' levels are uniform on (lo, hi]; the
+		 * position-block rows carry the interval in z */
+		*share = (cdf != NULL ? 1.0 : hi - lo) * sum / cases;
+	free(cdf);
 	return rc;
 }
 
@@ -176,7 +327,7 @@ int
 bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err)
 {
-	struct eval_job job = { s, c, set, 0.0, 1.0, 1 };
+	struct eval_job job = { s, c, set, 0.0, 1.0, 1, NULL, 0.0 };
 	double sum;
 	int rc;
 

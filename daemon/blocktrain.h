@@ -24,10 +24,16 @@ typedef enum {
 
 const char *bt_kind_name(bt_kind k);
 
+/* Positions of one window's row in the batches of kind: the window, or
+ * with position blocks two copies of it (kn_model_row_len). */
+int bt_row_len(const pr_spec *s, bt_kind kind);
+
 /* Fills one training batch of spec->batch windows (input, target, weight
- * each batch * window long).  Windows start at uniform offsets of c;
+ * each batch * bt_row_len long).  Windows start at uniform offsets of c;
  * noise levels are stratified across the batch in [lo, hi]; with
- * probability p_prefix a window keeps a random-length prefix unmasked. */
+ * probability p_prefix a window keeps a random-length prefix unmasked.
+ * With position blocks each block is masked at its own level and scored
+ * given the clean bytes before it (DESIGN section 2). */
 void bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind,
     int block, int replica, int64_t step, int32_t *input, int32_t *target,
     float *weight);
@@ -49,7 +55,10 @@ typedef struct {
 
 /* Share of the bound on [lo, hi] in nats per byte, as m (a bidirectional
  * model) scores it: (hi - lo) * mean over windows and levels of
- * (1/t) * (CE summed over masked positions) / n. */
+ * (1/t) * (CE summed over masked positions) / n.  With position blocks,
+ * the sum over blocks of the share of each given the clean bytes before
+ * it, the level integrated out (blocktrain.c, block_weights): at one byte
+ * per block the shares of (0, 1] sum to the next-byte cross-entropy. */
 int bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double lo, double hi, double *share, char *err);
 /* Cross-entropy of the causal LM per predicted byte on the same windows. */

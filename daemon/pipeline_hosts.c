@@ -82,7 +82,7 @@ parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
 			    "seed, storage)", path, lineno, t);
 	}
 	s = (kn_model_shape){ pl->width, pl->heads, pl->layers_per_block,
-	    pl->window, 0 };
+	    pl->window, 0, 0 };
 	if (pl->blocks < 1 || pl->blocks > PR_MAX_BLOCKS ||
 	    kn_model_check_shape(&s, err) != 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: a logical shape needs "

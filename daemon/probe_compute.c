@@ -148,7 +148,7 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
     double seconds_each, int max_steps, int repeats, pc_rates *out,
     char *err)
 {
-	size_t N = (size_t)batch * shape->window;
+	size_t N = (size_t)batch * kn_model_row_len(shape);
 	int32_t *input = malloc(N * sizeof(int32_t));
 	int32_t *target = malloc(N * sizeof(int32_t));
 	float *weight = malloc(N * sizeof(float));

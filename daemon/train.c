@@ -346,7 +346,7 @@ tr_trainer_open(tr_trainer **out, const tr_opts *o, char *err)
 {
 	const pr_spec *s = o->spec;
 	kn_model_shape shape = tr_model_shape(s, o->kind);
-	size_t N = (size_t)s->batch * s->window;
+	size_t N = (size_t)s->batch * bt_row_len(s, o->kind);
 	char path[PR_PATH_LEN + 32];
 	tr_trainer *t;
 	int rc;

@@ -31,6 +31,20 @@ typedef enum {
 	KN_BACKEND_CUDA
 } kn_backend_kind;
 
+/* Attention masks: which keys query i of a sequence of T sees.
+ * KN_ATT_FULL: all of them (the bidirectional block).
+ * L > 0: block-causal over position blocks of L (DESIGN section 2): the
+ *   keys of its own block and of the blocks before; KN_ATT_CAUSAL (L = 1)
+ *   is the causal LM's j <= i.  T is a multiple of L.
+ * -L < 0: the rows that train and score position blocks of L: T = 2n
+ *   positions, a noisy copy of the window in [0, n) and the clean copy in
+ *   [n, 2n).  A noisy query of block j sees the noisy keys of block j and
+ *   the clean keys of blocks before j; a clean query sees the clean keys
+ *   block-causally.  So every block is predicted from its clean context
+ *   in one pass, and no noise of another block reaches it. */
+#define KN_ATT_FULL 0
+#define KN_ATT_CAUSAL 1
+
 typedef struct kn_backend kn_backend;
 
 struct kn_backend {
@@ -88,13 +102,14 @@ struct kn_backend {
 	/* Multi-head self-attention without projections.  qkv (N,3C) holds
 	 * q, k, v side by side; head h uses columns [h*hs, (h+1)*hs) of each,
 	 * hs = C/NH.  att (B,NH,T,T) keeps the softmax probabilities for the
-	 * backward pass.  out (N,C).  N = B*T.  causal: position i sees j <= i. */
+	 * backward pass.  out (N,C).  N = B*T.  mask: which keys a query
+	 * sees (KN_ATT_*, below). */
 	void (*attention_forward)(float *out, float *att, const float *qkv,
-	    int B, int T, int C, int NH, int causal);
+	    int B, int T, int C, int NH, int mask);
 	/* dqkv (N,3C) = ...; scratch (B,NH,T,T) is work space */
 	void (*attention_backward)(float *dqkv, float *scratch,
 	    const float *dout, const float *qkv, const float *att,
-	    int B, int T, int C, int NH, int causal);
+	    int B, int T, int C, int NH, int mask);
 
 	/* Causal attention of T new positions pos0..pos0+T-1 of one
 	 * sequence, decoding with a KV cache: their k and v (from qkv

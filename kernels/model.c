@@ -36,7 +36,42 @@ kn_model_check_shape(const kn_model_shape *s, char *err)
 		return kn_error(err, KN_EINVAL, "model shape too large "
 		    "(width %d, layers %d, window %d)", s->width, s->layers,
 		    s->window);
+	if (s->pos_block < 0 || s->pos_block > s->window ||
+	    (s->pos_block > 0 && s->window % s->pos_block != 0))
+		return kn_error(err, KN_EINVAL, "position block %d does not "
+		    "divide the window of %d", s->pos_block, s->window);
+	if (s->causal && s->pos_block != 0 && s->pos_block != s->window)
+		return kn_error(err, KN_EINVAL, "a causal model has no "
+		    "position blocks");
 	return KN_OK;
+}
+
+/* Position blocks change the model only below the window: one block of
+ * the whole window is today's bidirectional model, to the bit. */
+static int
+has_pos_blocks(const kn_model_shape *s)
+{
+	return !s->causal && s->pos_block > 0 && s->pos_block < s->window;
+}
+
+int
+kn_model_row_len(const kn_model_shape *s)
+{
+	return has_pos_blocks(s) ? 2 * s->window : s->window;
+}
+
+void
+kn__model_pass(kn_model *m, int train)
+{
+	const kn_model_shape *s = &m->shape;
+
+	m->T = train ? kn_model_row_len(s) : s->window;
+	if (s->causal)
+		m->mask = KN_ATT_CAUSAL;
+	else if (!has_pos_blocks(s))
+		m->mask = KN_ATT_FULL;
+	else
+		m->mask = train ? -s->pos_block : s->pos_block;
 }
 
 static void
@@ -116,7 +151,7 @@ layout_acts(struct acts *a, struct carve *c, const kn_model_shape *s, int B,
     int inference)
 {
 	size_t d = (size_t)s->width, L = inference ? 1 : (size_t)s->layers;
-	size_t n = (size_t)s->window, N = (size_t)B * n;
+	size_t n = (size_t)kn_model_row_len(s), N = (size_t)B * n;
 	size_t h = (size_t)s->heads, bw = inference ? 0 : 1;
 
 	a->input = carve(c, N);
@@ -190,6 +225,7 @@ kn__model_create(kn_model **out, const kn_model_shape *shape,
 	m->inference = inference;
 	m->storage = storage;
 	m->act_layers = inference ? 1 : shape->layers;
+	kn__model_pass(m, 0);
 	size_table(shape, shapes, ndims);
 	for (i = 0; i < P_COUNT; i++) {
 		kn_tensor *t = &m->tensors[i];
@@ -214,7 +250,7 @@ kn__model_create(kn_model **out, const kn_model_shape *shape,
 	}
 	layout_acts(&m->a, &c, shape, max_batch, inference);
 	m->act_block = be->alloc(c.used);
-	m->host_losses = calloc((size_t)max_batch * shape->window,
+	m->host_losses = calloc((size_t)max_batch * kn_model_row_len(shape),
 	    sizeof(float));
 	bytes = (np - nm) * 4 + nm * 2 + stage + c.used +
 	    (inference ? 0 : 12 * np);
@@ -397,7 +433,7 @@ int
 kn__model_check_batch(const kn_model *m, const int32_t *input,
     const int32_t *target, const float *weight, int B, char *err)
 {
-	size_t N = (size_t)B * m->shape.window, i;
+	size_t N = (size_t)B * m->T, i;
 
 	if (B <= 0 || B > m->max_batch)
 		return kn_error(err, KN_EINVAL, "batch of %d windows; this "
@@ -441,8 +477,8 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 	struct acts *a = &m->a;
 	int d = m->shape.width, n = m->shape.window, h = m->shape.heads, r, off;
 	/* activations of layer l live in slot la */
-	int la = l % m->act_layers;
-	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * n * n;
+	int la = l % m->act_layers, T = m->T;
+	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * T * T;
 	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
 	float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
 	float *attproj = LAYER(a->attproj, la, Nd);
@@ -458,8 +494,7 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 	linear(m, P_QKVW, l, qkv, ln1, m->w[P_QKVB] + (size_t)l * 3 * d, N, d,
 	    3 * d);
 	if (at->seqs == NULL)
-		be->attention_forward(atty, att, qkv, at->B, n, d, h,
-		    m->shape.causal);
+		be->attention_forward(atty, att, qkv, at->B, T, d, h, m->mask);
 	else
 		/* each sequence against its own cache; a->att is work space */
 		for (r = 0, off = 0; r < at->R; off += at->seqs[r].count, r++) {
@@ -488,7 +523,7 @@ const float *
 kn__model_forward_layers(kn_model *m, int B)
 {
 	struct kn__attn at = { B, NULL, 0 };
-	int n = m->shape.window, N = B * n, l;
+	int n = m->shape.window, N = B * m->T, l;
 	const float *x;
 
 	m->be->embed_forward(m->a.encoded, m->a.input, m->w[P_WTE],
@@ -514,8 +549,7 @@ kn__model_head(kn_model *m, const float *x, int N)
 void
 kn__model_forward(kn_model *m, int B)
 {
-	kn__model_head(m, kn__model_forward_layers(m, B),
-	    B * m->shape.window);
+	kn__model_head(m, kn__model_forward_layers(m, B), B * m->T);
 }
 
 static void
@@ -524,8 +558,8 @@ backward(kn_model *m, int B)
 	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
 	int d = m->shape.width, L = m->shape.layers, n = m->shape.window;
-	int h = m->shape.heads, N = B * n, l;
-	size_t Nd = (size_t)N * d, attsz = (size_t)B * h * n * n;
+	int h = m->shape.heads, T = m->T, N = B * T, l;
+	size_t Nd = (size_t)N * d, attsz = (size_t)B * h * T * T;
 	size_t dd = (size_t)d * d;
 	const float *p = m->params;
 	float *g = m->grads;
@@ -572,7 +606,7 @@ backward(kn_model *m, int B)
 		    g + m->tensors[P_ATTPROJB].offset + (size_t)l * d, a->dres,
 		    atty, p + m->tensors[P_ATTPROJW].offset + l * dd, N, d, d);
 		be->attention_backward(a->dqkv, a->datt, a->datty, qkv, att, B,
-		    n, d, h, m->shape.causal);
+		    T, d, h, m->mask);
 		be->matmul_backward(a->dln,
 		    g + m->tensors[P_QKVW].offset + l * 3 * dd,
 		    g + m->tensors[P_QKVB].offset + (size_t)l * 3 * d, a->dqkv,
@@ -591,7 +625,7 @@ void
 kn__model_upload_batch(kn_model *m, const int32_t *input,
     const int32_t *target, const float *weight, int B)
 {
-	size_t N = (size_t)B * m->shape.window;
+	size_t N = (size_t)B * m->T;
 
 	m->be->upload(m->a.input, input, N * sizeof(int32_t));
 	if (target != NULL)
@@ -604,12 +638,14 @@ int
 kn_model_backward(kn_model *m, const kn_batch *batch, float *loss, char *err)
 {
 	int B = batch->B, rc;
-	size_t N = (size_t)B * m->shape.window, i;
+	size_t N, i;
 	double sum = 0.0;
 
 	if (m->inference)
 		return kn_error(err, KN_EINVAL, "an inference model has no "
 		    "gradients: create it with kn_model_create to train");
+	kn__model_pass(m, 1);
+	N = (size_t)B * m->T;
 	rc = kn__model_check_batch(m, batch->input, batch->target,
 	    batch->weight, B, err);
 	if (rc != 0)
@@ -671,9 +707,12 @@ int
 kn_model_eval(kn_model *m, const kn_batch *batch, float *window_loss,
     char *err)
 {
-	int B = batch->B, b, i, n = m->shape.window, rc;
-	size_t N = (size_t)B * n;
+	int B = batch->B, b, i, n, rc;
+	size_t N;
 
+	kn__model_pass(m, 1);
+	n = m->T;
+	N = (size_t)B * n;
 	rc = kn__model_check_batch(m, batch->input, batch->target,
 	    batch->weight, B, err);
 	if (rc != 0)
@@ -700,9 +739,10 @@ int
 kn_model_forward(kn_model *m, const int32_t *input, int B, float *logits,
     char *err)
 {
-	int rc = kn__model_check_batch(m, input, NULL, NULL, B, err);
+	int rc;
 
-	if (rc != 0)
+	kn__model_pass(m, 0);
+	if ((rc = kn__model_check_batch(m, input, NULL, NULL, B, err)) != 0)
 		return rc;
 	kn__model_upload_batch(m, input, NULL, NULL, B);
 	kn__model_forward(m, B);

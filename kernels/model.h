@@ -25,12 +25,24 @@ typedef struct {
 	int layers;     /* L */
 	int window;     /* n, positions per window */
 	int causal;     /* 0: bidirectional block, 1: causal LM */
+	/* Position blocks of a bidirectional model (DESIGN section 2): 0 or
+	 * window, none (today's model); L dividing the window, block-causal
+	 * attention over blocks of L.  Its training and scoring rows then
+	 * hold two copies of the window (kn_model_row_len); serving rows
+	 * hold one, attended block-causally. */
+	int pos_block;
 } kn_model_shape;
 
-/* One training or evaluation batch in host memory: B windows of n
- * positions.  The loss is (1/B) sum_b sum_i weight[b,i] CE(b,i): the
- * masked-diffusion objective sets weight 1/(t n) on masked positions and 0
- * elsewhere, the causal LM 1/n everywhere. */
+/* Positions of one window's row in kn_model_backward and kn_model_eval:
+ * the window, or with position blocks 2 x window, the noisy copy in
+ * [0, n) and the clean copy in [n, 2n) (KN_ATT_* in kernels/backend.h).
+ * The other calls take rows of one window. */
+int kn_model_row_len(const kn_model_shape *shape);
+
+/* One training or evaluation batch in host memory: B windows of
+ * kn_model_row_len positions.  The loss is (1/B) sum_b sum_i weight[b,i]
+ * CE(b,i): the masked-diffusion objective sets weight 1/(t n) on masked
+ * positions and 0 elsewhere, the causal LM 1/n everywhere. */
 typedef struct {
 	const int32_t *input;   /* (B, n) symbols in [0, 257) */
 	const int32_t *target;  /* (B, n) bytes in [0, 256) */

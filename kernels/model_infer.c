@@ -45,7 +45,8 @@ kn__model_alloc_f16(kn_model *m, size_t *stage)
 	size_t nm = matrix_elems(m);
 
 	*stage = be->matmul_f16_scratch((int)((size_t)m->max_batch *
-	    m->shape.window), 4 * m->shape.width, 4 * m->shape.width);
+	    kn_model_row_len(&m->shape)), 4 * m->shape.width,
+	    4 * m->shape.width);
 	m->params16 = be->alloc(nm * sizeof(uint16_t));
 	m->stage = be->alloc(*stage);
 	return nm;
@@ -121,9 +122,10 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
     float temp, int32_t *out, char *err)
 {
 	size_t N = (size_t)B * m->shape.window;
-	int rc = kn__model_check_batch(m, input, NULL, NULL, B, err);
+	int rc;
 
-	if (rc != 0)
+	kn__model_pass(m, 0);
+	if ((rc = kn__model_check_batch(m, input, NULL, NULL, B, err)) != 0)
 		return rc;
 	kn__model_upload_batch(m, input, NULL, NULL, B);
 	kn__model_forward(m, B);
@@ -163,6 +165,7 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
 {
 	int N = B * m->shape.window, r, rc;
 
+	kn__model_pass(m, 0);
 	if ((rc = kn__model_check_batch(m, input, NULL, NULL, B, err)) != 0)
 		return rc;
 	for (r = 0; r < R; r++)
@@ -287,6 +290,7 @@ kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
 	int32_t *last;
 	const float *x;
 
+	kn__model_pass(m, 0);
 	if ((rc = check_decode(m, seqs, R, sym, &N, err)) != 0)
 		return rc;
 	if (sym != NULL) {

@@ -43,7 +43,7 @@ struct acts {
 	float *ln1, *ln1_mean, *ln1_rstd;       /* (L, N, d), (L, N) x2 */
 	float *qkv;                     /* (L, N, 3d) */
 	float *atty;                    /* (L, N, d) */
-	float *att;                     /* (L, B, h, n, n) */
+	float *att;                     /* (L, B, h, T, T), T a row */
 	float *attproj;                 /* (L, N, d) */
 	float *resid2;                  /* (L, N, d) */
 	float *ln2, *ln2_mean, *ln2_rstd;       /* (L, N, d), (L, N) x2 */
@@ -76,9 +76,12 @@ struct kn_model {
 	int t;                          /* AdamW steps taken */
 	int inference;                  /* no gradients, optimizer or backward */
 	int act_layers;                 /* L, or 1 when layers share buffers */
+	/* The pass under way: positions per window and the attention mask
+	 * (KN_ATT_*), set by kn__model_pass. */
+	int T, mask;
 	struct acts a;
 	void *act_block;                /* all activations, one allocation */
-	float *host_losses;             /* (N) */
+	float *host_losses;             /* (B, T) */
 };
 
 
@@ -100,6 +103,10 @@ struct kn__attn {
 };
 
 /* model.c */
+
+/* Sets up a pass over training or scoring rows (train), or serving rows
+ * of one window (kn_model_row_len). */
+void kn__model_pass(kn_model *m, int train);
 
 /* A model for up to max_batch windows: with inference set, no gradients
  * nor optimizer state and one layer's activations; storage KN_STORE_F16

@@ -97,7 +97,43 @@ set_betas(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 	return KN_OK;
 }
 
+/* position_block: an integer, range-checked against the window in
+ * pr_spec_validate.  Absent it is 0, printed commented out as the window,
+ * and left out of the run id, as it is when it equals the window: both are
+ * today's model, whose run ids must not move. */
+static int
+set_position_block(const pr_key *k, void *obj, void *ctx, const char *v,
+    char *msg)
+{
+	pr_spec *s = obj;
+	char *end;
+	long x;
+
+	(void)ctx;
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (end == v || *end != '\0' || errno != 0 || x < 1 || x > 65536)
+		return kn_error(msg, KN_EINVAL, "[%s] %s: '%s' is not a whole "
+		    "number from 1 to the window", k->section, k->name, v);
+	s->position_block = (int)x;
+	return KN_OK;
+}
+
+static int
+format_position_block(const pr_key *k, const void *obj, char *buf,
+    size_t len)
+{
+	const pr_spec *s = obj;
+
+	(void)k;
+	snprintf(buf, len, "%d", s->position_block > 0 ? s->position_block :
+	    s->window);
+	return s->position_block == 0;
+}
+
 static const pr_key_ops cuts_ops = { set_cuts, format_cuts };
+static const pr_key_ops position_block_ops = { set_position_block,
+	format_position_block };
 static const pr_key_ops betas_ops = { set_betas, NULL };
 
 #define FIELD(f) .offset = offsetof(pr_spec, f), \
@@ -141,6 +177,12 @@ const pr_key pr_spec_keys[] = {
 	  FIELD(cuts), .flags = PR_KEY_HASHED, .ops = &cuts_ops,
 	  .doc = "the T - 1 interior cuts of the noise levels; default: T "
 	  "equal parts" },
+	{ .section = "model", .name = "position_block", .type = PR_KEY_CUSTOM,
+	  FIELD(position_block), .flags = PR_KEY_HASHED,
+	  .ops = &position_block_ops,
+	  .doc = "bytes per position block, dividing the window: attention "
+	  "block-causal, each block trained given the clean bytes before it; "
+	  "default: the window (one block)" },
 	{ .section = "model", .name = "p_prefix", .type = PR_KEY_REAL,
 	  FIELD(p_prefix), .min = 0, .max = 1, .def = 0.1,
 	  .flags = PR_KEY_HASHED,
@@ -400,6 +442,11 @@ pr_spec_validate(const pr_spec *s, char *err)
 	if ((rc = pr_key_check_all(pr_spec_keys, NKEYS, s, err)) != 0)
 		return rc;
 	/* what no single row can say */
+	if (s->position_block != 0 && (s->position_block > s->window ||
+	    s->window % s->position_block != 0))
+		return kn_error(err, KN_EINVAL, "[model] position_block %d must "
+		    "divide window %d (1 <= position_block <= window)",
+		    s->position_block, s->window);
 	shape = pr_spec_block_shape(s);
 	if (kn_model_check_shape(&shape, kerr) != 0)
 		return kn_error(err, KN_EINVAL, "[model] %s", kerr);
@@ -538,7 +585,7 @@ kn_model_shape
 pr_spec_block_shape(const pr_spec *s)
 {
 	kn_model_shape m = { s->width, s->heads, s->layers_per_block,
-	    s->window, 0 };
+	    s->window, 0, s->position_block };
 
 	return m;
 }
@@ -547,7 +594,8 @@ kn_model_shape
 pr_spec_reference_shape(const pr_spec *s, int causal)
 {
 	kn_model_shape m = { s->width, s->heads,
-	    s->blocks * s->layers_per_block, s->window, causal };
+	    s->blocks * s->layers_per_block, s->window, causal,
+	    causal ? 0 : s->position_block };
 
 	return m;
 }
@@ -613,7 +661,11 @@ pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
 		pack_str(pk, p);
 		break;
 	default:
-		/* the one hashed custom row: cuts, 0 and 1 included */
+		if (k->offset == offsetof(pr_spec, position_block)) {
+			msgpack_pack_int64(pk, s->position_block);
+			break;
+		}
+		/* cuts, 0 and 1 included */
 		msgpack_pack_array(pk, (size_t)s->blocks + 1);
 		for (b = 0; b <= s->blocks; b++)
 			msgpack_pack_double(pk, s->cuts[b]);
@@ -639,6 +691,10 @@ pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 			continue;
 		if ((k->flags & PR_KEY_SOMA) &&
 		    pr_spec_method(s) != PR_METHOD_SOMA)
+			continue;
+		if (k->offset == offsetof(pr_spec, position_block) &&
+		    (s->position_block == 0 ||
+		    s->position_block == s->window))
 			continue;
 		snprintf(keys[n].name, sizeof(keys[n].name), "%s%s%s",
 		    k->section, k->section[0] ? "." : "", k->name);

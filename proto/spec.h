@@ -42,6 +42,9 @@ typedef struct {
 	/* [model] */
 	int blocks;                     /* T */
 	int width, heads, layers_per_block, window;
+	/* L bytes per position block, dividing window; 0 when absent:
+	 * the whole window, today's model (DESIGN section 2) */
+	int position_block;
 	double cuts[PR_MAX_BLOCKS + 1]; /* 0 = t_0 < t_1 < ... < t_T = 1 */
 	int equal_cuts;                 /* cuts were not given */
 	double p_prefix;                /* probability of an unmasked prefix */

@@ -129,7 +129,7 @@ topo_find(const topo_topology *t, const char *name)
 kn_model_shape
 topo_model_shape(const topo_shape *s)
 {
-	kn_model_shape m = { s->width, s->heads, s->layers, s->window, 0 };
+	kn_model_shape m = { s->width, s->heads, s->layers, s->window, 0, 0 };
 
 	return m;
 }

@@ -205,7 +205,7 @@ END_TEST
 START_TEST(test_model_round_trip)
 {
 	/* big enough (about 100 KiB) for the payload to take a bin32 */
-	kn_model_shape s = { 32, 2, 1, 8, 0 };
+	kn_model_shape s = { 32, 2, 1, 8, 0, 0 };
 	kn_model *a = NULL, *b = NULL;
 	const kn_tensor *t;
 	char err[PR_ERR_LEN], *buf;

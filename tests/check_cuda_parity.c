@@ -382,18 +382,21 @@ START_TEST(test_attention)
 {
 	static const struct { int B, T, C, NH; } cases[] = {
 		{ 32, 128, 256, 4 }, { 3, 5, 12, 3 }, { 2, 37, 8, 1 },
-		{ 1, 1, 4, 2 }, { 2, 33, 48, 6 }
+		{ 1, 1, 4, 2 }, { 2, 33, 48, 6 }, { 2, 24, 16, 2 }
 	};
+	/* bidirectional, causal, and where T allows, block-causal over
+	 * blocks of 4 and the twin rows of position-block training */
+	static const int masks[] = { KN_ATT_FULL, KN_ATT_CAUSAL, 4, -4 };
 	char what[160];
 	size_t k;
-	int causal;
+	int mi;
 
 	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-		for (causal = 0; causal < 2; causal++) {
+		for (mi = 0; mi < 4 && (mi < 2 || cases[k].T % 8 == 0); mi++) {
 			int B = cases[k].B, T = cases[k].T, C = cases[k].C;
 			int NH = cases[k].NH, N = B * T;
 			size_t natt = (size_t)B * NH * T * T;
-			uint64_t seed = 300 + 10 * k + causal;
+			uint64_t seed = 300 + 10 * k + mi;
 			/* wide enough that some rows are peaked */
 			struct pair qkv = pair_uniform((size_t)N * 3 * C, -2, 2,
 			    seed);
@@ -403,29 +406,30 @@ START_TEST(test_attention)
 			    seed + 1000);
 			struct pair dqkv = pair_const((size_t)N * 3 * C, 7.0f);
 			struct pair scratch = pair_const(natt, 7.0f);
+			int mask = masks[mi];
 
 			cpu->attention_forward(out.c, att.c, qkv.c, B, T, C, NH,
-			    causal);
+			    mask);
 			gpu->attention_forward(out.g, att.g, qkv.g, B, T, C, NH,
-			    causal);
+			    mask);
 			snprintf(what, sizeof(what),
-			    "attention_forward att B=%d T=%d C=%d NH=%d %s", B,
-			    T, C, NH, causal ? "causal" : "bidir");
+			    "attention_forward att B=%d T=%d C=%d NH=%d "
+			    "mask %d", B, T, C, NH, mask);
 			expect_close(what, &att, natt, TOL_GEMM);
 			snprintf(what, sizeof(what),
-			    "attention_forward out B=%d T=%d C=%d NH=%d %s", B,
-			    T, C, NH, causal ? "causal" : "bidir");
+			    "attention_forward out B=%d T=%d C=%d NH=%d "
+			    "mask %d", B, T, C, NH, mask);
 			expect_close(what, &out, (size_t)N * C, TOL_GEMM);
 
 			/* the backward passes read the same probabilities */
 			gpu->upload(att.g, att.c, natt * sizeof(float));
 			cpu->attention_backward(dqkv.c, scratch.c, dout.c,
-			    qkv.c, att.c, B, T, C, NH, causal);
+			    qkv.c, att.c, B, T, C, NH, mask);
 			gpu->attention_backward(dqkv.g, scratch.g, dout.g,
-			    qkv.g, att.g, B, T, C, NH, causal);
+			    qkv.g, att.g, B, T, C, NH, mask);
 			snprintf(what, sizeof(what),
-			    "attention_backward dqkv B=%d T=%d C=%d NH=%d %s",
-			    B, T, C, NH, causal ? "causal" : "bidir");
+			    "attention_backward dqkv B=%d T=%d C=%d NH=%d "
+			    "mask %d", B, T, C, NH, mask);
 			expect_close(what, &dqkv, (size_t)N * 3 * C, TOL_GEMM);
 
 			pair_free(&qkv); pair_free(&out); pair_free(&att);

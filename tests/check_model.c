@@ -106,11 +106,13 @@ model_loss(void *p)
 	return loss;
 }
 
+/* pos_block: position blocks, whose training rows (two copies of the
+ * window under the twin mask) any symbols exercise alike */
 static void
-gradcheck_case(int causal)
+gradcheck_case(int causal, int pos_block)
 {
 	kn_model_shape s = { .width = 16, .heads = 2, .layers = 2,
-	    .window = 8, .causal = causal };
+	    .window = 8, .causal = causal, .pos_block = pos_block };
 	kn_model *m;
 	char err[KN_ERR_LEN];
 	struct mdbatch mb;
@@ -133,7 +135,7 @@ gradcheck_case(int causal)
 	kn_model_get_params(m, c.params);
 	for (i = 0; i < (int)np; i++)
 		c.params[i] *= 3.0f;
-	make_batch(&mb, text, len, 3, 8, causal, 3, 1);
+	make_batch(&mb, text, len, 3, kn_model_row_len(&s), causal, 3, 1);
 	c.m = m;
 	c.mb = &mb;
 	ck_assert_int_eq(kn_model_set_params(m, c.params, err), 0);
@@ -169,7 +171,8 @@ gradcheck_case(int causal)
 		e = fabs(fd - gv) / fmax(fmax(fabs(fd), fabs(gv)),
 		    sqrt(gg * vv));
 		snprintf(what, sizeof(what), "block%s %s",
-		    causal ? " (causal)" : "", t[i].name);
+		    causal ? " (causal)" : pos_block ? " (position blocks)" :
+		    "", t[i].name);
 		tu_report(what, e);
 		worst = fmax(worst, e);
 		free(keep);
@@ -185,13 +188,14 @@ gradcheck_case(int causal)
 
 START_TEST(test_block_gradcheck)
 {
-	gradcheck_case(0);
+	gradcheck_case(0, 0);
+	gradcheck_case(0, 2);
 }
 END_TEST
 
 START_TEST(test_causal_gradcheck)
 {
-	gradcheck_case(1);
+	gradcheck_case(1, 0);
 }
 END_TEST
 

@@ -28,7 +28,7 @@ dot(const float *r, const float *out, size_t n)
 }
 
 struct op_ctx {
-	int N, T, C, OC, B, NH, V, causal;
+	int N, T, C, OC, B, NH, V, mask;
 	float *x, *w, *b, *out, *r, *mean, *rstd, *wpe, *att, *losses;
 	int32_t *sym;
 	float *weight;
@@ -164,54 +164,78 @@ att_loss(void *p)
 	struct op_ctx *c = p;
 
 	be->attention_forward(c->out, c->att, c->x, c->B, c->T, c->C, c->NH,
-	    c->causal);
+	    c->mask);
 	return dot(c->r, c->out, (size_t)c->B * c->T * c->C);
 }
 
-static void
-attention_case(int causal)
+/* Whether query i sees key j under mask (KN_ATT_* in kernels/backend.h),
+ * written from the definition, apart from the kernels' ranges. */
+static int
+sees(int mask, int T, int i, int j)
 {
-	struct op_ctx c = { .B = 2, .T = 7, .C = 12, .NH = 3, .causal = causal };
-	size_t N = 14, nq = N * 36;
-	float *dqkv = calloc(nq, sizeof(float));
-	float *scratch = calloc(2 * 3 * 49, sizeof(float));
-	double e;
-	int b, h, i, j;
+	int n = T / 2, L = mask < 0 ? -mask : mask;
+	int noisy_i = i < n, noisy_j = j < n;
 
-	c.x = tu_alloc_fill(nq, -1.5f, 1.5f, 12 + causal);
+	if (mask >= 0)
+		return mask == 0 || j / L <= i / L;
+	if (!noisy_i)
+		return !noisy_j && (j - n) / L <= (i - n) / L;
+	return noisy_j ? j / L == i / L : (j - n) / L < i / L;
+}
+
+static void
+attention_case(int mask, int T)
+{
+	struct op_ctx c = { .B = 2, .T = T, .C = 12, .NH = 3, .mask = mask };
+	size_t N = 2 * (size_t)T, nq = N * 36, natt = 2 * 3 * (size_t)T * T;
+	float *dqkv = calloc(nq, sizeof(float));
+	float *scratch = calloc(natt, sizeof(float));
+	char what[64];
+	double e;
+	int b, i, j;
+
+	c.x = tu_alloc_fill(nq, -1.5f, 1.5f, 12 + (mask != 0));
 	c.r = tu_alloc_fill(N * 12, -1, 1, 14);
 	c.out = calloc(N * 12, sizeof(float));
-	c.att = calloc(2 * 3 * 49, sizeof(float));
+	c.att = calloc(natt, sizeof(float));
 	att_loss(&c);
-	/* rows of att are distributions; causal rows put nothing ahead */
+	/* rows of att are distributions over the keys the mask shows, with
+	 * nothing anywhere else */
 	for (b = 0; b < 2 * 3; b++)
-		for (i = 0; i < 7; i++) {
+		for (i = 0; i < T; i++) {
 			double s = 0;
 
-			for (j = 0; j < 7; j++) {
-				float a = c.att[(b * 7 + i) * 7 + j];
+			for (j = 0; j < T; j++) {
+				float a = c.att[((size_t)b * T + i) * T + j];
 
-				if (causal && j > i)
+				if (!sees(mask, T, i, j))
 					ck_assert_float_eq(a, 0.0f);
+				else
+					ck_assert_float_gt(a, 0.0f);
 				s += a;
 			}
 			ck_assert_double_eq_tol(s, 1.0, 1e-5);
 		}
-	be->attention_backward(dqkv, scratch, c.r, c.x, c.att, 2, 7, 12, 3,
-	    causal);
-	e = tu_gradcheck(att_loss, &c, c.x, dqkv, nq, 504, 1e-2f, 1e-2);
-	tu_report(causal ? "attention dqkv (causal)" :
-	    "attention dqkv (bidirectional)", e);
+	be->attention_backward(dqkv, scratch, c.r, c.x, c.att, 2, T, 12, 3,
+	    mask);
+	e = tu_gradcheck(att_loss, &c, c.x, dqkv, nq, (int)(N * 36), 1e-2f,
+	    1e-2);
+	snprintf(what, sizeof(what), "attention dqkv (mask %d, T %d)", mask,
+	    T);
+	tu_report(what, e);
 	ck_assert_double_lt(e, 2e-2);
-	(void)h;
 	free(dqkv); free(scratch); free(c.x); free(c.r); free(c.out);
 	free(c.att);
 }
 
 START_TEST(test_attention_grad)
 {
-	attention_case(0);
-	attention_case(1);
+	attention_case(KN_ATT_FULL, 7);
+	attention_case(KN_ATT_CAUSAL, 7);
+	/* block-causal over blocks of 3, and the twin rows of training with
+	 * blocks of 2: two copies of a window of 6 */
+	attention_case(3, 9);
+	attention_case(-2, 12);
 }
 END_TEST
 

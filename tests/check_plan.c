@@ -318,7 +318,7 @@ START_TEST(test_round_and_bytes_by_hand)
 
 	/* the update is exactly as long as a real one of that many
 	 * parameters */
-	shape = (kn_model_shape){ 64, 4, 2, 32, 0 };
+	shape = (kn_model_shape){ 64, 4, 2, 32, 0, 0 };
 	count = kn_model_params_for(&shape);
 	zeros = calloc(count, sizeof(float));
 	memset(meta.run_id, 'f', PR_RUN_ID_LEN - 1);

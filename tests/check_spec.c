@@ -371,6 +371,43 @@ run_id_of(const char *text, char id[PR_RUN_ID_LEN])
 	ck_assert_msg(pr_spec_run_id(&s, id, err) == 0, "%s", err);
 }
 
+/* position_block: absent or the whole window is today's model, with
+ * today's run id and printed text; below the window it is a new run. */
+START_TEST(test_position_block)
+{
+	char none[PR_RUN_ID_LEN], whole[PR_RUN_ID_LEN], four[PR_RUN_ID_LEN];
+	char printed[8192];
+	pr_spec s;
+
+	run_id_of("", none);
+	ck_assert_str_eq(none, "4326acf3f8662baa3b76d0f714bf6a73135c6179d6a"
+	    "3ba1231d5b6e9b34fa208");
+	run_id_of("[model]\nposition_block = 64\n", whole);
+	ck_assert_str_eq(whole, none);
+	run_id_of("[model]\nposition_block = 4\n", four);
+	ck_assert_str_ne(four, none);
+	parse_ok("[model]\nwindow = 48\nposition_block = 16\n", &s);
+	ck_assert_int_eq(s.position_block, 16);
+	ck_assert_int_eq(pr_spec_block_shape(&s).pos_block, 16);
+	ck_assert_int_eq(pr_spec_reference_shape(&s, 0).pos_block, 16);
+	ck_assert_int_eq(pr_spec_reference_shape(&s, 1).pos_block, 0);
+	round_trip("[model]\nposition_block = 1\n");
+	round_trip("[model]\nwindow = 48\nposition_block = 48\n");
+	/* absent, it prints commented out as the window */
+	parse_ok("", &s);
+	ck_assert_int_eq(s.position_block, 0);
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_nonnull(strstr(printed, "\n# position_block = 64\n"));
+	expect_error("[model]\nposition_block = 0\n",
+	    "[model] position_block: '0' is not a whole number from 1");
+	expect_error("[model]\nposition_block = 4.5\n", "is not a whole");
+	expect_error("[model]\nposition_block = 128\n",
+	    "position_block 128 must divide window 64");
+	expect_error("[model]\nwindow = 48\nposition_block = 5\n",
+	    "position_block 5 must divide window 48");
+}
+END_TEST
+
 /* method = soma: its run id covers the [soma] keys but not the local
  * clusters folder; a BlockTrain spec ignores [soma] entirely */
 START_TEST(test_soma_keys)
@@ -436,6 +473,7 @@ main(void)
 	tcase_add_test(tc, test_print_round_trip);
 	tcase_add_test(tc, test_key_table);
 	tcase_add_test(tc, test_soma_keys);
+	tcase_add_test(tc, test_position_block);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pinned");
 	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);

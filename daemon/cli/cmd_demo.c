@@ -130,7 +130,7 @@ static int
 demo_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct demo_args d = { .path = DEMO_TEXT, .steps = 300 };
-	kn_model_shape shape = { 64, 4, 2, DEMO_WINDOW, 0 };
+	kn_model_shape shape = { 64, 4, 2, DEMO_WINDOW, 0, 0 };
 	char err[KN_ERR_LEN], note[KN_ERR_LEN], *text;
 	const kn_backend *be;
 	kn_model *m;

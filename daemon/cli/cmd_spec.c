@@ -18,16 +18,28 @@ spec_print(const pr_spec *s, const char *id)
 	kn_model_shape es = pr_spec_reference_shape(s, 0);
 	double np_block = (double)kn_model_params_for(&bs);
 	double np_e2e = (double)kn_model_params_for(&es);
-	double fl = 3.0 * kn_model_flops_per_window(&bs) * s->batch;
+	/* position blocks train on rows of two copies of the window */
+	int rl = kn_model_row_len(&bs);
+	kn_model_shape rs = bs;
+	double fl, act;
+	int b;
+
+	rs.window = rl;
+	rs.pos_block = 0;
+	fl = 3.0 * kn_model_flops_per_window(&rs) * s->batch;
 	/* activations kept for backward, per window: about (18 d + h n)
 	 * floats per position and layer, plus logits */
-	double act = 4.0 * s->batch * s->window * (s->layers_per_block *
-	    (18.0 * s->width + (double)s->heads * s->window * 2) + 2 * 256);
-	int b;
+	act = 4.0 * s->batch * rl * (s->layers_per_block *
+	    (18.0 * s->width + (double)s->heads * rl * 2) + 2 * 256);
 
 	printf("run id      %s\n", id);
 	printf("blocks      %d x %d layers, width %d, %d heads, window %d\n",
 	    s->blocks, s->layers_per_block, s->width, s->heads, s->window);
+	if (rl > s->window)
+		printf("positions   position blocks of %d, %d per window, "
+		    "block-causal; each trained given the clean bytes "
+		    "before it\n", s->position_block,
+		    s->window / s->position_block);
 	printf("intervals  ");
 	for (b = 0; b < s->blocks; b++)
 		printf(" (%.4g, %.4g]", s->cuts[b], s->cuts[b + 1]);

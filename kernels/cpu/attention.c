@@ -1,11 +1,14 @@
 /* Multi-head self-attention on the CPU: one pool task per (sequence, head),
  * each doing its small products with the serial GEMM straight on the
- * strided q, k, v columns of the qkv buffer (no repacking). */
+ * strided q, k, v columns of the qkv buffer (no repacking).  The mask
+ * (KN_ATT_* in kernels/backend.h) only decides which scores each softmax
+ * row covers; masked probabilities are 0, which is all backward needs. */
 #include "config.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/pool.h"
@@ -13,8 +16,70 @@
 struct att_job {
 	float *out, *att, *dqkv, *scratch;
 	const float *qkv, *dout, *catt;
-	int B, T, C, NH, causal;
+	int B, T, C, NH, mask;
 };
+
+/* The keys query i sees under mask, as ranges [r[0], r[1]) and, when
+ * there are two, [r[2], r[3]); returns how many. */
+static int
+visible(int mask, int T, int i, int r[4])
+{
+	int L = mask < 0 ? -mask : mask, n = T / 2;
+
+	r[0] = 0;
+	if (mask == KN_ATT_FULL) {
+		r[1] = T;
+		return 1;
+	}
+	if (mask > 0) {
+		r[1] = (i / L + 1) * L < T ? (i / L + 1) * L : T;
+		return 1;
+	}
+	if (i >= n) {
+		/* a clean query: block-causal on the clean copy */
+		r[0] = n;
+		r[1] = n + ((i - n) / L + 1) * L;
+		return 1;
+	}
+	/* a noisy query: its own noisy block, then the clean context */
+	r[0] = i / L * L;
+	r[1] = r[0] + L;
+	r[2] = n;
+	r[3] = n + r[0];
+	return r[3] > r[2] ? 2 : 1;
+}
+
+/* row (T scores of query i) becomes softmax(scale * row) over the keys
+ * the mask lets it see, 0 elsewhere.  One range is the softmax of the
+ * unmasked model, to the bit. */
+static void
+masked_softmax(float *row, int T, int i, int mask, float scale)
+{
+	int r[4], k, c;
+	float mx = -INFINITY, sum = 0.0f, inv;
+
+	if (visible(mask, T, i, r) == 1) {
+		kn_cpu_softmax_row(row + r[0], r[1] - r[0], scale);
+		memset(row, 0, (size_t)r[0] * sizeof(float));
+		memset(row + r[1], 0, (size_t)(T - r[1]) * sizeof(float));
+		return;
+	}
+	for (k = 0; k < 4; k += 2)
+		for (c = r[k]; c < r[k + 1]; c++) {
+			row[c] *= scale;
+			mx = row[c] > mx ? row[c] : mx;
+		}
+	for (k = 0; k < 4; k += 2) {
+		kn_cpu_exp_row(row + r[k], row + r[k], r[k + 1] - r[k], mx,
+		    1.0f);
+		for (c = r[k]; c < r[k + 1]; c++)
+			sum += row[c];
+	}
+	inv = 1.0f / sum;
+	for (c = 0; c < T; c++)
+		row[c] = (c >= r[0] && c < r[1]) || (c >= r[2] && c < r[3]) ?
+		    row[c] * inv : 0.0f;
+}
 
 static void
 att_forward_task(void *ctx, int task, int thread)
@@ -28,24 +93,18 @@ att_forward_task(void *ctx, int task, int thread)
 	float scale = 1.0f / sqrtf((float)hs);
 
 	kn_gemm_serial(0, 1, T, T, hs, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
-	for (i = 0; i < T; i++) {
-		float *row = att + (size_t)i * T;
-		int n = j->causal ? i + 1 : T;
-
-		kn_cpu_softmax_row(row, n, scale);
-		if (n < T)
-			memset(row + n, 0, (size_t)(T - n) * sizeof(float));
-	}
+	for (i = 0; i < T; i++)
+		masked_softmax(att + (size_t)i * T, T, i, j->mask, scale);
 	kn_gemm_serial(0, 0, T, hs, T, 1.0f, att, T, v, 3 * C, 0.0f,
 	    j->out + (size_t)b * T * C + (size_t)h * hs, C);
 }
 
 void
 kn_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
-    int T, int C, int NH, int causal)
+    int T, int C, int NH, int mask)
 {
 	struct att_job j = { .out = out, .att = att, .qkv = qkv, .B = B,
-	    .T = T, .C = C, .NH = NH, .causal = causal };
+	    .T = T, .C = C, .NH = NH, .mask = mask };
 
 	kn_pool_run(B * NH, att_forward_task, &j);
 }
@@ -86,11 +145,12 @@ att_backward_task(void *ctx, int task, int thread)
 void
 kn_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
     const float *qkv, const float *att, int B, int T, int C, int NH,
-    int causal)
+    int mask)
 {
+	/* the mask is in att already: its zeros stop every masked gradient */
 	struct att_job j = { .dqkv = dqkv, .scratch = scratch, .dout = dout,
 	    .qkv = qkv, .catt = att, .B = B, .T = T, .C = C, .NH = NH,
-	    .causal = causal };
+	    .mask = mask };
 
 	kn_pool_run(B * NH, att_backward_task, &j);
 }

@@ -43,10 +43,10 @@ void kn_cpu_matmul_forward_f16(float *out, const float *inp,
     int OC);
 size_t kn_cpu_matmul_f16_scratch(int N, int C, int OC);
 void kn_cpu_attention_forward(float *out, float *att, const float *qkv,
-    int B, int T, int C, int NH, int causal);
+    int B, int T, int C, int NH, int mask);
 void kn_cpu_attention_backward(float *dqkv, float *scratch,
     const float *dout, const float *qkv, const float *att, int B, int T,
-    int C, int NH, int causal);
+    int C, int NH, int mask);
 void kn_cpu_attention_decode(float *out, float *kcache, float *vcache,
     float *scores, const float *qkv, int pos0, int T, int C, int NH);
 void kn_cpu_matmul_forward_batched(float *out, const float *inp,

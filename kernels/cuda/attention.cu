@@ -1,10 +1,12 @@
 /* Multi-head self-attention on the GPU, the port of
  * kernels/cpu/attention.c: q.k^T and att.v (and their backward products)
  * are strided-batched SGEMMs reading q, k, v straight out of qkv (N,3C)
- * without a permute; the softmax, its scale 1/sqrt(hs) and the causal mask
- * are one kernel, as is the softmax's backward pass. */
+ * without a permute; the softmax, its scale 1/sqrt(hs) and the mask
+ * (KN_ATT_* in kernels/backend.h) are one kernel, as is the softmax's
+ * backward pass. */
 #include <math.h>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
 
 /* The (batch, head) block of a tensor starts batch * b + head * h floats
@@ -35,24 +37,70 @@ heads_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
 			    beta, C + b * sc.b, ldc, sc.h, nh);
 }
 
+/* Whether query i of T positions sees key j under mask (the CPU's
+ * visible() in kernels/cpu/attention.c, as a predicate). */
+static __device__ bool
+att_visible(int mask, int T, int i, int j)
+{
+	int L = mask < 0 ? -mask : mask, n = T / 2;
+
+	if (mask == KN_ATT_FULL)
+		return true;
+	if (mask > 0)
+		return j / L <= i / L;
+	if (i >= n)
+		return j >= n && (j - n) / L <= (i - n) / L;
+	return j < n ? j / L == i / L : (j - n) / L < i / L;
+}
+
+/* The keys a query sees run from 0 to its return value, except under a
+ * twin mask (< 0), which att_visible decides key by key. */
+static __device__ int
+att_prefix(int mask, int T, int L, int pos0, int i)
+{
+	if (mask == KN_ATT_FULL)
+		return L;
+	if (mask == KN_ATT_CAUSAL)
+		return pos0 + i + 1;
+	return (i / mask + 1) * mask < T ? (i / mask + 1) * mask : T;
+}
+
 /* att (rows, L) holds q.k; it becomes softmax(scale * q.k) over the keys
  * a query may see, 0 elsewhere.  One warp per row; row % T is the query's
  * position among the T queries, which come after pos0 cached ones (a full
- * pass: L = T, pos0 = 0). */
+ * pass: L = T, pos0 = 0; decoding is causal). */
 static __global__ void
 softmax_forward_kernel(float *att, int rows, int T, int L, int pos0,
-    float scale, int causal)
+    float scale, int mask)
 {
 	int lane = threadIdx.x % 32;
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	float *x;
 	float mx = -INFINITY, sum = 0.0f, inv;
-	int len;
+	int len, i;
 
 	if (row >= rows)
 		return;
 	x = att + (size_t)row * L;
-	len = causal ? pos0 + row % T + 1 : L;
+	i = row % T;
+	if (mask < 0) {
+		for (int j = lane; j < L; j += 32)
+			if (att_visible(mask, T, i, j))
+				mx = fmaxf(mx, x[j] * scale);
+		mx = kn__warp_max(mx);
+		for (int j = lane; j < L; j += 32) {
+			float e = att_visible(mask, T, i, j) ?
+			    expf(x[j] * scale - mx) : 0.0f;
+
+			x[j] = e;
+			sum += e;
+		}
+		inv = 1.0f / kn__warp_sum(sum);
+		for (int j = lane; j < L; j += 32)
+			x[j] *= inv;
+		return;
+	}
+	len = att_prefix(mask, T, L, pos0, i);
 	for (int j = lane; j < len; j += 32)
 		mx = fmaxf(mx, x[j] * scale);
 	mx = kn__warp_max(mx);
@@ -71,32 +119,36 @@ softmax_forward_kernel(float *att, int rows, int T, int L, int pos0,
  * att * (datt - sum(att * datt)) * scale, 0 where masked. */
 static __global__ void
 softmax_backward_kernel(float *datt, const float *att, int rows, int T,
-    float scale, int causal)
+    float scale, int mask)
 {
 	int lane = threadIdx.x % 32;
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	const float *a;
 	float *d;
 	float dot = 0.0f;
-	int len;
+	int len, i;
 
 	if (row >= rows)
 		return;
 	a = att + (size_t)row * T;
 	d = datt + (size_t)row * T;
-	len = causal ? row % T + 1 : T;
+	i = row % T;
+	/* a twin row's masked probabilities are 0 and sit inside it: the
+	 * whole row, with those zeros, is the same sum */
+	len = mask < 0 ? T : att_prefix(mask, T, T, 0, i);
 	for (int j = lane; j < len; j += 32)
 		dot += a[j] * d[j];
 	dot = kn__warp_sum(dot);
 	for (int j = lane; j < T; j += 32)
-		d[j] = j < len ? a[j] * (d[j] - dot) * scale : 0.0f;
+		d[j] = j < len && (mask >= 0 || att_visible(mask, T, i, j)) ?
+		    a[j] * (d[j] - dot) * scale : 0.0f;
 }
 
 namespace kn_cuda {
 
 void
 attention_forward(float *out, float *att, const float *qkv, int B, int T,
-    int C, int NH, int causal)
+    int C, int NH, int mask)
 {
 	const int block = 256, per_block = block / 32;
 	int hs = C / NH, rows = B * NH * T;
@@ -112,7 +164,7 @@ attention_forward(float *out, float *att, const float *qkv, int B, int T,
 	heads_gemm(false, true, T, T, hs, 1.0f, q, 3 * C, sqkv, k, 3 * C, sqkv,
 	    0.0f, att, T, satt, B, NH);
 	softmax_forward_kernel<<<(rows + per_block - 1) / per_block, block,
-	    0, kn__cuda_stream>>>(att, rows, T, T, 0, scale, causal);
+	    0, kn__cuda_stream>>>(att, rows, T, T, 0, scale, mask);
 	KN_LAUNCHED("softmax_forward_kernel");
 	/* out (T,hs) = att (T,T) . v (T,hs), into columns h*hs of out */
 	heads_gemm(false, false, T, hs, T, 1.0f, att, T, satt, v, 3 * C, sqkv,
@@ -122,7 +174,7 @@ attention_forward(float *out, float *att, const float *qkv, int B, int T,
 void
 attention_backward(float *dqkv, float *scratch, const float *dout,
     const float *qkv, const float *att, int B, int T, int C, int NH,
-    int causal)
+    int mask)
 {
 	const int block = 256, per_block = block / 32;
 	int hs = C / NH, rows = B * NH * T;
@@ -142,7 +194,7 @@ attention_backward(float *dqkv, float *scratch, const float *dout,
 	heads_gemm(true, false, T, hs, T, 1.0f, att, T, satt, dout, C, sout,
 	    0.0f, dv, 3 * C, sqkv, B, NH);
 	softmax_backward_kernel<<<(rows + per_block - 1) / per_block, block,
-	    0, kn__cuda_stream>>>(scratch, att, rows, T, scale, causal);
+	    0, kn__cuda_stream>>>(scratch, att, rows, T, scale, mask);
 	KN_LAUNCHED("softmax_backward_kernel");
 	/* dq (T,hs) = dpreatt . k; dk (T,hs) = dpreatt^T . q */
 	heads_gemm(false, false, T, hs, T, 1.0f, scratch, T, satt, k, 3 * C,
@@ -176,7 +228,7 @@ attention_decode(float *out, float *kcache, float *vcache, float *scores,
 	heads_gemm(false, true, T, L, hs, 1.0f, qkv, 3 * C, sq, kcache, C, sc,
 	    0.0f, scores, L, ss, 1, NH);
 	softmax_forward_kernel<<<(rows + per_block - 1) / per_block, block, 0,
-	    kn__cuda_stream>>>(scores, rows, T, L, pos0, scale, 1);
+	    kn__cuda_stream>>>(scores, rows, T, L, pos0, scale, KN_ATT_CAUSAL);
 	KN_LAUNCHED("softmax_forward_kernel");
 	heads_gemm(false, false, T, hs, L, 1.0f, scores, L, ss, vcache, C, sc,
 	    0.0f, out, C, so, 1, NH);

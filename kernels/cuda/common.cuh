@@ -86,10 +86,10 @@ void matmul_forward_f16(float *out, const float *inp, const uint16_t *w,
 size_t matmul_f16_scratch(int N, int C, int OC);
 
 void attention_forward(float *out, float *att, const float *qkv,
-    int B, int T, int C, int NH, int causal);
+    int B, int T, int C, int NH, int mask);
 void attention_backward(float *dqkv, float *scratch,
     const float *dout, const float *qkv, const float *att,
-    int B, int T, int C, int NH, int causal);
+    int B, int T, int C, int NH, int mask);
 
 void attention_decode(float *out, float *kcache, float *vcache,
     float *scores, const float *qkv, int pos0, int T, int C, int NH);

@@ -272,7 +272,7 @@ print_result(const struct bench_opts *o, const kn_backend *be,
 int
 main(int argc, char **argv)
 {
-	struct bench_opts o = { { 256, 4, 2, 128, 0 }, 32, 30, 5, 0, 0, 0,
+	struct bench_opts o = { { 256, 4, 2, 128, 0, 0 }, 32, 30, 5, 0, 0, 0,
 	    KN_BACKEND_CPU, NULL };
 	struct bench_result res = { 0, 0, 0, 0 };
 	const kn_backend *be;

@@ -104,7 +104,7 @@ main(int argc, char **argv)
 	const char *from = NULL, *to = NULL;
 	double seconds = 0.5;
 	size_t count = kn_model_params_for(&(kn_model_shape){ 128, 4, 2, 64,
-	    0 }), n2, i;
+	    0, 0 }), n2, i;
 	float *delta, *out;
 	double rms;
 	char err[KN_ERR_LEN];
