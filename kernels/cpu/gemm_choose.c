@@ -445,8 +445,8 @@ plan_auto(const kn_gemm_shape *s, int n, const char *path, char *note,
     char *err)
 {
 	char key[1024], why[KN_ERR_LEN], cpath[1024], lockpath[1100];
-	kn_gemm_choice cached[KN_GEMM_MAX_SHAPES], todo[KN_GEMM_MAX_SHAPES];
-	int ncached = 0, ntodo = 0, i, j, lockfd = -1, rc;
+	kn_gemm_choice cached[KN_GEMM_MAX_SHAPES], to_time[KN_GEMM_MAX_SHAPES];
+	int ncached = 0, nto_time = 0, i, j, lockfd = -1, rc;
 	double t0 = kn_now();
 
 	kn_gemm_cache_key(key, sizeof(key));
@@ -473,13 +473,13 @@ plan_auto(const kn_gemm_shape *s, int n, const char *path, char *note,
 				if (shape_eq(&cached[j].shape, &s[i]))
 					break;
 			if (j == ncached)
-				todo[ntodo++].shape = s[i];
+				to_time[nto_time++].shape = s[i];
 		}
-		rc = kn_gemm_measure(todo, ntodo, err);
-		if (rc == 0 && ntodo > 0) {
-			for (i = 0; i < ntodo &&
+		rc = kn_gemm_measure(to_time, nto_time, err);
+		if (rc == 0 && nto_time > 0) {
+			for (i = 0; i < nto_time &&
 			    ncached < KN_GEMM_MAX_SHAPES; i++)
-				cached[ncached++] = todo[i];
+				cached[ncached++] = to_time[i];
 			if (kn_gemm_cache_write(p, key, cached, ncached,
 			    why) != 0)
 				kn_error(note, KN_OK, "GEMM choice not "
@@ -491,11 +491,11 @@ plan_auto(const kn_gemm_shape *s, int n, const char *path, char *note,
 			return rc;
 	} else {
 		for (i = 0; i < n; i++)
-			todo[ntodo++].shape = s[i];
-		if ((rc = kn_gemm_measure(todo, ntodo, err)) != 0)
+			to_time[nto_time++].shape = s[i];
+		if ((rc = kn_gemm_measure(to_time, nto_time, err)) != 0)
 			return rc;
-		memcpy(cached, todo, (size_t)ntodo * sizeof(todo[0]));
-		ncached = ntodo;
+		memcpy(cached, to_time, (size_t)nto_time * sizeof(to_time[0]));
+		ncached = nto_time;
 	}
 	/* the plan holds just this model's classes, in its order */
 	plan_count = 0;
@@ -505,8 +505,8 @@ plan_auto(const kn_gemm_shape *s, int n, const char *path, char *note,
 				plan_c[plan_count++] = cached[j];
 				break;
 			}
-	plan_measured = ntodo;
-	plan_cached = plan_count - ntodo;
+	plan_measured = nto_time;
+	plan_cached = plan_count - nto_time;
 	plan_ms = 1000.0 * (kn_now() - t0);
 	kn__gemm_plan_install(plan_c, plan_count);
 	return KN_OK;
