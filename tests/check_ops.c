@@ -423,7 +423,7 @@ END_TEST
  * tails included; and bitwise the same on 1 and 2 threads. */
 START_TEST(test_matmul_f16)
 {
-	static const int Ns[] = { 1, 2, 3, 4, 5, 9 }, Cs[] = { 16, 37, 64,
+	static const int Ns[] = { 1, 2, 3, 4, 5, 8, 9 }, Cs[] = { 16, 37, 64,
 	    100 }, OCs[] = { 1, 65, 130 };
 	size_t ni, ci, oi, k;
 

@@ -15,6 +15,10 @@
 
 /* output columns per pool task: a few hundred KiB of weights */
 #define GEMV_COLS 64
+/* rows one pass over the weights serves; more rows (a short prompt's
+ * prefill) take one pass per group of these, still ahead of widening and
+ * packing the weights for a GEMM up to KN_GEMV_F16_MAX_ROWS */
+#define GEMV_PASS_ROWS 4
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -45,7 +49,7 @@ struct gemv_job {
 GEMV_TARGET static void
 columns(const struct gemv_job *j, const uint16_t *w, int G, float *acc)
 {
-	__m512 a[KN_GEMV_F16_MAX_ROWS][GEMV_GROUP];
+	__m512 a[GEMV_PASS_ROWS][GEMV_GROUP];
 	int n, g, c, C = j->C;
 
 	for (n = 0; n < j->N; n++)
@@ -81,7 +85,7 @@ gemv_task(void *ctx, int task, int thread)
 	const struct gemv_job *j = ctx;
 	int o0 = task * GEMV_COLS, o, n;
 	int o1 = o0 + GEMV_COLS < j->OC ? o0 + GEMV_COLS : j->OC;
-	float acc[KN_GEMV_F16_MAX_ROWS * GEMV_GROUP];
+	float acc[GEMV_PASS_ROWS * GEMV_GROUP];
 	int g, G, group = j->N <= 2 ? GEMV_GROUP : GEMV_GROUP_MANY;
 
 	(void)thread;
@@ -117,8 +121,14 @@ kn_cpu_gemv_f16(float *out, const float *inp, const uint16_t *w, int N,
     int C, int OC, float beta)
 {
 	struct gemv_job j = { out, inp, w, N, C, OC, beta };
+	int r;
 
-	kn_pool_run((OC + GEMV_COLS - 1) / GEMV_COLS, gemv_task, &j);
+	for (r = 0; r < N; r += GEMV_PASS_ROWS) {
+		j.inp = inp + (size_t)r * C;
+		j.out = out + (size_t)r * OC;
+		j.N = N - r < GEMV_PASS_ROWS ? N - r : GEMV_PASS_ROWS;
+		kn_pool_run((OC + GEMV_COLS - 1) / GEMV_COLS, gemv_task, &j);
+	}
 }
 
 #else

@@ -4,8 +4,9 @@
 
 #include <stdint.h>
 
-/* The most rows the path takes; more go through the GEMM. */
-#define KN_GEMV_F16_MAX_ROWS 4
+/* The most rows the path takes (a byte's decoding, a short prompt); more
+ * go through the GEMM, which is faster from about 8 rows here. */
+#define KN_GEMV_F16_MAX_ROWS 8
 
 /* Whether this CPU runs the path (AVX-512F/BW/VL, F16C, FMA) for N rows. */
 int kn_cpu_gemv_f16_usable(int N);
