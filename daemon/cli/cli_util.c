@@ -196,7 +196,10 @@ cli_run_open(struct cli_run *r, const char *cmd, int need_dir)
 		fprintf(stderr, "shardmeter %s: %s\n", cmd, err);
 		return 1;
 	}
-	cli_backend_report(r->be, note);
+	if (r->defer_report)
+		snprintf(r->backend_note, sizeof(r->backend_note), "%s", note);
+	else
+		cli_backend_report(r->be, note);
 	return 0;
 }
 

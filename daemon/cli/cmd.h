@@ -66,6 +66,11 @@ struct cli_run {
 	pr_spec spec;
 	char run_id[PR_RUN_ID_LEN];
 	const kn_backend *be;
+	/* set before cli_run_open by a command that names the backend itself
+	 * once its GEMM choice is made (train): the open keeps its note here
+	 * instead of printing the backend line a first time */
+	int defer_report;
+	char backend_note[KN_ERR_LEN];
 };
 
 #define CLI_RUN_OPTIONS \

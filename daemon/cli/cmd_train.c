@@ -300,10 +300,13 @@ train_exec(const struct cmd_entry *self, int argc, char **argv)
 
 	if ((rc = train_parse(self, &t, argc, argv)) != CLI_CONTINUE)
 		return rc;
+	t.run.defer_report = 1;         /* named once, with its GEMM choice */
 	if ((rc = cli_run_open(&t.run, "train", 1)) != 0)
 		return rc;
-	if (pr_spec_method(&t.run.spec) == PR_METHOD_SOMA)
+	if (pr_spec_method(&t.run.spec) == PR_METHOD_SOMA) {
+		cli_backend_report(t.run.be, t.run.backend_note);
 		return train_soma(&t);
+	}
 	if (t.soma_seed || t.expert >= 0 || t.control != NULL) {
 		fprintf(stderr, "shardmeter train: --seed, --expert and "
 		    "--control are for a spec of method = soma\n");
@@ -328,7 +331,7 @@ train_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter train: %s\n", err);
 		return 1;
 	}
-	cli_backend_report(t.run.be, "");
+	cli_backend_report(t.run.be, t.run.backend_note);
 	return t.all ? train_all(&t) : train_one(&t);
 }
 
