@@ -97,7 +97,7 @@ parse_zstd_ratio(const char *v, pl_model *m)
  * the written peer list as NAME:port: say so, or a daemon started from
  * it would look for a host of that name. */
 static void
-warn_placeholders(const topo_topology *t, const pl_candidate *c,
+warn_unaddressed(const topo_topology *t, const pl_candidate *c,
     const char *dir)
 {
 	int b, r, n = 0;
@@ -422,7 +422,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 			    "pipeline, " : "", pick == 0 ? "the default "
 			    "configuration" : pick == plan.chosen + 1 ?
 			    "the first choice" : "--pick", pick);
-			warn_placeholders(&t, c, a.out);
+			warn_unaddressed(&t, c, a.out);
 		}
 	}
 	pl_plan_free(&plan);

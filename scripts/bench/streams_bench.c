@@ -9,10 +9,12 @@
  *       [--count N] [--streams K] [--chunk BYTES] [--rounds R] */
 #include "config.h"
 
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/http_client.h"
 #include "daemon/http_server.h"
@@ -121,7 +123,7 @@ main(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 }
 	};
-	char err[KN_ERR_LEN], peers_path[] = "/tmp/streams-bench.XXXXXX";
+	char err[KN_ERR_LEN], peers_path[64];
 	char text[256], via[2][64] = { "", "" };
 	int port[2] = { 0, 0 }, streams = 1, nrounds = 5, ch, k, fd;
 	size_t count = (size_t)1 << 20, chunk = (size_t)1 << 20, i;
@@ -154,7 +156,11 @@ main(int argc, char **argv)
 			snprintf(via[k], sizeof(via[k]), "127.0.0.1:%d", port[k]);
 		snprintf(rep[k].addr, sizeof(rep[k].addr), "%s", via[k]);
 	}
-	if ((fd = mkstemp(peers_path)) < 0 || (f = fdopen(fd, "w")) == NULL)
+	/* this process's own file: created here, refused if it exists */
+	snprintf(peers_path, sizeof(peers_path), "/tmp/streams-bench.%ld",
+	    (long)getpid());
+	if ((fd = open(peers_path, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0 ||
+	    (f = fdopen(fd, "w")) == NULL)
 		die("cannot write the peer list");
 	snprintf(text, sizeof(text), "%s 1\n%s 1\n", via[0], via[1]);
 	fputs(text, f);
