@@ -495,6 +495,8 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 	    3 * d);
 	if (at->seqs == NULL)
 		be->attention_forward(atty, att, qkv, at->B, T, d, h, m->mask);
+	else if (at->block > 0)
+		kn__blockdecode_attention(m, l, atty, qkv, fch, at);
 	else
 		/* each sequence against its own cache; a->att is work space */
 		for (r = 0, off = 0; r < at->R; off += at->seqs[r].count, r++) {
@@ -522,7 +524,7 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 const float *
 kn__model_forward_layers(kn_model *m, int B)
 {
-	struct kn__attn at = { B, NULL, 0 };
+	struct kn__attn at = { B, NULL, 0, 0 };
 	int n = m->shape.window, N = B * m->T, l;
 	const float *x;
 

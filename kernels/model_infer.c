@@ -231,6 +231,12 @@ kn_kv_len(const kn_kv *kv)
 	return kv->len;
 }
 
+void
+kn__kv_set_len(kn_kv *kv, int len)
+{
+	kv->len = len;
+}
+
 float *
 kn__kv_layer(kn_kv *kv, int l)
 {
@@ -285,7 +291,7 @@ kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
 {
 	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
-	struct kn__attn at = { 0, seqs, R };
+	struct kn__attn at = { 0, seqs, R, 0 };
 	int d = m->shape.width, N = 0, l, r, rc, off;
 	int32_t *last;
 	const float *x;
@@ -321,6 +327,13 @@ kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
 	rc = head_sample(m, x, last, R, u, temp, picked, err);
 	free(last);
 	return rc;
+}
+
+int
+kn__model_sample_rows(kn_model *m, const float *x, const int32_t *rows,
+    int R, const float *u, float temp, int32_t *out, char *err)
+{
+	return head_sample(m, x, rows, R, u, temp, out, err);
 }
 
 int

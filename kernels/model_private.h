@@ -100,6 +100,7 @@ struct kn__attn {
 	int B;
 	const kn_decode_seq *seqs;
 	int R;
+	int block;      /* > 0: block-causal decoding, position blocks of this */
 };
 
 /* model.c */
@@ -151,5 +152,19 @@ int kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
 /* Layer l's k cache of a sequence; its v cache follows, window x d
  * floats on. */
 float *kn__kv_layer(kn_kv *kv, int l);
+/* The final LayerNorm, head and sampling on rows (R) of x (N, d): out[r]
+ * sampled with u[r] at temperature temp. */
+int kn__model_sample_rows(kn_model *m, const float *x, const int32_t *rows,
+    int R, const float *u, float temp, int32_t *out, char *err);
+/* Sets the positions a cache holds (blockdecode's commit). */
+void kn__kv_set_len(kn_kv *kv, int len);
+
+/* model_blockdecode.c */
+
+/* The attention of layer l in a block-causal decoding pass (at->block
+ * set): each sequence's new rows against its cache.  tmp: 3d floats of
+ * work space free during the attention. */
+void kn__blockdecode_attention(kn_model *m, int l, float *atty,
+    const float *qkv, float *tmp, const struct kn__attn *at);
 
 #endif

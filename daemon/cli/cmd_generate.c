@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/blockgen.h"
 #include "daemon/blocktrain.h"
 #include "daemon/cli/cmd.h"
 #include "daemon/cli/cmd_generate_soma.h"
@@ -36,6 +37,7 @@ struct gen_args {
 	long windows;
 	int timeout_ms;
 	int verbose;
+	int no_cache;           /* position blocks: the uncached reference */
 };
 
 static int
@@ -100,6 +102,7 @@ gen_option(void *args, int ch)
 		return CLI_CONTINUE;
 	}
 	case 'v': g->verbose = 1; return CLI_CONTINUE;
+	case 'C': g->no_cache = 1; return CLI_CONTINUE;
 	case 'w':
 		return cli_parse_int("generate", "timeout", optarg, 1,
 		    86400000, &g->timeout_ms) ? 2 : CLI_CONTINUE;
@@ -123,6 +126,7 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "score", required_argument, NULL, 'c' },
 		{ "windows", required_argument, NULL, 'n' },
+		{ "no-cache", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -224,6 +228,32 @@ gen_remote(const struct gen_args *g)
 	return 0;
 }
 
+/* A run of position blocks: every block loaded at once, each with the
+ * cache of the context it has seen, one traversal per position block. */
+static int
+gen_pos_blocks(const struct gen_args *g, int32_t *seq, int plen, int end,
+    char *err)
+{
+	const struct cli_run *r = &g->run;
+	kn_model *blocks[PR_MAX_BLOCKS] = { NULL };
+	int b, rc = 0, trav = 0;
+
+	for (b = 0; b < r->spec.blocks && rc == 0; b++)
+		rc = tr_load_model(&blocks[b], &r->spec, r->run_id, r->dir,
+		    BT_BLOCK, b + 1, r->be, 1, err);
+	if (rc == 0)
+		rc = bg_generate(blocks, &r->spec, g->steps, seq, plen, end,
+		    g->temp, g->seed, !g->no_cache, &trav, err);
+	for (b = 0; b < r->spec.blocks; b++)
+		kn_model_free(blocks[b]);
+	if (rc == 0 && g->verbose)
+		fprintf(stderr, "shardmeter generate: %d traversal%s of %d "
+		    "blocks, position blocks of %d%s\n", trav, trav == 1 ? "" :
+		    "s", r->spec.blocks, r->spec.position_block, g->no_cache ?
+		    ", uncached" : "");
+	return rc;
+}
+
 /* Fills seq[plen, end) after the prompt: the causal LM one byte at a time,
  * or the blocks' traversal, block T first since it starts from all masks
  * at t = 1. */
@@ -244,6 +274,8 @@ gen_sample(const struct gen_args *g, int32_t *seq, int plen, int end,
 		kn_model_free(m);
 		return rc;
 	}
+	if (bg_has_pos_blocks(&r->spec))
+		return gen_pos_blocks(g, seq, plen, end, err);
 	for (b = r->spec.blocks - 1; b >= 0 && rc == 0; b--) {
 		rc = tr_load_model(&m, &r->spec, r->run_id, r->dir, BT_BLOCK,
 		    b + 1, r->be, 1, err);
@@ -343,7 +375,7 @@ const struct cmd_entry cmd_generate_entry = {
 	.usage = "usage: shardmeter generate --spec FILE --dir DIR "
 	    "[--length M] [--steps K]\n"
 	    "         [--temperature T] [--seed X] [--mode "
-	    "blocktrain|ar|soma] \"PROMPT\"\n"
+	    "blocktrain|ar|soma] [--no-cache] \"PROMPT\"\n"
 	    "       shardmeter generate --peers HOSTS [--length M] "
 	    "[--steps K] [--timeout MS]\n"
 	    "         [--temperature T] [--seed X] [--mode "
@@ -366,6 +398,12 @@ const struct cmd_entry cmd_generate_entry = {
 	    "process; ar samples the causal LM one byte at a "
 	    "time.  The same seed gives\nthe same output, in one "
 	    "process or through the pipeline.\n"
+	    "A run with position blocks of L bytes (position_block) "
+	    "makes one traversal\nper position block that holds "
+	    "output, each host keeping the keys and values\nof the "
+	    "context it has seen; --no-cache recomputes the whole "
+	    "window at every\nstep instead (the same output, "
+	    "slower).\n"
 	    "--mode soma (a spec with method = soma) routes the "
 	    "prompt to its top-k\nexperts (--dir DIR in this process, "
 	    "or --peers on hosts serving experts)\nand samples from "
