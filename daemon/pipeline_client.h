@@ -27,6 +27,9 @@ typedef struct {
 	int steps;              /* denoising steps (blocktrain) */
 	double temperature;
 	uint64_t seed;
+	/* blocktrain: the position block the run must have (the window
+	 * when it has none); 0 takes the run's, whatever it is */
+	int pos_block;
 } pc_request;
 
 typedef struct {

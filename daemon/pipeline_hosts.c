@@ -76,13 +76,20 @@ parse_shape(ph_list *pl, char *rest, const char *path, int lineno,
 			pl->blocks = (int)v;
 		else if (strcmp(t, "seed") == 0)
 			pl->seed = v;
+		else if (strcmp(t, "position_block") == 0)
+			pl->pos_block = (int)v;
 		else
 			return kn_error(err, KN_EINVAL, "%.150s:%d: unknown shape "
 			    "key '%.40s' (width, heads, layers, window, blocks, "
-			    "seed, storage)", path, lineno, t);
+			    "position_block, seed, storage)", path, lineno, t);
 	}
 	s = (kn_model_shape){ pl->width, pl->heads, pl->layers_per_block,
 	    pl->window, 0, 0 };
+	if (pl->pos_block != 0 && (pl->pos_block > pl->window ||
+	    pl->window % pl->pos_block != 0))
+		return kn_error(err, KN_EINVAL, "%.150s:%d: position_block=%d "
+		    "must divide window=%d", path, lineno, pl->pos_block,
+		    pl->window);
 	if (pl->blocks < 1 || pl->blocks > PR_MAX_BLOCKS ||
 	    kn_model_check_shape(&s, err) != 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: a logical shape needs "
@@ -316,6 +323,7 @@ ph_logical_spec(const ph_list *pl, pr_spec *s)
 	s->heads = pl->heads;
 	s->layers_per_block = pl->layers_per_block;
 	s->window = pl->window;
+	s->position_block = pl->pos_block;
 	s->seed = pl->seed;
 	for (b = 0; b <= s->blocks; b++)
 		s->cuts[b] = (double)b / s->blocks;

@@ -32,9 +32,10 @@ typedef struct {
 	ph_host v[PH_MAX_HOSTS];
 	int n;
 	/* "shape width=W heads=H layers=L window=N blocks=T [seed=S]
-	 * [storage=f32|f16]" */
+	 * [storage=f32|f16] [position_block=P]" */
 	int logical;
 	int width, heads, layers_per_block, window, blocks;
+	int pos_block;                  /* position_block=L, 0 without */
 	unsigned long long seed;
 	int f16;                        /* weights in fp16 storage */
 	peers_client *clients;          /* the operators of "client" lines */

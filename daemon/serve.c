@@ -14,6 +14,7 @@
 
 #include <uv.h>
 
+#include "daemon/blockgen.h"
 #include "daemon/conf.h"
 #include "daemon/log.h"
 #include "daemon/pipeline_hosts.h"
@@ -57,7 +58,7 @@ request_end_ring(sv *s, request *r)
 	pl_frame f = { .type = PL_END, .id = r->id };
 	sc_job *job;
 
-	if (r->mode != PL_MODE_AR)
+	if (r->mode != PL_MODE_AR && r->pos_block == 0)
 		return;
 	job = sc_job_new(SC_END);
 	job->in.id = r->id;
@@ -238,6 +239,12 @@ gen_refused(sv *s, conn *c, const pl_frame *f, char *msg, size_t len,
 		snprintf(msg, len, "too many requests in flight on this "
 		    "connection (the limit is %d)",
 		    s->cfg.pipeline_client_requests);
+	} else if (f->pos_block > 0 && f->pos_block != bg_pos_block(&s->spec)) {
+		*kind = SV_ERR_INVALID;
+		snprintf(msg, len, "the request asks for position blocks of %d "
+		    "bytes; this run has %d (position_block in its spec; the "
+		    "window when it has none)", f->pos_block,
+		    bg_pos_block(&s->spec));
 	} else if (plen + f->length > n || (f->mode == PL_MODE_AR &&
 	    plen < 1)) {
 		*kind = SV_ERR_INVALID;
@@ -308,6 +315,11 @@ gen_job_bt(sv *s, const pl_frame *f)
 	for (i = 0; i < n; i++)
 		job->in.mask[i] = i >= plen;
 	job->in.block = s->spec.blocks;
+	if (bg_has_pos_blocks(&s->spec)) {
+		/* the first traversal: the position block the prompt ends in */
+		job->in.pos_block = s->spec.position_block;
+		job->in.pblock = plen / s->spec.position_block;
+	}
 	return job;
 }
 
@@ -363,8 +375,41 @@ sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
 	job->in.stream = r->stream;
+	r->pos_block = job->in.pos_block;
+	r->pblock = job->in.pblock;
 	sc_submit(s->compute, job);
 	return 0;
+}
+
+/* A request of position blocks back at the entry from the exit host:
+ * the next position block's traversal starts here, at block T.  Takes
+ * what f owns. */
+static void
+handle_bt_next(sv *s, pl_frame *f)
+{
+	request *r = request_find(s, f->id);
+	sc_job *job;
+
+	if (r == NULL)
+		return;		/* it failed or timed out meanwhile */
+	if (r->pos_block == 0 || f->pos_block != r->pos_block ||
+	    f->pblock != r->pblock + 1 || f->block != s->spec.blocks ||
+	    f->fixed != r->fixed || f->end != r->end) {
+		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline sent a "
+		    "position block out of order");
+		return;
+	}
+	if (r->client == NULL) {
+		request_fail(s, r, SV_ERR_CLIENT_GONE, "the client has gone");
+		return;
+	}
+	r->traversals++;
+	r->pblock = f->pblock;
+	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	job = sc_job_new(SC_BT);
+	job->in = *f;	/* the job takes what the frame owns */
+	memset(f, 0, sizeof(*f));
+	sc_submit(s->compute, job);
 }
 
 /* The entry takes a client's gen frame. */
@@ -478,6 +523,11 @@ route(sv *s, pl_frame *f)
 
 	switch (f->type) {
 	case PL_BT:
+		/* a ring of one host: its next position block starts here */
+		if (s->entry && f->pos_block > 0 && f->block == s->spec.blocks) {
+			handle_bt_next(s, f);
+			break;
+		}
 		/* at the entry: its own blocks' result, on its way on */
 		if (s->entry && (r = request_find(s, f->id)) != NULL) {
 			r->parts = 1;
@@ -546,6 +596,11 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 		return;
 	case PL_BT:
 	case PL_AR:
+		if (s->entry && f->type == PL_BT && f->pos_block > 0) {
+			handle_bt_next(s, f);
+			pl_frame_clear(f);
+			return;
+		}
 		if (s->entry && f->type == PL_BT) {
 			/* the ring never brings BlockTrain back to block T */
 			send_error(c, f->id, "a BlockTrain frame reached the "

@@ -8,11 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/blockgen.h"
 #include "daemon/blocktrain.h"
 #include "daemon/serve_compute_private.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
+#include "kernels/model_blockdecode.h"
 
 /* A BlockTrain request in progress here. */
 struct bt_state {
@@ -23,6 +25,7 @@ struct bt_state {
 	int j;                  /* its step */
 	double p, next;
 	int32_t *pos;           /* positions the step unmasks (n) */
+	int pb;                 /* position blocks: the job's in.pblock + 1 */
 	int npos;
 	int taken;              /* in this round's forward passes */
 	struct bt_state *next_active;
@@ -37,6 +40,51 @@ bt_free(struct bt_state *st)
 	free(st);
 }
 
+/* The symbols and mask flags of seq as a bt frame carries them. */
+static void
+window_out(const int32_t *seq, int n, pl_frame *out)
+{
+	int i;
+
+	out->data_len = out->mask_len = (size_t)n;
+	out->data = malloc((size_t)n);
+	out->mask = malloc((size_t)n);
+	for (i = 0; i < n && out->data != NULL && out->mask != NULL; i++) {
+		out->mask[i] = seq[i] == KN_MASK;
+		out->data[i] = seq[i] == KN_MASK ? 0 : (unsigned char)seq[i];
+	}
+}
+
+/* A request of position blocks after this host's blocks: on to the next
+ * host, or from the exit round the ring to the entry for the next
+ * position block's traversal (block T again); returns 0 when it is the
+ * output (the exit, the last position block).  Its caches here go with
+ * its last traversal. */
+static int
+pb_finish(sc *c, struct bt_state *st, pl_frame *out)
+{
+	const pl_frame *in = &st->job->in;
+	int first, last, exit_host = c->o.block_lo == 1;
+
+	bg_span(&c->spec, in->fixed, in->end, &first, &last);
+	if (in->pblock == last)
+		sc__pb_drop(c, in->id);
+	if (exit_host && in->pblock == last)
+		return 0;
+	out->type = PL_BT;
+	out->steps = in->steps;
+	out->temperature = in->temperature;
+	out->seed = in->seed;
+	out->fixed = in->fixed;
+	out->end = in->end;
+	out->block = exit_host ? c->spec.blocks : c->o.block_lo - 1;
+	out->stream = in->stream;
+	out->pos_block = in->pos_block;
+	out->pblock = in->pblock + exit_host;
+	window_out(st->seq, c->spec.window, out);
+	return 1;
+}
+
 static void
 bt_finish(sc *c, struct bt_state *st)
 {
@@ -49,7 +97,9 @@ bt_finish(sc *c, struct bt_state *st)
 	out->id = in->id;
 	out->compute_us = in->compute_us + job->compute_us;
 	out->hops = in->hops + 1;
-	if (c->o.block_lo == 1) {
+	if (st->pb && pb_finish(c, st, out))
+		;
+	else if (c->o.block_lo == 1) {
 		out->type = PL_OUT;
 		out->traversals = 1;
 		out->data_len = (size_t)(in->end - in->fixed);
@@ -65,14 +115,7 @@ bt_finish(sc *c, struct bt_state *st)
 		out->end = in->end;
 		out->block = c->o.block_lo - 1;
 		out->stream = in->stream;
-		out->data_len = out->mask_len = (size_t)n;
-		out->data = malloc((size_t)n);
-		out->mask = malloc((size_t)n);
-		for (i = 0; i < n && out->data != NULL && out->mask != NULL; i++) {
-			out->mask[i] = st->seq[i] == KN_MASK;
-			out->data[i] = st->seq[i] == KN_MASK ? 0 :
-			    (unsigned char)st->seq[i];
-		}
+		window_out(st->seq, n, out);
 	}
 	if (out->data == NULL || (out->type == PL_BT && out->mask == NULL))
 		sc__fail(job, "", "out of memory");
@@ -102,6 +145,16 @@ sc__bt_begin(sc *c, sc_job *job)
 		sc__fail(job, "BlockTrain frame does not fit this host: ", why);
 		return -1;
 	}
+	if (in->pos_block != (bg_has_pos_blocks(&c->spec) ?
+	    c->spec.position_block : 0)) {
+		char why[160];
+
+		snprintf(why, sizeof(why), "the request has position blocks of "
+		    "%d; this host's checkpoints have %d (position_block)",
+		    in->pos_block ? in->pos_block : n, bg_pos_block(&c->spec));
+		sc__fail(job, "BlockTrain frame does not fit this host: ", why);
+		return -1;
+	}
 	if ((st = calloc(1, sizeof(*st))) == NULL ||
 	    (st->seq = malloc((size_t)n * sizeof(int32_t))) == NULL ||
 	    (st->u = malloc((size_t)2 * n * sizeof(float))) == NULL ||
@@ -113,6 +166,19 @@ sc__bt_begin(sc *c, sc_job *job)
 	}
 	for (i = 0; i < n; i++)
 		st->seq[i] = in->mask[i] ? KN_MASK : in->data[i];
+	if (in->pos_block > 0) {
+		char why[KN_ERR_LEN];
+		double t0 = kn_now();
+
+		st->pb = in->pblock + 1;
+		if (sc__pb_begin(c, in->id, st->seq, in->pblock, why,
+		    sizeof(why)) != 0) {
+			bt_free(st);
+			sc__fail(job, "BlockTrain context: ", why);
+			return -1;
+		}
+		job->compute_us += (uint64_t)((kn_now() - t0) * 1e6);
+	}
 	st->job = job;
 	st->block = in->block;
 	st->j = 0;
@@ -130,10 +196,15 @@ bt_advance(sc *c, struct bt_state *st)
 	int n = c->spec.window;
 
 	for (;;) {
-		if (bt_step_draw(&c->spec, in->steps, st->block - 1, st->j,
+		if (st->pb ? bg_step_draw(&c->spec, in->steps, st->block - 1,
+		    st->j, st->pb - 1, in->seed, st->u, &st->p, &st->next) :
+		    bt_step_draw(&c->spec, in->steps, st->block - 1, st->j,
 		    in->seed, st->u, &st->p, &st->next)) {
-			if ((st->npos = bt_step_positions(st->seq, n, in->fixed,
-			    st->u, st->p, st->next, st->pos)) > 0)
+			st->npos = st->pb ? bg_step_positions(&c->spec, st->seq,
+			    st->pb - 1, in->fixed, st->u, st->p, st->next,
+			    st->pos) : bt_step_positions(st->seq, n, in->fixed,
+			    st->u, st->p, st->next, st->pos);
+			if (st->npos > 0)
 				return 0;
 			st->j++;
 			continue;
@@ -143,6 +214,60 @@ bt_advance(sc *c, struct bt_state *st)
 		st->block--;
 		st->j = 0;
 	}
+}
+
+/* The step of g requests of position blocks at one block: their
+ * position blocks' rows in one pass, each against its own cache (the
+ * uniforms of a step are u[L + i] for position pL + i). */
+static void
+pb_pass(sc *c, struct bt_state **group, int g)
+{
+	int L = bg_pos_block(&c->spec), N = g * L, k, r, R = 0, rc;
+	kn_decode_seq *seqs = malloc((size_t)g * sizeof(*seqs));
+	int32_t *sym = malloc((size_t)N * sizeof(int32_t));
+	int32_t *rows = malloc((size_t)N * sizeof(int32_t));
+	int32_t *picked = malloc((size_t)N * sizeof(int32_t));
+	float *u = malloc((size_t)N * sizeof(float));
+	char err[KN_ERR_LEN];
+	struct bt_state *st;
+	uint64_t us;
+	double t0 = kn_now();
+
+	if (seqs == NULL || sym == NULL || rows == NULL || picked == NULL ||
+	    u == NULL)
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+	else {
+		for (k = 0; k < g; k++) {
+			int from = (group[k]->pb - 1) * L;
+
+			st = group[k];
+			seqs[k].kv = sc__pb_kv(c, st->job->in.id, st->block);
+			seqs[k].pos0 = from;
+			seqs[k].count = L;
+			memcpy(sym + (size_t)k * L, st->seq + from,
+			    (size_t)L * sizeof(int32_t));
+			for (r = 0; r < st->npos; r++, R++) {
+				rows[R] = k * L + st->pos[r] - from;
+				u[R] = st->u[L + st->pos[r] - from];
+			}
+		}
+		rc = kn_model_blockdecode(c->blocks[group[0]->block], seqs, g,
+		    sym, 0, rows, R, u, (float)group[0]->job->in.temperature,
+		    picked, err);
+	}
+	us = (uint64_t)((kn_now() - t0) * 1e6);
+	for (k = 0, R = 0; k < g; k++) {
+		st = group[k];
+		st->job->compute_us += us;
+		if (rc != 0) {
+			sc__fail(st->job, "BlockTrain step failed: ", err);
+			continue;
+		}
+		for (r = 0; r < st->npos; r++, R++)
+			st->seq[st->pos[r]] = picked[R];
+		st->j++;
+	}
+	free(seqs); free(sym); free(rows); free(picked); free(u);
 }
 
 /* One step of every active request: those at the same block and
@@ -182,10 +307,15 @@ sc__bt_round(sc *c)
 			break;
 		for (st = lead; st != NULL && g < B; st = st->next_active)
 			if (!st->taken && st->block == lead->block &&
+			    !st->pb == !lead->pb &&
 			    st->job->in.temperature == lead->job->in.temperature) {
 				st->taken = 1;
 				group[g++] = st;
 			}
+		if (lead->pb) {
+			pb_pass(c, group, g);
+			continue;
+		}
 		/* one batch of windows; the head only where a byte is picked */
 		for (k = 0; k < g; k++) {
 			st = group[k];

@@ -79,6 +79,7 @@ take_jobs(sc *c, lt_item *item)
 		case SC_END:
 			if (c->causal != NULL)
 				sc__ar_drop(c, j->in.id);
+			sc__pb_drop(c, j->in.id);
 			sc_job_free(j);
 			break;
 		case SC_BT:
@@ -109,7 +110,7 @@ run(lt_thread *t, void *arg)
 		/* no wait with requests in flight; with caches held, wake
 		 * now and then to evict the idle ones */
 		double wait = c->active != NULL ? 0 :
-		    c->caches != NULL ? 1 : -1;
+		    c->caches != NULL || c->pb_caches != NULL ? 1 : -1;
 
 		if (lt_wait(t, wait, &jobs)) {
 			for (; jobs != NULL; jobs = next) {
@@ -124,6 +125,8 @@ run(lt_thread *t, void *arg)
 			sc__bt_round(c);
 		if (c->caches != NULL)
 			sc__ar_evict_idle(c, kn_now());
+		if (c->pb_caches != NULL)
+			sc__pb_evict_idle(c, kn_now());
 	}
 }
 
@@ -287,6 +290,7 @@ on_closed(void *arg)
 
 	sc__bt_free_all(c);
 	sc__ar_free_all(c);
+	sc__pb_free_all(c);
 	free_sc(c);
 	if (closed != NULL)
 		closed(closed_arg);

@@ -13,6 +13,7 @@
 
 struct bt_state;        /* serve_bt.c */
 struct cache;           /* serve_ar.c */
+struct pb_cache;        /* serve_pb.c */
 
 struct sc {
 	sc_opts o;
@@ -29,6 +30,7 @@ struct sc {
 	/* the thread's own */
 	struct bt_state *active;
 	struct cache *caches;
+	struct pb_cache *pb_caches;             /* position blocks' */
 	atomic_int ncaches;                     /* the loop reads it too */
 	float *ar_scratch;                      /* window floats */
 };
@@ -45,6 +47,17 @@ int sc__bt_begin(sc *c, sc_job *job);
 void sc__bt_round(sc *c);
 /* At close: the active requests and their jobs. */
 void sc__bt_free_all(sc *c);
+
+/* serve_pb.c: the caches of requests of position blocks.  begin finds
+ * or makes the request's caches for position block p and adds the
+ * clean context seq[.., pL) to them; -1 with why set when it cannot. */
+int sc__pb_begin(sc *c, uint64_t id, const int32_t *seq, int p, char *why,
+    size_t len);
+/* The request's cache over block (1-based), NULL when it has none. */
+kn_kv *sc__pb_kv(sc *c, uint64_t id, int block);
+void sc__pb_drop(sc *c, uint64_t id);
+void sc__pb_evict_idle(sc *c, double t);
+void sc__pb_free_all(sc *c);
 
 /* -1: the autoregressive job does not fit this host (answer set, the
  * caller posts it). */

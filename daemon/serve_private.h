@@ -127,6 +127,8 @@ typedef struct request {
 	uint64_t seed;
 	int stream;                     /* bt: the hosts send their windows */
 	int parts;                      /* bt: host lines whose window went */
+	int pos_block, pblock;          /* bt of position blocks: L and the
+					 * position block in the ring now */
 	unsigned char *seq;             /* ar: the window so far */
 	double deadline;
 	uint64_t compute_us;

@@ -32,14 +32,14 @@ enum {
 	K_MAGIC, K_VERSION, K_TYPE, K_ID, K_MODE, K_LENGTH, K_STEPS, K_TEMP,
 	K_SEED, K_FIXED, K_END, K_BLOCK, K_POS, K_COUNT, K_WIDTH, K_BYTE,
 	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_EXPERT,
-	K_STREAM, K_HOST, K_NKEYS
+	K_STREAM, K_HOST, K_POS_BLOCK, K_PBLOCK, K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
 	"magic", "version", "type", "id", "mode", "length", "steps",
 	"temperature", "seed", "fixed", "end", "block", "pos", "count",
 	"width", "byte", "data", "mask", "compute_us", "hops", "traversals",
-	"message", "expert", "stream", "host"
+	"message", "expert", "stream", "host", "pos_block", "pblock"
 };
 
 /* The keys of each type after magic, version, type and id, in the order
@@ -122,8 +122,24 @@ uint_field(const pl_frame *f, int k)
 	case K_TRAV: return (uint64_t)f->traversals;
 	case K_EXPERT: return (uint64_t)f->expert;
 	case K_HOST: return (uint64_t)f->host;
+	case K_POS_BLOCK: return (uint64_t)f->pos_block;
+	case K_PBLOCK: return (uint64_t)f->pblock;
 	default: return 0;
 	}
+}
+
+/* The position-block keys a frame has, after "stream" (into opt, their
+ * count): gen's pos_block, bt's pos_block and pblock, each only when
+ * pos_block is set, so the frames of a run without position blocks are
+ * as they always were. */
+static int
+optional_keys(const pl_frame *f, int opt[2])
+{
+	if (f->pos_block <= 0 || (f->type != PL_GEN && f->type != PL_BT))
+		return 0;
+	opt[0] = K_POS_BLOCK;
+	opt[1] = K_PBLOCK;
+	return f->type == PL_BT ? 2 : 1;
 }
 
 int
@@ -132,7 +148,7 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	const int *keys;
-	int n = 0, i, rc = 0, stream;
+	int n = 0, i, rc = 0, stream, opt[2], nopt;
 	size_t body;
 
 	*buf = NULL;
@@ -143,11 +159,13 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	while (keys[n] >= 0)
 		n++;
 	stream = f->type == PL_BT && f->stream;
+	nopt = optional_keys(f, opt);
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	/* room for the length, filled in at the end */
 	rc |= msgpack_sbuffer_write(&sb, "\0\0\0\0", PL_HEADER);
-	rc |= msgpack_pack_map(&pk, (size_t)n + 4 + (size_t)stream);
+	rc |= msgpack_pack_map(&pk, (size_t)n + 4 + (size_t)stream +
+	    (size_t)nopt);
 	rc |= pr_mp_pack_key(&pk, "magic");
 	rc |= msgpack_pack_str_with_body(&pk, PL_MAGIC, strlen(PL_MAGIC));
 	rc |= pr_mp_pack_key(&pk, "version");
@@ -178,6 +196,10 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	if (stream) {
 		rc |= pr_mp_pack_key(&pk, "stream");
 		rc |= msgpack_pack_true(&pk);
+	}
+	for (i = 0; i < nopt; i++) {
+		rc |= pr_mp_pack_key(&pk, key_names[opt[i]]);
+		rc |= msgpack_pack_uint64(&pk, uint_field(f, opt[i]));
 	}
 	body = sb.size - PL_HEADER;
 	if (rc != 0 || body > PL_FRAME_MAX) {
@@ -240,6 +262,13 @@ decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 	case K_END: return get_int(o, PL_MAX_WINDOW, &f->end, name, err);
 	case K_BLOCK: return get_int(o, PL_MAX_BLOCK, &f->block, name, err);
 	case K_HOST: return get_int(o, PL_MAX_BLOCK, &f->host, name, err);
+	case K_POS_BLOCK:
+		if (get_int(o, PL_MAX_WINDOW, &f->pos_block, name, err) != 0)
+			return KN_EINVAL;
+		return f->pos_block >= 1 ? KN_OK : kn_error(err, KN_EINVAL,
+		    "pipeline frame field 'pos_block' must be at least 1 "
+		    "(absent without position blocks)");
+	case K_PBLOCK: return get_int(o, PL_MAX_WINDOW, &f->pblock, name, err);
 	case K_STREAM:
 		/* only true: a frame has one encoding */
 		if (o->type != MSGPACK_OBJECT_BOOLEAN || !o->via.boolean)
@@ -318,6 +347,31 @@ check_window(const pl_frame *f, char *err)
 	return KN_OK;
 }
 
+/* A bt frame of position blocks: L divides the window and is below it,
+ * pblock is one of the request's position blocks (those from the one
+ * the prompt ends in to the one the output ends in), and every position
+ * before it is decided. */
+static int
+check_pos_block(const pl_frame *f, char *err)
+{
+	size_t n = f->data_len, L = (size_t)f->pos_block, i;
+	size_t from = (size_t)f->pblock * L;
+
+	if (L >= n || n % L != 0)
+		return kn_error(err, KN_EINVAL, "position block %d must divide "
+		    "the window of %zu and be below it", f->pos_block, n);
+	if (f->pblock < f->fixed / f->pos_block ||
+	    from >= (size_t)f->end)
+		return kn_error(err, KN_EINVAL, "position block %d is not one "
+		    "of the request's (positions %d to %d)", f->pblock, f->fixed,
+		    f->end - 1);
+	for (i = 0; i < from; i++)
+		if (f->mask[i])
+			return kn_error(err, KN_EINVAL, "position %zu before "
+			    "position block %d is masked", i, f->pblock);
+	return KN_OK;
+}
+
 /* What a well-formed frame of each type must also satisfy. */
 static int
 check_frame(const pl_frame *f, char *err)
@@ -335,6 +389,8 @@ check_frame(const pl_frame *f, char *err)
 		    f->steps < 1)
 			return kn_error(err, KN_EINVAL, "a BlockTrain frame needs "
 			    "fixed <= end <= window and steps >= 1");
+		if (f->pos_block > 0)
+			return check_pos_block(f, err);
 		break;
 	case PL_PART:
 		if (check_window(f, err) != 0)
@@ -393,7 +449,7 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	msgpack_unpacked up;
 	const msgpack_object *root, *vals[18], *t;
 	const char *keys[18];
-	int rc, n = 0, i, k, stream;
+	int rc, n = 0, i, k, stream, opt[2], nopt;
 
 	memset(f, 0, sizeof(*f));
 	msgpack_unpacked_init(&up);
@@ -419,6 +475,13 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	stream = f->type == PL_BT && pr_mp_map_get(root, "stream") != NULL;
 	if (stream)
 		keys[n++] = key_names[K_STREAM];
+	/* pos_block says whether the position-block keys are there */
+	f->pos_block = (f->type == PL_GEN || f->type == PL_BT) &&
+	    pr_mp_map_get(root, "pos_block") != NULL;
+	nopt = optional_keys(f, opt);
+	f->pos_block = 0;
+	for (i = 0; i < nopt; i++)
+		keys[n++] = key_names[opt[i]];
 	if ((rc = pr_mp_collect_fields(root, keys, n, vals, "pipeline frame",
 	    err)) != 0)
 		goto out;
@@ -428,7 +491,9 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	for (i = 0; type_keys[f->type][i] >= 0 && rc == 0; i++)
 		rc = decode_field(f, type_keys[f->type][i], vals[4 + i], err);
 	if (rc == 0 && stream)
-		rc = decode_field(f, K_STREAM, vals[n - 1], err);
+		rc = decode_field(f, K_STREAM, vals[n - 1 - nopt], err);
+	for (i = 0; i < nopt && rc == 0; i++)
+		rc = decode_field(f, opt[i], vals[n - nopt + i], err);
 	if (rc == 0)
 		rc = check_frame(f, err);
 out:

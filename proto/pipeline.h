@@ -50,6 +50,12 @@ typedef struct {
 	/* bt: the entry streams the request, so each host reports its
 	 * window in a part frame (the key is absent when 0) */
 	int stream;
+	/* Position blocks (DESIGN section 2).  gen: the position block the
+	 * client expects the run to have (0: the key is absent, whatever
+	 * the run has).  bt: L below the window, and pblock, the position
+	 * block this traversal denoises (both keys absent when 0: one
+	 * traversal over the window, as always). */
+	int pos_block, pblock;
 	int host;                       /* part: its host line, from 1 */
 	/* ar: first position, rows, d; tok: pos; score, logp: windows and
 	 * bytes predicted per window; step: bytes the session had seen,

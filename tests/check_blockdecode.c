@@ -173,6 +173,323 @@ START_TEST(test_traversals)
 }
 END_TEST
 
+/* The pipeline ------------------------------------------------------- */
+
+#define WINDOW 24
+#define POS_BLOCK 4
+
+static char dir[64];
+static const char *tool;
+static int base_port;
+static pid_t host_pid[4];
+static tls_ctx *operator_tls;
+
+/* A run of two blocks of one layer with position blocks of 4, trained a
+ * few steps on system text, and the trust of two hosts and the test. */
+static void
+train_once(void)
+{
+	char out[4096], err[KN_ERR_LEN];
+
+	tool = tu_shardmeter();
+	tu_temp_dir(dir, sizeof(dir), "check_blockdecode");
+	tu_write_file(dir, "run.conf", "seed = 3\n[model]\nblocks = 2\n"
+	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 24\n"
+	    "position_block = 4\np_prefix = 0.2\n"
+	    "[data]\ntrain = /usr/share/common-licenses/GPL-3\n"
+	    "valid = /usr/share/common-licenses/GPL-2\n"
+	    "test = /usr/share/common-licenses/GPL-2\n"
+	    "[optim]\nbatch = 8\nsteps = 20\nwarmup = 5\nlr = 3e-3\n");
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/run.conf --dir %s/run --all --quiet --threads 2", tool, dir,
+	    dir) == 0, "training: %s", out);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "for i in 0 1 2 3; do mkdir -p "
+	    "%s/host$i && ln -sf %s/run/*.ckpt %s/host$i/ || exit 1; done", dir,
+	    dir, dir), 0);
+	tu_trust_init(dir);
+	ck_assert_msg(tls_ctx_new(&operator_tls, tu_client_dir(), err) == 0,
+	    "%s", err);
+	base_port = tu_port_base(4);
+}
+
+static void
+cleanup_once(void)
+{
+	tls_ctx_free(operator_tls);
+	tu_remove_dir(dir);
+}
+
+static void
+setup(void)
+{
+	memset(host_pid, 0, sizeof(host_pid));
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static void
+teardown(void)
+{
+	for (int i = 0; i < 4; i++)
+		tu_stop(&host_pid[i], SIGTERM, 15);
+}
+
+/* Host i of the ring of hosts i0, i0 + 1 (block 2, then block 1), on
+ * the host list `list` and the spec (NULL: the list's logical shape). */
+static void
+start_host(int i, int i0, const char *list, const char *spec)
+{
+	char listen[32], next[32], hosts[128], log[128], state[128];
+	char conf[128], specpath[128];
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
+	snprintf(next, sizeof(next), "127.0.0.1:%d", base_port + i0 +
+	    (i - i0 + 1) % 2);
+	snprintf(hosts, sizeof(hosts), "%s/%s", dir, list);
+	snprintf(log, sizeof(log), "%s/log%d", dir, i);
+	snprintf(state, sizeof(state), "%s/host%d", dir, i);
+	snprintf(conf, sizeof(conf), "%s/serve.conf", dir);
+	snprintf(specpath, sizeof(specpath), "%s/%s", dir, spec ? spec : "");
+	if (spec != NULL)
+		host_pid[i] = tu_daemon_start(log, base_port + i, "-S", "-f",
+		    "-c", conf, "-L", listen, "-N", next, "-P", hosts, "-s",
+		    state, "-r", specpath, "-D", "cpu", "-t", "1", (char *)NULL);
+	else
+		host_pid[i] = tu_daemon_start(log, base_port + i, "-S", "-f",
+		    "-c", conf, "-L", listen, "-N", next, "-P", hosts, "-s",
+		    state, "-D", "cpu", "-t", "1", (char *)NULL);
+}
+
+/* The host list of hosts i0 and i0 + 1, with a first line (a shape, or
+ * ""). */
+static void
+write_hosts(const char *name, int i0, const char *first)
+{
+	char text[2048], state[128];
+	int i;
+
+	snprintf(text, sizeof(text), "%s", first);
+	for (i = i0; i < i0 + 2; i++) {
+		snprintf(state, sizeof(state), "%s/host%d", dir, i);
+		tu_peer_line(text, sizeof(text), base_port + i, 2 - (i - i0),
+		    state);
+	}
+	tu_client_line(text, sizeof(text));
+	tu_write_file(dir, name, text);
+}
+
+static pc_request
+request_for(const char *prompt, int length, uint64_t seed, int pos_block)
+{
+	pc_request r = { 0 };
+
+	r.mode = PL_MODE_BT;
+	r.prompt = prompt;
+	r.prompt_len = strlen(prompt);
+	r.length = length;
+	r.steps = 16;
+	r.temperature = 0.9;
+	r.seed = seed;
+	r.pos_block = pos_block;
+	return r;
+}
+
+static int
+ask(int port, const pc_request *r, pc_result *res, char *err)
+{
+	char addr[32];
+
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	return pc_generate(addr, operator_tls, tu_port_pin(port), r, res,
+	    10000, err);
+}
+
+static void
+wait_ring(int port)
+{
+	double t0 = kn_now();
+	pc_request r = request_for("a", 2, 1, 0);
+	pc_result res;
+	char err[KN_ERR_LEN];
+	int ok = 0, answered = 0;
+
+	while (!answered && kn_now() - t0 < 20) {
+		if (ask(port, &r, &res, err) == 0) {
+			answered = 1;
+			ok = res.ok;
+		} else
+			usleep(100000);
+		pc_result_clear(&res);
+	}
+	ck_assert_msg(answered, "the ring on %d did not come up", port);
+	(void)ok;
+}
+
+/* shardmeter generate in one process, cached or not: the output bytes
+ * after the prompt in out (read as hex: the model may emit any byte,
+ * NUL included); their count. */
+static size_t
+single_process(const char *prompt, int length, uint64_t seed, int cached,
+    unsigned char *out, size_t outlen)
+{
+	char raw[8192], *p;
+	size_t n = 0, plen = strlen(prompt);
+	unsigned v;
+	int used;
+
+	ck_assert_int_eq(tu_run_cmd(raw, sizeof(raw), "%s generate --spec "
+	    "%s/run.conf --dir %s/run --length %d --steps 16 --temperature "
+	    "0.9 --seed %llu %s '%s' 2>/dev/null | od -An -v -tx1", tool, dir,
+	    dir, length, (unsigned long long)seed, cached ? "" : "--no-cache",
+	    prompt), 0);
+	/* the prompt, the output, a newline */
+	for (p = raw; sscanf(p, " %2x%n", &v, &used) == 1; p += used, n++)
+		if (n >= plen && n - plen < outlen)
+			out[n - plen] = (unsigned char)v;
+	ck_assert_uint_eq(n, plen + (size_t)length + 1);
+	return n - plen - 1;
+}
+
+static void
+check_same(const char *prompt, int length, uint64_t seed, int pos_block)
+{
+	pc_request r = request_for(prompt, length, seed, pos_block);
+	pc_result res;
+	char err[KN_ERR_LEN];
+	unsigned char expect[64], uncached[64];
+	int plen = (int)strlen(prompt);
+
+	ck_assert_uint_eq(single_process(prompt, length, seed, 1, expect,
+	    sizeof(expect)), (size_t)length);
+	single_process(prompt, length, seed, 0, uncached, sizeof(uncached));
+	ck_assert_msg(memcmp(expect, uncached, (size_t)length) == 0, "prompt "
+	    "'%s' seed %llu: cached and uncached differ", prompt,
+	    (unsigned long long)seed);
+	ck_assert_msg(ask(base_port, &r, &res, err) == 0, "%s", err);
+	ck_assert_msg(res.ok, "%s", res.error);
+	ck_assert_uint_eq(res.len, (size_t)length);
+	ck_assert_msg(memcmp(res.output, expect, (size_t)length) == 0,
+	    "prompt '%s' seed %llu: the pipeline and one process differ",
+	    prompt, (unsigned long long)seed);
+	ck_assert_int_eq(res.traversals, (plen + length + POS_BLOCK - 1) /
+	    POS_BLOCK - plen / POS_BLOCK);
+	pc_result_clear(&res);
+}
+
+/* Requests in flight together share the hosts' passes (each against
+ * its own caches) and still give what one process gives. */
+static void
+many_at_once(void)
+{
+	static const char *prompts[5] = { "Id ", "I", "Tomorrow", "", "ab" };
+	unsigned char expect[5][64];
+	char addr[32], err[KN_ERR_LEN];
+	pc_request r[5];
+	pc_result res;
+	uint64_t id[5];
+	pc_conn *c;
+	int i, k, seen = 0;
+
+	for (i = 0; i < 5; i++) {
+		r[i] = request_for(prompts[i], 6 + i, 40 + (uint64_t)i, 0);
+		single_process(prompts[i], 6 + i, 40 + (uint64_t)i, 1, expect[i],
+		    sizeof(expect[i]));
+	}
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", base_port);
+	ck_assert_msg(pc_connect(&c, addr, operator_tls, tu_port_pin(base_port),
+	    2000, err) == 0, "%s", err);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(pc_send(c, &r[i], &id[i], err), 0);
+	for (k = 0; k < 5; k++) {
+		ck_assert_int_eq(pc_recv(c, &res, 10000, err), 0);
+		ck_assert_msg(res.ok, "%s", res.error);
+		for (i = 0; i < 5 && id[i] != res.id; i++)
+			;
+		ck_assert_int_lt(i, 5);
+		ck_assert(!(seen & 1 << i));
+		seen |= 1 << i;
+		ck_assert_uint_eq(res.len, (size_t)(6 + i));
+		ck_assert_msg(memcmp(res.output, expect[i], res.len) == 0,
+		    "request %d at once: the pipeline and one process differ", i);
+		pc_result_clear(&res);
+	}
+	pc_close(c);
+}
+
+/* Two hosts over mutual TLS give what one process gives, cached or not,
+ * for prompts that end inside a position block, on its edge, or are
+ * empty; a request for another position block is refused, and the ring
+ * answers as before after it. */
+START_TEST(test_pipeline_same_as_one_process)
+{
+	pc_request r;
+	pc_result res;
+	char err[KN_ERR_LEN];
+	uint64_t seed;
+
+	write_hosts("hosts", 0, "# position blocks of 4\n");
+	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 5000\n"
+	    "pipeline_idle_s = 5\npipeline_batch = 4\nmetrics_listen = off\n");
+	start_host(0, 0, "hosts", "run.conf");
+	start_host(1, 0, "hosts", "run.conf");
+	wait_ring(base_port);
+	for (seed = 1; seed <= 2; seed++) {
+		check_same("The ", 13, seed, 0);
+		check_same("Th", 9, seed, POS_BLOCK);
+	}
+	check_same("", WINDOW, 5, 0);
+	/* the client asks for position blocks the run does not have */
+	r = request_for("The ", 8, 1, 8);
+	ck_assert_msg(ask(base_port, &r, &res, err) == 0, "%s", err);
+	ck_assert(!res.ok);
+	ck_assert_msg(strstr(res.error, "position blocks of 8") != NULL,
+	    "%s", res.error);
+	pc_result_clear(&res);
+	r.pos_block = WINDOW;
+	ck_assert_msg(ask(base_port, &r, &res, err) == 0, "%s", err);
+	ck_assert(!res.ok);
+	pc_result_clear(&res);
+	/* and nothing has changed */
+	check_same("The ", 13, 1, 0);
+	many_at_once();
+}
+END_TEST
+
+/* A host whose checkpoints have another position block than the frame
+ * refuses it, and says so: a ring of logical shapes whose second host
+ * was given position blocks of 8 where the entry has 4. */
+START_TEST(test_host_refuses_other_pos_block)
+{
+	pc_request r = request_for("The ", 12, 1, 0);
+	pc_result res;
+	char err[KN_ERR_LEN];
+
+	write_hosts("hosts4", 2, "shape width=32 heads=2 layers=1 window=24 "
+	    "blocks=2 position_block=4\n");
+	write_hosts("hosts8", 2, "shape width=32 heads=2 layers=1 window=24 "
+	    "blocks=2 position_block=8\n");
+	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 5000\n"
+	    "pipeline_idle_s = 5\nmetrics_listen = off\n");
+	start_host(2, 2, "hosts4", NULL);
+	start_host(3, 2, "hosts8", NULL);
+	ck_assert_msg(ask(base_port + 2, &r, &res, err) == 0, "%s", err);
+	ck_assert(!res.ok);
+	ck_assert_msg(strstr(res.error, "position blocks of 4; this host's "
+	    "checkpoints have 8") != NULL, "%s", res.error);
+	pc_result_clear(&res);
+	/* the same ring without position blocks on the entry's side:
+	 * refused the other way round */
+	tu_stop(&host_pid[2], SIGTERM, 15);
+	write_hosts("hosts24", 2, "shape width=32 heads=2 layers=1 window=24 "
+	    "blocks=2\n");
+	start_host(2, 2, "hosts24", NULL);
+	ck_assert_msg(ask(base_port + 2, &r, &res, err) == 0, "%s", err);
+	ck_assert(!res.ok);
+	ck_assert_msg(strstr(res.error, "position blocks of 24; this host's "
+	    "checkpoints have 8") != NULL, "%s", res.error);
+	pc_result_clear(&res);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -183,6 +500,13 @@ main(void)
 	tcase_add_test(tc, test_cached_is_uncached);
 	tcase_add_test(tc, test_bad_passes_refused);
 	tcase_add_test(tc, test_traversals);
+	suite_add_tcase(su, tc);
+	tc = tcase_create("pipeline");
+	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, train_once, cleanup_once);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_pipeline_same_as_one_process);
+	tcase_add_test(tc, test_host_refuses_other_pos_block);
 	suite_add_tcase(su, tc);
 	return tu_run_suite(su);
 }
