@@ -38,6 +38,7 @@ struct gen_args {
 	int timeout_ms;
 	int verbose;
 	int no_cache;           /* position blocks: the uncached reference */
+	int pos_block;          /* the run's position block required; 0: any */
 };
 
 static int
@@ -103,6 +104,9 @@ gen_option(void *args, int ch)
 	}
 	case 'v': g->verbose = 1; return CLI_CONTINUE;
 	case 'C': g->no_cache = 1; return CLI_CONTINUE;
+	case 'L':
+		return cli_parse_int("generate", "position-block", optarg, 1,
+		    65536, &g->pos_block) ? 2 : CLI_CONTINUE;
 	case 'w':
 		return cli_parse_int("generate", "timeout", optarg, 1,
 		    86400000, &g->timeout_ms) ? 2 : CLI_CONTINUE;
@@ -127,6 +131,7 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 		{ "score", required_argument, NULL, 'c' },
 		{ "windows", required_argument, NULL, 'n' },
 		{ "no-cache", no_argument, NULL, 'C' },
+		{ "position-block", required_argument, NULL, 'L' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -200,6 +205,7 @@ gen_remote(const struct gen_args *g)
 	req.steps = g->steps;
 	req.temperature = g->temp;
 	req.seed = g->seed;
+	req.pos_block = g->pos_block;
 	t0 = kn_now();
 	rc = gen_ask(g, &hosts, &req, &res, err);
 	ph_free(&hosts);
@@ -317,6 +323,14 @@ gen_local(struct gen_args *g)
 		    g->length, n);
 		return 2;
 	}
+	if (!g->ar && g->pos_block > 0 &&
+	    g->pos_block != bg_pos_block(&g->run.spec)) {
+		fprintf(stderr, "shardmeter generate: --position-block %d, but "
+		    "the run has position blocks of %d (position_block in %s; "
+		    "the window when it has none)\n", g->pos_block,
+		    bg_pos_block(&g->run.spec), g->run.spec_path);
+		return 2;
+	}
 	if (g->ar && plen == 0) {
 		fprintf(stderr, "shardmeter generate: --mode ar needs a prompt "
 		    "of at least one byte\n");
@@ -375,11 +389,13 @@ const struct cmd_entry cmd_generate_entry = {
 	.usage = "usage: shardmeter generate --spec FILE --dir DIR "
 	    "[--length M] [--steps K]\n"
 	    "         [--temperature T] [--seed X] [--mode "
-	    "blocktrain|ar|soma] [--no-cache] \"PROMPT\"\n"
+	    "blocktrain|ar|soma] [--no-cache] [--position-block L] "
+	    "\"PROMPT\"\n"
 	    "       shardmeter generate --peers HOSTS [--length M] "
 	    "[--steps K] [--timeout MS]\n"
 	    "         [--temperature T] [--seed X] [--mode "
-	    "blocktrain|ar] [--verbose] \"PROMPT\"\n"
+	    "blocktrain|ar] [--verbose]\n"
+	    "         [--position-block L] \"PROMPT\"\n"
 	    "PROMPT - reads the prompt from standard input, every "
 	    "byte of it (echo's\nnewline too; printf '%s' leaves "
 	    "it out).\n"
@@ -403,7 +419,9 @@ const struct cmd_entry cmd_generate_entry = {
 	    "output, each host keeping the keys and values\nof the "
 	    "context it has seen; --no-cache recomputes the whole "
 	    "window at every\nstep instead (the same output, "
-	    "slower).\n"
+	    "slower).  --position-block L refuses to\ngenerate "
+	    "unless the run's position block is L (the window when "
+	    "it has none).\n"
 	    "--mode soma (a spec with method = soma) routes the "
 	    "prompt to its top-k\nexperts (--dir DIR in this process, "
 	    "or --peers on hosts serving experts)\nand samples from "
