@@ -534,7 +534,8 @@ route(sv *s, pl_frame *f)
 			if (r->client != NULL && r->client->http != NULL)
 				sh_partial(r->client, r, f->data, f->mask,
 				    f->block, 1);
-		} else if (!s->entry && f->stream)
+		} else if (!s->entry && f->stream && f->block < s->spec.blocks)
+			/* not the exit's frame for the next position block */
 			send_part(s, f);
 		link_send_frame(s, f);
 		break;

@@ -22,6 +22,7 @@
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "kernels/model_blockdecode.h"
+#include "proto/pipeline.h"
 #include "proto/spec.h"
 #include "tests/testutil.h"
 
@@ -170,6 +171,103 @@ START_TEST(test_traversals)
 	ck_assert_int_eq(bg_traversals(&s, 8, 24), 1);
 	spec_of(&s, 2, 64, 1);
 	ck_assert_int_eq(bg_traversals(&s, 8, 24), 16);
+}
+END_TEST
+
+/* A bt frame of position blocks of L over a window of 24: prompt 3
+ * bytes, output to 20, position block p, decided before it. */
+static pl_frame
+bt_frame(int L, int p)
+{
+	pl_frame f = { .type = PL_BT, .id = 9, .steps = 8, .temperature = 1.0,
+	    .seed = 2, .fixed = 3, .end = 20, .block = 2, .pos_block = L,
+	    .pblock = p };
+	int i;
+
+	f.data_len = f.mask_len = 24;
+	f.data = calloc(24, 1);
+	f.mask = calloc(24, 1);
+	for (i = 0; i < 24; i++) {
+		f.mask[i] = L > 0 && i >= p * L;
+		f.data[i] = f.mask[i] ? 0 : 'a' + i;
+	}
+	return f;
+}
+
+/* Decodes what f encodes to (the body after the length); f cleared. */
+static int
+through(pl_frame *f, pl_frame *g, const char *from, const char *to)
+{
+	char *buf, err[KN_ERR_LEN], *k;
+	size_t len;
+	int rc;
+
+	ck_assert_int_eq(pl_frame_encode(f, &buf, &len, err), 0);
+	pl_frame_clear(f);
+	if (from != NULL) {
+		k = memmem(buf, len, from, strlen(from));
+		ck_assert_ptr_nonnull(k);
+		memcpy(k, to, strlen(to));
+	}
+	rc = pl_frame_decode(buf + PL_HEADER, len - PL_HEADER, g, err);
+	free(buf);
+	return rc;
+}
+
+/* The position-block keys: there when set, absent otherwise (so other
+ * frames keep their bytes), strictly checked. */
+START_TEST(test_frames)
+{
+	pl_frame f, g;
+	char *buf, err[KN_ERR_LEN];
+	size_t len;
+
+	f = bt_frame(4, 2);
+	ck_assert_int_eq(through(&f, &g, NULL, NULL), 0);
+	ck_assert_int_eq(g.pos_block, 4);
+	ck_assert_int_eq(g.pblock, 2);
+	pl_frame_clear(&g);
+	f = bt_frame(4, 0);
+	f.fixed = 0;
+	ck_assert_int_eq(through(&f, &g, NULL, NULL), 0);
+	ck_assert_int_eq(g.pblock, 0);
+	pl_frame_clear(&g);
+	/* without position blocks: no such key on the wire */
+	f = bt_frame(0, 0);
+	ck_assert_int_eq(pl_frame_encode(&f, &buf, &len, err), 0);
+	ck_assert_ptr_null(memmem(buf, len, "pblock", 6));
+	ck_assert_ptr_null(memmem(buf, len, "pos_block", 9));
+	free(buf);
+	ck_assert_int_eq(through(&f, &g, NULL, NULL), 0);
+	ck_assert_int_eq(g.pos_block, 0);
+	pl_frame_clear(&g);
+	/* L not dividing the window, or the window itself */
+	f = bt_frame(5, 1);
+	ck_assert_int_ne(through(&f, &g, NULL, NULL), 0);
+	f = bt_frame(24, 0);
+	ck_assert_int_ne(through(&f, &g, NULL, NULL), 0);
+	/* a position block before the prompt's, or past the output */
+	f = bt_frame(2, 0);
+	ck_assert_int_ne(through(&f, &g, NULL, NULL), 0);
+	f = bt_frame(4, 5);
+	ck_assert_int_ne(through(&f, &g, NULL, NULL), 0);
+	/* a masked position in the context */
+	f = bt_frame(4, 2);
+	f.mask[5] = 1;
+	ck_assert_int_ne(through(&f, &g, NULL, NULL), 0);
+	/* pblock without pos_block */
+	f = bt_frame(4, 2);
+	ck_assert_int_ne(through(&f, &g, "pos_block", "pos_blocX"), 0);
+	/* gen: pos_block only when asked for, at least 1 */
+	f = (pl_frame){ .type = PL_GEN, .id = 1, .length = 4, .steps = 2,
+	    .pos_block = 16 };
+	ck_assert_int_eq(through(&f, &g, NULL, NULL), 0);
+	ck_assert_int_eq(g.pos_block, 16);
+	pl_frame_clear(&g);
+	f = (pl_frame){ .type = PL_GEN, .id = 1, .length = 4, .steps = 2 };
+	ck_assert_int_eq(pl_frame_encode(&f, &buf, &len, err), 0);
+	ck_assert_ptr_null(memmem(buf, len, "pos_block", 9));
+	free(buf);
 }
 END_TEST
 
@@ -500,6 +598,7 @@ main(void)
 	tcase_add_test(tc, test_cached_is_uncached);
 	tcase_add_test(tc, test_bad_passes_refused);
 	tcase_add_test(tc, test_traversals);
+	tcase_add_test(tc, test_frames);
 	suite_add_tcase(su, tc);
 	tc = tcase_create("pipeline");
 	tcase_set_timeout(tc, 120);
