@@ -40,12 +40,22 @@ bt_free(struct bt_state *st)
 	free(st);
 }
 
-/* The symbols and mask flags of seq as a bt frame carries them. */
+/* The bt frame that takes the request of in on to block, with seq's
+ * symbols and mask flags (n). */
 static void
-window_out(const int32_t *seq, int n, pl_frame *out)
+bt_frame_on(const pl_frame *in, int block, const int32_t *seq, int n,
+    pl_frame *out)
 {
 	int i;
 
+	out->type = PL_BT;
+	out->steps = in->steps;
+	out->temperature = in->temperature;
+	out->seed = in->seed;
+	out->fixed = in->fixed;
+	out->end = in->end;
+	out->block = block;
+	out->stream = in->stream;
 	out->data_len = out->mask_len = (size_t)n;
 	out->data = malloc((size_t)n);
 	out->mask = malloc((size_t)n);
@@ -71,17 +81,10 @@ pb_finish(sc *c, struct bt_state *st, pl_frame *out)
 		sc__pb_drop(c, in->id);
 	if (exit_host && in->pblock == last)
 		return 0;
-	out->type = PL_BT;
-	out->steps = in->steps;
-	out->temperature = in->temperature;
-	out->seed = in->seed;
-	out->fixed = in->fixed;
-	out->end = in->end;
-	out->block = exit_host ? c->spec.blocks : c->o.block_lo - 1;
-	out->stream = in->stream;
+	bt_frame_on(in, exit_host ? c->spec.blocks : c->o.block_lo - 1,
+	    st->seq, c->spec.window, out);
 	out->pos_block = in->pos_block;
 	out->pblock = in->pblock + exit_host;
-	window_out(st->seq, c->spec.window, out);
 	return 1;
 }
 
@@ -106,17 +109,8 @@ bt_finish(sc *c, struct bt_state *st)
 		out->data = malloc(out->data_len ? out->data_len : 1);
 		for (i = in->fixed; i < in->end && out->data != NULL; i++)
 			out->data[i - in->fixed] = (unsigned char)st->seq[i];
-	} else {
-		out->type = PL_BT;
-		out->steps = in->steps;
-		out->temperature = in->temperature;
-		out->seed = in->seed;
-		out->fixed = in->fixed;
-		out->end = in->end;
-		out->block = c->o.block_lo - 1;
-		out->stream = in->stream;
-		window_out(st->seq, n, out);
-	}
+	} else
+		bt_frame_on(in, c->o.block_lo - 1, st->seq, n, out);
 	if (out->data == NULL || (out->type == PL_BT && out->mask == NULL))
 		sc__fail(job, "", "out of memory");
 	st->job = NULL;
