@@ -212,11 +212,12 @@ bt_advance(sc *c, struct bt_state *st)
 
 /* The step of g requests of position blocks at one block: their
  * position blocks' rows in one pass, each against its own cache (the
- * uniforms of a step are u[L + i] for position pL + i). */
+ * uniforms of a step are u[L + i] for position pL + i).  A request whose
+ * caches went meanwhile (its end frame came) fails alone. */
 static void
 pb_pass(sc *c, struct bt_state **group, int g)
 {
-	int L = bg_pos_block(&c->spec), N = g * L, k, r, R = 0, rc;
+	int L = bg_pos_block(&c->spec), N = g * L, k, r, R = 0, q = 0, rc;
 	kn_decode_seq *seqs = malloc((size_t)g * sizeof(*seqs));
 	int32_t *sym = malloc((size_t)N * sizeof(int32_t));
 	int32_t *rows = malloc((size_t)N * sizeof(int32_t));
@@ -235,23 +236,30 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			int from = (group[k]->pb - 1) * L;
 
 			st = group[k];
-			seqs[k].kv = sc__pb_kv(c, st->job->in.id, st->block);
-			seqs[k].pos0 = from;
-			seqs[k].count = L;
-			memcpy(sym + (size_t)k * L, st->seq + from,
+			if ((seqs[q].kv = sc__pb_kv(c, st->job->in.id,
+			    st->block)) == NULL) {
+				sc__fail(st->job, "", "the request ended here");
+				continue;
+			}
+			seqs[q].pos0 = from;
+			seqs[q].count = L;
+			memcpy(sym + (size_t)q * L, st->seq + from,
 			    (size_t)L * sizeof(int32_t));
 			for (r = 0; r < st->npos; r++, R++) {
-				rows[R] = k * L + st->pos[r] - from;
+				rows[R] = q * L + st->pos[r] - from;
 				u[R] = st->u[L + st->pos[r] - from];
 			}
+			q++;
 		}
-		rc = kn_model_blockdecode(c->blocks[group[0]->block], seqs, g,
-		    sym, 0, rows, R, u, (float)group[0]->job->in.temperature,
-		    picked, err);
+		rc = q == 0 ? KN_OK : kn_model_blockdecode(
+		    c->blocks[group[0]->block], seqs, q, sym, 0, rows, R, u,
+		    (float)group[0]->job->in.temperature, picked, err);
 	}
 	us = (uint64_t)((kn_now() - t0) * 1e6);
 	for (k = 0, R = 0; k < g; k++) {
 		st = group[k];
+		if (st->job->out.type == PL_ERR)
+			continue;
 		st->job->compute_us += us;
 		if (rc != 0) {
 			sc__fail(st->job, "BlockTrain step failed: ", err);
