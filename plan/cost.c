@@ -69,7 +69,7 @@ mp_bin_head_bytes(double n)
 size_t
 pl_block_params(const pr_spec *s, int layers)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
 
 	shape.layers = layers;
 	return kn_model_params_for(&shape);
@@ -123,7 +123,7 @@ static double
 scaled_rate(const topo_topology *t, const pr_spec *s, double rate, int layers,
     int causal)
 {
-	kn_model_shape mine = pr_spec_block_shape(s);
+	kn_model_shape mine = pr_spec_block_shape(s, 0);
 
 	mine.causal = causal;
 	return rate * measured_flops(t) / flops_per_position(mine, layers);
@@ -407,7 +407,7 @@ predict_serve_ar(const topo_topology *t, const pr_spec *s,
 	for (i = 0; i < nh; i++) {
 		int lo = (int)((long)i * total / nh);
 		int hi = (int)((long)(i + 1) * total / nh);
-		kn_model_shape shape = pr_spec_block_shape(s);
+		kn_model_shape shape = pr_spec_block_shape(s, 0);
 		double rate;
 
 		shape.causal = 1;

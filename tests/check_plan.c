@@ -49,7 +49,7 @@ static void
 topo_of(topo_topology *t, const pr_spec *s, int n, double rate, double bw,
     double rtt_ms)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
 	char err[KN_ERR_LEN];
 	int i;
 
