@@ -253,8 +253,8 @@ scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
 	out->latency = in->latency * k;
 }
 
-static void
-predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
+void
+pl_predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, int b, pl_block_pred *bp)
 {
 	double positions = (double)s->batch * s->window, rounds, tail;
@@ -442,7 +442,7 @@ pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
 	for (b = 0; b < c->blocks; b++) {
 		pl_block_pred *bp = &p->block[b];
 
-		predict_block(t, s, m, c, b, bp);
+		pl_predict_block(t, s, m, c, b, bp);
 		p->positions_per_s += bp->positions_per_s;
 		if (bp->train_s > p->train_s) {
 			p->train_s = bp->train_s;
