@@ -30,20 +30,28 @@ struct parse_ctx {
 
 static const pr_key *spec_key(const char *section, const char *name);
 
-/* The cuts are read once every key is in, since they are checked against
- * blocks, which may come later in the file. */
+/* A list kept as text until every key is in, since it is checked
+ * against blocks, which may come later in the file. */
+static int
+keep_text(const pr_key *k, const char *v, char *buf, size_t size, int *have,
+    char *msg)
+{
+	if (strlen(v) >= size)
+		return kn_error(msg, KN_EINVAL, "[%s] %s: too long", k->section,
+		    k->name);
+	strcpy(buf, v);
+	*have = 1;
+	return KN_OK;
+}
+
 static int
 set_cuts(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 {
 	struct parse_ctx *c = ctx;
 
 	(void)obj;
-	if (strlen(v) >= sizeof(c->cuts_text))
-		return kn_error(msg, KN_EINVAL, "[%s] %s: too long", k->section,
-		    k->name);
-	strcpy(c->cuts_text, v);
-	c->have_cuts = 1;
-	return KN_OK;
+	return keep_text(k, v, c->cuts_text, sizeof(c->cuts_text),
+	    &c->have_cuts, msg);
 }
 
 /* Printed comment lines stay this short: inih reads a longer line as
@@ -141,14 +149,8 @@ set_layers(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 	struct parse_ctx *c = ctx;
 
 	(void)obj;
-	if (c == NULL)
-		return KN_OK;
-	if (strlen(v) >= sizeof(c->layers_text))
-		return kn_error(msg, KN_EINVAL, "[%s] %s: too long", k->section,
-		    k->name);
-	strcpy(c->layers_text, v);
-	c->have_layers = 1;
-	return KN_OK;
+	return keep_text(k, v, c->layers_text, sizeof(c->layers_text),
+	    &c->have_layers, msg);
 }
 
 /* Absent, layers is every block's layers_per_block, printed commented

@@ -206,33 +206,37 @@ END_TEST
 static const char *
 write_topology(void)
 {
-	char text[4096], id[2][128], line[256], state[128];
+	json_t *top, *hosts = json_array(), *links = json_array();
+	char line[256], state[128], id[128], addr[32], *text;
+	const char *path;
 	int i;
 
 	for (i = 0; i < 2; i++) {
 		line[0] = '\0';
 		snprintf(state, sizeof(state), "%s/state%d", dir, i);
 		tu_peer_line(line, sizeof(line), base_port + i, 1, state);
-		ck_assert_int_eq(sscanf(line, "%*s %*d %127s", id[i]), 1);
+		ck_assert_int_eq(sscanf(line, "%31s %*d %127s", addr, id), 2);
+		json_array_append_new(hosts, json_pack("{s:s#,s:s,s:s,s:s,"
+		    "s:f,s:f,s:f}", "name", i ? "h1" : "h0", 2, "address", addr,
+		    "id", id, "device", "cpu", "memory_bytes", 1e10,
+		    "train_positions_per_s", 20000.0 * (i ? 3 : 1),
+		    "forward_positions_per_s", 60000.0 * (i ? 3 : 1)));
+		json_array_append_new(links, json_pack("{s:s,s:s,s:f,s:f,s:i,"
+		    "s:f,s:i,s:f}", "from", i ? "h1" : "h0", "to", i ? "h0" :
+		    "h1", "rtt_ms", 0.1, "rtt_spread_ms", 0.01, "samples", 10,
+		    "stream_bytes_per_s", 1e9, "streams", 1, "multi_bytes_per_s",
+		    1e9));
 	}
-	snprintf(text, sizeof(text), "{ \"version\": 1, \"measured_at\": "
-	    "\"by hand\", \"shape\": { \"width\": 32, \"heads\": 2, "
-	    "\"layers\": 2, \"window\": 32, \"batch\": 16 },\n\"hosts\": [\n"
-	    "{ \"name\": \"h0\", \"address\": \"127.0.0.1:%d\", \"id\": \"%s\", "
-	    "\"device\": \"cpu\", \"memory_bytes\": 1e10, "
-	    "\"train_positions_per_s\": 20000, \"forward_positions_per_s\": "
-	    "60000 },\n{ \"name\": \"h1\", \"address\": \"127.0.0.1:%d\", "
-	    "\"id\": \"%s\", \"device\": \"cpu\", \"memory_bytes\": 1e10, "
-	    "\"train_positions_per_s\": 60000, \"forward_positions_per_s\": "
-	    "180000 } ],\n\"links\": [\n"
-	    "{ \"from\": \"h0\", \"to\": \"h1\", \"rtt_ms\": 0.1, "
-	    "\"rtt_spread_ms\": 0.01, \"samples\": 10, \"stream_bytes_per_s\": "
-	    "1e9, \"streams\": 1, \"multi_bytes_per_s\": 1e9 },\n"
-	    "{ \"from\": \"h1\", \"to\": \"h0\", \"rtt_ms\": 0.1, "
-	    "\"rtt_spread_ms\": 0.01, \"samples\": 10, \"stream_bytes_per_s\": "
-	    "1e9, \"streams\": 1, \"multi_bytes_per_s\": 1e9 } ] }\n",
-	    base_port, id[0], base_port + 1, id[1]);
-	return tu_write_file(dir, "topology.json", text);
+	top = json_pack("{s:i,s:s,s:{s:i,s:i,s:i,s:i,s:i},s:o,s:o}", "version",
+	    1, "measured_at", "by hand", "shape", "width", 32, "heads", 2,
+	    "layers", 2, "window", 32, "batch", 16, "hosts", hosts, "links",
+	    links);
+	ck_assert_ptr_nonnull(top);
+	text = json_dumps(top, JSON_INDENT(1));
+	path = tu_write_file(dir, "topology.json", text);
+	free(text);
+	json_decref(top);
+	return path;
 }
 
 /* shardmeter plan gives the fast host 3 of the 4 layers and writes the
