@@ -1,7 +1,8 @@
 /* Blocks of their own sizes ([model] layers): a run of blocks of 1 and 3
  * layers through the real shardmeter binary (spec figures, training,
  * checkpoints of each block's shape, eval, generation, export and
- * import), and a run that shardmeter plan split over a host three times
+ * import), one served by a two-host pipeline in both modes against one
+ * process, and a run that shardmeter plan split over a host three times
  * faster than the other, started on real daemons from the plan's files.
  * Sizes are checked against kernels' own parameter count. */
 #include "config.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/train.h"
 #include "kernels/backend.h"
@@ -308,6 +310,79 @@ START_TEST(test_plan_run)
 }
 END_TEST
 
+/* What `shardmeter generate` prints for 'the ' in mode, in one process
+ * (where NULL) or through the pipeline of the hosts file; a few tries
+ * while the ring connects. */
+static void
+generate(const char *where, const char *spec, const char *mode, char *out,
+    size_t len)
+{
+	int tries, rc = -1;
+
+	for (tries = 0; tries < 50 && rc != 0; tries++) {
+		if (where == NULL)
+			rc = tu_run_cmd(out, len, "%s generate --spec %s --dir "
+			    "%s/run --mode %s --length 16 --steps 12 --seed 4 "
+			    "'the ' 2>/dev/null", tool, spec, dir, mode);
+		else
+			rc = tu_run_cmd(out, len, "%s generate --peers %s "
+			    "--mode %s --length 16 --steps 12 --seed 4 'the ' "
+			    "2>/dev/null", tool, where, mode);
+		if (rc != 0)
+			usleep(100000);
+	}
+	ck_assert_msg(rc == 0, "generate %s: %s", mode, out);
+}
+
+/* Blocks of 1 and 4 layers served by two pipeline hosts: block 2 and
+ * the causal LM's first layers on one, block 1 and the rest on the
+ * other, the LM's 5 layers split by their sum; both modes give what one
+ * process gives. */
+START_TEST(test_serve)
+{
+	char out[4096], one[4096], text[1024], hosts[128], state[2][128];
+	char listen[32], next[32], log[128];
+	const char *spec, *conf;
+	int i;
+
+	spec = tu_write_file(dir, "run.conf", SPEC_HEAD "layers = 1, 4\n");
+	spec = strdup(spec);
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec %s --dir "
+	    "%s/run --all --quiet --steps 20 && %s train --spec %s --dir %s/run "
+	    "--reference causal --quiet --steps 20", tool, spec, dir, tool,
+	    spec, dir) == 0, "%s", out);
+	tu_trust_init(dir);
+	base_port = tu_port_base(2);
+	text[0] = '\0';
+	for (i = 0; i < 2; i++) {
+		snprintf(state[i], sizeof(state[i]), "%s/host%d", dir, i);
+		tu_peer_line(text, sizeof(text), base_port + i, 2 - i, state[i]);
+		ck_assert_int_eq(tu_run_cmd(NULL, 0, "ln -sf %s/run/*.ckpt %s/",
+		    dir, state[i]), 0);
+	}
+	tu_client_line(text, sizeof(text));
+	snprintf(hosts, sizeof(hosts), "%s", tu_write_file(dir, "hosts",
+	    text));
+	conf = tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 10000\n");
+	for (i = 0; i < 2; i++) {
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", base_port + i);
+		snprintf(next, sizeof(next), "127.0.0.1:%d",
+		    base_port + 1 - i);
+		snprintf(log, sizeof(log), "%s/log%d", dir, i);
+		pids[i] = tu_daemon_start(log, base_port + i, "-S", "-f", "-c",
+		    conf, "-L", listen, "-N", next, "-P", hosts, "-s", state[i],
+		    "-r", spec, "-D", "cpu", "-t", "1", (char *)NULL);
+	}
+	generate(NULL, spec, "blocktrain", one, sizeof(one));
+	generate(hosts, spec, "blocktrain", out, sizeof(out));
+	ck_assert_str_eq(out, one);
+	generate(NULL, spec, "ar", one, sizeof(one));
+	generate(hosts, spec, "ar", out, sizeof(out));
+	ck_assert_str_eq(out, one);
+	free((char *)spec);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -318,6 +393,7 @@ main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_tool);
 	tcase_add_test(tc, test_plan_run);
+	tcase_add_test(tc, test_serve);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
