@@ -20,6 +20,7 @@
 #include "kernels/error.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
+#include "proto/topology.h"
 #include "tests/testutil.h"
 
 static char dir[64];
@@ -248,6 +249,7 @@ START_TEST(test_plan_run)
 {
 	char out[16384], path[256], line[512], state[128], log[128];
 	char listen[32], id[PR_RUN_ID_LEN], *topo;
+	topo_topology t;
 	pr_spec s;
 	int i;
 
@@ -307,6 +309,19 @@ START_TEST(test_plan_run)
 		ck_assert_uint_eq(ckpt_params(&s, id, state, BT_BLOCK, block),
 		    params_of(i ? 3 : 1, 32));
 	}
+	/* the daemons time blocks of different shapes; the probe gives
+	 * both hosts' rates at one of them */
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s probe --peers "
+	    "%s/plan/peers --out %s/measured.json --samples 3 --bytes 300000 "
+	    "--streams 1 --compute-seconds 1 --compute-repeats 1 2>&1", tool,
+	    dir, dir) == 0, "%s", out);
+	snprintf(path, sizeof(path), "%s/measured.json", dir);
+	ck_assert_msg(topo_load(&t, path, line) == 0, "%s", line);
+	ck_assert(t.shape.layers == 1 || t.shape.layers == 3);
+	for (i = 0; i < 2; i++)
+		ck_assert(t.hosts[i].train_positions_per_s > 0 &&
+		    t.hosts[i].forward_positions_per_s > 0);
+	topo_free(&t);
 }
 END_TEST
 
