@@ -34,7 +34,8 @@ bt_interval(const pr_spec *s, bt_kind kind, int block, double *lo, double *hi)
 int
 bt_row_len(const pr_spec *s, bt_kind kind)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
+	/* the row does not depend on the layers: block 0's will do */
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
 
 	return kind == BT_CAUSAL ? s->window : kn_model_row_len(&shape);
 }

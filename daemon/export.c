@@ -117,9 +117,9 @@ xp_split(const char *prefix, const kn_tensor *t, int count,
 /* An inference model of the model's shape on the CPU, for its tensor
  * table (names, shapes, offsets) only. */
 static int
-xp_table(kn_model **m, const pr_spec *s, bt_kind kind, char *err)
+xp_table(kn_model **m, const pr_spec *s, const xp_model *x, char *err)
 {
-	kn_model_shape shape = tr_model_shape(s, kind);
+	kn_model_shape shape = tr_model_shape(s, x->kind, x->block);
 
 	return kn_model_create_inference(m, &shape, kn_cpu_backend(), 1,
 	    KN_STORE_F32, err);
@@ -202,7 +202,7 @@ xp_find_models(const pr_spec *s, const char *dir, xp_summary *sum,
 static json_t *
 xp_model_json(const pr_spec *s, const xp_model *x)
 {
-	kn_model_shape sh = tr_model_shape(s, x->kind);
+	kn_model_shape sh = tr_model_shape(s, x->kind, x->block);
 	double lo, hi;
 
 	bt_interval(s, x->kind, x->block - 1, &lo, &hi);
@@ -280,9 +280,9 @@ xp_encode(const pr_spec *s, xp_summary *sum, pr_st_tensor *tensors, int n,
 /* Tensors one model of s exports: its table with each per-layer tensor
  * counted once per layer. */
 static int
-xp_count(const pr_spec *s, bt_kind kind)
+xp_count(const pr_spec *s, const xp_model *x)
 {
-	kn_model_shape sh = tr_model_shape(s, kind);
+	kn_model_shape sh = tr_model_shape(s, x->kind, x->block);
 	int i, n = 0;
 
 	for (i = 0; i < XP_NNAMES; i++)
@@ -304,7 +304,7 @@ xp_read_model(const pr_spec *s, xp_summary *sum, int i, float **buf,
 	if (pr_spec_method(s) == PR_METHOD_SOMA)
 		return xp__soma_read(s, sum->run_id, x, &buf[2 * i], out, n,
 		    max, err);
-	if ((rc = xp_table(&m, s, x->kind, err)) != 0)
+	if ((rc = xp_table(&m, s, x, err)) != 0)
 		return rc;
 	rc = xp_read_ckpt(x, m, sum->run_id, &buf[2 * i], err);
 	t = kn_model_tensors(m, &count);
@@ -333,7 +333,7 @@ xp_export(const pr_spec *s, const char *run_id, const char *dir,
 		return rc;
 	for (i = 0; i < sum->nmodels; i++)
 		max += soma ? xp__soma_count(s) :
-		    xp_count(s, sum->models[i].kind);
+		    xp_count(s, &sum->models[i]);
 	if ((tensors = calloc((size_t)max, sizeof(*tensors))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	for (i = 0; i < sum->nmodels && rc == 0; i++)
@@ -483,11 +483,11 @@ xp_import_model(const pr_st_file *f, const pr_spec *s, const char *run_id,
 	float *host;
 	int count, n = 0, max, rc;
 
-	if ((rc = xp_table(&m, s, x->kind, err)) != 0)
+	if ((rc = xp_table(&m, s, x, err)) != 0)
 		return rc;
 	t = kn_model_tensors(m, &count);
 	x->params = kn_model_num_params(m);
-	max = xp_count(s, x->kind);
+	max = xp_count(s, x);
 	host = malloc(x->params * sizeof(float));
 	want = calloc((size_t)max, sizeof(*want));
 	rc = host == NULL || want == NULL ? kn_error(err, KN_ENOMEM, "out of "

@@ -643,7 +643,8 @@ start_rounds(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "update_compression: unknown "
 		    "'%s'", n->cfg.update_compression);
 	rc.count = kn_model_params_for(&(kn_model_shape){ n->spec.width,
-	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0, 0 });
+	    n->spec.heads, pr_spec_layers(&n->spec, n->cfg.block - 1),
+	    n->spec.window, 0, 0 });
 	return rounds_new(&n->rounds, &rc, err);
 }
 
@@ -745,7 +746,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hs_config_defaults(&hcfg);
 	hcfg.max_body_bytes = n->cfg.max_body ? n->cfg.max_body :
 	    kn_model_params_for(&(kn_model_shape){ n->spec.width,
-	    n->spec.heads, n->spec.layers_per_block, n->spec.window, 0, 0 }) * 4 +
+	    n->spec.heads, pr_spec_layers(&n->spec, n->cfg.block - 1),
+	    n->spec.window, 0, 0 }) * 4 +
 	    (1 << 20);
 	hcfg.max_connections = n->cfg.max_connections;
 	hcfg.max_connections_per_addr = n->cfg.max_connections_per_addr;

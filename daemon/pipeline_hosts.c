@@ -279,8 +279,12 @@ ph_load(ph_list *pl, const char *path, char *err)
 	if (rc == 0 && pl->logical && pl->v[0].block_hi != pl->blocks)
 		rc = kn_error(err, KN_EINVAL, "%.150s: the shape has %d blocks, "
 		    "the hosts serve %d", path, pl->blocks, pl->v[0].block_hi);
-	if (rc == 0 && pl->logical)
-		rc = ph_assign(pl, pl->blocks, pl->layers_per_block, err);
+	if (rc == 0 && pl->logical) {
+		pr_spec s;
+
+		ph_logical_spec(pl, &s);
+		rc = ph_assign(pl, &s, err);
+	}
 	if (rc != 0)
 		ph_free(pl);
 	return rc;
@@ -295,9 +299,9 @@ ph_free(ph_list *pl)
 }
 
 int
-ph_assign(ph_list *pl, int blocks, int layers_per_block, char *err)
+ph_assign(ph_list *pl, const pr_spec *s, char *err)
 {
-	int total = blocks * layers_per_block, i;
+	int blocks = s->blocks, total = pr_spec_total_layers(s), i;
 
 	if (pl->v[0].block_hi != blocks)
 		return kn_error(err, KN_EINVAL, "the host list serves %d blocks, "

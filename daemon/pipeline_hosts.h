@@ -47,15 +47,15 @@ typedef struct {
 } ph_list;
 
 /* Reads path and checks that the blocks run from T down to 1, each on one
- * host; the causal LM's T x L layers are then split evenly over the hosts
- * in the same order.  blocks and layers_per_block are the run's (from its
- * spec) unless the file gives a logical shape.  A peer id may appear
+ * host; the causal LM's layers (the sum of the blocks') are then split
+ * evenly over the hosts in the same order.  The blocks and their layers
+ * are the run's (from its spec) unless the file gives a logical shape.  A peer id may appear
  * only once (host or client line).  0 or KN_E* with "file:line: reason"
  * in err; on success the caller ph_free()s pl. */
 int ph_load(ph_list *pl, const char *path, char *err);
 void ph_free(ph_list *pl);
-/* Fills layer ranges for a model of T blocks of L layers. */
-int ph_assign(ph_list *pl, int blocks, int layers_per_block, char *err);
+/* Fills layer ranges for the causal LM of s (pr_spec_total_layers). */
+int ph_assign(ph_list *pl, const pr_spec *s, char *err);
 /* The spec a logical shape stands for: defaults, its shape, equal cuts. */
 void ph_logical_spec(const ph_list *pl, pr_spec *s);
 /* Index of the host whose address is addr, or -1. */

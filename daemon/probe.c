@@ -353,7 +353,7 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 		hs_response_text(res, 503, "out of memory");
 		return;
 	}
-	j->shape = pr_spec_block_shape(&n->spec);
+	j->shape = pr_spec_block_shape(&n->spec, n->cfg.block - 1);
 	j->batch = n->spec.batch;
 	j->be = n->be;
 	j->trainer = n->worker_done ? NULL : n->worker;

@@ -146,13 +146,14 @@ static int
 load_models(sc *c, char *note, size_t notelen, char *err)
 {
 	const sc_opts *o = &c->o;
-	kn_model_shape bs = pr_spec_block_shape(&c->spec);
 	kn_model_shape cs = pr_spec_reference_shape(&c->spec, 1);
 	int b, rc;
 	char why[KN_ERR_LEN];
 
 	note[0] = '\0';
 	for (b = o->block_lo; b <= o->block_hi; b++) {
+		kn_model_shape bs = pr_spec_block_shape(&c->spec, b - 1);
+
 		if (o->logical) {
 			rc = kn_model_create_inference(&c->blocks[b], &bs, o->be,
 			    o->max_batch, o->storage, err);

@@ -146,8 +146,7 @@ setup(sv *s, char *err)
 		if ((rc = pr_spec_load(&s->spec, s->cfg.spec, err)) != 0 ||
 		    (rc = pr_spec_run_id(&s->spec, s->run_id, err)) != 0)
 			return rc;
-		if ((rc = ph_assign(&s->hosts, s->spec.blocks,
-		    s->spec.layers_per_block, err)) != 0)
+		if ((rc = ph_assign(&s->hosts, &s->spec, err)) != 0)
 			return rc;
 	}
 	if (s->cfg.pipeline_listen[0] == '\0')
@@ -254,7 +253,7 @@ log_started(const sv *s, const char *desc)
 		log_info("pipeline host %d of %d listening on %s: blocks %d-%d, "
 		    "causal layers %d-%d of %d, %s; next %s; %s", s->self + 1,
 		    s->hosts.n, me->addr, me->block_hi, me->block_lo, me->layer_lo,
-		    me->layer_hi - 1, s->spec.blocks * s->spec.layers_per_block,
+		    me->layer_hi - 1, pr_spec_total_layers(&s->spec),
 		    s->hosts.logical ? s->hosts.f16 ? "logical shape with random fp16 "
 		    "weights" : "logical shape with random weights" : "trained",
 		    s->hosts.n > 1 ? s->hosts.v[(s->self + 1) % s->hosts.n].addr :

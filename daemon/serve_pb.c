@@ -81,11 +81,13 @@ static struct pb_cache *
 pb_cache_new(sc *c, uint64_t id, char *why, size_t len)
 {
 	int held = atomic_load(&c->ncaches), b;
-	size_t one = kn_kv_bytes(kn_model_get_shape(c->blocks[c->o.block_hi]));
-	size_t need = one * (size_t)(c->o.block_hi - c->o.block_lo + 1);
+	size_t need = 0;
 	struct pb_cache *e;
 	char err[KN_ERR_LEN];
 
+	/* blocks may differ in layers, so each counts at its own size */
+	for (b = c->o.block_lo; b <= c->o.block_hi; b++)
+		need += kn_kv_bytes(kn_model_get_shape(c->blocks[b]));
 	/* the causal LM's caches count at their own size */
 	if ((size_t)held * (need > c->kv_bytes ? need : c->kv_bytes) + need >
 	    c->o.cache_bytes) {

@@ -37,10 +37,10 @@ tr_model_path(char *buf, size_t len, const char *dir, bt_kind kind,
 }
 
 kn_model_shape
-tr_model_shape(const pr_spec *s, bt_kind kind)
+tr_model_shape(const pr_spec *s, bt_kind kind, int block)
 {
 	if (kind == BT_BLOCK)
-		return pr_spec_block_shape(s);
+		return pr_spec_block_shape(s, block - 1);
 	return pr_spec_reference_shape(s, kind == BT_CAUSAL);
 }
 
@@ -145,7 +145,7 @@ tr_load_model(kn_model **out, const pr_spec *s, const char *run_id,
     const char *dir, bt_kind kind, int block, const kn_backend *be,
     int max_batch, char *err)
 {
-	kn_model_shape shape = tr_model_shape(s, kind);
+	kn_model_shape shape = tr_model_shape(s, kind, block);
 	char path[PR_PATH_LEN + 32];
 	pr_ckpt_meta expect = { 0 };
 	int rc;
@@ -345,7 +345,7 @@ int
 tr_trainer_open(tr_trainer **out, const tr_opts *o, char *err)
 {
 	const pr_spec *s = o->spec;
-	kn_model_shape shape = tr_model_shape(s, o->kind);
+	kn_model_shape shape = tr_model_shape(s, o->kind, o->block);
 	size_t N = (size_t)s->batch * bt_row_len(s, o->kind);
 	char path[PR_PATH_LEN + 32];
 	tr_trainer *t;

@@ -19,7 +19,9 @@
  * block counts from 1, as users name blocks. */
 int tr_model_path(char *buf, size_t len, const char *dir, bt_kind kind,
     int block, const char *ext);
-kn_model_shape tr_model_shape(const pr_spec *s, bt_kind kind);
+/* The shape of block (1-based, its own layers) or of a reference (block
+ * ignored). */
+kn_model_shape tr_model_shape(const pr_spec *s, bt_kind kind, int block);
 
 typedef struct {
 	const pr_spec *spec;

@@ -69,7 +69,7 @@ mp_bin_head_bytes(double n)
 size_t
 pl_block_params(const pr_spec *s, int layers)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
 
 	shape.layers = layers;
 	return kn_model_params_for(&shape);
@@ -123,7 +123,7 @@ static double
 scaled_rate(const topo_topology *t, const pr_spec *s, double rate, int layers,
     int causal)
 {
-	kn_model_shape mine = pr_spec_block_shape(s);
+	kn_model_shape mine = pr_spec_block_shape(s, 0);
 
 	mine.causal = causal;
 	return rate * measured_flops(t) / flops_per_position(mine, layers);
@@ -253,8 +253,8 @@ scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
 	out->latency = in->latency * k;
 }
 
-static void
-predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
+void
+pl_predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, int b, pl_block_pred *bp)
 {
 	double positions = (double)s->batch * s->window, rounds, tail;
@@ -407,7 +407,7 @@ predict_serve_ar(const topo_topology *t, const pr_spec *s,
 	for (i = 0; i < nh; i++) {
 		int lo = (int)((long)i * total / nh);
 		int hi = (int)((long)(i + 1) * total / nh);
-		kn_model_shape shape = pr_spec_block_shape(s);
+		kn_model_shape shape = pr_spec_block_shape(s, 0);
 		double rate;
 
 		shape.causal = 1;
@@ -442,7 +442,7 @@ pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
 	for (b = 0; b < c->blocks; b++) {
 		pl_block_pred *bp = &p->block[b];
 
-		predict_block(t, s, m, c, b, bp);
+		pl_predict_block(t, s, m, c, b, bp);
 		p->positions_per_s += bp->positions_per_s;
 		if (bp->train_s > p->train_s) {
 			p->train_s = bp->train_s;

@@ -94,7 +94,8 @@ typedef struct {
 
 void pl_model_defaults(pl_model *m);
 
-/* Parameters of block b's shape with layers layers (kernels' count). */
+/* Parameters of a block of the spec's shape with layers layers (kernels'
+ * count); every block differs from another only in its layers. */
 size_t pl_block_params(const pr_spec *s, int layers);
 /* Bytes of one encoded update of count parameters: the payload as
  * pr_update_payload_bytes counts it, times zstd's ratio when compressed
@@ -122,6 +123,11 @@ double pl_bt_passes(const pr_spec *s, int steps, int block, int outputs);
  * host out of range, steps not a multiple of H with replicas). */
 int pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_candidate *c, pl_prediction *p, char *err);
+
+/* Block b of c alone, its c->layers[b] layers on its hosts (which
+ * pl_predict checks first): what pl_predict gives as p->block[b]. */
+void pl_predict_block(const topo_topology *t, const pr_spec *s,
+    const pl_model *m, const pl_candidate *c, int b, pl_block_pred *bp);
 
 /* Bytes per hour each link carries in training, [from * n + to]
  * (t->n x t->n doubles, written whole). */

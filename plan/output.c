@@ -75,6 +75,7 @@ pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
 	out->steps = c->steps;
 	out->replicas = c->nrep[0];
 	out->local_steps = c->local_steps;
+	pr_spec_set_layers(out, c->layers);
 	/* the plan's folder is not the spec's: its data paths must not be
 	 * relative to either */
 	if (getcwd(cwd, sizeof(cwd)) == NULL)

@@ -32,7 +32,8 @@ void pl_support_detect(pl_support *sup);
  * else NAME:7300 (the daemon's default port), a placeholder. */
 void pl_host_addr(const topo_topology *t, int h, char *buf, size_t len);
 
-/* The spec that runs c: s with c's steps, replicas and local steps, data
+/* The spec that runs c: s with c's steps, replicas, local steps and
+ * layers of each block (equal ones as layers_per_block), data
  * paths made absolute (the other options are daemon keys, in
  * conf/HOST.conf). */
 int pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,

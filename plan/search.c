@@ -27,6 +27,9 @@ struct ctx {
 	int usable[PL_MAX_HOSTS];       /* hosts that can hold a block */
 	int nusable;
 	double evaluated;
+	int total_layers;               /* the spec's, which splits share */
+	/* pl_train_bytes(s, L) = bytes0 + L * bytes_per_layer */
+	double bytes0, bytes_per_layer;
 };
 
 void
@@ -40,6 +43,7 @@ pl_options_defaults(pl_options *o)
 	o->max_streams = 1;
 	o->exhaustive_limit = 20000;
 	o->tie = 0.01;
+	o->split = 1;
 }
 
 double
@@ -67,7 +71,7 @@ base_candidate(const pr_spec *s, pl_candidate *c)
 	memset(c, 0, sizeof(*c));
 	c->blocks = s->blocks;
 	for (b = 0; b < PR_MAX_BLOCKS; b++) {
-		c->layers[b] = s->layers_per_block;
+		c->layers[b] = b < s->blocks ? pr_spec_layers(s, b) : 0;
 		c->ring[b] = -1;
 	}
 	c->local_steps = s->local_steps;
@@ -76,8 +80,22 @@ base_candidate(const pr_spec *s, pl_candidate *c)
 	c->steps = pl_steps_for(s, 1, s->local_steps, 0);
 }
 
+/* The fewest layers of a block: the split's floor, one layer, or the
+ * spec's smallest block when the split is kept. */
 static int
-check_hostable(const topo_topology *t, const pr_spec *s, int usable, char *err)
+min_layers(const pr_spec *s, int split)
+{
+	int b, min = 1024;
+
+	for (b = 0; b < s->blocks; b++)
+		if (pr_spec_layers(s, b) < min)
+			min = pr_spec_layers(s, b);
+	return split ? 1 : min;
+}
+
+static int
+check_hostable(const topo_topology *t, const pr_spec *s, int usable,
+    int split, char *err)
 {
 	if (pr_spec_method(s) != PR_METHOD_BLOCKTRAIN)
 		return kn_error(err, KN_EINVAL, "plan covers BlockTrain runs; "
@@ -90,7 +108,7 @@ check_hostable(const topo_topology *t, const pr_spec *s, int usable, char *err)
 		return kn_error(err, KN_EINVAL, "the spec has %d blocks but only "
 		    "%d hosts have the memory to train one (at least %.3g "
 		    "bytes each)", s->blocks, usable,
-		    pl_train_bytes(s, s->layers_per_block));
+		    pl_train_bytes(s, min_layers(s, split)));
 	return KN_OK;
 }
 
@@ -100,7 +118,7 @@ pl_default_candidate(const topo_topology *t, const pr_spec *s, pl_candidate *c,
 {
 	int b, rc;
 
-	if ((rc = check_hostable(t, s, t->nhosts, err)) != 0)
+	if ((rc = check_hostable(t, s, t->nhosts, 0, err)) != 0)
 		return rc;
 	base_candidate(s, c);
 	for (b = 0; b < s->blocks; b++) {
@@ -116,10 +134,76 @@ pl_default_candidate(const topo_topology *t, const pr_spec *s, pl_candidate *c,
 static int
 simplicity(const pr_spec *s, const pl_candidate *c)
 {
+	int b, resized = 0;
+
+	for (b = 0; b < c->blocks; b++)
+		resized |= c->layers[b] != pr_spec_layers(s, b);
 	return (c->nrep[0] > 1) + (c->nrep[0] > 1 &&
 	    c->local_steps != s->local_steps) + (c->enc != PR_ENC_F32) +
 	    (c->enc == PR_ENC_INT8) + c->zstd + (c->streams > 1) +
-	    c->overlap;
+	    c->overlap + resized;
+}
+
+/* The most layers block b's hosts have the memory to train, or 0. */
+static int
+layers_cap(struct ctx *x, const pl_candidate *c, int b)
+{
+	double mem = INFINITY, L;
+	int r;
+
+	for (r = 0; r < c->nrep[b]; r++)
+		mem = fmin(mem, x->t->hosts[c->host[b][r]].memory_bytes);
+	L = floor((mem - x->bytes0) / x->bytes_per_layer);
+	return L < 0 ? 0 : L > 1024 ? 1024 : (int)L;
+}
+
+/* Block b's time to its steps with one layer more than it has, or
+ * INFINITY past what its hosts can hold. */
+static double
+time_with_one_more(struct ctx *x, pl_candidate *c, int b, int cap)
+{
+	pl_block_pred bp;
+
+	if (c->layers[b] >= cap)
+		return INFINITY;
+	c->layers[b]++;
+	pl_predict_block(x->t, x->s, x->m, c, b, &bp);
+	c->layers[b]--;
+	return bp.train_s;
+}
+
+/* The split of the spec's layers over c's blocks that minimises the
+ * slowest block's time, for c's placement and options: from one layer
+ * each, every further layer goes where it adds least to that block's
+ * time.  Each block's time grows with its layers, so this greedy order
+ * reaches the smallest maximum.  Equal hosts get equal blocks.  0, or
+ * -1 when the hosts cannot hold the layers. */
+static int
+split_layers(struct ctx *x, pl_candidate *c)
+{
+	double next[PR_MAX_BLOCKS];
+	int cap[PR_MAX_BLOCKS], b, left = x->total_layers - c->blocks;
+
+	for (b = 0; b < c->blocks; b++) {
+		c->layers[b] = 1;
+		if ((cap[b] = layers_cap(x, c, b)) < 1)
+			return -1;
+	}
+	for (b = 0; b < c->blocks; b++)
+		next[b] = time_with_one_more(x, c, b, cap[b]);
+	for (; left > 0; left--) {
+		int best = 0;
+
+		for (b = 1; b < c->blocks; b++)
+			if (next[b] < next[best])
+				best = b;
+		if (next[best] == INFINITY)
+			return -1;
+		c->layers[best]++;
+		next[best] = time_with_one_more(x, c, best, cap[best]);
+	}
+	x->evaluated++;
+	return 0;
 }
 
 /* Time to the run's positions, and a little of every block's own time,
@@ -150,12 +234,29 @@ slots_to_candidate(const int *slot, int T, int R, pl_candidate *c)
 	}
 }
 
+/* A training placement with its split of the layers, when the search
+ * splits them; -1 when its hosts cannot hold them. */
+static int
+train_candidate(struct ctx *x, const int *slot, int T, int R, pl_candidate *c)
+{
+	int b;
+
+	slots_to_candidate(slot, T, R, c);
+	if (x->o->split)
+		return split_layers(x, c);
+	for (b = 0; b < T; b++)
+		if (layers_cap(x, c, b) < c->layers[b])
+			return -1;
+	return 0;
+}
+
 static double
 slots_value(struct ctx *x, const int *slot, int T, int R, pl_candidate *c)
 {
 	pl_prediction p;
 
-	slots_to_candidate(slot, T, R, c);
+	if (train_candidate(x, slot, T, R, c) != 0)
+		return INFINITY;
 	return objective(x, c, &p);
 }
 
@@ -247,12 +348,14 @@ greedy(struct ctx *x, const pl_candidate *c, int T, int R, int *slot)
 {
 	unsigned char taken[PL_MAX_HOSTS] = { 0 };
 	int order[PL_MAX_HOSTS], b, r, i, k = 0;
-	double U = pl_update_bytes(x->m, pl_block_params(x->s,
-	    x->s->layers_per_block), c->enc, c->zstd);
+	double U;
 
 	by_speed(x, order);
 	for (b = 0; b < T; b++) {
 		int seed = -1;
+
+		U = pl_update_bytes(x->m, pl_block_params(x->s, c->layers[b]),
+		    c->enc, c->zstd);
 
 		for (i = 0; i < x->nusable && seed < 0; i++)
 			if (!taken[order[i]])
@@ -340,7 +443,7 @@ place(struct ctx *x, pl_candidate *c, int R, int *warm, int *have_warm,
 		for (i = 0; i < x->nusable; i++)
 			e->used[x->usable[i]] = 0;
 		enumerate(e, 0);
-		slots_to_candidate(e->best, T, R, c);
+		(void)train_candidate(x, e->best, T, R, c);
 		free(e);
 		return;
 	}
@@ -354,7 +457,7 @@ place(struct ctx *x, pl_candidate *c, int R, int *warm, int *have_warm,
 	}
 	memcpy(warm, slot, sizeof(int) * x->nusable);
 	*have_warm = 1;
-	slots_to_candidate(slot, T, R, c);
+	(void)train_candidate(x, slot, T, R, c);
 }
 
 /* The serving ring among c's replicas: each block's host, one block at a
@@ -635,17 +738,20 @@ int
 pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
     const pl_options *o, int top, pl_plan *plan, char *err)
 {
-	struct ctx x = { t, s, m, o, { 0 }, 0, 0 };
+	struct ctx x = { t, s, m, o, { 0 }, 0, 0, pr_spec_total_layers(s), 0, 0 };
+	int split = o->split && o->goal != PL_GOAL_SERVE;
 	struct results rs = { NULL, 0, 0 };
 	int i, n, rc;
 
 	memset(plan, 0, sizeof(*plan));
 	plan->exhaustive = 1;
+	x.bytes_per_layer = pl_train_bytes(s, 2) - pl_train_bytes(s, 1);
+	x.bytes0 = pl_train_bytes(s, 1) - x.bytes_per_layer;
 	for (i = 0; i < t->nhosts; i++)
 		if (t->hosts[i].memory_bytes >= pl_train_bytes(s,
-		    s->layers_per_block))
+		    min_layers(s, split)))
 			x.usable[x.nusable++] = i;
-	if ((rc = check_hostable(t, s, x.nusable, err)) != 0 ||
+	if ((rc = check_hostable(t, s, x.nusable, split, err)) != 0 ||
 	    (rc = pl_default_candidate(t, s, &plan->def.c, err)) != 0)
 		return rc;
 	if (o->same_steps)

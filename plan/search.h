@@ -25,6 +25,10 @@ typedef struct {
 	/* every replica trains the spec's steps (replicas add data, not
 	 * speed), rather than the spec's positions per block shared out */
 	int same_steps;
+	/* training: the spec's layers shared among the blocks as each
+	 * placement's hosts train fastest (a faster host, a larger block),
+	 * rather than each block keeping the spec's */
+	int split;
 	/* placements per option set up to which the search is exhaustive */
 	double exhaustive_limit;
 	/* the first choice: the simplest candidate within this fraction of

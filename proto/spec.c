@@ -23,24 +23,35 @@ struct parse_ctx {
 	int failed;
 	char cuts_text[1024];
 	int have_cuts;
+	char layers_text[1024];
+	int have_layers;
+	int have_layers_per_block;
 };
 
 static const pr_key *spec_key(const char *section, const char *name);
 
-/* The cuts are read once every key is in, since they are checked against
- * blocks, which may come later in the file. */
+/* A list kept as text until every key is in, since it is checked
+ * against blocks, which may come later in the file. */
+static int
+keep_text(const pr_key *k, const char *v, char *buf, size_t size, int *have,
+    char *msg)
+{
+	if (strlen(v) >= size)
+		return kn_error(msg, KN_EINVAL, "[%s] %s: too long", k->section,
+		    k->name);
+	strcpy(buf, v);
+	*have = 1;
+	return KN_OK;
+}
+
 static int
 set_cuts(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
 {
 	struct parse_ctx *c = ctx;
 
 	(void)obj;
-	if (strlen(v) >= sizeof(c->cuts_text))
-		return kn_error(msg, KN_EINVAL, "[%s] %s: too long", k->section,
-		    k->name);
-	strcpy(c->cuts_text, v);
-	c->have_cuts = 1;
-	return KN_OK;
+	return keep_text(k, v, c->cuts_text, sizeof(c->cuts_text),
+	    &c->have_cuts, msg);
 }
 
 /* Printed comment lines stay this short: inih reads a longer line as
@@ -131,6 +142,52 @@ format_position_block(const pr_key *k, const void *obj, char *buf,
 	return s->position_block == 0;
 }
 
+/* layers: one count per block, read once blocks is known, like cuts */
+static int
+set_layers(const pr_key *k, void *obj, void *ctx, const char *v, char *msg)
+{
+	struct parse_ctx *c = ctx;
+
+	(void)obj;
+	return keep_text(k, v, c->layers_text, sizeof(c->layers_text),
+	    &c->have_layers, msg);
+}
+
+/* Absent, layers is every block's layers_per_block, printed commented
+ * out. */
+static int
+format_layers(const pr_key *k, const void *obj, char *buf, size_t len)
+{
+	const pr_spec *s = obj;
+	size_t used = 0;
+	int b, n;
+
+	(void)k;
+	buf[0] = '\0';
+	for (b = 0; b < s->blocks && b < PR_MAX_BLOCKS && used < len; b++) {
+		n = snprintf(buf + used, len - used, "%s%d", b > 0 ? ", " : "",
+		    pr_spec_layers(s, b));
+		used += n > 0 ? (size_t)n : 0;
+	}
+	return !s->layers_given;
+}
+
+/* With layers given, layers_per_block says nothing: printed commented
+ * out, so that the text reads back. */
+static int
+format_layers_per_block(const pr_key *k, const void *obj, char *buf,
+    size_t len)
+{
+	const pr_spec *s = obj;
+
+	(void)k;
+	snprintf(buf, len, "%d", s->layers_per_block);
+	return 1;
+}
+
+static const pr_key_ops layers_ops = { set_layers, format_layers };
+static const pr_key_ops layers_per_block_given_ops = { NULL,
+	format_layers_per_block };
 static const pr_key_ops cuts_ops = { set_cuts, format_cuts };
 static const pr_key_ops position_block_ops = { set_position_block,
 	format_position_block };
@@ -169,6 +226,11 @@ const pr_key pr_spec_keys[] = {
 	{ .section = "model", .name = "layers_per_block", .type = PR_KEY_INT,
 	  FIELD(layers_per_block), .min = 1, .max = 1024, .def = 2,
 	  .flags = PR_KEY_HASHED, .doc = "transformer layers in each block" },
+	{ .section = "model", .name = "layers", .type = PR_KEY_CUSTOM,
+	  FIELD(block_layers), .flags = PR_KEY_HASHED, .ops = &layers_ops,
+	  .doc = "the layers of each block, one count per block (as in "
+	  "'layers = 2, 3, 1, 2'), instead of layers_per_block: blocks sized "
+	  "to their hosts' speed; default: layers_per_block each" },
 	{ .section = "model", .name = "window", .type = PR_KEY_INT,
 	  FIELD(window), .min = 1, .max = 65536, .def = 64,
 	  .flags = PR_KEY_HASHED,
@@ -388,8 +450,11 @@ on_key(void *user, const char *sec, const char *key, const char *v)
 	if (c->failed)
 		return 0;
 	if ((k = spec_key(sec, key)) != NULL) {
-		if (pr_key_set(k, c->s, c, v, c->err) == 0)
+		if (pr_key_set(k, c->s, c, v, c->err) == 0) {
+			if (k->offset == offsetof(pr_spec, layers_per_block))
+				c->have_layers_per_block = 1;
 			return 1;
+		}
 		c->failed = 1;
 		return 0;
 	}
@@ -432,6 +497,60 @@ parse_cuts(struct parse_ctx *c)
 	return 1;
 }
 
+void
+pr_spec_set_layers(pr_spec *s, const int *layers)
+{
+	int b, equal = 1;
+
+	for (b = 1; b < s->blocks; b++)
+		equal &= layers[b] == layers[0];
+	memset(s->block_layers, 0, sizeof(s->block_layers));
+	if (equal)
+		s->layers_per_block = layers[0];
+	else
+		memcpy(s->block_layers, layers, sizeof(int) * (size_t)s->blocks);
+	s->layers_given = !equal;
+}
+
+/* "2, 3, 1": one count of at least 1 per block. */
+static int
+parse_layers(struct parse_ctx *c)
+{
+	pr_spec *s = c->s;
+	char *p = c->layers_text, *end;
+	int k = 0, layers[PR_MAX_BLOCKS];
+	long v;
+
+	if (c->have_layers_per_block)
+		return fail(c, "[model] layers and layers_per_block are "
+		    "mutually exclusive: give one count per block in layers, "
+		    "or one count for every block in layers_per_block");
+	while (*p) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		if (!*p)
+			break;
+		errno = 0;
+		v = strtol(p, &end, 10);
+		if (end == p || errno != 0 || (*end && *end != ',' &&
+		    *end != ' ' && *end != '\t'))
+			return fail(c, "[model] layers: '%s' is not a list of "
+			    "whole numbers", c->layers_text);
+		if (v < 1 || v > 1024)
+			return fail(c, "[model] layers: block %d has %ld layers; "
+			    "each block needs 1 to 1024", k + 1, v);
+		if (k < PR_MAX_BLOCKS)
+			layers[k] = (int)v;
+		k++;
+		p = end;
+	}
+	if (k != s->blocks)
+		return fail(c, "[model] layers: %d blocks need %d layer counts, "
+		    "one per block, got %d", s->blocks, s->blocks, k);
+	pr_spec_set_layers(s, layers);
+	return 1;
+}
+
 int
 pr_spec_validate(const pr_spec *s, char *err)
 {
@@ -447,9 +566,16 @@ pr_spec_validate(const pr_spec *s, char *err)
 		return kn_error(err, KN_EINVAL, "[model] position_block %d must "
 		    "divide window %d (1 <= position_block <= window)",
 		    s->position_block, s->window);
-	shape = pr_spec_block_shape(s);
-	if (kn_model_check_shape(&shape, kerr) != 0)
-		return kn_error(err, KN_EINVAL, "[model] %s", kerr);
+	for (b = 0; b < s->blocks; b++) {
+		if (s->layers_given && (s->block_layers[b] < 1 ||
+		    s->block_layers[b] > 1024))
+			return kn_error(err, KN_EINVAL, "[model] layers: block "
+			    "%d has %d layers; each block needs 1 to 1024",
+			    b + 1, s->block_layers[b]);
+		shape = pr_spec_block_shape(s, b);
+		if (kn_model_check_shape(&shape, kerr) != 0)
+			return kn_error(err, KN_EINVAL, "[model] %s", kerr);
+	}
 	for (b = 1; b <= s->blocks; b++)
 		if (!(s->cuts[b] > s->cuts[b - 1]))
 			return kn_error(err, KN_EINVAL, "[model] cuts must be "
@@ -503,6 +629,8 @@ finish(pr_spec *s, struct parse_ctx *c, int line, char *err)
 			s->cuts[b] = (double)b / s->blocks;
 		s->equal_cuts = 1;
 	}
+	if (c->have_layers && !parse_layers(c))
+		return KN_EINVAL;
 	return pr_spec_validate(s, err);
 }
 
@@ -581,10 +709,27 @@ pr_spec_load(pr_spec *s, const char *path, char *err)
 	return KN_OK;
 }
 
-kn_model_shape
-pr_spec_block_shape(const pr_spec *s)
+int
+pr_spec_layers(const pr_spec *s, int block)
 {
-	kn_model_shape m = { s->width, s->heads, s->layers_per_block,
+	return s->layers_given && block >= 0 && block < PR_MAX_BLOCKS ?
+	    s->block_layers[block] : s->layers_per_block;
+}
+
+int
+pr_spec_total_layers(const pr_spec *s)
+{
+	int b, sum = 0;
+
+	for (b = 0; b < s->blocks; b++)
+		sum += pr_spec_layers(s, b);
+	return sum;
+}
+
+kn_model_shape
+pr_spec_block_shape(const pr_spec *s, int block)
+{
+	kn_model_shape m = { s->width, s->heads, pr_spec_layers(s, block),
 	    s->window, 0, s->position_block };
 
 	return m;
@@ -593,8 +738,8 @@ pr_spec_block_shape(const pr_spec *s)
 kn_model_shape
 pr_spec_reference_shape(const pr_spec *s, int causal)
 {
-	kn_model_shape m = { s->width, s->heads,
-	    s->blocks * s->layers_per_block, s->window, causal,
+	kn_model_shape m = { s->width, s->heads, pr_spec_total_layers(s),
+	    s->window, causal,
 	    causal ? 0 : s->position_block };
 
 	return m;
@@ -665,6 +810,12 @@ pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
 			msgpack_pack_int64(pk, s->position_block);
 			break;
 		}
+		if (k->offset == offsetof(pr_spec, block_layers)) {
+			msgpack_pack_array(pk, (size_t)s->blocks);
+			for (b = 0; b < s->blocks; b++)
+				msgpack_pack_int64(pk, s->block_layers[b]);
+			break;
+		}
 		/* cuts, 0 and 1 included */
 		msgpack_pack_array(pk, (size_t)s->blocks + 1);
 		for (b = 0; b <= s->blocks; b++)
@@ -695,6 +846,14 @@ pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 		if (k->offset == offsetof(pr_spec, position_block) &&
 		    (s->position_block == 0 ||
 		    s->position_block == s->window))
+			continue;
+		/* one of layers and layers_per_block, as the spec has it:
+		 * specs of equal blocks keep their run ids */
+		if (k->offset == offsetof(pr_spec, block_layers) &&
+		    !s->layers_given)
+			continue;
+		if (k->offset == offsetof(pr_spec, layers_per_block) &&
+		    s->layers_given)
 			continue;
 		snprintf(keys[n].name, sizeof(keys[n].name), "%s%s%s",
 		    k->section, k->section[0] ? "." : "", k->name);
@@ -744,9 +903,15 @@ pr_spec_print(FILE *f, const pr_spec *s)
 	size_t i, n = 0;
 
 	/* a BlockTrain spec prints as it did before SOMA had keys */
-	for (i = 0; i < NKEYS; i++)
+	for (i = 0; i < NKEYS; i++) {
 		if (pr_spec_method(s) == PR_METHOD_SOMA ||
 		    !(pr_spec_keys[i].flags & PR_KEY_SOMA))
 			rows[n++] = pr_spec_keys[i];
+		if (s->layers_given && pr_spec_keys[i].offset ==
+		    offsetof(pr_spec, layers_per_block)) {
+			rows[n - 1].type = PR_KEY_CUSTOM;
+			rows[n - 1].ops = &layers_per_block_given_ops;
+		}
+	}
 	return pr_key_print(rows, n, s, f);
 }

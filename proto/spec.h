@@ -45,6 +45,11 @@ typedef struct {
 	/* L bytes per position block, dividing window; 0 when absent:
 	 * the whole window, today's model (DESIGN section 2) */
 	int position_block;
+	/* [model] layers: L_b of block b (0-based) when layers_given, from
+	 * a list that is not all equal; otherwise every block has
+	 * layers_per_block and these are 0.  Read them with pr_spec_layers. */
+	int block_layers[PR_MAX_BLOCKS];
+	int layers_given;
 	double cuts[PR_MAX_BLOCKS + 1]; /* 0 = t_0 < t_1 < ... < t_T = 1 */
 	int equal_cuts;                 /* cuts were not given */
 	double p_prefix;                /* probability of an unmasked prefix */
@@ -94,9 +99,20 @@ int pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err);
 /* Hex SHA-256 of the canonical encoding. */
 int pr_spec_run_id(const pr_spec *s, char id[PR_RUN_ID_LEN], char *err);
 
-/* The model shape of block b (causal 0), of the end-to-end reference
- * (T x layers_per_block layers) and of the causal LM of the same depth. */
-kn_model_shape pr_spec_block_shape(const pr_spec *s);
+/* Layers of block b (0-based): its entry of [model] layers, or
+ * layers_per_block; and their sum over the blocks, the depth of the
+ * references. */
+int pr_spec_layers(const pr_spec *s, int block);
+/* Gives block b layers[b] layers (each 1 to 1024, for s->blocks blocks):
+ * equal counts become layers_per_block, so that such a spec has the run
+ * id of one written with it. */
+void pr_spec_set_layers(pr_spec *s, const int *layers);
+int pr_spec_total_layers(const pr_spec *s);
+
+/* The model shape of block b (0-based, causal 0), of the end-to-end
+ * reference (pr_spec_total_layers layers) and of the causal LM of the
+ * same depth. */
+kn_model_shape pr_spec_block_shape(const pr_spec *s, int block);
 kn_model_shape pr_spec_reference_shape(const pr_spec *s, int causal);
 
 /* Learning rate at step (0-based): linear warmup, then cosine decay from

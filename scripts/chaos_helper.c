@@ -57,10 +57,17 @@ ch_decode(const char *path, const pr_spec *spec, const char *run_id,
     pr_ckpt_meta *meta, char sha[65], char *err)
 {
 	pr_ckpt_meta expect = { 0 };
-	kn_model_shape shape = pr_spec_block_shape(spec);
+	const char *base = strrchr(path, '/');
+	kn_model_shape shape;
 	char *buf;
 	size_t len;
-	int rc, t;
+	int rc, t, block = 1;
+
+	/* an optimizer state is sized by its block's own layers, which
+	 * its name, block-<b>.optim, gives */
+	if (sscanf(base != NULL ? base + 1 : path, "block-%d", &block) != 1)
+		block = 1;
+	shape = pr_spec_block_shape(spec, block - 1);
 
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", run_id);
 	expect.block = -1;

@@ -43,13 +43,14 @@ spec_of(pr_spec *s, int blocks, int window, int pos_block)
 static void
 make_blocks(const pr_spec *s, kn_model **blocks, uint64_t seed)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
 	char err[KN_ERR_LEN];
 	float *p;
 	size_t i, np;
 	int b;
 
 	for (b = 0; b < s->blocks; b++) {
+		kn_model_shape shape = pr_spec_block_shape(s, b);
+
 		ck_assert_int_eq(kn_model_create_inference(&blocks[b], &shape,
 		    kn_cpu_backend(), 2, KN_STORE_F32, err), 0);
 		kn_model_init(blocks[b], seed + (uint64_t)b);

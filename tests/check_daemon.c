@@ -557,7 +557,7 @@ START_TEST(test_bad_input)
 	snprintf(path, sizeof(path), "%s/run.conf", dir);
 	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
 	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
-	shape = pr_spec_block_shape(&spec);
+	shape = pr_spec_block_shape(&spec, 0);
 	count = kn_model_params_for(&shape);
 	j = tu_status(base_port + 0);
 	snprintf(hash, sizeof(hash), "%s", json_string_value(json_object_get(

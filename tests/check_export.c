@@ -43,7 +43,7 @@ write_models(void)
 	int i, count;
 
 	for (i = 0; i < N_MODELS; i++) {
-		kn_model_shape sh = tr_model_shape(&spec, kinds[i]);
+		kn_model_shape sh = tr_model_shape(&spec, kinds[i], i + 1);
 		pr_ckpt_meta meta = { 0 };
 		const kn_tensor *t;
 		kn_model *m;

@@ -311,6 +311,7 @@ write_list(const char *text)
 START_TEST(test_host_list)
 {
 	ph_list pl;
+	pr_spec run;
 	char err[PR_ERR_LEN];
 
 	tu_temp_dir(tmpdir, sizeof(tmpdir), "check_pipeline");
@@ -319,12 +320,21 @@ START_TEST(test_host_list)
 	ck_assert_int_eq(pl.n, 3);
 	ck_assert_int_eq(pl.v[2].block_hi, 2);
 	ck_assert_int_eq(pl.v[2].block_lo, 1);
-	ck_assert_int_eq(ph_assign(&pl, 4, 2, err), 0);
+	pr_spec_defaults(&run);
+	run.layers_per_block = 2;
+	ck_assert_int_eq(ph_assign(&pl, &run, err), 0);
 	/* 8 causal layers over 3 hosts: 2, 3, 3 */
 	ck_assert_int_eq(pl.v[0].layer_lo, 0);
 	ck_assert_int_eq(pl.v[0].layer_hi, 2);
 	ck_assert_int_eq(pl.v[2].layer_hi, 8);
-	ck_assert_int_ne(ph_assign(&pl, 5, 2, err), 0);
+	/* blocks of 1, 4, 2 and 3 layers: the causal LM has their sum */
+	run.layers_given = 1;
+	memcpy(run.block_layers, (int[]){ 1, 4, 2, 3 }, 4 * sizeof(int));
+	ck_assert_int_eq(ph_assign(&pl, &run, err), 0);
+	ck_assert_int_eq(pl.v[0].layer_hi, 3);
+	ck_assert_int_eq(pl.v[2].layer_hi, 10);
+	run.blocks = 5;
+	ck_assert_int_ne(ph_assign(&pl, &run, err), 0);
 	ck_assert_int_eq(ph_find(&pl, "127.0.0.1:2"), 1);
 	ck_assert_int_eq(ph_find(&pl, "127.0.0.1:9"), -1);
 	/* out of traversal order, a gap, block 1 missing, a host twice */

@@ -49,7 +49,7 @@ static void
 topo_of(topo_topology *t, const pr_spec *s, int n, double rate, double bw,
     double rtt_ms)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
 	char err[KN_ERR_LEN];
 	int i;
 
@@ -862,7 +862,8 @@ START_TEST(test_command)
 	ck_assert_ptr_nonnull(strstr(out, "dflt "));
 	ck_assert_ptr_nonnull(strstr(out, "search: exhaustive"));
 	ck_assert_ptr_nonnull(strstr(out, "first choice"));
-	ck_assert_ptr_nonnull(strstr(out, "unequal block sizes"));
+	ck_assert_ptr_nonnull(strstr(out, "split: the 4 layers shared"));
+	ck_assert_ptr_nonnull(strstr(out, " layers\n"));
 	ck_assert_ptr_nonnull(strstr(out, "wrote "));
 	snprintf(out, sizeof(out), "%s/out/plan.json", dir);
 	ck_assert_int_eq(access(out, R_OK), 0);
@@ -884,6 +885,100 @@ START_TEST(test_command)
 }
 END_TEST
 
+/* A training step's seconds for a block of layers layers on a host of
+ * rate positions/s at the topology's shape (layers_at), from the
+ * kernels' FLOPs: the cost model's scaling, computed apart from it. */
+static double
+step_by_hand(const pr_spec *s, int layers, int layers_at, double rate)
+{
+	kn_model_shape mine = pr_spec_block_shape(s, 0), at = mine;
+
+	mine.layers = layers;
+	at.layers = layers_at;
+	return (double)s->batch * s->window / (rate *
+	    kn_model_flops_per_window(&at) / kn_model_flops_per_window(&mine));
+}
+
+/* Two blocks of 2 layers, two hosts, one three times faster: the search
+ * gives the fast host's block 3 of the 4 layers, and its predicted round
+ * beats the equal split's by the FLOPs worked out by hand; on equal hosts
+ * the split stays equal, and --equal-blocks keeps the spec's. */
+START_TEST(test_split_layers)
+{
+	double r = 1000, eq_round, split_round;
+	const pl_candidate *c;
+	topo_topology t;
+	pl_options o;
+	pl_plan plan;
+	pr_spec s, out;
+	char err[KN_ERR_LEN];
+	int fast, slow;
+
+	spec_of(&s, 2, 2, 400, 20);
+	topo_of(&t, &s, 2, r, 1e9, 1);
+	t.hosts[1].train_positions_per_s = 3 * r;
+	pl_options_defaults(&o);
+	o.replicas = 1;
+	plan_of(&t, &s, &o, &plan);
+	c = chosen(&plan);
+	fast = uses(c, 0, 1) ? 0 : 1;
+	slow = 1 - fast;
+	ck_assert(uses(c, fast, 1) && uses(c, slow, 0));
+	ck_assert_int_eq(c->layers[fast], 3);
+	ck_assert_int_eq(c->layers[slow], 1);
+	/* the default keeps 2 + 2: the slow host's 2 layers decide */
+	ck_assert_int_eq(plan.def.c.layers[0], 2);
+	ck_assert_int_eq(plan.def.c.layers[1], 2);
+	eq_round = 20 * step_by_hand(&s, 2, 2, r);
+	split_round = fmax(20 * step_by_hand(&s, 1, 2, r),
+	    20 * step_by_hand(&s, 3, 2, 3 * r));
+	ck_assert_double_eq_tol(plan.def.p.block[plan.def.p.slowest].round_s,
+	    eq_round, 1e-9 * eq_round);
+	ck_assert_double_eq_tol(plan.v[plan.chosen].p.block[
+	    plan.v[plan.chosen].p.slowest].round_s, split_round,
+	    1e-9 * split_round);
+	ck_assert_double_lt(split_round, eq_round);
+	ck_assert_double_lt(plan.v[plan.chosen].score, plan.def.score);
+	/* each block's own FLOPs: the 3-layer block on the fast host */
+	ck_assert_double_eq_tol(plan.v[plan.chosen].p.block[fast].step_s,
+	    step_by_hand(&s, 3, 2, 3 * r), 1e-12);
+	/* the written spec carries the split, block by block */
+	ck_assert_msg(pl_candidate_spec(&s, c, &out, err) == 0, "%s", err);
+	ck_assert(out.layers_given);
+	ck_assert_int_eq(pr_spec_layers(&out, fast), 3);
+	ck_assert_int_eq(pr_spec_layers(&out, slow), 1);
+	pl_plan_free(&plan);
+
+	o.split = 0;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert_int_eq(chosen(&plan)->layers[0], 2);
+	ck_assert_int_eq(chosen(&plan)->layers[1], 2);
+	pl_plan_free(&plan);
+
+	/* equal hosts: equal blocks, and the spec keeps its run id */
+	o.split = 1;
+	t.hosts[1].train_positions_per_s = r;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert_int_eq(chosen(&plan)->layers[0], 2);
+	ck_assert_int_eq(chosen(&plan)->layers[1], 2);
+	ck_assert_msg(pl_candidate_spec(&s, chosen(&plan), &out, err) == 0,
+	    "%s", err);
+	ck_assert(!out.layers_given);
+	pl_plan_free(&plan);
+
+	/* a host without the memory for more than one layer keeps one */
+	t.hosts[1].train_positions_per_s = 3 * r;
+	t.hosts[1].memory_bytes = pl_train_bytes(&s, 1) + 1;
+	plan_of(&t, &s, &o, &plan);
+	c = chosen(&plan);
+	fast = uses(c, 0, 1) ? 0 : 1;
+	ck_assert_int_eq(c->layers[fast], 1);
+	ck_assert_int_eq(c->layers[1 - fast], 3);
+	pl_plan_free(&plan);
+	topo_free(&t);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -894,6 +989,7 @@ main(void)
 	tcase_add_test(tc, test_slow_link_moves_replicas);
 	tcase_add_test(tc, test_int8_only_when_link_bound);
 	tcase_add_test(tc, test_fast_host);
+	tcase_add_test(tc, test_split_layers);
 	tcase_add_test(tc, test_round_and_bytes_by_hand);
 	tcase_add_test(tc, test_update_bytes_real);
 	tcase_add_test(tc, test_overlap_max_not_sum);

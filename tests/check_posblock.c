@@ -53,7 +53,7 @@ spec_of(pr_spec *s, int window, int pos_block)
 static kn_model *
 make_model(const pr_spec *s, uint64_t seed)
 {
-	kn_model_shape shape = pr_spec_block_shape(s);
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
 	char err[KN_ERR_LEN];
 	kn_model *m;
 	float *p;

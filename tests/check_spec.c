@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <msgpack.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -388,7 +389,7 @@ START_TEST(test_position_block)
 	ck_assert_str_ne(four, none);
 	parse_ok("[model]\nwindow = 48\nposition_block = 16\n", &s);
 	ck_assert_int_eq(s.position_block, 16);
-	ck_assert_int_eq(pr_spec_block_shape(&s).pos_block, 16);
+	ck_assert_int_eq(pr_spec_block_shape(&s, 0).pos_block, 16);
 	ck_assert_int_eq(pr_spec_reference_shape(&s, 0).pos_block, 16);
 	ck_assert_int_eq(pr_spec_reference_shape(&s, 1).pos_block, 0);
 	round_trip("[model]\nposition_block = 1\n");
@@ -459,6 +460,120 @@ START_TEST(test_soma_keys)
 }
 END_TEST
 
+/* The keys of the canonical encoding of s, and model.layers when it is
+ * there, read back with msgpack-c: what the run id hashes. */
+static int
+encoded_layers(const pr_spec *s, int *layers, int max, int *has_lpb)
+{
+	msgpack_unpacked u;
+	char *buf, err[PR_ERR_LEN];
+	size_t len, i, j;
+	int n = -1;
+
+	ck_assert_msg(pr_spec_encode(s, &buf, &len, err) == 0, "%s", err);
+	msgpack_unpacked_init(&u);
+	ck_assert(msgpack_unpack_next(&u, buf, len, NULL) ==
+	    MSGPACK_UNPACK_SUCCESS);
+	ck_assert(u.data.type == MSGPACK_OBJECT_MAP);
+	*has_lpb = 0;
+	for (i = 0; i < u.data.via.map.size; i++) {
+		const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+		const msgpack_object_str *k = &kv->key.via.str;
+
+		if (k->size == 22 && memcmp(k->ptr, "model.layers_per_block",
+		    22) == 0)
+			*has_lpb = 1;
+		if (k->size == 12 && memcmp(k->ptr, "model.layers", 12) == 0) {
+			ck_assert(kv->val.type == MSGPACK_OBJECT_ARRAY);
+			n = (int)kv->val.via.array.size;
+			for (j = 0; j < kv->val.via.array.size && (int)j < max;
+			    j++)
+				layers[j] = (int)kv->val.via.array.ptr[j].via.i64;
+		}
+	}
+	msgpack_unpacked_destroy(&u);
+	free(buf);
+	return n;
+}
+
+/* [model] layers: one count per block.  Absent, or all equal, it is
+ * today's spec with today's run id and encoding; unequal, the encoding
+ * holds the list in place of layers_per_block. */
+START_TEST(test_layers)
+{
+	char none[PR_RUN_ID_LEN], equal[PR_RUN_ID_LEN], a[PR_RUN_ID_LEN];
+	char b[PR_RUN_ID_LEN], printed[8192], err[PR_ERR_LEN];
+	int got[8], has_lpb;
+	pr_spec s;
+
+	run_id_of("", none);
+	run_id_of("[model]\nlayers = 2, 2, 2, 2\n", equal);
+	ck_assert_str_eq(equal, none);
+	parse_ok("[model]\nlayers = 3 3 3 3\n", &s);
+	ck_assert(!s.layers_given);
+	ck_assert_int_eq(s.layers_per_block, 3);
+	ck_assert_int_eq(encoded_layers(&s, got, 8, &has_lpb), -1);
+	ck_assert(has_lpb);
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_nonnull(strstr(printed, "\nlayers_per_block = 3\n"
+	    "# layers = 3, 3, 3, 3\n"));
+
+	parse_ok("[model]\nblocks = 2\nlayers = 1, 3\n", &s);
+	ck_assert(s.layers_given);
+	ck_assert_int_eq(pr_spec_layers(&s, 0), 1);
+	ck_assert_int_eq(pr_spec_layers(&s, 1), 3);
+	ck_assert_int_eq(pr_spec_total_layers(&s), 4);
+	ck_assert_int_eq(pr_spec_block_shape(&s, 0).layers, 1);
+	ck_assert_int_eq(pr_spec_block_shape(&s, 1).layers, 3);
+	ck_assert_int_eq(pr_spec_reference_shape(&s, 0).layers, 4);
+	ck_assert_int_eq(pr_spec_reference_shape(&s, 1).layers, 4);
+	ck_assert_int_eq(encoded_layers(&s, got, 8, &has_lpb), 2);
+	ck_assert(!has_lpb);
+	ck_assert_int_eq(got[0], 1);
+	ck_assert_int_eq(got[1], 3);
+	ck_assert_int_eq(pr_spec_run_id(&s, a, err), 0);
+	ck_assert_str_eq(a, "deca381036ead06977c99f5e8eb1db4ad10de0fbff948b8e3"
+	    "209341a289093d9");
+	run_id_of("[model]\nblocks = 2\nlayers = 3, 1\n", b);
+	ck_assert_str_ne(a, b);
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_nonnull(strstr(printed, "\n# layers_per_block = 2\n"
+	    "layers = 1, 3\n"));
+	round_trip("[model]\nblocks = 2\nlayers = 1, 3\n");
+	round_trip("[model]\nblocks = 5\nlayers = 4,1,1,2,9\n");
+
+	/* set from a list, as the planner writes its split */
+	pr_spec_defaults(&s);
+	s.blocks = 3;
+	pr_spec_set_layers(&s, (int[]){ 2, 2, 2 });
+	ck_assert(!s.layers_given);
+	pr_spec_set_layers(&s, (int[]){ 2, 5, 2 });
+	ck_assert(s.layers_given);
+	ck_assert_int_eq(pr_spec_total_layers(&s), 9);
+	s.block_layers[2] = 0;
+	ck_assert_int_eq(pr_spec_validate(&s, err), KN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "block 3 has 0 layers"));
+
+	expect_error("[model]\nblocks = 3\nlayers = 1, 2\n",
+	    "[model] layers: 3 blocks need 3 layer counts, one per block, "
+	    "got 2");
+	expect_error("[model]\nblocks = 2\nlayers = 1, 2, 3\n",
+	    "got 3");
+	expect_error("[model]\nblocks = 2\nlayers = 1, 0\n",
+	    "block 2 has 0 layers; each block needs 1 to 1024");
+	expect_error("[model]\nblocks = 2\nlayers = 1, 1025\n",
+	    "block 2 has 1025 layers");
+	expect_error("[model]\nblocks = 2\nlayers = 1, two\n",
+	    "is not a list of whole numbers");
+	expect_error("[model]\nblocks = 2\nlayers = 1.5, 2\n",
+	    "is not a list of whole numbers");
+	expect_error("[model]\nblocks = 2\nlayers_per_block = 2\nlayers = 1, 2\n",
+	    "mutually exclusive");
+	expect_error("[model]\nlayers = 1, 2, 2, 2\nlayers_per_block = 1\n",
+	    "mutually exclusive");
+}
+END_TEST
+
 int
 main(void)
 {
@@ -474,6 +589,7 @@ main(void)
 	tcase_add_test(tc, test_key_table);
 	tcase_add_test(tc, test_soma_keys);
 	tcase_add_test(tc, test_position_block);
+	tcase_add_test(tc, test_layers);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pinned");
 	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);

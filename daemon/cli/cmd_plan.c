@@ -131,6 +131,7 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		{ "pick", required_argument, NULL, 'p' },
 		{ "same-steps", no_argument, NULL, 'S' },
 		{ "share-steps", no_argument, NULL, 'X' },
+		{ "equal-blocks", no_argument, NULL, 'E' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -195,6 +196,9 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		case 'X':
 			a->o.same_steps = 0;
 			break;
+		case 'E':
+			a->o.split = 0;
+			break;
 		case 'S':
 			a->o.same_steps = 1;
 			break;
@@ -247,6 +251,22 @@ plan_options(struct plan_args *a, const topo_topology *t)
 		a->o.max_streams = streams;
 }
 
+/* "3+1+2+2": the layers of each block, block 1 first */
+static const char *
+split_str(const pl_candidate *c, char *buf, size_t len)
+{
+	size_t used = 0;
+	int b, n;
+
+	buf[0] = '\0';
+	for (b = 0; b < c->blocks && used < len; b++) {
+		n = snprintf(buf + used, len - used, "%s%d", b ? "+" : "",
+		    c->layers[b]);
+		used += n > 0 ? (size_t)n : 0;
+	}
+	return buf;
+}
+
 static void
 print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
     const char *rank, pl_goal goal)
@@ -254,7 +274,7 @@ print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
 	const pl_candidate *c = &r->c;
 	const pl_prediction *p = &r->p;
 	const pl_block_pred *bp = &p->block[p->slowest];
-	char d1[32], d2[32], d3[32], d4[32];
+	char d1[32], d2[32], d3[32], d4[32], split[PR_MAX_BLOCKS * 6];
 	int b;
 
 	if (goal == PL_GOAL_SERVE) {
@@ -274,11 +294,12 @@ print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
 		return;
 	}
 	printf("%-5s %2d %5d %-4s %-4s %2d %-3s %9s %7.2fx %11.4g %9s "
-	    "%10.3g\n", rank, c->nrep[0], c->local_steps,
+	    "%10.3g %s\n", rank, c->nrep[0], c->local_steps,
 	    pr_encoding_name(c->enc), c->zstd ? "zstd" : "-", c->streams,
 	    c->overlap ? "ovl" : "blk", duration(p->train_s, d1, sizeof(d1)),
 	    def->score / r->score, p->positions_per_s,
-	    duration(bp->round_s, d2, sizeof(d2)), p->max_link_bytes_per_h);
+	    duration(bp->round_s, d2, sizeof(d2)), p->max_link_bytes_per_h,
+	    split_str(c, split, sizeof(split)));
 	printf("      block %d decides: %d steps of %s; per round compute "
 	    "%.3g s, stragglers %.3g s, transfer %.3g s, latency %.3g s; "
 	    "update %.4g B\n", p->slowest + 1, c->steps,
@@ -317,15 +338,17 @@ print_missing(const struct plan_args *a)
 
 	pl_support_detect(&sup);
 	printf("\nNot planned (the spec or this build cannot express it):\n"
-	    "  unequal block sizes: the spec has one [model] layers_per_block "
-	    "for every block\n"
+	    "  %s\n"
 	    "  replica counts that differ by block: [optim] steps is one "
 	    "count for every\n    replica, so the block with fewest "
 	    "replicas would decide; every block gets R\n"
 	    "  microbatches: the spec has no gradient-accumulation key; "
 	    "[optim] batch is kept\n"
 	    "  pipeline_batch: one measured rate per host cannot tell batch "
-	    "sizes apart\n");
+	    "sizes apart\n", a->o.split && a->o.goal != PL_GOAL_SERVE ?
+	    "block sizes for serving: the ring keeps the training split" :
+	    "unequal block sizes: each block keeps the spec's layers "
+	    "(--equal-blocks or --goal serve)");
 	if (!sup.int8 || !sup.zstd || !sup.streams || !sup.overlap)
 		printf("  %s in this build:%s%s%s%s\n", a->all_options ?
 		    "searched (--all-options) but not" : "not searched, not",
@@ -339,14 +362,19 @@ static void
 print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
     const pl_plan *plan, double secs)
 {
-	char rank[16];
+	char rank[16], split[PR_MAX_BLOCKS * 6];
 	int i;
 
-	printf("plan: %d hosts, %d blocks of %d layers (%zu parameters each), "
-	    "%d steps x %d replica(s) x batch %d x window %d per block\n",
-	    t->nhosts, s->blocks, s->layers_per_block,
-	    pl_block_params(s, s->layers_per_block), s->steps, s->replicas,
-	    s->batch, s->window);
+	printf("plan: %d hosts, %d blocks of %s layers (%d in all, %zu "
+	    "parameters a layer), %d steps x %d replica(s) x batch %d x "
+	    "window %d per block\n", t->nhosts, s->blocks,
+	    split_str(&plan->def.c, split, sizeof(split)),
+	    pr_spec_total_layers(s), pl_block_params(s, 2) -
+	    pl_block_params(s, 1), s->steps, s->replicas, s->batch, s->window);
+	if (a->o.split && a->o.goal != PL_GOAL_SERVE)
+		printf("split: the %d layers shared among the blocks as each "
+		    "placement's hosts train fastest (--equal-blocks keeps the "
+		    "spec's)\n", pr_spec_total_layers(s));
 	printf("search: %s, %.3g placements per option set, %.3g predictions, "
 	    "%.2f s\n\n", plan->exhaustive ? "exhaustive" :
 	    "greedy start and pairwise swaps (a local optimum)",
@@ -356,7 +384,7 @@ print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
 		    "blocktrain output | ar\n");
 	else
 		printf("rank   R     H enc  zstd st ovl      time speedup "
-		    "positions/s     round  link B/h\n");
+		    "positions/s     round  link B/h layers\n");
 	print_row(t, &plan->def, &plan->def, "dflt", a->o.goal);
 	for (i = 0; i < plan->n; i++) {
 		snprintf(rank, sizeof(rank), "%s%d", i == plan->chosen ? "*" :
@@ -437,12 +465,13 @@ const struct cmd_entry cmd_plan_entry = {
 	    "    [--goal train|serve|both] [--top N] [--out DIR]\n"
 	    "    [--replicas R | --max-replicas R] [--local-steps H,H,...]\n"
 	    "    [--zstd-ratio ENC=RATIO] [--max-streams K] [--all-options]\n"
-	    "    [--pick K] [--share-steps]\n"
+	    "    [--pick K] [--share-steps] [--equal-blocks]\n"
 	    "Predicts, for the hosts and links of the topology file (from "
 	    "'shardmeter probe'\nor written by hand), how the run spec would "
 	    "train and serve under each\ncandidate: which hosts train which "
 	    "block, R replicas per block, H local\nsteps, the update encoding, "
-	    "zstd, parallel streams and overlapped rounds.\nPrints the N "
+	    "zstd, parallel streams, overlapped rounds\nand how many of the "
+	    "spec's layers each block gets.\nPrints the N "
 	    "fastest (default 5) beside the default configuration (hosts in\n"
 	    "list order, one replica each, the spec's H, f32, blocking), each "
 	    "with its\nbreakdown, and with --out writes the first choice: "
@@ -463,6 +492,9 @@ const struct cmd_entry cmd_plan_entry = {
 	    "its replicas\n               (faster, but what a replica learns "
 	    "from its share is not\n               predicted); default: every "
 	    "replica trains the spec's steps\n               (--same-steps), "
-	    "so replicas add data, never speed\n",
+	    "so replicas add data, never speed\n"
+	    "  --equal-blocks  every block keeps the spec's layers; default: "
+	    "the spec's\n               total shared so that a faster host "
+	    "trains a larger block\n",
 	.exec = cmd_plan_exec
 };

@@ -156,8 +156,20 @@ note_spread(topo_host *h, json_t *o, char *err)
 	return KN_OK;
 }
 
+/* FLOPs per position of a topology shape, which blocks of their own
+ * layers compare by. */
+static double
+shape_flops(const topo_shape *s)
+{
+	kn_model_shape m = topo_model_shape(s);
+
+	return kn_model_flops_per_window(&m) / m.window;
+}
+
 /* The compute answer of host i into t (the shape of the first that
- * answered). */
+ * answered).  A host whose block has layers of its own ([model] layers)
+ * has its rates given at t's shape, scaled by FLOPs per position as the
+ * planner scales them (plan/cost.c). */
 static int
 take_compute(topo_topology *t, int i, json_t *o, char *err)
 {
@@ -169,18 +181,23 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 	    (int)json_integer_value(json_object_get(sh, "window")),
 	    (int)json_integer_value(json_object_get(sh, "batch")) };
 	const char *dev = json_string_value(json_object_get(o, "device"));
+	double scale = 1;
 
 	if (t->shape.width == 0)
 		t->shape = s;   /* the first that answered */
-	else if (memcmp(&s, &t->shape, sizeof(s)) != 0)
+	if (s.layers != t->shape.layers && s.layers > 0) {
+		scale = shape_flops(&s) / shape_flops(&t->shape);
+		s.layers = t->shape.layers;
+	}
+	if (memcmp(&s, &t->shape, sizeof(s)) != 0)
 		return kn_error(err, KN_EINVAL, "%s trains another block shape "
 		    "(width %d, %d layers, window %d, batch %d) than the daemons "
 		    "before it: do they run one spec?", h->name, s.width,
 		    s.layers, s.window, s.batch);
 	snprintf(h->device, sizeof(h->device), "%s", dev ? dev : "?");
 	h->memory_bytes = num(o, "memory_bytes");
-	h->train_positions_per_s = num(o, "train_positions_per_s");
-	h->forward_positions_per_s = num(o, "forward_positions_per_s");
+	h->train_positions_per_s = num(o, "train_positions_per_s") * scale;
+	h->forward_positions_per_s = num(o, "forward_positions_per_s") * scale;
 	return note_spread(h, o, err);
 }
 

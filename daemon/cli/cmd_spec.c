@@ -11,30 +11,71 @@
 #include "proto/spec.h"
 #include "soma/trainer.h"
 
-static void
-spec_print(const pr_spec *s, const char *id)
+/* What block b costs: parameters, FLOPs of a training step and bytes a
+ * host holds while training it. */
+struct block_cost {
+	double params, flops, memory;
+};
+
+static struct block_cost
+block_cost(const pr_spec *s, int b)
 {
-	kn_model_shape bs = pr_spec_block_shape(s);
-	kn_model_shape es = pr_spec_reference_shape(s, 0);
-	double np_block = (double)kn_model_params_for(&bs);
-	double np_e2e = (double)kn_model_params_for(&es);
+	kn_model_shape bs = pr_spec_block_shape(s, b);
 	/* position blocks train on rows of two copies of the window */
 	int rl = kn_model_row_len(&bs);
 	kn_model_shape rs = bs;
-	double fl, act;
-	int b;
+	struct block_cost c;
+	double act;
 
 	rs.window = rl;
 	rs.pos_block = 0;
-	fl = 3.0 * kn_model_flops_per_window(&rs) * s->batch;
+	c.params = (double)kn_model_params_for(&bs);
+	c.flops = 3.0 * kn_model_flops_per_window(&rs) * s->batch;
 	/* activations kept for backward, per window: about (18 d + h n)
 	 * floats per position and layer, plus logits */
-	act = 4.0 * s->batch * rl * (s->layers_per_block *
+	act = 4.0 * s->batch * rl * (bs.layers *
 	    (18.0 * s->width + (double)s->heads * rl * 2) + 2 * 256);
+	c.memory = c.params * 16 + act;
+	return c;
+}
+
+/* Blocks of their own sizes: one line of figures each. */
+static void
+spec_print_blocks(const pr_spec *s)
+{
+	int b;
+
+	printf("per block   layers  parameters  MB fp32  GFLOP/step  "
+	    "TFLOP/run  MB/host\n");
+	for (b = 0; b < s->blocks; b++) {
+		struct block_cost c = block_cost(s, b);
+
+		printf("  block %-3d %6d  %10.0f  %7.2f  %10.3f  %9.1f  %7.0f\n",
+		    b + 1, pr_spec_layers(s, b), c.params, c.params * 4 / 1e6,
+		    c.flops / 1e9, c.flops * s->steps / 1e12, c.memory / 1e6);
+	}
+}
+
+static void
+spec_print(const pr_spec *s, const char *id)
+{
+	kn_model_shape bs = pr_spec_block_shape(s, 0);
+	kn_model_shape es = pr_spec_reference_shape(s, 0);
+	struct block_cost c = block_cost(s, 0);
+	double np_e2e = (double)kn_model_params_for(&es);
+	int rl = kn_model_row_len(&bs), b;
 
 	printf("run id      %s\n", id);
-	printf("blocks      %d x %d layers, width %d, %d heads, window %d\n",
-	    s->blocks, s->layers_per_block, s->width, s->heads, s->window);
+	if (s->layers_given) {
+		printf("blocks      %d blocks of", s->blocks);
+		for (b = 0; b < s->blocks; b++)
+			printf("%s %d", b > 0 ? "," : "", pr_spec_layers(s, b));
+		printf(" layers (%d in all), width %d, %d heads, window %d\n",
+		    pr_spec_total_layers(s), s->width, s->heads, s->window);
+	} else
+		printf("blocks      %d x %d layers, width %d, %d heads, window "
+		    "%d\n", s->blocks, s->layers_per_block, s->width, s->heads,
+		    s->window);
 	if (rl > s->window)
 		printf("positions   position blocks of %d, %d per window, "
 		    "block-causal; each trained given the clean bytes "
@@ -44,13 +85,18 @@ spec_print(const pr_spec *s, const char *id)
 	for (b = 0; b < s->blocks; b++)
 		printf(" (%.4g, %.4g]", s->cuts[b], s->cuts[b + 1]);
 	printf("%s\n", s->equal_cuts ? " (equal)" : "");
-	printf("parameters  %.0f per block (%.2f MB fp32), %.0f in the e2e "
-	    "reference\n", np_block, np_block * 4 / 1e6, np_e2e);
-	printf("compute     %.3f GFLOP per train step per block (batch %d), "
-	    "%.1f TFLOP for %d steps\n", fl / 1e9, s->batch,
-	    fl * s->steps / 1e12, s->steps);
-	printf("memory      about %.0f MB per host (parameters, gradients, "
-	    "AdamW moments, activations)\n", (np_block * 16 + act) / 1e6);
+	if (s->layers_given) {
+		spec_print_blocks(s);
+		printf("parameters  %.0f in the e2e reference\n", np_e2e);
+	} else {
+		printf("parameters  %.0f per block (%.2f MB fp32), %.0f in the "
+		    "e2e reference\n", c.params, c.params * 4 / 1e6, np_e2e);
+		printf("compute     %.3f GFLOP per train step per block (batch "
+		    "%d), %.1f TFLOP for %d steps\n", c.flops / 1e9, s->batch,
+		    c.flops * s->steps / 1e12, s->steps);
+		printf("memory      about %.0f MB per host (parameters, "
+		    "gradients, AdamW moments, activations)\n", c.memory / 1e6);
+	}
 	printf("optimizer   AdamW lr %g (warmup %d, cosine to %g), wd %g, "
 	    "betas (%g, %g), clip %g, batch %d, %d steps\n", s->lr, s->warmup,
 	    s->lr_min, s->weight_decay, s->beta1, s->beta2, s->clip, s->batch,
