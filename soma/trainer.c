@@ -321,6 +321,30 @@ decoder_step(struct trainer *t, long step, double lr, char *err)
 	return t->be->status(err);
 }
 
+/* Whether the delta rule runs at this step: the seed's and the zero-order
+ * controls' decoders learn, the latter perhaps for their first
+ * decoder_steps only. */
+static int
+decoder_learns(const struct trainer *t, long step)
+{
+	return t->learn_decoder && (t->o->decoder_steps <= 0 ||
+	    step < t->o->decoder_steps);
+}
+
+/* The byte positions a step evaluates: without the delta rule's pass
+ * once the decoder has stopped learning. */
+static uint64_t
+step_cost(const struct trainer *t, long step)
+{
+	uint64_t per = sa_step_positions(t->spec, t->o->kind, t->P);
+
+	if (t->learn_decoder && t->o->kind != SA_BPTT && !decoder_learns(t,
+	    step))
+		per -= (uint64_t)t->spec->soma.batch *
+		    (uint64_t)t->spec->soma.window;
+	return per;
+}
+
 /* One step of the kind's optimizer on the batch in t->tokens; its
  * training loss in *loss. */
 static int
@@ -355,7 +379,7 @@ train_step(struct trainer *t, long step, double *loss, char *err)
 	*loss = st.loss;
 	if ((rc = kn_soma_set_body(t->m, t->theta, err)) != 0)
 		return rc;
-	if (t->learn_decoder)
+	if (decoder_learns(t, step))
 		return decoder_step(t, step, t->have_egg ? t->egg.cfg.lr :
 		    t->spsa.cfg.lr, err);
 	return KN_OK;
@@ -386,12 +410,21 @@ static long
 steps_for(const struct trainer *t)
 {
 	const sa_train_opts *o = t->o;
-	uint64_t per = sa_step_positions(t->spec, o->kind, t->P);
+	uint64_t per = step_cost(t, 0), left = o->budget;
+	long n = 0;
 
 	if (o->steps >= 0)
 		return o->steps;
-	if (o->budget > 0)
-		return (long)((o->budget + per - 1) / per);
+	if (o->budget > 0) {
+		/* steps that still run the delta rule, then cheaper ones */
+		if (o->decoder_steps > 0 && left > (uint64_t)o->decoder_steps *
+		    per) {
+			n = o->decoder_steps;
+			left -= (uint64_t)n * per;
+			per = step_cost(t, n);
+		}
+		return n + (long)((left + per - 1) / per);
+	}
 	return o->kind == SA_SEED ? t->spec->soma.seed_steps :
 	    t->spec->soma.steps;
 }
@@ -423,7 +456,7 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 		if ((rc = train_step(&t, p.step, &loss, err)) != 0)
 			goto out;
 		busy += kn_now() - s0;
-		p.positions += sa_step_positions(o->spec, o->kind, t.P);
+		p.positions += step_cost(&t, p.step);
 		p.loss = loss;
 		validated = (p.step + 1) % o->spec->soma.eval_every == 0 ||
 		    p.step + 1 == p.steps;

@@ -56,6 +56,10 @@ typedef struct {
 	 * control; they are not in the run id, so the caller names the file */
 	double lr, eps;
 	long steps;             /* < 0: seed_steps, steps, or from budget */
+	/* SPSA and EGGROLL controls: the decoder learns by the delta rule
+	 * for this many steps, then stays as it is; 0: every step.  The
+	 * seed always learns it, an expert never. */
+	long decoder_steps;
 	uint64_t budget;        /* controls: positions to spend (0: none) */
 	const char *const *train;       /* the text files */
 	int ntrain;

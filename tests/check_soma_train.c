@@ -243,6 +243,59 @@ START_TEST(test_controls_budget)
 }
 END_TEST
 
+/* A control whose decoder learns for its first 2 steps only: its decoder
+ * after 5 steps is the one after 2, its body moves on, and the steps
+ * past 2 cost the delta rule's pass less, in the budget and the count. */
+START_TEST(test_decoder_steps)
+{
+	kn_soma_shape c = sa_control_shape(&spec);
+	size_t nb = kn_soma_body_params(&c), nd = kn_soma_decoder_params(&c);
+	uint64_t per = sa_step_positions(&spec, SA_SPSA, 8), bt = 4 * 16;
+	const char *all[2] = { files[0], files[1] };
+	char a[400], b[400], f[400], err[KN_ERR_LEN];
+	float *ab, *ad, *bb, *bd, *fb, *fd;
+	sa_train_opts o = { 0 };
+	sa_result r;
+
+	snprintf(a, sizeof(a), "%s/spsa-a.ckpt", dir);
+	snprintf(b, sizeof(b), "%s/spsa-b.ckpt", dir);
+	snprintf(f, sizeof(f), "%s/spsa-f.ckpt", dir);
+	o.spec = &spec;
+	o.run_id = run_id;
+	o.kind = SA_SPSA;
+	o.P = 8;
+	o.train = all;
+	o.ntrain = 2;
+	o.valid_windows = 8;
+	o.be = kn_cpu_backend();
+	o.decoder_steps = 2;
+	o.steps = 2;
+	o.out_path = a;
+	ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
+	ck_assert_uint_eq(r.positions, 2 * per);
+	o.steps = -1;
+	o.budget = 2 * per + 3 * (per - bt);
+	o.out_path = b;
+	ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
+	ck_assert_int_eq(r.steps, 5);
+	ck_assert_uint_eq(r.positions, o.budget);
+	/* the same 5 steps with the decoder learning throughout */
+	o.decoder_steps = 0;
+	o.budget = 0;
+	o.steps = 5;
+	o.out_path = f;
+	ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
+	ck_assert_uint_eq(r.positions, 5 * per);
+	ab = load(a, "spsa", 0, &c, &ad);
+	bb = load(b, "spsa", 0, &c, &bd);
+	fb = load(f, "spsa", 0, &c, &fd);
+	ck_assert_mem_eq(ad, bd, nd * sizeof(float));
+	ck_assert(memcmp(ab, bb, nb * sizeof(float)) != 0);
+	ck_assert(memcmp(bd, fd, nd * sizeof(float)) != 0);
+	free(ab); free(ad); free(bb); free(bd); free(fb); free(fd);
+}
+END_TEST
+
 START_TEST(test_text)
 {
 	const char *all[2] = { files[0], files[1] };
@@ -343,6 +396,7 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_seed_then_expert);
 	tcase_add_test(tc, test_controls_budget);
+	tcase_add_test(tc, test_decoder_steps);
 	tcase_add_test(tc, test_threads_bitwise);
 	tcase_add_test(tc, test_text);
 	tcase_add_test(tc, test_bad_model_files);

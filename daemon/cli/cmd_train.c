@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -33,6 +34,7 @@ struct train_args {
 	const char *control;
 	long long budget;
 	double lr, eps;
+	int decoder_steps;      /* 0: a control learns its decoder throughout */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -108,6 +110,9 @@ train_option(void *args, int ch)
 		}
 		return CLI_CONTINUE;
 	}
+	case 'k':
+		return cli_parse_int("train", "decoder-steps", optarg, 1,
+		    INT_MAX, &t->decoder_steps) ? 2 : CLI_CONTINUE;
 	default: return 2;
 	}
 }
@@ -132,6 +137,7 @@ train_parse(const struct cmd_entry *self, struct train_args *t, int argc,
 		{ "budget", required_argument, NULL, 'g' },
 		{ "lr", required_argument, NULL, 'L' },
 		{ "eps", required_argument, NULL, 'E' },
+		{ "decoder-steps", required_argument, NULL, 'k' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -250,7 +256,7 @@ train_soma(struct train_args *t)
 	struct cli_soma_train a = { .run = &t->run, .expert = t->expert,
 	    .P = t->perturbations, .steps = t->steps,
 	    .budget = (uint64_t)t->budget, .lr = t->lr, .eps = t->eps,
-	    .quiet = t->quiet,
+	    .decoder_steps = t->decoder_steps, .quiet = t->quiet,
 	    .stop = &stop_requested };
 
 	if (t->soma_seed + (t->expert >= 0) + (t->control != NULL) != 1 ||
@@ -270,6 +276,14 @@ train_soma(struct train_args *t)
 	if ((t->lr > 0 || t->eps > 0) && t->control == NULL) {
 		fprintf(stderr, "shardmeter train: --lr and --eps tune a "
 		    "control; the seed and the experts take the spec's\n");
+		return 2;
+	}
+	if (t->decoder_steps > 0 && (t->control == NULL ||
+	    strcmp(t->control, "bptt") == 0)) {
+		fprintf(stderr, "shardmeter train: --decoder-steps is for the "
+		    "spsa and eggroll controls (the seed learns its decoder "
+		    "throughout, an expert never does, BPTT learns it by "
+		    "its gradient)\n");
 		return 2;
 	}
 	if (t->control != NULL) {
@@ -353,8 +367,8 @@ const struct cmd_entry cmd_train_entry = {
 	    "usage: shardmeter train --spec FILE --dir DIR (--seed | --expert E |\n"
 	    "         --control spsa|eggroll|bptt) [--perturbations P] "
 	    "[--budget POSITIONS]\n"
-	    "         [--lr RATE] [--eps E] [--steps N] [--backend "
-	    "auto|cpu|cuda] [--threads T]\n         [--quiet]\n"
+	    "         [--lr RATE] [--eps E] [--decoder-steps N] [--steps N]\n"
+	    "         [--backend auto|cpu|cuda] [--threads T] [--quiet]\n"
 	    "--seed trains the N = 1 seed (DIR/seed.ckpt) on every cluster; "
 	    "--expert E\nstarts from the seed and trains expert E on its "
 	    "cluster (DIR/expert-E.ckpt);\n--control trains one model of N "
@@ -363,7 +377,10 @@ const struct cmd_entry cmd_train_entry = {
 	    "many byte positions as SOMA's seed and experts together "
 	    "(--budget to\nchange it).  --lr and --eps tune a control "
 	    "(for EGGROLL --eps is its sigma,\nby default 10 eps) and go "
-	    "into its file's name.  Each writes DIR/NAME.csv:\nstep, loss, "
-	    "validation loss, lr, eps, positions.\n",
+	    "into its file's name.  A zero-order control learns its decoder "
+	    "by the delta\nrule every step; --decoder-steps N stops that "
+	    "after N steps, as SOMA's\nexperts start from a decoder learned "
+	    "over the seed's steps (in the name too).\nEach writes "
+	    "DIR/NAME.csv: step, loss, validation loss, lr, eps, positions.\n",
 	.exec = train_exec
 };

@@ -132,6 +132,9 @@ cli_train_soma(const struct cli_soma_train *a)
 			snprintf(stem + used, sizeof(stem) - used, "-eps%g",
 			    a->eps);
 	}
+	if (a->decoder_steps > 0 && strlen(stem) < sizeof(stem))
+		snprintf(stem + strlen(stem), sizeof(stem) - strlen(stem),
+		    "-dec%d", a->decoder_steps);
 	snprintf(out, sizeof(out), "%s/%s.ckpt", a->run->dir, stem);
 	snprintf(log, sizeof(log), "%s/%s.csv", a->run->dir, stem);
 	snprintf(seed, sizeof(seed), "%s/seed.ckpt", a->run->dir);
@@ -153,6 +156,7 @@ cli_train_soma(const struct cli_soma_train *a)
 	o.P = P;
 	o.lr = a->lr;
 	o.eps = a->eps;
+	o.decoder_steps = a->decoder_steps;
 	o.steps = a->steps;
 	if (a->kind == SA_SPSA || a->kind == SA_EGGROLL || a->kind == SA_BPTT)
 		o.budget = a->budget > 0 ? a->budget : sa_soma_positions(s);

@@ -15,6 +15,7 @@ struct cli_soma_train {
 	int expert;
 	int P;                  /* 0: the spec's */
 	double lr, eps;         /* > 0: a control's own, named in its file */
+	int decoder_steps;      /* > 0: a control's decoder stops learning */
 	long steps;             /* < 0: the spec's or the budget's */
 	uint64_t budget;        /* 0: SOMA's own compute */
 	int quiet;
