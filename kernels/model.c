@@ -470,7 +470,7 @@ linear(kn_model *m, int i, int l, float *out, const float *inp,
 }
 
 const float *
-kn__model_layer(kn_model *m, int l, const float *x, int N,
+kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
     const struct kn__attn *at)
 {
 	const kn_backend *be = m->be;
@@ -481,12 +481,6 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * T * T;
 	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
 	float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
-	float *attproj = LAYER(a->attproj, la, Nd);
-	float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
-	float *fch = LAYER(a->fch, la, 4 * Nd);
-	float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
-	float *fcproj = LAYER(a->fcproj, la, Nd);
-	float *resid3 = LAYER(a->resid3, la, Nd);
 
 	be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
 	    LAYER(a->ln1_rstd, la, N), x, m->w[P_LN1W] + (size_t)l * d,
@@ -504,6 +498,24 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 			    k + (size_t)n * d, a->att, qkv + (size_t)off * 3 * d,
 			    at->seqs[r].pos0, at->seqs[r].count, d, h);
 		}
+	return atty;
+}
+
+const float *
+kn__model_layer_mlp(kn_model *m, int l, const float *x, const float *atty,
+    int N)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, la = l % m->act_layers;
+	size_t Nd = (size_t)N * d;
+	float *attproj = LAYER(a->attproj, la, Nd);
+	float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
+	float *fch = LAYER(a->fch, la, 4 * Nd);
+	float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
+	float *fcproj = LAYER(a->fcproj, la, Nd);
+	float *resid3 = LAYER(a->resid3, la, Nd);
+
 	linear(m, P_ATTPROJW, l, attproj, atty, m->w[P_ATTPROJB] +
 	    (size_t)l * d, N, d, d);
 	be->residual_forward(resid2, x, attproj, Nd);
@@ -520,7 +532,15 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 }
 
 const float *
-kn__model_forward_layers(kn_model *m, int B)
+kn__model_layer(kn_model *m, int l, const float *x, int N,
+    const struct kn__attn *at)
+{
+	return kn__model_layer_mlp(m, l, x, kn__model_layer_attn(m, l, x, N,
+	    at), N);
+}
+
+const float *
+kn__model_forward_first(kn_model *m, int B, int layers)
 {
 	struct kn__attn at = { B, NULL, 0 };
 	int n = m->shape.window, N = B * m->T, l;
@@ -529,9 +549,15 @@ kn__model_forward_layers(kn_model *m, int B)
 	m->be->embed_forward(m->a.encoded, m->a.input, m->w[P_WTE],
 	    m->w[P_WPE], N, n, m->shape.width);
 	x = m->a.encoded;
-	for (l = 0; l < m->shape.layers; l++)
+	for (l = 0; l < layers; l++)
 		x = kn__model_layer(m, l, x, N, &at);
 	return x;
+}
+
+const float *
+kn__model_forward_layers(kn_model *m, int B)
+{
+	return kn__model_forward_first(m, B, m->shape.layers);
 }
 
 void

@@ -138,8 +138,8 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
 
 /* The final LayerNorm, the head and sampling act on each row alone: the
  * R rows of x wanted are gathered (into ln1's first slot, free once the
- * layers are done) and the rest never computed.  out[r] is the symbol
- * sampled for row rows[r] with u[r]. */
+ * layers are done) and the rest never computed; rows NULL: x holds just
+ * those R.  out[r] is the symbol sampled for row rows[r] with u[r]. */
 static int
 head_sample(kn_model *m, const float *x, const int32_t *rows, int R,
     const float *u, float temp, int32_t *out, char *err)
@@ -148,14 +148,40 @@ head_sample(kn_model *m, const float *x, const int32_t *rows, int R,
 	struct acts *a = &m->a;
 	int d = m->shape.width, r;
 
-	for (r = 0; r < R; r++)
+	for (r = 0; rows != NULL && r < R; r++)
 		be->copy(a->ln1 + (size_t)r * d, x + (size_t)rows[r] * d,
 		    (size_t)d * sizeof(float));
-	kn__model_head(m, a->ln1, R);
+	kn__model_head(m, rows != NULL ? a->ln1 : x, R);
 	be->upload(a->u, u, (size_t)R * sizeof(float));
 	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
 	be->download(out, a->picked, (size_t)R * sizeof(int32_t));
 	return be->status(err);
+}
+
+/* The last layer where only R rows are wanted: every row's keys and
+ * values feed the attention, but past it each row is on its own, so the
+ * projection and the MLP run on the R rows alone (gathered into the
+ * buffers the attention is done with).  The kernels give a row the same
+ * bits whichever rows share its GEMM, so the result is the full pass's. */
+static const float *
+last_layer_at(kn_model *m, const float *x, int B, const int32_t *rows,
+    int R)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	struct kn__attn at = { B, NULL, 0 };
+	int l = m->shape.layers - 1, d = m->shape.width, r;
+	size_t row = (size_t)d * sizeof(float);
+	const float *atty = kn__model_layer_attn(m, l, x, B * m->T, &at);
+	/* qkv and ln1 of this slot are free once the attention is done */
+	float *xg = LAYER(a->qkv, l % m->act_layers, 3 * (size_t)B * m->T * d);
+	float *ag = LAYER(a->ln1, l % m->act_layers, (size_t)B * m->T * d);
+
+	for (r = 0; r < R; r++) {
+		be->copy(xg + (size_t)r * d, x + (size_t)rows[r] * d, row);
+		be->copy(ag + (size_t)r * d, atty + (size_t)rows[r] * d, row);
+	}
+	return kn__model_layer_mlp(m, l, xg, ag, R);
 }
 
 int
@@ -164,6 +190,7 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
     char *err)
 {
 	int N = B * m->shape.window, r, rc;
+	const float *x;
 
 	kn__model_pass(m, 0);
 	if ((rc = kn__model_check_batch(m, input, NULL, NULL, B, err)) != 0)
@@ -176,8 +203,9 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
 	if (R == 0)
 		return KN_OK;
 	kn__model_upload_batch(m, input, NULL, NULL, B);
-	return head_sample(m, kn__model_forward_layers(m, B), rows, R, u, temp,
-	    out, err);
+	x = kn__model_forward_first(m, B, m->shape.layers - 1);
+	x = last_layer_at(m, x, B, rows, R);
+	return head_sample(m, x, NULL, R, u, temp, out, err);
 }
 
 /* A cache holds k and v of every layer for one sequence, in backend

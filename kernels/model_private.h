@@ -121,6 +121,14 @@ size_t kn__model_acts_bytes(const kn_model_shape *s, int B, int inference);
  * activation buffer).  Weights from fp32 or fp16 storage. */
 const float *kn__model_layer(kn_model *m, int l, const float *x, int N,
     const struct kn__attn *at);
+/* kn__model_layer's two halves: LayerNorm, QKV and attention (returns
+ * the attention output, (N, d)); then the projection, the MLP and both
+ * residual adds, each row on its own (returns (N, d)).  The second may
+ * run on a subset of the rows the first did, gathered. */
+const float *kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
+    const struct kn__attn *at);
+const float *kn__model_layer_mlp(kn_model *m, int l, const float *x,
+    const float *atty, int N);
 /* The final LayerNorm and head on N rows of x into the logits. */
 void kn__model_head(kn_model *m, const float *x, int N);
 int kn__model_check_batch(const kn_model *m, const int32_t *input,
@@ -131,6 +139,8 @@ void kn__model_upload_batch(kn_model *m, const int32_t *input,
 /* Embeds the uploaded input and runs every layer; returns the residual
  * stream after the last (N, d). */
 const float *kn__model_forward_layers(kn_model *m, int B);
+/* The same through the first `layers` layers only. */
+const float *kn__model_forward_first(kn_model *m, int B, int layers);
 /* The forward pass of B uploaded windows up to the logits. */
 void kn__model_forward(kn_model *m, int B);
 
