@@ -48,15 +48,27 @@ vexp(float x)
 KN_CLONES float
 kn_cpu_softmax_row(float *x, int n, float scale)
 {
-	float m = -INFINITY, sum = 0.0f, inv;
-	int j;
+	float lane[16], m = -INFINITY, sum = 0.0f, inv;
+	int j, l;
 
-	for (j = 0; j < n; j++)
+	/* The maximum in 16 lanes, which vectorises (the maximum is the same
+	 * in any order); the exponentials in a loop of their own, which
+	 * vectorises too; the sum alone stays in order, the bits of a
+	 * single running sum. */
+	for (l = 0; l < 16; l++)
+		lane[l] = -INFINITY;
+	for (j = 0; j + 16 <= n; j += 16)
+		for (l = 0; l < 16; l++)
+			lane[l] = x[j + l] * scale > lane[l] ?
+			    x[j + l] * scale : lane[l];
+	for (; j < n; j++)
 		m = x[j] * scale > m ? x[j] * scale : m;
-	for (j = 0; j < n; j++) {
+	for (l = 0; l < 16; l++)
+		m = lane[l] > m ? lane[l] : m;
+	for (j = 0; j < n; j++)
 		x[j] = vexp(x[j] * scale - m);
+	for (j = 0; j < n; j++)
 		sum += x[j];
-	}
 	inv = 1.0f / sum;
 	for (j = 0; j < n; j++)
 		x[j] *= inv;
