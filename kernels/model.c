@@ -65,6 +65,8 @@ kn__model_pass(kn_model *m, int train)
 {
 	const kn_model_shape *s = &m->shape;
 
+	if (m->inference)
+		kn__model_repack(m);
 	m->T = train ? kn_model_row_len(s) : s->window;
 	if (s->causal)
 		m->mask = KN_ATT_CAUSAL;
@@ -274,6 +276,8 @@ kn__model_create(kn_model **out, const kn_model_shape *shape,
 			m->w[i] = m->params + (nm > 0 && i > P_FCPROJW ? o - nm : o);
 		m->tensors[i].data = m->w[i];
 	}
+	if (inference && nm == 0)
+		kn__model_alloc_packed(m);
 	*out = m;
 	return KN_OK;
 }
@@ -309,6 +313,8 @@ kn_model_free(kn_model *m)
 		m->be->free(m->params16);
 		m->be->free(m->stage);
 	}
+	if (m->packed_block != NULL)
+		m->be->free(m->packed_block);
 	m->be->free(m->act_block);
 	free(m->host_losses);
 	free(m);
@@ -349,6 +355,7 @@ kn_model_set_params(kn_model *m, const float *host, char *err)
 	if (m->params16 != NULL)
 		return kn__model_set_params_f16(m, host, err);
 	m->be->upload(m->params, host, m->num_params * sizeof(float));
+	m->packed_stale = 1;
 	return KN_OK;
 }
 
@@ -464,6 +471,9 @@ linear(kn_model *m, int i, int l, float *out, const float *inp,
 	if (m->w16[i] != NULL)
 		m->be->matmul_forward_f16(out, inp, m->w16[i] + l * per, bias,
 		    m->stage, N, C, OC);
+	else if (m->packed[i] != NULL)
+		m->be->matmul_forward_packed(out, inp, m->w[i] + l * per,
+		    m->packed[i] + l * m->packed_per[i], bias, N, C, OC);
 	else
 		m->be->matmul_forward(out, inp, m->w[i] + l * per, bias, N, C,
 		    OC);
@@ -568,8 +578,8 @@ kn__model_head(kn_model *m, const float *x, int N)
 
 	m->be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x,
 	    m->w[P_LNFW], m->w[P_LNFB], N, d);
-	m->be->matmul_forward(a->logits, a->lnf, m->w[P_HEADW], m->w[P_HEADB],
-	    N, d, KN_VOCAB_OUT);
+	linear(m, P_HEADW, 0, a->logits, a->lnf, m->w[P_HEADB], N, d,
+	    KN_VOCAB_OUT);
 }
 
 void

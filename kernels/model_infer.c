@@ -86,6 +86,7 @@ kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
 {
 	if (m->w16[i] == NULL) {
 		m->be->upload(m->w[i] + first, host, len * sizeof(float));
+		m->packed_stale = 1;
 		return KN_OK;
 	}
 	kn_f32_to_f16(half, host, len);
@@ -115,6 +116,66 @@ kn__model_set_params_f16(kn_model *m, const float *host, char *err)
 	}
 	free(half);
 	return rc;
+}
+
+/* The matrices a pass multiplies by: the layers' and the head. */
+static int
+is_packed(int i)
+{
+	return KN_IS_MATRIX(i) || i == P_HEADW;
+}
+
+void
+kn__model_alloc_packed(kn_model *m)
+{
+	const kn_backend *be = m->be;
+	size_t total = 0, off;
+	int i;
+
+	if (be->matmul_pack == NULL || be->matmul_pack_bytes == NULL ||
+	    be->matmul_forward_packed == NULL)
+		return;
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+
+		if (!is_packed(i))
+			continue;
+		/* (L, OC, C) or the head's (256, d); 64-byte steps */
+		m->packed_per[i] = (be->matmul_pack_bytes(
+		    (int)t->shape[t->ndim - 1], (int)t->shape[t->ndim - 2]) +
+		    63) & ~(size_t)63;
+		total += m->packed_per[i] * (t->ndim == 3 ? t->shape[0] : 1);
+	}
+	if (total == 0 || (m->packed_block = be->alloc(total)) == NULL)
+		return;
+	for (i = 0, off = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+
+		if (!is_packed(i))
+			continue;
+		m->packed[i] = (char *)m->packed_block + off;
+		off += m->packed_per[i] * (t->ndim == 3 ? t->shape[0] : 1);
+	}
+	m->packed_stale = 1;
+}
+
+void
+kn__model_repack(kn_model *m)
+{
+	int i, l;
+
+	if (m->packed_block == NULL || !m->packed_stale)
+		return;
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+		int L = t->ndim == 3 ? (int)t->shape[0] : 1;
+		int OC = (int)t->shape[t->ndim - 2], C = (int)t->shape[t->ndim - 1];
+
+		for (l = 0; m->packed[i] != NULL && l < L; l++)
+			m->be->matmul_pack(m->packed[i] + l * m->packed_per[i],
+			    m->w[i] + (size_t)l * OC * C, C, OC);
+	}
+	m->packed_stale = 0;
 }
 
 int

@@ -73,6 +73,14 @@ struct kn_model {
 	kn_storage storage;
 	uint16_t *params16;             /* fp16 storage of the matrices */
 	void *stage;                    /* matmul_forward_f16's scratch */
+	/* Inference models of fp32 storage on a backend that packs: each
+	 * layer matrix and the head packed once for its GEMM (layer l of
+	 * tensor i at packed[i] + l * packed_per[i]; NULL: unpacked), packed
+	 * again at the next pass after the parameters change. */
+	void *packed_block;
+	char *packed[P_COUNT];
+	size_t packed_per[P_COUNT];
+	int packed_stale;
 	int t;                          /* AdamW steps taken */
 	int inference;                  /* no gradients, optimizer or backward */
 	int act_layers;                 /* L, or 1 when layers share buffers */
@@ -158,6 +166,11 @@ int kn__model_set_params_f16(kn_model *m, const float *host, char *err);
  * space), and KN_ENUM if one is beyond the fp16 range. */
 int kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
     size_t len, uint16_t *half, char *err);
+/* Room for the packed weights of an inference model (none where the
+ * backend does not pack or memory is short: the pass then packs per
+ * product), and packing them again if the parameters changed. */
+void kn__model_alloc_packed(kn_model *m);
+void kn__model_repack(kn_model *m);
 /* Layer l's k cache of a sequence; its v cache follows, window x d
  * floats on. */
 float *kn__kv_layer(kn_kv *kv, int l);

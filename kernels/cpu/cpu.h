@@ -42,6 +42,11 @@ void kn_cpu_matmul_forward_f16(float *out, const float *inp,
     const uint16_t *w, const float *bias, void *scratch, int N, int C,
     int OC);
 size_t kn_cpu_matmul_f16_scratch(int N, int C, int OC);
+size_t kn_cpu_matmul_pack_bytes(int C, int OC);
+void kn_cpu_matmul_pack(void *packed, const float *w, int C, int OC);
+void kn_cpu_matmul_forward_packed(float *out, const float *inp,
+    const float *w, const void *packed, const float *bias, int N, int C,
+    int OC);
 void kn_cpu_attention_forward(float *out, float *att, const float *qkv,
     int B, int T, int C, int NH, int mask);
 void kn_cpu_attention_backward(float *dqkv, float *scratch,

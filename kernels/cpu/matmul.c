@@ -43,6 +43,31 @@ kn_cpu_matmul_forward(float *out, const float *inp, const float *w,
 	    out, OC);
 }
 
+size_t
+kn_cpu_matmul_pack_bytes(int C, int OC)
+{
+	return kn_gemm_pack_floats(OC, C) * sizeof(float);
+}
+
+void
+kn_cpu_matmul_pack(void *packed, const float *w, int C, int OC)
+{
+	kn_gemm_pack(w, OC, C, packed);
+}
+
+void
+kn_cpu_matmul_forward_packed(float *out, const float *inp, const float *w,
+    const void *packed, const float *bias, int N, int C, int OC)
+{
+	struct bias_job j = { .out = out, .bias = bias, .N = N, .OC = OC };
+
+	if (bias != NULL)
+		kn_pool_run((N + KN_CPU_ROWS_PER_TASK - 1) /
+		    KN_CPU_ROWS_PER_TASK, bias_fill_task, &j);
+	kn_gemm_packed(N, OC, C, inp, C, w, packed, bias ? 1.0f : 0.0f, out,
+	    OC);
+}
+
 #define BIAS_COLS 64
 
 static KN_CLONES void
