@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -335,7 +336,8 @@ kn_gemm_packed(int M, int N, int K, const float *A, int lda,
 
 	/* the packed panels are our kernel's: any other kernel this class
 	 * takes reads B itself */
-	if (packed == NULL || M <= 0 || N <= 0 || K <= 0 ||
+	if (packed == NULL || ((uintptr_t)packed & 63) != 0 || M <= 0 ||
+	    N <= 0 || K <= 0 ||
 	    !gemm_args_ok(0, 1, M, N, K, A, lda, B, K, C, ldc) ||
 	    kn_gemm_current() != KN_GEMM_AVX512 ||
 	    (atomic_load(&plan_n) > 0 &&

@@ -29,7 +29,8 @@ void kn_gemm_serial(int transA, int transB, int M, int N, int K,
 
 /* Weights that stay fixed, packed once: C (M,N) = A (M,K) . B^T + beta C
  * with B (N,K) row-major, as kn_gemm(0, 1, ...) with alpha 1 gives it, to
- * the bit.  kn_gemm_pack_floats is packed's size; kn_gemm_packed reads
+ * the bit.  kn_gemm_pack_floats is packed's size (64-byte aligned: the
+ * kernel's aligned loads read it); kn_gemm_packed reads
  * packed where our kernel runs the product's class, else it is kn_gemm
  * on B (so B must stay there too). */
 size_t kn_gemm_pack_floats(int N, int K);
