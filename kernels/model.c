@@ -313,8 +313,7 @@ kn_model_free(kn_model *m)
 		m->be->free(m->params16);
 		m->be->free(m->stage);
 	}
-	if (m->packed_block != NULL)
-		m->be->free(m->packed_block);
+	kn__model_free_infer(m);
 	m->be->free(m->act_block);
 	free(m->host_losses);
 	free(m);
@@ -355,7 +354,7 @@ kn_model_set_params(kn_model *m, const float *host, char *err)
 	if (m->params16 != NULL)
 		return kn__model_set_params_f16(m, host, err);
 	m->be->upload(m->params, host, m->num_params * sizeof(float));
-	m->packed_stale = 1;
+	m->params_gen++;
 	return KN_OK;
 }
 
@@ -483,20 +482,32 @@ const float *
 kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
     const struct kn__attn *at)
 {
-	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
-	int d = m->shape.width, n = m->shape.window, h = m->shape.heads, r, off;
+	int d = m->shape.width;
 	/* activations of layer l live in slot la */
-	int la = l % m->act_layers, T = m->T;
-	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * T * T;
+	int la = l % m->act_layers;
+	size_t Nd = (size_t)N * d;
 	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
-	float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
 
-	be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
+	m->be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
 	    LAYER(a->ln1_rstd, la, N), x, m->w[P_LN1W] + (size_t)l * d,
 	    m->w[P_LN1B] + (size_t)l * d, N, d);
 	linear(m, P_QKVW, l, qkv, ln1, m->w[P_QKVB] + (size_t)l * 3 * d, N, d,
 	    3 * d);
+	return kn__model_attend(m, l, qkv, N, at);
+}
+
+const float *
+kn__model_attend(kn_model *m, int l, const float *qkv, int N,
+    const struct kn__attn *at)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, n = m->shape.window, h = m->shape.heads, r, off;
+	int la = l % m->act_layers, T = m->T;
+	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * T * T;
+	float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
+
 	if (at->seqs == NULL)
 		be->attention_forward(atty, att, qkv, at->B, T, d, h, m->mask);
 	else
@@ -509,6 +520,13 @@ kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
 			    at->seqs[r].pos0, at->seqs[r].count, d, h);
 		}
 	return atty;
+}
+
+void
+kn__model_linear(kn_model *m, int i, int l, float *out, const float *inp,
+    const float *bias, int N, int C, int OC)
+{
+	linear(m, i, l, out, inp, bias, N, C, OC);
 }
 
 const float *
@@ -550,7 +568,7 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 }
 
 const float *
-kn__model_forward_first(kn_model *m, int B, int layers)
+kn__model_forward_layers(kn_model *m, int B)
 {
 	struct kn__attn at = { B, NULL, 0 };
 	int n = m->shape.window, N = B * m->T, l;
@@ -559,15 +577,9 @@ kn__model_forward_first(kn_model *m, int B, int layers)
 	m->be->embed_forward(m->a.encoded, m->a.input, m->w[P_WTE],
 	    m->w[P_WPE], N, n, m->shape.width);
 	x = m->a.encoded;
-	for (l = 0; l < layers; l++)
+	for (l = 0; l < m->shape.layers; l++)
 		x = kn__model_layer(m, l, x, N, &at);
 	return x;
-}
-
-const float *
-kn__model_forward_layers(kn_model *m, int B)
-{
-	return kn__model_forward_first(m, B, m->shape.layers);
 }
 
 void
