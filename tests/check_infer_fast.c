@@ -1,6 +1,6 @@
 /* The serving shortcuts against the plain computation they replace: the
- * GEMM on pre-packed weights against kn_gemm (to the bit) and a direct
- * sum, kn_model_predict_at (packed weights, the last layer on the wanted
+ * GEMM on pre-packed weights (its bias added in the tiles) against
+ * kn_gemm (to the bit) and a direct sum, kn_model_predict_at (packed weights, the last layer on the wanted
  * rows only, layer 0 kept for the rows whose symbol did not change)
  * against the full forward pass of an unpacked training model
  * sampled at those rows, and the vectorised softmax row against the
@@ -56,25 +56,33 @@ START_TEST(test_gemm_packed)
 		float *C2 = malloc((size_t)M * N * sizeof(float));
 		float *P = aligned_alloc(64, (kn_gemm_pack_floats(N, K) *
 		    sizeof(float) + 63) & ~(size_t)63);
-		int beta;
+		float *bias = normals((size_t)N, 1.0f, 400 + s);
+		int mode;
 
 		ck_assert_ptr_nonnull(C1);
 		ck_assert_ptr_nonnull(C2);
 		ck_assert_ptr_nonnull(P);
 		kn_gemm_pack(B, N, K, P);
-		for (beta = 0; beta <= 1; beta++) {
-			memcpy(C1, C0, (size_t)M * N * sizeof(float));
+		/* mode 0: beta 0; 1: beta 1 on C0; 2: the bias, on C0's
+		 * garbage, against C filled with it and beta 1 */
+		for (mode = 0; mode <= 2; mode++) {
+			for (i = 0; i < M; i++)
+				memcpy(C1 + (size_t)i * N, mode == 2 ? bias :
+				    C0 + (size_t)i * N, (size_t)N * sizeof(float));
 			memcpy(C2, C0, (size_t)M * N * sizeof(float));
-			kn_gemm(0, 1, M, N, K, 1.0f, A, K, B, K, (float)beta,
-			    C1, N);
-			kn_gemm_packed(M, N, K, A, K, B, P, (float)beta, C2, N);
+			kn_gemm(0, 1, M, N, K, 1.0f, A, K, B, K, mode ? 1.0f :
+			    0.0f, C1, N);
+			kn_gemm_packed(M, N, K, A, K, B, P, mode == 2 ? bias :
+			    NULL, mode == 1 ? 1.0f : 0.0f, C2, N);
 			ck_assert_msg(memcmp(C1, C2, (size_t)M * N *
-			    sizeof(float)) == 0, "%dx%dx%d beta %d: packed "
-			    "differs from kn_gemm", M, N, K, beta);
+			    sizeof(float)) == 0, "%dx%dx%d mode %d: packed "
+			    "differs from kn_gemm", M, N, K, mode);
 			/* and both are the product: a sum in double */
 			for (i = 0; i < M; i++)
 				for (j = 0; j < N; j++) {
-					double d = beta ? C0[(size_t)i * N + j] : 0;
+					double d = mode == 1 ?
+					    C0[(size_t)i * N + j] : mode == 2 ?
+					    bias[j] : 0;
 
 					for (k = 0; k < K; k++)
 						d += (double)A[(size_t)i * K + k] *
@@ -86,6 +94,7 @@ START_TEST(test_gemm_packed)
 				}
 		}
 		free(A); free(B); free(C0); free(C1); free(C2); free(P);
+		free(bias);
 	}
 }
 END_TEST

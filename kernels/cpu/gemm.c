@@ -30,7 +30,7 @@ void kn__gemm_avx512_pack(const float *B, int ldb, int N, int K,
     float *packed);
 void kn__gemm_avx512_packed(int parallel, int M, int N, int K,
     const float *A, int lda, const float *B, int ldb, const float *packed,
-    float beta, float *C, int ldc);
+    const float *bias, float beta, float *C, int ldc);
 
 /* OpenBLAS tiles: fixed by the shape alone, never by the thread count, as
  * OpenBLAS's bits may depend on the size of the block it is given. */
@@ -330,9 +330,11 @@ kn_gemm_pack(const float *B, int N, int K, float *packed)
 
 void
 kn_gemm_packed(int M, int N, int K, const float *A, int lda,
-    const float *B, const float *packed, float beta, float *C, int ldc)
+    const float *B, const float *packed, const float *bias, float beta,
+    float *C, int ldc)
 {
 	double t0;
+	int i;
 
 	/* the packed panels are our kernel's: any other kernel this class
 	 * takes reads B itself */
@@ -342,12 +344,16 @@ kn_gemm_packed(int M, int N, int K, const float *A, int lda,
 	    kn_gemm_current() != KN_GEMM_AVX512 ||
 	    (atomic_load(&plan_n) > 0 &&
 	    plan_pick(1, 0, 1, M, N, K) != KN_GEMM_AVX512)) {
-		kn_gemm(0, 1, M, N, K, 1.0f, A, lda, B, K, beta, C, ldc);
+		for (i = 0; bias != NULL && i < M && N > 0; i++)
+			memcpy(C + (size_t)i * ldc, bias,
+			    (size_t)N * sizeof(float));
+		kn_gemm(0, 1, M, N, K, 1.0f, A, lda, B, K, bias != NULL ?
+		    1.0f : beta, C, ldc);
 		return;
 	}
 	t0 = stats_on ? kn_now() : 0.0;
-	kn__gemm_avx512_packed(1, M, N, K, A, lda, B, K, packed, beta, C,
-	    ldc);
+	kn__gemm_avx512_packed(1, M, N, K, A, lda, B, K, packed, bias, beta,
+	    C, ldc);
 	stats_add(t0, M, N, K);
 }
 

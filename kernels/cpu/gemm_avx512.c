@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "kernels/pool.h"
@@ -34,7 +35,7 @@ void kn__gemm_avx512_pack(const float *B, int ldb, int N, int K,
     float *packed);
 void kn__gemm_avx512_packed(int parallel, int M, int N, int K,
     const float *A, int lda, const float *B, int ldb, const float *packed,
-    float beta, float *C, int ldc);
+    const float *bias, float beta, float *C, int ldc);
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -508,6 +509,7 @@ struct gemm_job {
 	float *C;
 	int lda, ldb, ldc;
 	float *bpack;          /* NULL: no packed B, every tile goes plain */
+	const float *bias;     /* (N): each tile's C starts as it (beta 1) */
 	int n0, nc, np;        /* columns [n0, n0+nc) in np panels */
 	int nkb;               /* K blocks */
 	int tm, tn, gn;        /* task tile rows, columns; tiles per row */
@@ -665,8 +667,14 @@ gemm_tile_task(void *ctx, int t, int thread)
 	int r0 = (t / g->gn) * g->tm, c0 = g->n0 + (t % g->gn) * g->tn;
 	int r1 = r0 + g->tm < g->M ? r0 + g->tm : g->M;
 	int c1 = c0 + g->tn < g->n0 + g->nc ? c0 + g->tn : g->n0 + g->nc;
+	int i;
 
 	(void)thread;
+	/* the bias put in the tile just before it is read (beta is 1): the
+	 * bits of C filled with it beforehand, without a pass of its own */
+	for (i = r0; g->bias != NULL && i < r1; i++)
+		memcpy(g->C + (size_t)i * g->ldc + c0, g->bias + c0,
+		    (size_t)(c1 - c0) * sizeof(float));
 	gemm_tile(g, r0, r1, c0, c1);
 }
 
@@ -793,13 +801,13 @@ kn__gemm_avx512_pack(const float *B, int ldb, int N, int K, float *packed)
 
 void
 kn__gemm_avx512_packed(int parallel, int M, int N, int K, const float *A,
-    int lda, const float *B, int ldb, const float *packed, float beta,
-    float *C, int ldc)
+    int lda, const float *B, int ldb, const float *packed,
+    const float *bias, float beta, float *C, int ldc)
 {
 	struct gemm_job g = {
 		.transB = 1, .M = M, .N = N, .K = K, .alpha = 1.0f,
-		.beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb,
-		.ldc = ldc,
+		.beta = bias != NULL ? 1.0f : beta, .A = A, .B = B, .C = C,
+		.lda = lda, .ldb = ldb, .ldc = ldc, .bias = bias,
 	};
 
 	gemm_run(&g, parallel, packed);
@@ -833,11 +841,12 @@ kn__gemm_avx512_pack(const float *B, int ldb, int N, int K, float *packed)
 
 void
 kn__gemm_avx512_packed(int parallel, int M, int N, int K, const float *A,
-    int lda, const float *B, int ldb, const float *packed, float beta,
-    float *C, int ldc)
+    int lda, const float *B, int ldb, const float *packed,
+    const float *bias, float beta, float *C, int ldc)
 {
 	(void)parallel; (void)M; (void)N; (void)K; (void)A; (void)lda;
-	(void)B; (void)ldb; (void)packed; (void)beta; (void)C; (void)ldc;
+	(void)B; (void)ldb; (void)packed; (void)bias; (void)beta; (void)C;
+	(void)ldc;
 }
 
 #endif

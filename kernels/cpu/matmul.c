@@ -59,13 +59,7 @@ void
 kn_cpu_matmul_forward_packed(float *out, const float *inp, const float *w,
     const void *packed, const float *bias, int N, int C, int OC)
 {
-	struct bias_job j = { .out = out, .bias = bias, .N = N, .OC = OC };
-
-	if (bias != NULL)
-		kn_pool_run((N + KN_CPU_ROWS_PER_TASK - 1) /
-		    KN_CPU_ROWS_PER_TASK, bias_fill_task, &j);
-	kn_gemm_packed(N, OC, C, inp, C, w, packed, bias ? 1.0f : 0.0f, out,
-	    OC);
+	kn_gemm_packed(N, OC, C, inp, C, w, packed, bias, 0.0f, out, OC);
 }
 
 #define BIAS_COLS 64
