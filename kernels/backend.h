@@ -193,9 +193,11 @@ struct kn_backend {
 	/* Optional, NULL where a backend has none (they come last, so that
 	 * a table that leaves them out has them NULL): weights w (OC,C)
 	 * that stay fixed, packed once into packed (matmul_pack_bytes(C,
-	 * OC) bytes, backend memory) for matmul_forward_packed, which is
-	 * matmul_forward on w to the bit (w must stay where it is: it may
-	 * be read instead). */
+	 * OC) bytes, backend memory; 0: this kernel takes none) for
+	 * matmul_forward_packed, which is matmul_forward on w to the bit (w
+	 * must stay where it is: it may be read instead).  A backend that
+	 * packs also gives each row of a product the same bits whatever
+	 * rows share it, which serving's row shortcuts rely on. */
 	size_t (*matmul_pack_bytes)(int C, int OC);
 	void (*matmul_pack)(void *packed, const float *w, int C, int OC);
 	void (*matmul_forward_packed)(float *out, const float *inp,

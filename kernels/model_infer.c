@@ -145,9 +145,11 @@ kn__model_alloc_packed(kn_model *m)
 		m->packed_per[i] = (be->matmul_pack_bytes(
 		    (int)t->shape[t->ndim - 1], (int)t->shape[t->ndim - 2]) +
 		    63) & ~(size_t)63;
+		if (m->packed_per[i] == 0)
+			return;         /* this backend's kernel takes none */
 		total += m->packed_per[i] * (t->ndim == 3 ? t->shape[0] : 1);
 	}
-	if (total == 0 || (m->packed_block = be->alloc(total)) == NULL)
+	if ((m->packed_block = be->alloc(total)) == NULL)
 		return;
 	for (i = 0, off = 0; i < P_COUNT; i++) {
 		const kn_tensor *t = &m->tensors[i];
@@ -323,7 +325,7 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
     const int32_t *rows, int R, const float *u, float temp, int32_t *out,
     char *err)
 {
-	int N = B * m->shape.window, L = m->shape.layers, l, r, rc;
+	int N = B * m->shape.window, L = m->shape.layers, l, r, rc, fast;
 	const float *x, *qkv0 = NULL;
 
 	kn__model_pass(m, 0);
@@ -340,14 +342,18 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
 	m->be->embed_forward(m->a.encoded, m->a.input, m->w[P_WTE],
 	    m->w[P_WPE], N, m->shape.window, m->shape.width);
 	x = m->a.encoded;
-	/* the cache of layer 0 where the attention is over whole windows
-	 * of one copy (serving rows) */
-	if (m->inference)
+	/* The shortcuts need a row's bits not to depend on the rows beside
+	 * it, which our CPU kernel promises (the one that packs) but fp16
+	 * storage (a GEMV for a few rows) and cuBLAS do not: elsewhere every
+	 * layer runs on every row, so the bytes never depend on how the
+	 * requests were grouped. */
+	fast = m->packed_block != NULL;
+	if (fast)
 		qkv0 = qkv0_update(m, input, B);
 	for (l = 0; l < L; l++)
 		x = layer_at(m, l, x, l == 0 ? qkv0 : NULL, B,
-		    l == L - 1 ? rows : NULL, R);
-	return head_sample(m, x, NULL, R, u, temp, out, err);
+		    fast && l == L - 1 ? rows : NULL, R);
+	return head_sample(m, x, fast ? NULL : rows, R, u, temp, out, err);
 }
 
 /* A cache holds k and v of every layer for one sequence, in backend

@@ -43,9 +43,12 @@ kn_cpu_matmul_forward(float *out, const float *inp, const float *w,
 	    out, OC);
 }
 
+/* 0 where our kernel is not the process's: OpenBLAS gets B itself. */
 size_t
 kn_cpu_matmul_pack_bytes(int C, int OC)
 {
+	if (kn_gemm_current() != KN_GEMM_AVX512)
+		return 0;
 	return kn_gemm_pack_floats(OC, C) * sizeof(float);
 }
 
