@@ -15,22 +15,12 @@
 
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_private.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
 /* OpenBLAS's cblas.h declares it, other cblas.h files do not. */
 void openblas_set_num_threads(int num_threads);
-
-/* In gemm_avx512.c; see there. */
-void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
-    int K, float alpha, const float *A, int lda, const float *B, int ldb,
-    float beta, float *C, int ldc);
-size_t kn__gemm_avx512_packed_floats(int N, int K);
-void kn__gemm_avx512_pack(const float *B, int ldb, int N, int K,
-    float *packed);
-void kn__gemm_avx512_packed(int parallel, int M, int N, int K,
-    const float *A, int lda, const float *B, int ldb, const float *packed,
-    const float *bias, float beta, float *C, int ldc);
 
 /* OpenBLAS tiles: fixed by the shape alone, never by the thread count, as
  * OpenBLAS's bits may depend on the size of the block it is given. */

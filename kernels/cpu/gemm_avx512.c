@@ -14,28 +14,13 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "kernels/cpu/gemm_private.h"
 #include "kernels/pool.h"
-
-/* Shared with gemm.c, which has no private header to share it through.
- * Requires M, N, K > 0 and alpha != 0 (gemm.c handles the rest). */
-void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
-    int K, float alpha, const float *A, int lda, const float *B, int ldb,
-    float beta, float *C, int ldc);
 
 /* When this kernel was compiled: the GEMM choice cache (gemm_choose.c)
  * keys on it, so that a changed kernel is timed again, and every program
  * of one build shares the key. */
 const char kn__gemm_own_build[] = __DATE__ " " __TIME__;
-
-/* Pre-packed B (gemm.c's kn_gemm_pack): B transposed, (N,K), laid out
- * once as every call would pack it, then C = A . B^T + beta C reads it in
- * place of packing.  The bits are those of the unpacked call. */
-size_t kn__gemm_avx512_packed_floats(int N, int K);
-void kn__gemm_avx512_pack(const float *B, int ldb, int N, int K,
-    float *packed);
-void kn__gemm_avx512_packed(int parallel, int M, int N, int K,
-    const float *A, int lda, const float *B, int ldb, const float *packed,
-    const float *bias, float beta, float *C, int ldc);
 
 #if defined(__x86_64__) || defined(__i386__)
 
