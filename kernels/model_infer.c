@@ -172,10 +172,13 @@ kn__model_repack(kn_model *m)
 		return;
 	for (i = 0; i < P_COUNT; i++) {
 		const kn_tensor *t = &m->tensors[i];
-		int L = t->ndim == 3 ? (int)t->shape[0] : 1;
-		int OC = (int)t->shape[t->ndim - 2], C = (int)t->shape[t->ndim - 1];
+		int L = t->ndim == 3 ? (int)t->shape[0] : 1, OC, C;
 
-		for (l = 0; m->packed[i] != NULL && l < L; l++)
+		if (m->packed[i] == NULL)
+			continue;
+		OC = (int)t->shape[t->ndim - 2];
+		C = (int)t->shape[t->ndim - 1];
+		for (l = 0; l < L; l++)
 			m->be->matmul_pack(m->packed[i] + l * m->packed_per[i],
 			    m->w[i] + (size_t)l * OC * C, C, OC);
 	}
