@@ -145,6 +145,24 @@ START_TEST(test_softmax_row)
 		free(x);
 		free(y);
 	}
+	/* rows side by side: each row's bits are kn_cpu_softmax_row's */
+	for (s = 0; s < sizeof(len) / sizeof(len[0]); s++) {
+		int n = len[s], rows = 19, ld = n + 3, r;
+		float *x = normals((size_t)rows * ld, 4.0f, 500 + s);
+		float *y = malloc((size_t)rows * ld * sizeof(float));
+
+		ck_assert_ptr_nonnull(y);
+		memcpy(y, x, (size_t)rows * ld * sizeof(float));
+		kn_cpu_softmax_rows(x, rows, n, (size_t)ld, 0.35f);
+		for (r = 0; r < rows; r++) {
+			softmax_ref(y + (size_t)r * ld, n, 0.35f);
+			ck_assert_msg(memcmp(x + (size_t)r * ld, y + (size_t)r *
+			    ld, (size_t)ld * sizeof(float)) == 0,
+			    "n %d: row %d differs", n, r);
+		}
+		free(x);
+		free(y);
+	}
 }
 END_TEST
 

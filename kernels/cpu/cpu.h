@@ -83,6 +83,10 @@ void kn_cpu_sample(int32_t *out, const float *logits, const float *u, int N,
 /* x[j] = exp(scale*x[j] - m) / sum, m = max of scale*x over j < n;
  * returns the sum before normalisation. */
 float kn_cpu_softmax_row(float *x, int n, float scale);
+/* kn_cpu_softmax_row on each of rows rows of n floats, ld apart: the
+ * same bits, faster. */
+void kn_cpu_softmax_rows(float *x, int rows, int n, size_t ld,
+    float scale);
 /* log(sum_j exp(x[j])) */
 float kn_cpu_logsumexp_row(const float *x, int n);
 /* y[j] = exp(x[j] - shift) * mul */
