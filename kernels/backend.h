@@ -189,6 +189,20 @@ struct kn_backend {
 	 * err).  The model checks it wherever results come back to the
 	 * host. */
 	int (*status)(char *err);
+
+	/* Optional, NULL where a backend has none (they come last, so that
+	 * a table that leaves them out has them NULL): weights w (OC,C)
+	 * that stay fixed, packed once into packed (matmul_pack_bytes(C,
+	 * OC) bytes, backend memory; 0: this kernel takes none) for
+	 * matmul_forward_packed, which is matmul_forward on w to the bit (w
+	 * must stay where it is: it may be read instead).  A backend that
+	 * packs also gives each row of a product the same bits whatever
+	 * rows share it, which serving's row shortcuts rely on. */
+	size_t (*matmul_pack_bytes)(int C, int OC);
+	void (*matmul_pack)(void *packed, const float *w, int C, int OC);
+	void (*matmul_forward_packed)(float *out, const float *inp,
+	    const float *w, const void *packed, const float *bias, int N,
+	    int C, int OC);
 };
 
 /* Returns the backend for kind, or NULL with a reason in err (KN_ERR_LEN).

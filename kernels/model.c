@@ -65,6 +65,8 @@ kn__model_pass(kn_model *m, int train)
 {
 	const kn_model_shape *s = &m->shape;
 
+	if (m->inference)
+		kn__model_repack(m);
 	m->T = train ? kn_model_row_len(s) : s->window;
 	if (s->causal)
 		m->mask = KN_ATT_CAUSAL;
@@ -274,6 +276,8 @@ kn__model_create(kn_model **out, const kn_model_shape *shape,
 			m->w[i] = m->params + (nm > 0 && i > P_FCPROJW ? o - nm : o);
 		m->tensors[i].data = m->w[i];
 	}
+	if (inference && nm == 0)
+		kn__model_alloc_packed(m);
 	*out = m;
 	return KN_OK;
 }
@@ -309,6 +313,7 @@ kn_model_free(kn_model *m)
 		m->be->free(m->params16);
 		m->be->free(m->stage);
 	}
+	kn__model_free_infer(m);
 	m->be->free(m->act_block);
 	free(m->host_losses);
 	free(m);
@@ -349,6 +354,7 @@ kn_model_set_params(kn_model *m, const float *host, char *err)
 	if (m->params16 != NULL)
 		return kn__model_set_params_f16(m, host, err);
 	m->be->upload(m->params, host, m->num_params * sizeof(float));
+	m->params_gen++;
 	return KN_OK;
 }
 
@@ -464,39 +470,50 @@ linear(kn_model *m, int i, int l, float *out, const float *inp,
 	if (m->w16[i] != NULL)
 		m->be->matmul_forward_f16(out, inp, m->w16[i] + l * per, bias,
 		    m->stage, N, C, OC);
+	else if (m->packed[i] != NULL)
+		m->be->matmul_forward_packed(out, inp, m->w[i] + l * per,
+		    m->packed[i] + l * m->packed_per[i], bias, N, C, OC);
 	else
 		m->be->matmul_forward(out, inp, m->w[i] + l * per, bias, N, C,
 		    OC);
 }
 
 const float *
-kn__model_layer(kn_model *m, int l, const float *x, int N,
+kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
+    const struct kn__attn *at)
+{
+	struct acts *a = &m->a;
+	int d = m->shape.width;
+	/* activations of layer l live in slot la */
+	int la = l % m->act_layers;
+	size_t Nd = (size_t)N * d;
+	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
+
+	m->be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
+	    LAYER(a->ln1_rstd, la, N), x, m->w[P_LN1W] + (size_t)l * d,
+	    m->w[P_LN1B] + (size_t)l * d, N, d);
+	linear(m, P_QKVW, l, qkv, ln1, m->w[P_QKVB] + (size_t)l * 3 * d, N, d,
+	    3 * d);
+	return kn__model_attend(m, l, qkv, N, at);
+}
+
+const float *
+kn__model_attend(kn_model *m, int l, const float *qkv, int N,
     const struct kn__attn *at)
 {
 	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
 	int d = m->shape.width, n = m->shape.window, h = m->shape.heads, r, off;
-	/* activations of layer l live in slot la */
 	int la = l % m->act_layers, T = m->T;
 	size_t Nd = (size_t)N * d, attsz = (size_t)at->B * h * T * T;
-	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
 	float *atty = LAYER(a->atty, la, Nd), *att = LAYER(a->att, la, attsz);
-	float *attproj = LAYER(a->attproj, la, Nd);
-	float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
-	float *fch = LAYER(a->fch, la, 4 * Nd);
-	float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
-	float *fcproj = LAYER(a->fcproj, la, Nd);
-	float *resid3 = LAYER(a->resid3, la, Nd);
 
-	be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
-	    LAYER(a->ln1_rstd, la, N), x, m->w[P_LN1W] + (size_t)l * d,
-	    m->w[P_LN1B] + (size_t)l * d, N, d);
-	linear(m, P_QKVW, l, qkv, ln1, m->w[P_QKVB] + (size_t)l * 3 * d, N, d,
-	    3 * d);
 	if (at->seqs == NULL)
 		be->attention_forward(atty, att, qkv, at->B, T, d, h, m->mask);
 	else if (at->block > 0)
-		kn__blockdecode_attention(m, l, atty, qkv, fch, at);
+		/* the layer's MLP rows are free until its MLP: work space */
+		kn__blockdecode_attention(m, l, atty, qkv,
+		    LAYER(a->fch, la, 4 * Nd), at);
 	else
 		/* each sequence against its own cache; a->att is work space */
 		for (r = 0, off = 0; r < at->R; off += at->seqs[r].count, r++) {
@@ -506,6 +523,31 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 			    k + (size_t)n * d, a->att, qkv + (size_t)off * 3 * d,
 			    at->seqs[r].pos0, at->seqs[r].count, d, h);
 		}
+	return atty;
+}
+
+void
+kn__model_linear(kn_model *m, int i, int l, float *out, const float *inp,
+    const float *bias, int N, int C, int OC)
+{
+	linear(m, i, l, out, inp, bias, N, C, OC);
+}
+
+const float *
+kn__model_layer_mlp(kn_model *m, int l, const float *x, const float *atty,
+    int N)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, la = l % m->act_layers;
+	size_t Nd = (size_t)N * d;
+	float *attproj = LAYER(a->attproj, la, Nd);
+	float *resid2 = LAYER(a->resid2, la, Nd), *ln2 = LAYER(a->ln2, la, Nd);
+	float *fch = LAYER(a->fch, la, 4 * Nd);
+	float *fch_gelu = LAYER(a->fch_gelu, la, 4 * Nd);
+	float *fcproj = LAYER(a->fcproj, la, Nd);
+	float *resid3 = LAYER(a->resid3, la, Nd);
+
 	linear(m, P_ATTPROJW, l, attproj, atty, m->w[P_ATTPROJB] +
 	    (size_t)l * d, N, d, d);
 	be->residual_forward(resid2, x, attproj, Nd);
@@ -519,6 +561,14 @@ kn__model_layer(kn_model *m, int l, const float *x, int N,
 	    (size_t)l * d, N, 4 * d, d);
 	be->residual_forward(resid3, resid2, fcproj, Nd);
 	return resid3;
+}
+
+const float *
+kn__model_layer(kn_model *m, int l, const float *x, int N,
+    const struct kn__attn *at)
+{
+	return kn__model_layer_mlp(m, l, x, kn__model_layer_attn(m, l, x, N,
+	    at), N);
 }
 
 const float *
@@ -544,8 +594,8 @@ kn__model_head(kn_model *m, const float *x, int N)
 
 	m->be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x,
 	    m->w[P_LNFW], m->w[P_LNFB], N, d);
-	m->be->matmul_forward(a->logits, a->lnf, m->w[P_HEADW], m->w[P_HEADB],
-	    N, d, KN_VOCAB_OUT);
+	linear(m, P_HEADW, 0, a->logits, a->lnf, m->w[P_HEADB], N, d,
+	    KN_VOCAB_OUT);
 }
 
 void

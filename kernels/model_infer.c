@@ -86,8 +86,10 @@ kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
 {
 	if (m->w16[i] == NULL) {
 		m->be->upload(m->w[i] + first, host, len * sizeof(float));
+		m->params_gen++;
 		return KN_OK;
 	}
+	m->params_gen++;
 	kn_f32_to_f16(half, host, len);
 	if (kn_f16_first_nonfinite(half, len) >= 0)
 		return kn_error(err, KN_ENUM, "%s: a value is beyond the fp16 "
@@ -117,6 +119,82 @@ kn__model_set_params_f16(kn_model *m, const float *host, char *err)
 	return rc;
 }
 
+/* The matrices a pass multiplies by: the layers' and the head. */
+static int
+is_packed(int i)
+{
+	return KN_IS_MATRIX(i) || i == P_HEADW;
+}
+
+void
+kn__model_alloc_packed(kn_model *m)
+{
+	const kn_backend *be = m->be;
+	size_t total = 0, off;
+	int i;
+
+	if (be->matmul_pack == NULL || be->matmul_pack_bytes == NULL ||
+	    be->matmul_forward_packed == NULL)
+		return;
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+
+		if (!is_packed(i))
+			continue;
+		/* (L, OC, C) or the head's (256, d); 64-byte steps */
+		m->packed_per[i] = (be->matmul_pack_bytes(
+		    (int)t->shape[t->ndim - 1], (int)t->shape[t->ndim - 2]) +
+		    63) & ~(size_t)63;
+		if (m->packed_per[i] == 0)
+			return;         /* this backend's kernel takes none */
+		total += m->packed_per[i] * (t->ndim == 3 ? t->shape[0] : 1);
+	}
+	if ((m->packed_block = be->alloc(total)) == NULL)
+		return;
+	for (i = 0, off = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+
+		if (!is_packed(i))
+			continue;
+		m->packed[i] = (char *)m->packed_block + off;
+		off += m->packed_per[i] * (t->ndim == 3 ? t->shape[0] : 1);
+	}
+	/* behind the parameters' generation: packed at the first pass */
+	m->packed_gen = m->params_gen - 1;
+}
+
+void
+kn__model_repack(kn_model *m)
+{
+	int i, l;
+
+	if (m->packed_block == NULL || m->packed_gen == m->params_gen)
+		return;
+	for (i = 0; i < P_COUNT; i++) {
+		const kn_tensor *t = &m->tensors[i];
+		int L = t->ndim == 3 ? (int)t->shape[0] : 1, OC, C;
+
+		if (m->packed[i] == NULL)
+			continue;
+		OC = (int)t->shape[t->ndim - 2];
+		C = (int)t->shape[t->ndim - 1];
+		for (l = 0; l < L; l++)
+			m->be->matmul_pack(m->packed[i] + l * m->packed_per[i],
+			    m->w[i] + (size_t)l * OC * C, C, OC);
+	}
+	m->packed_gen = m->params_gen;
+}
+
+void
+kn__model_free_infer(kn_model *m)
+{
+	if (m->packed_block != NULL)
+		m->be->free(m->packed_block);
+	if (m->qkv0 != NULL)
+		m->be->free(m->qkv0);
+	free(m->qkv0_in);
+}
+
 int
 kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
     float temp, int32_t *out, char *err)
@@ -138,8 +216,8 @@ kn_model_predict(kn_model *m, const int32_t *input, int B, const float *u,
 
 /* The final LayerNorm, the head and sampling act on each row alone: the
  * R rows of x wanted are gathered (into ln1's first slot, free once the
- * layers are done) and the rest never computed.  out[r] is the symbol
- * sampled for row rows[r] with u[r]. */
+ * layers are done) and the rest never computed; rows NULL: x holds just
+ * those R.  out[r] is the symbol sampled for row rows[r] with u[r]. */
 static int
 head_sample(kn_model *m, const float *x, const int32_t *rows, int R,
     const float *u, float temp, int32_t *out, char *err)
@@ -148,14 +226,101 @@ head_sample(kn_model *m, const float *x, const int32_t *rows, int R,
 	struct acts *a = &m->a;
 	int d = m->shape.width, r;
 
-	for (r = 0; r < R; r++)
+	for (r = 0; rows != NULL && r < R; r++)
 		be->copy(a->ln1 + (size_t)r * d, x + (size_t)rows[r] * d,
 		    (size_t)d * sizeof(float));
-	kn__model_head(m, a->ln1, R);
+	kn__model_head(m, rows != NULL ? a->ln1 : x, R);
 	be->upload(a->u, u, (size_t)R * sizeof(float));
 	be->sample(a->picked, a->logits, a->u, R, KN_VOCAB_OUT, temp);
 	be->download(out, a->picked, (size_t)R * sizeof(int32_t));
 	return be->status(err);
+}
+
+/* Layer 0's q, k, v for the B windows uploaded (embedded in
+ * a->encoded), into m->qkv0: LayerNorm and the QKV product run on the
+ * rows whose symbol changed since the last call only (the denoising steps
+ * of a request unmask a few positions each), gathered into the ln1 and
+ * qkv slots.  A row's bits do not depend on the rows beside it.  Returns
+ * NULL when the cache cannot be allocated. */
+static const float *
+qkv0_update(kn_model *m, const int32_t *input, int B)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, N = B * m->T, i, c;
+	size_t rowd = (size_t)d * sizeof(float), row3 = 3 * rowd;
+	size_t cap = (size_t)m->max_batch * m->T;
+	int valid = m->qkv0_gen == m->params_gen ? m->qkv0_rows : 0;
+	const float *ln1w = m->w[P_LN1W], *ln1b = m->w[P_LN1B];
+
+	if (m->qkv0 == NULL) {
+		if ((m->qkv0 = be->alloc(cap * row3)) == NULL ||
+		    (m->qkv0_in = malloc(cap * sizeof(int32_t))) == NULL) {
+			if (m->qkv0 != NULL)
+				be->free(m->qkv0);
+			m->qkv0 = NULL;
+			return NULL;
+		}
+		valid = 0;
+	}
+	/* rows valid up to the first stale one: a new batch gathers none */
+	for (i = 0; i < N && i < valid && m->qkv0_in[i] == input[i]; i++)
+		;
+	if (i == 0) {
+		be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd,
+		    a->encoded, ln1w, ln1b, N, d);
+		kn__model_linear(m, P_QKVW, 0, m->qkv0, a->ln1, m->w[P_QKVB], N,
+		    d, 3 * d);
+	} else {
+		for (i = 0, c = 0; i < N; i++)
+			if (i >= valid || m->qkv0_in[i] != input[i])
+				be->copy(a->qkv + (size_t)c++ * d, a->encoded +
+				    (size_t)i * d, rowd);
+		if (c > 0) {
+			be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd,
+			    a->qkv, ln1w, ln1b, c, d);
+			kn__model_linear(m, P_QKVW, 0, a->qkv, a->ln1,
+			    m->w[P_QKVB], c, d, 3 * d);
+		}
+		for (i = 0, c = 0; i < N; i++)
+			if (i >= valid || m->qkv0_in[i] != input[i])
+				be->copy(m->qkv0 + (size_t)i * 3 * d, a->qkv +
+				    (size_t)c++ * 3 * d, row3);
+	}
+	memcpy(m->qkv0_in, input, (size_t)N * sizeof(int32_t));
+	m->qkv0_rows = N;
+	m->qkv0_gen = m->params_gen;
+	return m->qkv0;
+}
+
+/* Layer l of B windows, its q, k, v computed from x or given (qkv); with
+ * rows, only the R rows wanted come out (gathered): every row's keys and
+ * values feed the attention, but past it each row is on its own, so the
+ * projection and the MLP run on the R rows alone.  The kernels give a row
+ * the same bits whichever rows share its GEMM, so each row is the full
+ * pass's. */
+static const float *
+layer_at(kn_model *m, int l, const float *x, const float *qkv, int B,
+    const int32_t *rows, int R)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	struct kn__attn at = { B, NULL, 0, 0 };
+	int d = m->shape.width, N = B * m->T, r;
+	size_t row = (size_t)d * sizeof(float);
+	const float *atty = qkv != NULL ? kn__model_attend(m, l, qkv, N, &at) :
+	    kn__model_layer_attn(m, l, x, N, &at);
+	/* qkv and ln1 of this slot are free once the attention is done */
+	float *xg = LAYER(a->qkv, l % m->act_layers, 3 * (size_t)N * d);
+	float *ag = LAYER(a->ln1, l % m->act_layers, (size_t)N * d);
+
+	if (rows == NULL)
+		return kn__model_layer_mlp(m, l, x, atty, N);
+	for (r = 0; r < R; r++) {
+		be->copy(xg + (size_t)r * d, x + (size_t)rows[r] * d, row);
+		be->copy(ag + (size_t)r * d, atty + (size_t)rows[r] * d, row);
+	}
+	return kn__model_layer_mlp(m, l, xg, ag, R);
 }
 
 int
@@ -163,7 +328,8 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
     const int32_t *rows, int R, const float *u, float temp, int32_t *out,
     char *err)
 {
-	int N = B * m->shape.window, r, rc;
+	int N = B * m->shape.window, L = m->shape.layers, l, r, rc, fast;
+	const float *x, *qkv0 = NULL;
 
 	kn__model_pass(m, 0);
 	if ((rc = kn__model_check_batch(m, input, NULL, NULL, B, err)) != 0)
@@ -176,8 +342,21 @@ kn_model_predict_at(kn_model *m, const int32_t *input, int B,
 	if (R == 0)
 		return KN_OK;
 	kn__model_upload_batch(m, input, NULL, NULL, B);
-	return head_sample(m, kn__model_forward_layers(m, B), rows, R, u, temp,
-	    out, err);
+	m->be->embed_forward(m->a.encoded, m->a.input, m->w[P_WTE],
+	    m->w[P_WPE], N, m->shape.window, m->shape.width);
+	x = m->a.encoded;
+	/* The shortcuts need a row's bits not to depend on the rows beside
+	 * it, which our CPU kernel promises (the one that packs) but fp16
+	 * storage (a GEMV for a few rows) and cuBLAS do not: elsewhere every
+	 * layer runs on every row, so the bytes never depend on how the
+	 * requests were grouped. */
+	fast = m->packed_block != NULL;
+	if (fast)
+		qkv0 = qkv0_update(m, input, B);
+	for (l = 0; l < L; l++)
+		x = layer_at(m, l, x, l == 0 ? qkv0 : NULL, B,
+		    fast && l == L - 1 ? rows : NULL, R);
+	return head_sample(m, x, fast ? NULL : rows, R, u, temp, out, err);
 }
 
 /* A cache holds k and v of every layer for one sequence, in backend

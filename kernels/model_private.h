@@ -73,6 +73,25 @@ struct kn_model {
 	kn_storage storage;
 	uint16_t *params16;             /* fp16 storage of the matrices */
 	void *stage;                    /* matmul_forward_f16's scratch */
+	/* Bumped whenever the parameters change: what is derived from them
+	 * below is redone when its generation is behind. */
+	unsigned params_gen;
+	/* Inference models of fp32 storage on a backend that packs: each
+	 * layer matrix and the head packed once for its GEMM (layer l of
+	 * tensor i at packed[i] + l * packed_per[i]; NULL: unpacked), packed
+	 * again at the next pass after the parameters change. */
+	void *packed_block;
+	char *packed[P_COUNT];
+	size_t packed_per[P_COUNT];
+	unsigned packed_gen;
+	/* kn_model_predict_at's layer-0 q, k, v (max_batch * n, 3d): a row
+	 * depends on its own symbol alone, so the rows whose symbol is the
+	 * last call's are kept (qkv0_in, host; qkv0_rows of them valid at
+	 * generation qkv0_gen). */
+	float *qkv0;
+	int32_t *qkv0_in;
+	int qkv0_rows;
+	unsigned qkv0_gen;
 	int t;                          /* AdamW steps taken */
 	int inference;                  /* no gradients, optimizer or backward */
 	int act_layers;                 /* L, or 1 when layers share buffers */
@@ -122,6 +141,22 @@ size_t kn__model_acts_bytes(const kn_model_shape *s, int B, int inference);
  * activation buffer).  Weights from fp32 or fp16 storage. */
 const float *kn__model_layer(kn_model *m, int l, const float *x, int N,
     const struct kn__attn *at);
+/* kn__model_layer's two halves: LayerNorm, QKV and attention (returns
+ * the attention output, (N, d)); then the projection, the MLP and both
+ * residual adds, each row on its own (returns (N, d)).  The second may
+ * run on a subset of the rows the first did, gathered. */
+const float *kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
+    const struct kn__attn *at);
+const float *kn__model_layer_mlp(kn_model *m, int l, const float *x,
+    const float *atty, int N);
+/* The attention of layer l on its q, k, v (N, 3d) given; returns its
+ * output (N, d). */
+const float *kn__model_attend(kn_model *m, int l, const float *qkv, int N,
+    const struct kn__attn *at);
+/* out = inp . W^T + bias for layer l's matrix i (or the head), from
+ * whichever storage. */
+void kn__model_linear(kn_model *m, int i, int l, float *out,
+    const float *inp, const float *bias, int N, int C, int OC);
 /* The final LayerNorm and head on N rows of x into the logits. */
 void kn__model_head(kn_model *m, const float *x, int N);
 int kn__model_check_batch(const kn_model *m, const int32_t *input,
@@ -149,6 +184,14 @@ int kn__model_set_params_f16(kn_model *m, const float *host, char *err);
  * space), and KN_ENUM if one is beyond the fp16 range. */
 int kn__model_put_values(kn_model *m, int i, size_t first, const float *host,
     size_t len, uint16_t *half, char *err);
+/* Room for the packed weights of an inference model (none where the
+ * backend does not pack or memory is short: the pass then packs per
+ * product), and packing them again if the parameters changed. */
+void kn__model_alloc_packed(kn_model *m);
+void kn__model_repack(kn_model *m);
+/* What model_infer.c allocated for an inference model beyond the
+ * parameters and activations. */
+void kn__model_free_infer(kn_model *m);
 /* Layer l's k cache of a sequence; its v cache follows, window x d
  * floats on. */
 float *kn__kv_layer(kn_kv *kv, int l);

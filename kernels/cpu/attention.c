@@ -93,8 +93,13 @@ att_forward_task(void *ctx, int task, int thread)
 	float scale = 1.0f / sqrtf((float)hs);
 
 	kn_gemm_serial(0, 1, T, T, hs, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
-	for (i = 0; i < T; i++)
-		masked_softmax(att + (size_t)i * T, T, i, j->mask, scale);
+	if (j->mask == KN_ATT_FULL)
+		/* every row sees every key: rows side by side */
+		kn_cpu_softmax_rows(att, T, T, (size_t)T, scale);
+	else
+		for (i = 0; i < T; i++)
+			masked_softmax(att + (size_t)i * T, T, i, j->mask,
+			    scale);
 	kn_gemm_serial(0, 0, T, hs, T, 1.0f, att, T, v, 3 * C, 0.0f,
 	    j->out + (size_t)b * T * C + (size_t)h * hs, C);
 }

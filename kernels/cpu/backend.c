@@ -109,6 +109,9 @@ static const kn_backend cpu_backend = {
 	.adamw_update = kn_cpu_adamw_update,
 	.sample = kn_cpu_sample,
 	.status = cpu_status,
+	.matmul_pack_bytes = kn_cpu_matmul_pack_bytes,
+	.matmul_pack = kn_cpu_matmul_pack,
+	.matmul_forward_packed = kn_cpu_matmul_forward_packed,
 };
 
 const kn_backend *

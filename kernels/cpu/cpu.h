@@ -42,6 +42,11 @@ void kn_cpu_matmul_forward_f16(float *out, const float *inp,
     const uint16_t *w, const float *bias, void *scratch, int N, int C,
     int OC);
 size_t kn_cpu_matmul_f16_scratch(int N, int C, int OC);
+size_t kn_cpu_matmul_pack_bytes(int C, int OC);
+void kn_cpu_matmul_pack(void *packed, const float *w, int C, int OC);
+void kn_cpu_matmul_forward_packed(float *out, const float *inp,
+    const float *w, const void *packed, const float *bias, int N, int C,
+    int OC);
 void kn_cpu_attention_forward(float *out, float *att, const float *qkv,
     int B, int T, int C, int NH, int mask);
 void kn_cpu_attention_backward(float *dqkv, float *scratch,
@@ -78,6 +83,10 @@ void kn_cpu_sample(int32_t *out, const float *logits, const float *u, int N,
 /* x[j] = exp(scale*x[j] - m) / sum, m = max of scale*x over j < n;
  * returns the sum before normalisation. */
 float kn_cpu_softmax_row(float *x, int n, float scale);
+/* kn_cpu_softmax_row on each of rows rows of n floats, ld apart: the
+ * same bits, faster. */
+void kn_cpu_softmax_rows(float *x, int rows, int n, size_t ld,
+    float scale);
 /* log(sum_j exp(x[j])) */
 float kn_cpu_logsumexp_row(const float *x, int n);
 /* y[j] = exp(x[j] - shift) * mul */

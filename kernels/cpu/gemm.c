@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,16 +15,12 @@
 
 #include "kernels/clock.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_private.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 
 /* OpenBLAS's cblas.h declares it, other cblas.h files do not. */
 void openblas_set_num_threads(int num_threads);
-
-/* In gemm_avx512.c; see there. */
-void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
-    int K, float alpha, const float *A, int lda, const float *B, int ldb,
-    float beta, float *C, int ldc);
 
 /* OpenBLAS tiles: fixed by the shape alone, never by the thread count, as
  * OpenBLAS's bits may depend on the size of the block it is given. */
@@ -286,6 +283,16 @@ kn_gemm_stats_get(kn_gemm_stats *s)
 	*s = stats;
 }
 
+static void
+stats_add(double t0, int M, int N, int K)
+{
+	if (stats_on) {
+		stats.seconds += kn_now() - t0;
+		stats.flops += 2.0 * M * N * (double)K;
+		stats.calls++;
+	}
+}
+
 void
 kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
     const float *A, int lda, const float *B, int ldb, float beta,
@@ -295,11 +302,49 @@ kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
 
 	gemm_dispatch(1, transA, transB, M, N, K, alpha, A, lda, B, ldb,
 	    beta, C, ldc);
-	if (stats_on) {
-		stats.seconds += kn_now() - t0;
-		stats.flops += 2.0 * M * N * (double)K;
-		stats.calls++;
+	stats_add(t0, M, N, K);
+}
+
+size_t
+kn_gemm_pack_floats(int N, int K)
+{
+	return N > 0 && K > 0 ? kn__gemm_avx512_packed_floats(N, K) : 0;
+}
+
+void
+kn_gemm_pack(const float *B, int N, int K, float *packed)
+{
+	if (N > 0 && K > 0)
+		kn__gemm_avx512_pack(B, K, N, K, packed);
+}
+
+void
+kn_gemm_packed(int M, int N, int K, const float *A, int lda,
+    const float *B, const float *packed, const float *bias, float beta,
+    float *C, int ldc)
+{
+	double t0;
+	int i;
+
+	/* the packed panels are our kernel's: any other kernel this class
+	 * takes reads B itself */
+	if (packed == NULL || ((uintptr_t)packed & 63) != 0 || M <= 0 ||
+	    N <= 0 || K <= 0 ||
+	    !gemm_args_ok(0, 1, M, N, K, A, lda, B, K, C, ldc) ||
+	    kn_gemm_current() != KN_GEMM_AVX512 ||
+	    (atomic_load(&plan_n) > 0 &&
+	    plan_pick(1, 0, 1, M, N, K) != KN_GEMM_AVX512)) {
+		for (i = 0; bias != NULL && i < M && N > 0; i++)
+			memcpy(C + (size_t)i * ldc, bias,
+			    (size_t)N * sizeof(float));
+		kn_gemm(0, 1, M, N, K, 1.0f, A, lda, B, K, bias != NULL ?
+		    1.0f : beta, C, ldc);
+		return;
 	}
+	t0 = stats_on ? kn_now() : 0.0;
+	kn__gemm_avx512_packed(1, M, N, K, A, lda, B, K, packed, bias, beta,
+	    C, ldc);
+	stats_add(t0, M, N, K);
 }
 
 void

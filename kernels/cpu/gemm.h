@@ -27,6 +27,20 @@ void kn_gemm_serial(int transA, int transB, int M, int N, int K,
     float alpha, const float *A, int lda, const float *B, int ldb,
     float beta, float *C, int ldc);
 
+/* Weights that stay fixed, packed once: C (M,N) = A (M,K) . B^T + beta C
+ * with B (N,K) row-major, as kn_gemm(0, 1, ...) with alpha 1 gives it, to
+ * the bit.  kn_gemm_pack_floats is packed's size (64-byte aligned: the
+ * kernel's aligned loads read it); kn_gemm_packed reads
+ * packed where our kernel runs the product's class, else it is kn_gemm
+ * on B (so B must stay there too).  bias (N), when not NULL, is added
+ * as a C filled with it and beta 1 would (beta is then ignored), in the
+ * GEMM's tiles rather than a pass of its own. */
+size_t kn_gemm_pack_floats(int N, int K);
+void kn_gemm_pack(const float *B, int N, int K, float *packed);
+void kn_gemm_packed(int M, int N, int K, const float *A, int lda,
+    const float *B, const float *packed, const float *bias, float beta,
+    float *C, int ldc);
+
 /* Chooses the kernel for the whole process and drops any plan; returns 0,
  * or KN_ENODEV when the CPU lacks what the kernel needs. */
 int kn_gemm_use(kn_gemm_kernel k);

@@ -11,15 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <pthread.h>
 
+#include "kernels/cpu/gemm_private.h"
 #include "kernels/pool.h"
-
-/* Shared with gemm.c, which has no private header to share it through.
- * Requires M, N, K > 0 and alpha != 0 (gemm.c handles the rest). */
-void kn__gemm_avx512(int parallel, int transA, int transB, int M, int N,
-    int K, float alpha, const float *A, int lda, const float *B, int ldb,
-    float beta, float *C, int ldc);
 
 /* When this kernel was compiled: the GEMM choice cache (gemm_choose.c)
  * keys on it, so that a changed kernel is timed again, and every program
@@ -498,6 +494,7 @@ struct gemm_job {
 	float *C;
 	int lda, ldb, ldc;
 	float *bpack;          /* NULL: no packed B, every tile goes plain */
+	const float *bias;     /* (N): each tile's C starts as it (beta 1) */
 	int n0, nc, np;        /* columns [n0, n0+nc) in np panels */
 	int nkb;               /* K blocks */
 	int tm, tn, gn;        /* task tile rows, columns; tiles per row */
@@ -655,8 +652,14 @@ gemm_tile_task(void *ctx, int t, int thread)
 	int r0 = (t / g->gn) * g->tm, c0 = g->n0 + (t % g->gn) * g->tn;
 	int r1 = r0 + g->tm < g->M ? r0 + g->tm : g->M;
 	int c1 = c0 + g->tn < g->n0 + g->nc ? c0 + g->tn : g->n0 + g->nc;
+	int i;
 
 	(void)thread;
+	/* the bias put in the tile just before it is read (beta is 1): the
+	 * bits of C filled with it beforehand, without a pass of its own */
+	for (i = r0; g->bias != NULL && i < r1; i++)
+		memcpy(g->C + (size_t)i * g->ldc + c0, g->bias + c0,
+		    (size_t)(c1 - c0) * sizeof(float));
 	gemm_tile(g, r0, r1, c0, c1);
 }
 
@@ -686,6 +689,56 @@ gemm_grid(struct gemm_job *g, int threads)
 	g->gn = div_up(g->np, g->tn / GEMM_NR);
 }
 
+/* Columns per chunk of packed B: the whole of N unless B is large. */
+static int
+gemm_chunk_cols(int K)
+{
+	int ncmax = (int)(GEMM_BPACK_MAX / (size_t)K / GEMM_NR) * GEMM_NR;
+
+	return ncmax < GEMM_NR ? GEMM_NR : ncmax;
+}
+
+/* The product over chunks of columns; packed, when not NULL, holds every
+ * chunk's panels one after the other (kn__gemm_avx512_pack). */
+static void
+gemm_run(struct gemm_job *g, int parallel, const float *packed)
+{
+	struct gemm_scratch *s = scratch_get();
+	int threads = parallel ? kn_pool_threads() : 1;
+	int ncmax = gemm_chunk_cols(g->K), t, ntiles, pack;
+
+	if ((size_t)g->M * g->N * g->K < GEMM_SERIAL_MACS)
+		threads = 1;
+	g->nkb = div_up(g->K, GEMM_KC);
+	for (g->n0 = 0; g->n0 < g->N; g->n0 += g->nc) {
+		g->nc = g->N - g->n0 < ncmax ? g->N - g->n0 : ncmax;
+		g->np = div_up(g->nc, GEMM_NR);
+		pack = packed == NULL;
+		if (pack)
+			g->bpack = scratch_bpack(s, (size_t)g->K * g->np *
+			    GEMM_NR);
+		else {
+			g->bpack = (float *)packed;
+			packed += (size_t)g->K * g->np * GEMM_NR;
+		}
+		gemm_grid(g, threads);
+		ntiles = div_up(g->M, g->tm) * g->gn;
+		if (threads > 1) {
+			if (pack && g->bpack != NULL)
+				kn_pool_run(gemm_pack_tasks(g),
+				    gemm_pack_task, g);
+			kn_pool_run(ntiles, gemm_tile_task, g);
+			continue;
+		}
+		/* kn_gemm_serial must stay on this thread, pool or not */
+		if (pack && g->bpack != NULL)
+			for (t = 0; t < gemm_pack_tasks(g); t++)
+				gemm_pack_task(g, t, 0);
+		for (t = 0; t < ntiles; t++)
+			gemm_tile_task(g, t, 0);
+	}
+}
+
 void
 kn__gemm_avx512(int parallel, int transA, int transB, int M, int N, int K,
     float alpha, const float *A, int lda, const float *B, int ldb,
@@ -696,36 +749,53 @@ kn__gemm_avx512(int parallel, int transA, int transB, int M, int N, int K,
 		.alpha = alpha, .beta = beta, .A = A, .B = B, .C = C,
 		.lda = lda, .ldb = ldb, .ldc = ldc,
 	};
-	struct gemm_scratch *s = scratch_get();
-	int threads = parallel ? kn_pool_threads() : 1;
-	int ncmax, t, ntiles;
 
-	if ((size_t)M * N * K < GEMM_SERIAL_MACS)
-		threads = 1;
-	ncmax = (int)(GEMM_BPACK_MAX / (size_t)K / GEMM_NR) * GEMM_NR;
-	if (ncmax < GEMM_NR)
-		ncmax = GEMM_NR;
+	gemm_run(&g, parallel, NULL);
+}
+
+size_t
+kn__gemm_avx512_packed_floats(int N, int K)
+{
+	int ncmax = gemm_chunk_cols(K), n0, nc;
+	size_t total = 0;
+
+	for (n0 = 0; n0 < N; n0 += nc) {
+		nc = N - n0 < ncmax ? N - n0 : ncmax;
+		total += (size_t)K * div_up(nc, GEMM_NR) * GEMM_NR;
+	}
+	return total;
+}
+
+void
+kn__gemm_avx512_pack(const float *B, int ldb, int N, int K, float *packed)
+{
+	struct gemm_job g = { .transB = 1, .N = N, .K = K, .B = B,
+	    .ldb = ldb };
+	int ncmax = gemm_chunk_cols(K), t;
+
 	g.nkb = div_up(K, GEMM_KC);
 	for (g.n0 = 0; g.n0 < N; g.n0 += g.nc) {
 		g.nc = N - g.n0 < ncmax ? N - g.n0 : ncmax;
 		g.np = div_up(g.nc, GEMM_NR);
-		g.bpack = scratch_bpack(s, (size_t)K * g.np * GEMM_NR);
-		gemm_grid(&g, threads);
-		ntiles = div_up(M, g.tm) * g.gn;
-		if (threads > 1) {
-			if (g.bpack != NULL)
-				kn_pool_run(gemm_pack_tasks(&g),
-				    gemm_pack_task, &g);
-			kn_pool_run(ntiles, gemm_tile_task, &g);
-			continue;
-		}
-		/* kn_gemm_serial must stay on this thread, pool or not */
-		if (g.bpack != NULL)
-			for (t = 0; t < gemm_pack_tasks(&g); t++)
-				gemm_pack_task(&g, t, 0);
-		for (t = 0; t < ntiles; t++)
-			gemm_tile_task(&g, t, 0);
+		g.bpack = packed;
+		for (t = 0; t < gemm_pack_tasks(&g); t++)
+			gemm_pack_task(&g, t, 0);
+		packed += (size_t)K * g.np * GEMM_NR;
 	}
+}
+
+void
+kn__gemm_avx512_packed(int parallel, int M, int N, int K, const float *A,
+    int lda, const float *B, int ldb, const float *packed,
+    const float *bias, float beta, float *C, int ldc)
+{
+	struct gemm_job g = {
+		.transB = 1, .M = M, .N = N, .K = K, .alpha = 1.0f,
+		.beta = bias != NULL ? 1.0f : beta, .A = A, .B = B, .C = C,
+		.lda = lda, .ldb = ldb, .ldc = ldc, .bias = bias,
+	};
+
+	gemm_run(&g, parallel, packed);
 }
 
 #else /* no x86: gemm.c never selects this kernel */
@@ -738,6 +808,30 @@ kn__gemm_avx512(int parallel, int transA, int transB, int M, int N, int K,
 	(void)parallel; (void)transA; (void)transB; (void)M; (void)N;
 	(void)K; (void)alpha; (void)A; (void)lda; (void)B; (void)ldb;
 	(void)beta; (void)C; (void)ldc;
+}
+
+size_t
+kn__gemm_avx512_packed_floats(int N, int K)
+{
+	(void)N;
+	(void)K;
+	return 0;
+}
+
+void
+kn__gemm_avx512_pack(const float *B, int ldb, int N, int K, float *packed)
+{
+	(void)B; (void)ldb; (void)N; (void)K; (void)packed;
+}
+
+void
+kn__gemm_avx512_packed(int parallel, int M, int N, int K, const float *A,
+    int lda, const float *B, int ldb, const float *packed,
+    const float *bias, float beta, float *C, int ldc)
+{
+	(void)parallel; (void)M; (void)N; (void)K; (void)A; (void)lda;
+	(void)B; (void)ldb; (void)packed; (void)bias; (void)beta; (void)C;
+	(void)ldc;
 }
 
 #endif

@@ -43,6 +43,28 @@ kn_cpu_matmul_forward(float *out, const float *inp, const float *w,
 	    out, OC);
 }
 
+/* 0 where our kernel is not the process's: OpenBLAS gets B itself. */
+size_t
+kn_cpu_matmul_pack_bytes(int C, int OC)
+{
+	if (kn_gemm_current() != KN_GEMM_AVX512)
+		return 0;
+	return kn_gemm_pack_floats(OC, C) * sizeof(float);
+}
+
+void
+kn_cpu_matmul_pack(void *packed, const float *w, int C, int OC)
+{
+	kn_gemm_pack(w, OC, C, packed);
+}
+
+void
+kn_cpu_matmul_forward_packed(float *out, const float *inp, const float *w,
+    const void *packed, const float *bias, int N, int C, int OC)
+{
+	kn_gemm_packed(N, OC, C, inp, C, w, packed, bias, 0.0f, out, OC);
+}
+
 #define BIAS_COLS 64
 
 static KN_CLONES void

@@ -45,22 +45,75 @@ vexp(float x)
 	return p * scale;
 }
 
+/* x becomes exp(scale * x - max), the maximum in 16 lanes, which
+ * vectorises (the maximum is the same in any order), the exponentials in
+ * a loop of their own, which vectorises too. */
+static inline void
+exp_shifted(float *x, int n, float scale)
+{
+	float lane[16], m = -INFINITY;
+	int j, l;
+
+	for (l = 0; l < 16; l++)
+		lane[l] = -INFINITY;
+	for (j = 0; j + 16 <= n; j += 16)
+		for (l = 0; l < 16; l++)
+			lane[l] = x[j + l] * scale > lane[l] ?
+			    x[j + l] * scale : lane[l];
+	for (; j < n; j++)
+		m = x[j] * scale > m ? x[j] * scale : m;
+	for (l = 0; l < 16; l++)
+		m = lane[l] > m ? lane[l] : m;
+	for (j = 0; j < n; j++)
+		x[j] = vexp(x[j] * scale - m);
+}
+
 KN_CLONES float
 kn_cpu_softmax_row(float *x, int n, float scale)
 {
-	float m = -INFINITY, sum = 0.0f, inv;
+	float sum = 0.0f, inv;
 	int j;
 
+	exp_shifted(x, n, scale);
+	/* the sum alone stays in order, the bits of one running sum */
 	for (j = 0; j < n; j++)
-		m = x[j] * scale > m ? x[j] * scale : m;
-	for (j = 0; j < n; j++) {
-		x[j] = vexp(x[j] * scale - m);
 		sum += x[j];
-	}
 	inv = 1.0f / sum;
 	for (j = 0; j < n; j++)
 		x[j] *= inv;
 	return sum;
+}
+
+/* Rows whose sums run side by side. */
+#define SOFTMAX_ROWS 8
+
+KN_CLONES void
+kn_cpu_softmax_rows(float *x, int rows, int n, size_t ld, float scale)
+{
+	float sum[SOFTMAX_ROWS], inv;
+	int r, j, l;
+
+	/* each row's sum is still one running sum in order, but those of
+	 * SOFTMAX_ROWS rows are independent chains the core overlaps,
+	 * where one row's waits on its adder's latency */
+	for (r = 0; r + SOFTMAX_ROWS <= rows; r += SOFTMAX_ROWS) {
+		float *y = x + (size_t)r * ld;
+
+		for (l = 0; l < SOFTMAX_ROWS; l++) {
+			exp_shifted(y + (size_t)l * ld, n, scale);
+			sum[l] = 0.0f;
+		}
+		for (j = 0; j < n; j++)
+			for (l = 0; l < SOFTMAX_ROWS; l++)
+				sum[l] += y[(size_t)l * ld + j];
+		for (l = 0; l < SOFTMAX_ROWS; l++) {
+			inv = 1.0f / sum[l];
+			for (j = 0; j < n; j++)
+				y[(size_t)l * ld + j] *= inv;
+		}
+	}
+	for (; r < rows; r++)
+		kn_cpu_softmax_row(x + (size_t)r * ld, n, scale);
 }
 
 KN_CLONES float
