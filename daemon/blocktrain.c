@@ -479,6 +479,40 @@ bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
 }
 
 int
+bt_equal_cuts(const double *cell_shares, int G, int T, double *cuts,
+    char *err)
+{
+	double total = 0.0, below = 0.0;
+	int g = 0, b;
+
+	for (b = 0; b < G; b++) {
+		if (!(cell_shares[b] > 0.0) || !isfinite(cell_shares[b]))
+			return kn_error(err, KN_EINVAL, "the share of cell %d "
+			    "of %d is %g, not a positive number", b + 1, G,
+			    cell_shares[b]);
+		total += cell_shares[b];
+	}
+	cuts[0] = 0.0;
+	cuts[T] = 1.0;
+	/* below: the bound on (0, g / G]; cut b falls in the cell where it
+	 * passes b / T of the total */
+	for (b = 1; b < T; b++) {
+		double want = total * b / T;
+
+		while (g < G - 1 && below + cell_shares[g] < want)
+			below += cell_shares[g++];
+		cuts[b] = (g + (want - below) / cell_shares[g]) / G;
+		/* equal shares need strictly increasing cuts; rounding at a
+		 * cell's edge may not give them */
+		if (!(cuts[b] > cuts[b - 1]) || !(cuts[b] < 1.0))
+			return kn_error(err, KN_EINVAL, "cut %d of %d at %g does "
+			    "not rise above %g: use a finer grid", b, T,
+			    cuts[b], cuts[b - 1]);
+	}
+	return KN_OK;
+}
+
+int
 bt_steps_of(const pr_spec *s, int k, int block)
 {
 	int steps = (int)lround(k * (s->cuts[block + 1] - s->cuts[block]));

@@ -1,8 +1,9 @@
 /* The noise draws of [noise] (daemon/blocktrain.c): every draw's training
  * estimate of a fixed model's share is the plain stratified one's within
  * its standard error, on the same windows, with and without position
- * blocks; the count form removes the level's noise where it should; and
- * the keys leave the run ids of specs without them as they were. */
+ * blocks; the count form removes the level's noise where it should; the
+ * keys leave the run ids of specs without them as they were; and the
+ * equal-share cuts of a pilot fall where a closed form puts them. */
 #include "config.h"
 
 #include <check.h>
@@ -294,6 +295,35 @@ START_TEST(test_spec_keys)
 }
 END_TEST
 
+/* Equal shares from a pilot's cells: cells of a bound with density 2t
+ * give cuts at sqrt(b / T) (exact but for the linear step inside a
+ * cell); equal cells give equal cuts; a share that is not positive is an
+ * error. */
+START_TEST(test_equal_cuts)
+{
+	enum { G = 64, T = 4 };
+	double cells[G], cuts[T + 1];
+	char err[KN_ERR_LEN];
+	int g, b;
+
+	for (g = 0; g < G; g++)
+		cells[g] = ((g + 1.0) * (g + 1.0) - (double)g * g) / (G * G);
+	ck_assert_int_eq(bt_equal_cuts(cells, G, T, cuts, err), 0);
+	ck_assert_double_eq(cuts[0], 0.0);
+	ck_assert_double_eq(cuts[T], 1.0);
+	for (b = 1; b < T; b++)
+		ck_assert_double_eq_tol(cuts[b], sqrt((double)b / T), 2e-4);
+	for (g = 0; g < G; g++)
+		cells[g] = 0.7;
+	ck_assert_int_eq(bt_equal_cuts(cells, G, T, cuts, err), 0);
+	for (b = 1; b < T; b++)
+		ck_assert_double_eq_tol(cuts[b], (double)b / T, 1e-12);
+	cells[5] = 0.0;
+	ck_assert_int_eq(bt_equal_cuts(cells, G, T, cuts, err), KN_EINVAL);
+	ck_assert_msg(strstr(err, "cell 6") != NULL, "%s", err);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -302,6 +332,7 @@ main(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_spec_keys);
+	tcase_add_test(tc, test_equal_cuts);
 	tcase_add_test(tc, test_unbiased_one_block);
 	tcase_add_test(tc, test_unbiased_position_blocks);
 	tcase_add_test(tc, test_unbiased_one_byte_blocks);
