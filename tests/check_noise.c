@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "daemon/blocktrain.h"
+#include "daemon/train.h"
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
@@ -324,6 +325,75 @@ START_TEST(test_equal_cuts)
 }
 END_TEST
 
+/* shardmeter cuts on a small run: without a pilot it says how to get
+ * one; with --pilot it trains the e2e reference, and the cells it prints
+ * are that model's shares (recomputed here from its checkpoint) and its
+ * cuts those bt_equal_cuts places on them, a line the spec takes. */
+START_TEST(test_cuts_command)
+{
+	enum { G = 8 };
+	char dir[64], out[8192], err[KN_ERR_LEN], text[1024], path[128];
+	char id[PR_RUN_ID_LEN];
+	unsigned char *valid = make_text(6000, 15);
+	bt_eval_set set = { 64, BT_EVAL_STRATA };
+	double cells[G], cuts[3], got, share;
+	const char *p;
+	pr_spec s;
+	kn_model *m;
+	corpus c;
+	FILE *f;
+	int g;
+
+	tu_temp_dir(dir, sizeof(dir), "check_noise");
+	snprintf(path, sizeof(path), "%s/valid.txt", dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fwrite(valid, 1, 6000, f);
+	fclose(f);
+	snprintf(text, sizeof(text), "[model]\nblocks = 3\nwidth = 16\n"
+	    "heads = 2\nlayers_per_block = 1\nwindow = %d\n[data]\n"
+	    "train = valid.txt\nvalid = valid.txt\n[optim]\nbatch = 8\n"
+	    "warmup = 5\n", N);
+	tu_write_file(dir, "run.conf", text);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cuts --spec "
+	    "%s/run.conf --dir %s/pilot", tu_shardmeter(), dir, dir), 1);
+	ck_assert_msg(strstr(out, "--pilot") != NULL, "%s", out);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cuts --spec "
+	    "%s/run.conf --dir %s/pilot --pilot 10 --grid %d --windows 64 "
+	    "2>/dev/null", tu_shardmeter(), dir, dir, G), 0);
+	ck_assert_ptr_nonnull(p = strstr(out, "(0, 1]:\n#"));
+	p += strlen("(0, 1]:\n#");
+	for (g = 0; g < G; g++)
+		cells[g] = strtod(p, (char **)&p);
+	ck_assert_int_eq(bt_equal_cuts(cells, G, 3, cuts, err), 0);
+	ck_assert_ptr_nonnull(p = strstr(out, "\ncuts = "));
+	got = strtod(p + strlen("\ncuts = "), (char **)&p);
+	ck_assert_double_eq_tol(got, cuts[1], 2e-4);
+	ck_assert_double_eq_tol(strtod(p + 1, NULL), cuts[2], 2e-4);
+
+	/* cell 3 again, from the checkpoint */
+	snprintf(path, sizeof(path), "%s/run.conf", dir);
+	ck_assert_int_eq(pr_spec_load(&s, path, err), 0);
+	snprintf(path, sizeof(path), "%s/pilot", dir);
+	ck_assert_int_eq(pr_spec_run_id(&s, id, err), 0);
+	ck_assert_int_eq(tr_load_model(&m, &s, id, path, BT_E2E, 0,
+	    kn_cpu_backend(), 32, err), 0);
+	ck_assert_int_eq(corpus_open(&c, s.valid, NULL, N + 2, err), 0);
+	ck_assert_int_eq(bt_eval_share(m, &s, &c, &set, 2.0 / G, 3.0 / G,
+	    &share, err), 0);
+	corpus_close(&c);
+	kn_model_free(m);
+	ck_assert_double_eq_tol(cells[2], share, 1e-4);
+	/* the printed line is a spec's */
+	snprintf(text, sizeof(text), "[model]\nblocks = 3\n%s",
+	    strstr(out, "cuts = "));
+	ck_assert_msg(pr_spec_parse(&s, text, strlen(text), err) == 0, "%s",
+	    err);
+	ck_assert_double_eq_tol(s.cuts[1], cuts[1], 2e-4);
+	tu_remove_dir(dir);
+	free(valid);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -333,6 +403,7 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_spec_keys);
 	tcase_add_test(tc, test_equal_cuts);
+	tcase_add_test(tc, test_cuts_command);
 	tcase_add_test(tc, test_unbiased_one_block);
 	tcase_add_test(tc, test_unbiased_position_blocks);
 	tcase_add_test(tc, test_unbiased_one_byte_blocks);
