@@ -19,27 +19,11 @@
 #include "kernels/model.h"
 #include "kernels/rng.h"
 #include "proto/spec.h"
+#include "tests/bt_fixture.h"
 #include "tests/testutil.h"
 
 enum { N = 16, BATCH = 16, ROUNDS = 40 };
 
-/* len bytes of five-letter groups from nine frequent letters. */
-static unsigned char *
-make_text(size_t len, uint64_t seed)
-{
-	unsigned char *s = malloc(len);
-	size_t i;
-	kn_rng r;
-
-	ck_assert_ptr_nonnull(s);
-	kn_rng_init(&r, seed, 0);
-	for (i = 0; i < len; i++)
-		s[i] = i % 6 == 5 ? ' ' :
-		    (unsigned char)"etaoinshr"[kn_rng_below(&r, 9)];
-	return s;
-}
-
-/* Two blocks of a small model, position blocks of L, and noise keys. */
 static void
 spec_of(pr_spec *s, int L, const char *noise)
 {
@@ -53,28 +37,13 @@ spec_of(pr_spec *s, int L, const char *noise)
 	    err);
 }
 
-/* A block with weights 3x GPT-2's, so that the context and the masks
- * move the predictions a lot. */
+/* A block of the spec's shape (tu_scaled_model). */
 static kn_model *
 make_model(const pr_spec *s, uint64_t seed)
 {
 	kn_model_shape shape = pr_spec_block_shape(s);
-	char err[KN_ERR_LEN];
-	kn_model *m;
-	float *p;
-	size_t i, np;
 
-	ck_assert_int_eq(kn_model_create(&m, &shape, kn_cpu_backend(), BATCH,
-	    err), 0);
-	kn_model_init(m, seed);
-	np = kn_model_num_params(m);
-	p = malloc(np * sizeof(float));
-	kn_model_get_params(m, p);
-	for (i = 0; i < np; i++)
-		p[i] *= 3.0f;
-	ck_assert_int_eq(kn_model_set_params(m, p, err), 0);
-	free(p);
-	return m;
+	return tu_scaled_model(&shape, BATCH, seed);
 }
 
 /* est[r]: the training estimate of block 1's share (the interval (0, .5]
@@ -143,7 +112,7 @@ static void
 check_unbiased(int L)
 {
 	size_t len = 20000, d;
-	unsigned char *text = make_text(len, 12);
+	unsigned char *text = tu_letter_text(len, 12);
 	corpus c = { text, len, NULL, 0 };
 	double plain[ROUNDS], est[ROUNDS], diff[ROUNDS], mean, se, vp;
 	pr_spec s;
@@ -202,7 +171,7 @@ START_TEST(test_kform_matches_heldout)
 {
 	static const int Ls[] = { 4 };
 	size_t len = 20000, i;
-	unsigned char *text = make_text(len, 13);
+	unsigned char *text = tu_letter_text(len, 13);
 	corpus c = { text, len, NULL, 0 };
 	bt_eval_set set = { 256, 4 };
 	double est[ROUNDS], share, mean, se;
@@ -236,7 +205,7 @@ END_TEST
 START_TEST(test_kform_variance_at_one_byte)
 {
 	size_t len = 20000;
-	unsigned char *text = make_text(len, 14);
+	unsigned char *text = tu_letter_text(len, 14);
 	corpus c = { text, len, NULL, 0 };
 	double plain[ROUNDS], kf[ROUNDS];
 	pr_spec s;
@@ -334,7 +303,7 @@ START_TEST(test_cuts_command)
 	enum { G = 8 };
 	char dir[64], out[8192], err[KN_ERR_LEN], text[1024], path[128];
 	char id[PR_RUN_ID_LEN];
-	unsigned char *valid = make_text(6000, 15);
+	unsigned char *valid = tu_letter_text(6000, 15);
 	bt_eval_set set = { 64, BT_EVAL_STRATA };
 	double cells[G], cuts[3], got, share;
 	const char *p;
