@@ -235,9 +235,10 @@ START_TEST(test_spec_keys)
 		"[noise]\ndraw = antithetic\n", "[noise]\nt_floor = 0.01\n",
 		"[noise]\nt_floor = 0.01\nfloor_share = 0.2\n" };
 	char text[256], id0[PR_RUN_ID_LEN], id[PR_RUN_ID_LEN], ids[4][PR_RUN_ID_LEN];
-	char err[PR_ERR_LEN] = "";
+	char err[PR_ERR_LEN] = "", printed[8192];
+	size_t i, j, printed_len;
 	pr_spec s;
-	size_t i, j;
+	FILE *f;
 
 	for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
 		snprintf(text, sizeof(text), "%s%s", base, same[i]);
@@ -245,12 +246,25 @@ START_TEST(test_spec_keys)
 		ck_assert_int_eq(pr_spec_run_id(&s, i ? id : id0, err), 0);
 		if (i)
 			ck_assert_str_eq(id, id0);
+		/* and the printed spec stays as it was */
+		ck_assert_ptr_nonnull(f = tmpfile());
+		ck_assert_int_eq(pr_spec_print(f, &s), 0);
+		tu_read_back(f, printed, sizeof(printed));
+		ck_assert_ptr_null(strstr(printed, "[noise]"));
 	}
 	for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
 		snprintf(text, sizeof(text), "%s%s", base, other[i]);
 		ck_assert_int_eq(pr_spec_parse(&s, text, strlen(text), err), 0);
 		ck_assert_int_eq(pr_spec_run_id(&s, ids[i], err), 0);
 		ck_assert_str_ne(ids[i], id0);
+		/* printed, the keys read back to the same run */
+		ck_assert_ptr_nonnull(f = tmpfile());
+		ck_assert_int_eq(pr_spec_print(f, &s), 0);
+		printed_len = tu_read_back(f, printed, sizeof(printed));
+		ck_assert_msg(strstr(printed, "[noise]") != NULL, "%s", printed);
+		ck_assert_int_eq(pr_spec_parse(&s, printed, printed_len, err), 0);
+		ck_assert_int_eq(pr_spec_run_id(&s, id, err), 0);
+		ck_assert_str_eq(id, ids[i]);
 		for (j = 0; j < i; j++)
 			ck_assert_str_ne(ids[i], ids[j]);
 	}
