@@ -319,7 +319,7 @@ START_TEST(test_cuts_command)
 	char id[PR_RUN_ID_LEN];
 	unsigned char *valid = tu_letter_text(6000, 15);
 	bt_eval_set set = { 64, BT_EVAL_STRATA };
-	double cells[G], cuts[3], got, share;
+	double cells[G], cuts[4], got, share;
 	const char *p;
 	pr_spec s;
 	kn_model *m;
