@@ -30,7 +30,8 @@ int bt_row_len(const pr_spec *s, bt_kind kind);
 
 /* Fills one training batch of spec->batch windows (input, target, weight
  * each batch * bt_row_len long).  Windows start at uniform offsets of c;
- * noise levels are stratified across the batch in [lo, hi]; with
+ * noise is drawn as the spec's [noise] says (by default one level per
+ * window, stratified across the batch in [lo, hi]); with
  * probability p_prefix a window keeps a random-length prefix unmasked.
  * With position blocks each block is masked at its own level and scored
  * given the clean bytes before it (DESIGN section 2). */
