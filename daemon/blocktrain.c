@@ -11,7 +11,7 @@
 #include "kernels/rng.h"
 
 /* Stream tags: what a draw is for, so that no two uses share numbers. */
-enum { TAG_TRAIN = 1, TAG_EVAL = 2, TAG_GEN = 3, TAG_AR = 4 };
+enum { TAG_TRAIN = 1, TAG_EVAL = 2, TAG_GEN = 3, TAG_AR = 4, TAG_PAIR = 5 };
 
 const char *
 bt_kind_name(bt_kind k)
@@ -40,50 +40,172 @@ bt_row_len(const pr_spec *s, bt_kind kind)
 	return kind == BT_CAUSAL ? s->window : kn_model_row_len(&shape);
 }
 
-/* The clean copy of a position-block row, [n, 2n): context, no loss. */
+/* The noise draws of a training row ([noise] in the spec).  A row's
+ * masks come from stratified uniforms u = (slice + U) / B, one per
+ * window, or per position block of a window.  The level form maps u to a
+ * level t in (lo, hi] and weights each masked byte f / (t n), f the
+ * density ratio of the proposal; the count form (kform) maps u to a count
+ * k of masked bytes with the level integrated out and weights every
+ * masked byte alike.  Either estimates the share / (hi - lo), as the
+ * one-level rows always did, so the loss keeps its scale. */
+struct noise {
+	const pr_spec *s;
+	double lo, hi;
+	int antithetic, kform;
+	double z;               /* kform: the sum of the count weights */
+};
+
+static int kform_walk(int L, double lo, double hi, double stop,
+    double *sum);
+
 static void
-clean_copy(const unsigned char *x, int n, int32_t *in, int32_t *tg,
+noise_init(struct noise *nz, const pr_spec *s, double lo, double hi, int L)
+{
+	nz->s = s;
+	nz->lo = lo;
+	nz->hi = hi;
+	nz->antithetic = strcmp(s->noise_draw, "antithetic") == 0;
+	nz->kform = strcmp(s->noise_draw, "kform") == 0;
+	nz->z = 0.0;
+	if (nz->kform)
+		kform_walk(L, lo, hi, INFINITY, &nz->z);
+}
+
+/* The level of stratum slice of B with the uniform U, and in *f the ratio
+ * of the uniform density to the proposal's: below t_floor the proposal
+ * puts floor_share of the draws, above it the rest, each part uniform.
+ * Without a floor the expression is the one of the first runs, so their
+ * draws are bit for bit what they were. */
+static double
+noise_level(const struct noise *nz, int slice, float U, int B, double *f)
+{
+	double lo = nz->lo, hi = nz->hi, e = nz->s->t_floor, t, u, m;
+
+	*f = 1.0;
+	if (e > lo && e < hi) {
+		u = (slice + U) / B;
+		m = nz->s->floor_share;
+		if (u < m) {
+			t = lo + (e - lo) * u / m;
+			*f = (e - lo) / (m * (hi - lo));
+		} else {
+			t = e + (hi - e) * (u - m) / (1 - m);
+			*f = (hi - e) / ((1 - m) * (hi - lo));
+		}
+	} else
+		t = lo + (hi - lo) * (slice + U) / B;
+	return t < BT_T_MIN ? BT_T_MIN : t;
+}
+
+/* Masks positions [a, a + L) of a row of window n after the draw of
+ * stratum slice with the uniform U; positions before prefix stay as
+ * they are (a prompt). */
+static void
+noise_mask(const struct noise *nz, kn_rng *r, int slice, float U, int B,
+    int a, int L, int n, int prefix, int32_t *in, float *w)
+{
+	double f, t;
+	int i, k;
+
+	if (nz->kform) {
+		double wk = nz->z / ((double)n * (nz->hi - nz->lo)), sum;
+
+		k = kform_walk(L, nz->lo, nz->hi, (1.0 - (slice + U) / B) *
+		    nz->z, &sum);
+		/* a uniform k-subset, one position at a time (selection
+		 * sampling); a prompt byte picked stays unmasked, which
+		 * leaves the rest's masks as the level form has them */
+		for (i = a; i < a + L; i++) {
+			if (kn_rng_uniform(r) * (a + L - i) >= k)
+				continue;
+			k--;
+			if (i >= prefix) {
+				in[i] = KN_MASK;
+				w[i] = (float)wk;
+			}
+		}
+		return;
+	}
+	t = noise_level(nz, slice, U, B, &f);
+	for (i = a; i < a + L; i++) {
+		int masked = i >= prefix && kn_rng_uniform(r) < t;
+
+		if (masked) {
+			in[i] = KN_MASK;
+			w[i] = (float)(f / (t * n));
+		}
+	}
+}
+
+/* A window's bytes, unmasked and unweighted, at [0, n) of its row. */
+static void
+clean_row(const unsigned char *x, int n, int32_t *in, int32_t *tg,
     float *w)
 {
 	int i;
 
 	for (i = 0; i < n; i++) {
-		in[n + i] = tg[n + i] = x[i];
-		w[n + i] = 0.0f;
+		in[i] = tg[i] = x[i];
+		w[i] = 0.0f;
 	}
+}
+
+/* The clean copy of a position-block row, [n, 2n): context, no loss. */
+static void
+clean_copy(const unsigned char *x, int n, int32_t *in, int32_t *tg,
+    float *w)
+{
+	clean_row(x, n, in + n, tg + n, w + n);
 }
 
 /* A window with position blocks of L (DESIGN section 2) as one training
  * row of 2n (KN_ATT_* in kernels/backend.h): the noisy copy in [0, n),
  * the clean copy in [n, 2n).  Block j of the noisy copy is masked at its
- * own level, stratified across the batch (window b, block j draws in
- * slice (b + j) mod B, so every block visits every slice); the twin mask
+ * own draw, stratified across the batch (window b, block j draws in
+ * slice (b + j) mod B, so every block visits every slice; antithetic
+ * draws pair block 2i + 1 with the mirror of block 2i); the twin mask
  * shows block j the clean bytes before it and hides every other block's
  * noise, so one pass gives each block's share of the bound given its
- * clean context.  Weights 1/(t_j n) on the masked bytes make the row's
- * loss the sum over blocks in nats per byte; the clean copy carries none.
- * A prompt prefix stays unmasked as in the one-block row. */
+ * clean context.  The weights make the row's loss the sum over blocks in
+ * nats per byte; the clean copy carries none.  A prompt prefix stays
+ * unmasked as in the one-block row. */
 static void
-fill_blocks(const pr_spec *s, kn_rng *r, const unsigned char *x, int b,
-    double lo, double hi, int prefix, int32_t *in, int32_t *tg, float *w)
+fill_blocks(const struct noise *nz, kn_rng *r, const unsigned char *x,
+    int b, int prefix, int32_t *in, int32_t *tg, float *w)
 {
-	int n = s->window, L = s->position_block, B = s->batch, i, j;
+	int n = nz->s->window, L = nz->s->position_block, B = nz->s->batch, j;
+	int slice = 0;
+	float U = 0.0f;
 
+	clean_row(x, n, in, tg, w);
 	for (j = 0; j < n / L; j++) {
-		double t = lo + (hi - lo) * ((b + j) % B + kn_rng_uniform(r)) /
-		    B;
-
-		if (t < BT_T_MIN)
-			t = BT_T_MIN;
-		for (i = j * L; i < (j + 1) * L; i++) {
-			int masked = i >= prefix && kn_rng_uniform(r) < t;
-
-			tg[i] = x[i];
-			in[i] = masked ? KN_MASK : tg[i];
-			w[i] = masked ? (float)(1.0 / (t * n)) : 0.0f;
+		if (nz->antithetic && j % 2 == 1) {
+			slice = B - 1 - slice;
+			U = 1.0f - U;
+			(void)kn_rng_uniform(r);
+		} else {
+			slice = (b + j) % B;
+			U = kn_rng_uniform(r);
 		}
+		noise_mask(nz, r, slice, U, B, j * L, L, n, prefix, in, w);
 	}
 	clean_copy(x, n, in, tg, w);
+}
+
+/* The uniform of window b of a batch with antithetic draws: window
+ * B - 1 - b takes the mirror of window b's, from a stream of the pair's
+ * own, so either can be drawn first. */
+static float
+antithetic_uniform(const pr_spec *s, uint64_t key, int64_t step, int b)
+{
+	int B = s->batch, p = b < B - 1 - b ? b : B - 1 - b;
+	kn_rng q;
+	float U;
+
+	kn_rng_init(&q, s->seed, kn_rng_stream(TAG_PAIR, key,
+	    (uint64_t)step, (uint64_t)p));
+	U = kn_rng_uniform(&q);
+	return p == b ? U : 1.0f - U;
 }
 
 void
@@ -92,23 +214,23 @@ bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
     float *weight)
 {
 	int B = s->batch, n = s->window, rl = bt_row_len(s, kind), b, i;
+	uint64_t key = ((uint64_t)kind << 32) | (uint64_t)block;
+	struct noise nz;
 	double lo, hi;
 	kn_rng r;
 
 	bt_interval(s, kind, block, &lo, &hi);
-	kn_rng_init(&r, s->seed, kn_rng_stream(TAG_TRAIN,
-	    ((uint64_t)kind << 32) | (uint64_t)block, (uint64_t)replica,
-	    (uint64_t)step));
+	noise_init(&nz, s, lo, hi, rl > n ? s->position_block : n);
+	kn_rng_init(&r, s->seed, kn_rng_stream(TAG_TRAIN, key,
+	    (uint64_t)replica, (uint64_t)step));
 	for (b = 0; b < B; b++) {
 		size_t start = kn_rng_below(&r, c->len - n);
 		/* stratified: window b draws from the b-th slice */
-		double t = lo + (hi - lo) * (b + kn_rng_uniform(&r)) / B;
+		float U = kn_rng_uniform(&r);
 		int prefix = 0;
 		int32_t *in = input + (size_t)b * rl, *tg = target + (size_t)b * rl;
 		float *w = weight + (size_t)b * rl;
 
-		if (t < BT_T_MIN)
-			t = BT_T_MIN;
 		if (kind == BT_CAUSAL) {
 			for (i = 0; i < n; i++) {
 				in[i] = c->data[start + i];
@@ -120,17 +242,15 @@ bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
 		if (s->p_prefix > 0 && kn_rng_uniform(&r) < s->p_prefix)
 			prefix = 1 + (int)kn_rng_below(&r, (uint64_t)n - 1);
 		if (rl > n) {
-			fill_blocks(s, &r, c->data + start, b, lo, hi, prefix, in,
-			    tg, w);
+			fill_blocks(&nz, &r, c->data + start, b, prefix, in, tg,
+			    w);
 			continue;
 		}
-		for (i = 0; i < n; i++) {
-			int masked = i >= prefix && kn_rng_uniform(&r) < t;
-
-			tg[i] = c->data[start + i];
-			in[i] = masked ? KN_MASK : tg[i];
-			w[i] = masked ? (float)(1.0 / (t * n)) : 0.0f;
-		}
+		if (nz.antithetic)
+			U = antithetic_uniform(s, key | (uint64_t)replica << 40,
+			    step, b);
+		clean_row(c->data + start, n, in, tg, w);
+		noise_mask(&nz, &r, b, U, B, 0, n, n, prefix, in, w);
 	}
 }
 
@@ -194,6 +314,28 @@ block_weights(int L, double lo, double hi, double *cdf)
 	for (k = 0; k < L; k++)
 		cdf[k] /= z;
 	return z;
+}
+
+/* The counts k = L..1 of a position block of L on (lo, hi] with their
+ * weights w_k (block_weights), walked from the top: the first k at which
+ * the running sum reaches stop, with the sum so far in *sum (stop =
+ * INFINITY: 1, and the total z).  Drawing from the top with stop = (1 -
+ * u) z takes k with probability w_k / z and needs no table. */
+static int
+kform_walk(int L, double lo, double hi, double stop, double *sum)
+{
+	double tail_lo = 0.0, tail_hi = 0.0;
+	int k;
+
+	*sum = 0.0;
+	for (k = L; k >= 1; k--) {
+		tail_lo += binom_pmf(L, k, lo);
+		tail_hi += binom_pmf(L, k, hi);
+		*sum += (tail_hi - tail_lo) / k;
+		if (*sum >= stop)
+			return k;
+	}
+	return 1;
 }
 
 /* A held-out row with position blocks (the training row's layout): per
@@ -335,6 +477,40 @@ bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
 	if ((rc = eval_sum(m, &job, set->windows, &sum, err)) == 0)
 		*nats = sum / set->windows;
 	return rc;
+}
+
+int
+bt_equal_cuts(const double *cell_shares, int G, int T, double *cuts,
+    char *err)
+{
+	double total = 0.0, below = 0.0;
+	int g = 0, b;
+
+	for (b = 0; b < G; b++) {
+		if (!(cell_shares[b] > 0.0) || !isfinite(cell_shares[b]))
+			return kn_error(err, KN_EINVAL, "the share of cell %d "
+			    "of %d is %g, not a positive number", b + 1, G,
+			    cell_shares[b]);
+		total += cell_shares[b];
+	}
+	cuts[0] = 0.0;
+	cuts[T] = 1.0;
+	/* below: the bound on (0, g / G]; cut b falls in the cell where it
+	 * passes b / T of the total */
+	for (b = 1; b < T; b++) {
+		double want = total * b / T;
+
+		while (g < G - 1 && below + cell_shares[g] < want)
+			below += cell_shares[g++];
+		cuts[b] = (g + (want - below) / cell_shares[g]) / G;
+		/* equal shares need strictly increasing cuts; rounding at a
+		 * cell's edge may not give them */
+		if (!(cuts[b] > cuts[b - 1]) || !(cuts[b] < 1.0))
+			return kn_error(err, KN_EINVAL, "cut %d of %d at %g does "
+			    "not rise above %g: use a finer grid", b, T,
+			    cuts[b], cuts[b - 1]);
+	}
+	return KN_OK;
 }
 
 int

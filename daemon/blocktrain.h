@@ -30,7 +30,8 @@ int bt_row_len(const pr_spec *s, bt_kind kind);
 
 /* Fills one training batch of spec->batch windows (input, target, weight
  * each batch * bt_row_len long).  Windows start at uniform offsets of c;
- * noise levels are stratified across the batch in [lo, hi]; with
+ * noise is drawn as the spec's [noise] says (by default one level per
+ * window, stratified across the batch in [lo, hi]); with
  * probability p_prefix a window keeps a random-length prefix unmasked.
  * With position blocks each block is masked at its own level and scored
  * given the clean bytes before it (DESIGN section 2). */
@@ -64,6 +65,14 @@ int bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
 /* Cross-entropy of the causal LM per predicted byte on the same windows. */
 int bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err);
+
+/* Interval cuts from a pilot (DESIGN section 2): given the shares of
+ * the bound on G equal cells of (0, 1] (a model trained on all of it
+ * scores each), the T + 1 cuts 0 < ... < 1 that give each of T blocks
+ * an equal share, the bound taken as linear in t within a cell.
+ * KN_EINVAL when a share is not positive and finite. */
+int bt_equal_cuts(const double *cell_shares, int G, int T, double *cuts,
+    char *err);
 
 /* The denoising schedule of k steps over (0, 1]: each block runs
  * round(k * its interval width) steps (at least one) on an even grid of its

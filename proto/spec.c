@@ -202,6 +202,8 @@ static const pr_key_ops betas_ops = { set_betas, NULL };
  * shape limits are the kernels' (kn_model_check_shape). */
 static const char *const methods[] = { "blocktrain", "soma", NULL };
 static const char *const soma_modes[] = { "independent", "summed", NULL };
+static const char *const noise_draws[] = { "stratified", "antithetic",
+	"kform", NULL };
 
 const pr_key pr_spec_keys[] = {
 	{ .section = "", .name = "seed", .type = PR_KEY_U64, FIELD(seed),
@@ -249,6 +251,25 @@ const pr_key pr_spec_keys[] = {
 	  FIELD(p_prefix), .min = 0, .max = 1, .def = 0.1,
 	  .flags = PR_KEY_HASHED,
 	  .doc = "the probability that a window keeps a prefix unmasked" },
+
+	{ .section = "noise", .name = "draw", .type = PR_KEY_CHOICE,
+	  FIELD(noise_draw), .def_str = "stratified", .choices = noise_draws,
+	  .flags = PR_KEY_HASHED,
+	  .doc = "stratified: one level per window, stratified across the "
+	  "batch; antithetic: the same with mirrored pairs of levels; kform: "
+	  "the count of masked bytes drawn with the level integrated out, "
+	  "every masked byte weighted alike" },
+	{ .section = "noise", .name = "t_floor", .type = PR_KEY_REAL,
+	  FIELD(t_floor), .min = 0, .max = 1, .def = 0,
+	  .flags = PR_KEY_HASHED | PR_KEY_MAX_OPEN,
+	  .doc = "levels below it are drawn floor_share of the time, weighted "
+	  "by the density ratio so the estimate stays the exact share; 0: "
+	  "levels uniform in the interval" },
+	{ .section = "noise", .name = "floor_share", .type = PR_KEY_REAL,
+	  FIELD(floor_share), .min = 0, .max = 1, .def = 0.05,
+	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN | PR_KEY_MAX_OPEN,
+	  .doc = "the share of a block's draws below t_floor, when t_floor "
+	  "cuts its interval" },
 
 	{ .section = "data", .name = "train", .type = PR_KEY_STR,
 	  FIELD(train), .flags = PR_KEY_PATH,
@@ -576,6 +597,9 @@ pr_spec_validate(const pr_spec *s, char *err)
 		if (kn_model_check_shape(&shape, kerr) != 0)
 			return kn_error(err, KN_EINVAL, "[model] %s", kerr);
 	}
+	if (s->t_floor > 0 && strcmp(s->noise_draw, "kform") == 0)
+		return kn_error(err, KN_EINVAL, "[noise] t_floor draws levels, "
+		    "and draw = kform draws no level: set one or the other");
 	for (b = 1; b <= s->blocks; b++)
 		if (!(s->cuts[b] > s->cuts[b - 1]))
 			return kn_error(err, KN_EINVAL, "[model] cuts must be "
@@ -824,6 +848,20 @@ pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
 	}
 }
 
+/* A [noise] key at its default is left out of the run id and of the
+ * printed spec: the specs from before the section keep both. */
+static int
+noise_at_default(const pr_key *k, const pr_spec *s)
+{
+	const char *p = (const char *)s + k->offset;
+
+	if (strcmp(k->section, "noise") != 0)
+		return 0;
+	if (k->type == PR_KEY_CHOICE)
+		return strcmp(p, k->def_str) == 0;
+	return *(const double *)(const void *)p == k->def;
+}
+
 int
 pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 {
@@ -854,6 +892,8 @@ pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 			continue;
 		if (k->offset == offsetof(pr_spec, layers_per_block) &&
 		    s->layers_given)
+			continue;
+		if (noise_at_default(k, s))
 			continue;
 		snprintf(keys[n].name, sizeof(keys[n].name), "%s%s%s",
 		    k->section, k->section[0] ? "." : "", k->name);
@@ -904,9 +944,11 @@ pr_spec_print(FILE *f, const pr_spec *s)
 
 	/* a BlockTrain spec prints as it did before SOMA had keys */
 	for (i = 0; i < NKEYS; i++) {
-		if (pr_spec_method(s) == PR_METHOD_SOMA ||
-		    !(pr_spec_keys[i].flags & PR_KEY_SOMA))
-			rows[n++] = pr_spec_keys[i];
+		if ((pr_spec_method(s) != PR_METHOD_SOMA &&
+		    (pr_spec_keys[i].flags & PR_KEY_SOMA)) ||
+		    noise_at_default(&pr_spec_keys[i], s))
+			continue;
+		rows[n++] = pr_spec_keys[i];
 		if (s->layers_given && pr_spec_keys[i].offset ==
 		    offsetof(pr_spec, layers_per_block)) {
 			rows[n - 1].type = PR_KEY_CUSTOM;

@@ -53,6 +53,12 @@ typedef struct {
 	double cuts[PR_MAX_BLOCKS + 1]; /* 0 = t_0 < t_1 < ... < t_T = 1 */
 	int equal_cuts;                 /* cuts were not given */
 	double p_prefix;                /* probability of an unmasked prefix */
+	/* [noise]: how a block draws its noise within its interval
+	 * (daemon/blocktrain.c); each key is hashed only when it is not at
+	 * its default, so specs without them keep their run ids */
+	char noise_draw[16];            /* stratified | antithetic | kform */
+	double t_floor;                 /* 0: levels uniform in the interval */
+	double floor_share;             /* share of the draws below t_floor */
 	/* [data]: paths are local to each host and not part of the run id;
 	 * the hashes, when given, are */
 	char train[PR_PATH_LEN], valid[PR_PATH_LEN], test[PR_PATH_LEN];

@@ -17,23 +17,8 @@
 #include "kernels/model.h"
 #include "kernels/rng.h"
 #include "proto/spec.h"
+#include "tests/bt_fixture.h"
 #include "tests/testutil.h"
-
-/* len bytes of five-letter groups from nine frequent letters. */
-static unsigned char *
-make_text(size_t len, uint64_t seed)
-{
-	unsigned char *s = malloc(len);
-	size_t i;
-	kn_rng r;
-
-	ck_assert_ptr_nonnull(s);
-	kn_rng_init(&r, seed, 0);
-	for (i = 0; i < len; i++)
-		s[i] = i % 6 == 5 ? ' ' :
-		    (unsigned char)"etaoinshr"[kn_rng_below(&r, 9)];
-	return s;
-}
 
 static void
 spec_of(pr_spec *s, int window, int pos_block)
@@ -48,28 +33,13 @@ spec_of(pr_spec *s, int window, int pos_block)
 	    err);
 }
 
-/* A block of the spec's shape with weights 3x GPT-2's, so that the
- * context moves the predictions a lot. */
+/* A block of the spec's shape (tu_scaled_model). */
 static kn_model *
 make_model(const pr_spec *s, uint64_t seed)
 {
 	kn_model_shape shape = pr_spec_block_shape(s, 0);
-	char err[KN_ERR_LEN];
-	kn_model *m;
-	float *p;
-	size_t i, np;
 
-	ck_assert_int_eq(kn_model_create(&m, &shape, kn_cpu_backend(), 32,
-	    err), 0);
-	kn_model_init(m, seed);
-	np = kn_model_num_params(m);
-	p = malloc(np * sizeof(float));
-	kn_model_get_params(m, p);
-	for (i = 0; i < np; i++)
-		p[i] *= 3.0f;
-	ck_assert_int_eq(kn_model_set_params(m, p, err), 0);
-	free(p);
-	return m;
+	return tu_scaled_model(&shape, 32, seed);
 }
 
 /* -log softmax(logits)[y], in double. */
@@ -183,7 +153,7 @@ START_TEST(test_one_byte_blocks_are_the_causal_lm)
 {
 	enum { n = 8, W = 48 };
 	size_t len = 6000, off;
-	unsigned char *text = make_text(len, 9);
+	unsigned char *text = tu_letter_text(len, 9);
 	corpus c = { text, len, NULL, 0 };
 	bt_eval_set set = { W, 2 };
 	double lo_share, hi_share, whole, ce = 0.0, blind = 0.0;
@@ -244,7 +214,7 @@ START_TEST(test_train_rows)
 {
 	enum { n = 16, L = 4, T = 2 * n };
 	size_t len = 4000;
-	unsigned char *text = make_text(len, 10);
+	unsigned char *text = tu_letter_text(len, 10);
 	corpus c = { text, len, NULL, 0 };
 	int32_t *in, *tg;
 	float *w;
@@ -305,7 +275,7 @@ START_TEST(test_share_matches_training_estimator)
 {
 	enum { n = 16, L = 4, T = 2 * n, ROUNDS = 60 };
 	size_t len = 30000;
-	unsigned char *text = make_text(len, 11);
+	unsigned char *text = tu_letter_text(len, 11);
 	corpus c = { text, len, NULL, 0 };
 	bt_eval_set set = { 256, 4 };
 	double share, mc = 0.0, mc2 = 0.0, se;

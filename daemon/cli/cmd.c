@@ -12,6 +12,7 @@ extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
     cmd_cluster_entry, cmd_probe_entry, cmd_plan_entry,
     cmd_dashboard_entry;
 extern const struct cmd_entry cmd_export_entry, cmd_import_entry;
+extern const struct cmd_entry cmd_cuts_entry;
 
 const struct cmd_entry *const cmd_table[] = {
 	&cmd_spec_entry,
@@ -29,6 +30,7 @@ const struct cmd_entry *const cmd_table[] = {
 	&cmd_cluster_entry,
 	&cmd_probe_entry,
 	&cmd_plan_entry,
+	&cmd_cuts_entry,
 	NULL
 };
 

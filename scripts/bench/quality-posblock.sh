@@ -1,0 +1,73 @@
+# The --position-blocks part of scripts/bench/quality (sourced by it, with
+# sm, spec, dir, steps, windows and blocks set): one run per position-block
+# size L, the causal LM once, a table per L and the closing line.
+
+# The spec with position_block = L, data paths made absolute, to stdout.
+qp_spec_for() {
+	awk -v L="$1" -v d="$(cd "$(dirname "$spec")" && pwd)" '
+		/^[ \t]*(train|valid|test|clusters)[ \t]*=/ {
+			split($0, kv, "=")
+			v = kv[2]; gsub(/^[ \t]+|[ \t]+$/, "", v)
+			if (v !~ /^\//) { sub(/=.*/, "= " d "/" v) }
+		}
+		/^[ \t]*position_block[ \t]*=/ { next }
+		{ print }
+		/^\[model\]/ { print "position_block = " L }
+	' "$spec"
+}
+
+# A number from eval's JSON: qp_json KEY
+qp_json() {
+	echo "$json" | sed -n "s/.*\"$1\":\([0-9.eE+-]*\).*/\1/p"
+}
+
+quality_position_blocks() {
+	window=$("$sm" spec "$spec" | sed -n 's/.*window \([0-9]*\).*/\1/p')
+	mkdir -p "$dir"
+	causal_dir=
+	rows=$dir/position-blocks.txt
+	: > "$rows"
+	for L in $blocks; do
+		d=$dir/L$L
+		mkdir -p "$d"
+		qp_spec_for "$L" > "$d/spec.conf"
+		echo "== position_block = $L: $("$sm" spec "$d/spec.conf" | head -1)"
+		# shellcheck disable=SC2086
+		"$sm" train --spec "$d/spec.conf" --dir "$d" --all $steps
+		# shellcheck disable=SC2086
+		"$sm" train --spec "$d/spec.conf" --dir "$d" --reference e2e $steps
+		# the causal LM does not depend on L: trained once, in the
+		# first L's run
+		if [ -z "$causal_dir" ]; then
+			# shellcheck disable=SC2086
+			"$sm" train --spec "$d/spec.conf" --dir "$d" \
+			    --reference causal $steps
+			causal_dir=$d
+		fi
+		json=$("$sm" eval --spec "$d/spec.conf" --dir "$d" --split test \
+		    --windows "$windows" --json 2>/dev/null)
+		[ "$d" = "$causal_dir" ] && causal=$(qp_json causal_nats_per_byte)
+		shares=$(echo "$json" | grep -o '"share":[0-9.eE+-]*' |
+		    sed 's/"share"://' | awk '{ printf("%s%.4f", (NR > 1 ? " " : ""), $1) }')
+		echo "$L $(qp_json blocktrain_nats_per_byte) $(qp_json e2e_nats_per_byte) $shares" >> "$rows"
+	done
+	echo
+	echo "held-out bound on test, nats/byte, $windows windows; causal LM $causal"
+	printf '%-6s %-11s %-8s %-8s %-11s %s\n' L traversals bound e2e \
+	    to_causal "shares of the blocks"
+	awk -v n="$window" -v c="$causal" '{
+		sh = ""
+		for (i = 4; i <= NF; i++) sh = sh (i > 4 ? " " : "") $i
+		printf "%-6d %-11d %-8.4f %-8.4f %+-11.4f %s\n", $1, n / $1,
+		    $2, $3, $2 - c, sh
+	}' "$rows"
+	awk -v n="$window" -v c="$causal" '
+		$1 == n { full = $2 }
+		$1 < n && (best == "" || $2 < best) { best = $2; bl = $1 }
+		END {
+			if (best == "") { best = full; bl = n }
+			if (full == "") full = "none"
+			printf "blocktrain_ce=%s best_semi_ce=%.4f L=%d causal_ce=%.4f gap_to_causal=%.4f\n",
+			    full, best, bl, c, best - c
+		}' "$rows"
+}
