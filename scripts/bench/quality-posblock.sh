@@ -3,16 +3,29 @@
 # size L, the causal LM once, a table per L and the closing line.
 
 # The spec with position_block = L, data paths made absolute, to stdout.
+# Below the window a training row holds the window twice (the clean
+# context and the noisy copy), so such a run gets half the spec's steps:
+# the same compute as the full-window blocks and the causal LM at the
+# spec's steps.  It draws its noise by the k-form (blocktrain.conf(5)
+# [noise]), which lowered the bound most with position blocks.
 qp_spec_for() {
-	awk -v L="$1" -v d="$(cd "$(dirname "$spec")" && pwd)" '
+	awk -v L="$1" -v n="$window" -v d="$(cd "$(dirname "$spec")" && pwd)" '
 		/^[ \t]*(train|valid|test|clusters)[ \t]*=/ {
 			split($0, kv, "=")
 			v = kv[2]; gsub(/^[ \t]+|[ \t]+$/, "", v)
 			if (v !~ /^\//) { sub(/=.*/, "= " d "/" v) }
 		}
 		/^[ \t]*position_block[ \t]*=/ { next }
+		/^[ \t]*steps[ \t]*=/ && L < n {
+			split($0, kv, "=")
+			print "steps = " int(kv[2] / 2)
+			next
+		}
+		/^\[noise\]/ { next }
+		/^[ \t]*draw[ \t]*=/ { next }
 		{ print }
 		/^\[model\]/ { print "position_block = " L }
+		END { if (L < n) print "\n[noise]\ndraw = kform" }
 	' "$spec"
 }
 
@@ -23,6 +36,9 @@ qp_json() {
 
 quality_position_blocks() {
 	window=$("$sm" spec "$spec" | sed -n 's/.*window \([0-9]*\).*/\1/p')
+	# the full window first: its run trains the causal LM at the spec's
+	# steps, and gives the closing line's blocktrain_ce
+	blocks="$window $(for L in $blocks; do [ "$L" = "$window" ] || echo "$L"; done)"
 	mkdir -p "$dir"
 	causal_dir=
 	rows=$dir/position-blocks.txt
@@ -66,7 +82,7 @@ quality_position_blocks() {
 		$1 < n && (best == "" || $2 < best) { best = $2; bl = $1 }
 		END {
 			if (best == "") { best = full; bl = n }
-			if (full == "") full = "none"
+			full = full == "" ? "none" : sprintf("%.4f", full)
 			printf "blocktrain_ce=%s best_semi_ce=%.4f L=%d causal_ce=%.4f gap_to_causal=%.4f\n",
 			    full, best, bl, c, best - c
 		}' "$rows"
