@@ -203,6 +203,15 @@ struct kn_backend {
 	void (*matmul_forward_packed)(float *out, const float *inp,
 	    const float *w, const void *packed, const float *bias, int N,
 	    int C, int OC);
+
+	/* Optional: attention_forward for the R query rows rows[] only
+	 * (increasing, in [0, N)), as serving needs when it predicts a few
+	 * positions of a window: every row's k and v still count.  Rows
+	 * rows[r] of out (N,C) and of att (B,NH,T,T) get attention_forward's
+	 * bits; the other rows may be left as they were or written. */
+	void (*attention_rows)(float *out, float *att, const float *qkv,
+	    int B, int T, int C, int NH, int mask, const int32_t *rows,
+	    int R);
 };
 
 /* Returns the backend for kind, or NULL with a reason in err (KN_ERR_LEN).

@@ -482,6 +482,12 @@ const float *
 kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
     const struct kn__attn *at)
 {
+	return kn__model_attend(m, l, kn__model_layer_qkv(m, l, x, N), N, at);
+}
+
+const float *
+kn__model_layer_qkv(kn_model *m, int l, const float *x, int N)
+{
 	struct acts *a = &m->a;
 	int d = m->shape.width;
 	/* activations of layer l live in slot la */
@@ -494,7 +500,7 @@ kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
 	    m->w[P_LN1B] + (size_t)l * d, N, d);
 	linear(m, P_QKVW, l, qkv, ln1, m->w[P_QKVB] + (size_t)l * 3 * d, N, d,
 	    3 * d);
-	return kn__model_attend(m, l, qkv, N, at);
+	return qkv;
 }
 
 const float *

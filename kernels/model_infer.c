@@ -295,10 +295,10 @@ qkv0_update(kn_model *m, const int32_t *input, int B)
 
 /* Layer l of B windows, its q, k, v computed from x or given (qkv); with
  * rows, only the R rows wanted come out (gathered): every row's keys and
- * values feed the attention, but past it each row is on its own, so the
- * projection and the MLP run on the R rows alone.  The kernels give a row
- * the same bits whichever rows share its GEMM, so each row is the full
- * pass's. */
+ * values feed the attention, but past them each query row is on its own,
+ * so the attention (where the backend has attention_rows), the projection
+ * and the MLP run on the R rows alone.  The kernels give a row the same
+ * bits whichever rows share its GEMM, so each row is the full pass's. */
 static const float *
 layer_at(kn_model *m, int l, const float *x, const float *qkv, int B,
     const int32_t *rows, int R)
@@ -306,14 +306,25 @@ layer_at(kn_model *m, int l, const float *x, const float *qkv, int B,
 	const kn_backend *be = m->be;
 	struct acts *a = &m->a;
 	struct kn__attn at = { B, NULL, 0, 0 };
-	int d = m->shape.width, N = B * m->T, r;
-	size_t row = (size_t)d * sizeof(float);
-	const float *atty = qkv != NULL ? kn__model_attend(m, l, qkv, N, &at) :
-	    kn__model_layer_attn(m, l, x, N, &at);
+	int d = m->shape.width, h = m->shape.heads, T = m->T, N = B * T, r;
+	int la = l % m->act_layers;
+	size_t row = (size_t)d * sizeof(float), Nd = (size_t)N * d;
+	const float *atty;
 	/* qkv and ln1 of this slot are free once the attention is done */
-	float *xg = LAYER(a->qkv, l % m->act_layers, 3 * (size_t)N * d);
-	float *ag = LAYER(a->ln1, l % m->act_layers, (size_t)N * d);
+	float *xg = LAYER(a->qkv, la, 3 * Nd), *ag = LAYER(a->ln1, la, Nd);
 
+	if (rows == NULL || be->attention_rows == NULL)
+		atty = qkv != NULL ? kn__model_attend(m, l, qkv, N, &at) :
+		    kn__model_layer_attn(m, l, x, N, &at);
+	else {
+		float *y = LAYER(a->atty, la, Nd);
+
+		if (qkv == NULL)
+			qkv = kn__model_layer_qkv(m, l, x, N);
+		be->attention_rows(y, LAYER(a->att, la, (size_t)B * h * T * T),
+		    qkv, B, T, d, h, m->mask, rows, R);
+		atty = y;
+	}
 	if (rows == NULL)
 		return kn__model_layer_mlp(m, l, x, atty, N);
 	for (r = 0; r < R; r++) {

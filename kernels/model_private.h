@@ -149,6 +149,9 @@ const float *kn__model_layer_attn(kn_model *m, int l, const float *x, int N,
     const struct kn__attn *at);
 const float *kn__model_layer_mlp(kn_model *m, int l, const float *x,
     const float *atty, int N);
+/* kn__model_layer_attn's first half: LayerNorm and QKV of layer l;
+ * returns q, k, v (N, 3d). */
+const float *kn__model_layer_qkv(kn_model *m, int l, const float *x, int N);
 /* The attention of layer l on its q, k, v (N, 3d) given; returns its
  * output (N, d). */
 const float *kn__model_attend(kn_model *m, int l, const float *qkv, int N,

@@ -166,6 +166,95 @@ START_TEST(test_softmax_row)
 }
 END_TEST
 
+/* attention_rows against attention_forward, to the bit, on the rows
+ * picked (their outputs and, for every head, their probabilities), under
+ * each kind of mask; the rows not picked are left as they were. */
+static void
+check_attention_rows(const char *what)
+{
+	static const struct {
+		int B, T, C, NH, mask;
+	} cfg[] = {
+		{ 2, 48, 64, 4, KN_ATT_FULL }, { 2, 48, 64, 4, KN_ATT_CAUSAL },
+		{ 2, 48, 64, 4, 8 }, { 2, 48, 64, 4, -8 },
+		{ 1, 72, 128, 4, KN_ATT_FULL }, { 2, 72, 128, 4, 24 },
+		{ 1, 30, 48, 3, KN_ATT_FULL },
+	};
+	size_t c;
+
+	for (c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+		int B = cfg[c].B, T = cfg[c].T, C = cfg[c].C, NH = cfg[c].NH;
+		int N = B * T, pick, R, i, h, r;
+		size_t nout = (size_t)N * C, natt = (size_t)B * NH * T * T;
+		float *qkv = normals((size_t)N * 3 * C, 1.5f, 900 + c);
+		float *out0 = malloc(nout * sizeof(float));
+		float *att0 = malloc(natt * sizeof(float));
+		float *out1 = malloc(nout * sizeof(float));
+		float *att1 = malloc(natt * sizeof(float));
+		int32_t rows[200];
+		kn_rng g;
+
+		ck_assert_ptr_nonnull(out0);
+		ck_assert_ptr_nonnull(att0);
+		ck_assert_ptr_nonnull(out1);
+		ck_assert_ptr_nonnull(att1);
+		kn_cpu_attention_forward(out0, att0, qkv, B, T, C, NH,
+		    cfg[c].mask);
+		kn_rng_init(&g, 950 + c, 0);
+		/* one row, the first and last, a few at random, all */
+		for (pick = 0; pick < 4; pick++) {
+			R = 0;
+			if (pick == 0)
+				rows[R++] = (int32_t)kn_rng_below(&g,
+				    (uint64_t)N);
+			for (i = 0; pick > 0 && i < N; i++)
+				if (pick == 3 || (pick == 1 && (i == 0 ||
+				    i == N - 1)) || (pick == 2 &&
+				    kn_rng_uniform(&g) < 0.1f))
+					rows[R++] = i;
+			if (R == 0)
+				rows[R++] = T / 2;
+			memset(out1, 0xff, nout * sizeof(float));
+			memset(att1, 0xff, natt * sizeof(float));
+			kn_cpu_attention_rows(out1, att1, qkv, B, T, C, NH,
+			    cfg[c].mask, rows, R);
+			for (r = 0; r < R; r++) {
+				int b = rows[r] / T, q = rows[r] % T;
+
+				ck_assert_msg(memcmp(out0 + (size_t)rows[r] *
+				    C, out1 + (size_t)rows[r] * C, (size_t)C *
+				    sizeof(float)) == 0, "%s: config %zu pick "
+				    "%d: output row %d differs", what, c, pick,
+				    rows[r]);
+				for (h = 0; h < NH; h++) {
+					size_t o = (((size_t)b * NH + h) * T +
+					    q) * T;
+
+					ck_assert_msg(memcmp(att0 + o, att1 + o,
+					    (size_t)T * sizeof(float)) == 0,
+					    "%s: config %zu pick %d: row %d head "
+					    "%d: probabilities differ", what, c,
+					    pick, rows[r], h);
+				}
+			}
+		}
+		free(qkv); free(out0); free(att0); free(out1); free(att1);
+	}
+}
+
+START_TEST(test_attention_rows)
+{
+	check_attention_rows(kn_gemm_name(kn_gemm_current()));
+	/* where the attention's products run on OpenBLAS, whose bits may
+	 * depend on the rows beside, the rows come from the full pass */
+	if (kn_gemm_current() == KN_GEMM_AVX512) {
+		ck_assert_int_eq(kn_gemm_use(KN_GEMM_OPENBLAS), 0);
+		check_attention_rows("openblas");
+		ck_assert_int_eq(kn_gemm_use(KN_GEMM_AVX512), 0);
+	}
+}
+END_TEST
+
 /* The parameters of m, drawn with a spread that makes the predictions
  * far from uniform. */
 static float *
@@ -186,7 +275,7 @@ START_TEST(test_predict_at)
 {
 	static const kn_model_shape shapes[] = {
 		{ 64, 4, 2, 24, 0, 0 }, { 64, 4, 1, 24, 0, 0 },
-		{ 96, 2, 3, 24, 0, 8 },
+		{ 96, 2, 3, 24, 0, 8 }, { 64, 4, 2, 24, 1, 0 },
 	};
 	static const float temps[] = { 0.0f, 0.7f, 1.0f };
 	char err[KN_ERR_LEN];
@@ -312,6 +401,7 @@ infer_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_gemm_packed);
 	tcase_add_test(tc, test_softmax_row);
+	tcase_add_test(tc, test_attention_rows);
 	tcase_add_test(tc, test_predict_at);
 	tcase_add_test(tc, test_predict_at_f16);
 	suite_add_tcase(s, tc);

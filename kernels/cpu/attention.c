@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/backend.h"
@@ -17,6 +18,7 @@ struct att_job {
 	float *out, *att, *dqkv, *scratch;
 	const float *qkv, *dout, *catt;
 	int B, T, C, NH, mask;
+	const int32_t *rows;    /* attention_rows: the query rows wanted */
 };
 
 /* The keys query i sees under mask, as ranges [r[0], r[1]) and, when
@@ -81,27 +83,53 @@ masked_softmax(float *row, int T, int i, int mask, float scale)
 		    row[c] * inv : 0.0f;
 }
 
+/* Query rows [i0, i0 + M) of sequence b, head h: scores against every
+ * key into their rows of att (the (b, h) block of (B,NH,T,T)), the masked
+ * softmax, then their output rows.  The full pass runs it on all T rows
+ * with kn_gemm_serial (k NULL); attention_rows on one row, each product on
+ * the kernel k[0], k[1] that the full pass's class takes. */
+static void
+att_forward_rows(const struct att_job *j, const kn_gemm_kernel *k, int b,
+    int h, int i0, int M)
+{
+	int T = j->T, C = j->C, hs = C / j->NH, i;
+	const float *q = j->qkv + ((size_t)b * T + i0) * 3 * C +
+	    (size_t)h * hs;
+	const float *kk = j->qkv + (size_t)b * T * 3 * C + C + (size_t)h * hs;
+	const float *v = kk + C;
+	float *att = j->att + (((size_t)b * j->NH + h) * T + i0) * T;
+	float *out = j->out + ((size_t)b * T + i0) * C + (size_t)h * hs;
+	float scale = 1.0f / sqrtf((float)hs);
+
+	if (k == NULL)
+		kn_gemm_serial(0, 1, M, T, hs, 1.0f, q, 3 * C, kk, 3 * C, 0.0f,
+		    att, T);
+	else
+		kn__gemm_run(k[0], 0, 0, 1, M, T, hs, 1.0f, q, 3 * C, kk,
+		    3 * C, 0.0f, att, T);
+	if (j->mask == KN_ATT_FULL)
+		/* every row sees every key: rows side by side, each with
+		 * the bits kn_cpu_softmax_row gives it alone */
+		kn_cpu_softmax_rows(att, M, T, (size_t)T, scale);
+	else
+		for (i = 0; i < M; i++)
+			masked_softmax(att + (size_t)i * T, T, i0 + i, j->mask,
+			    scale);
+	if (k == NULL)
+		kn_gemm_serial(0, 0, M, hs, T, 1.0f, att, T, v, 3 * C, 0.0f,
+		    out, C);
+	else
+		kn__gemm_run(k[1], 0, 0, 0, M, hs, T, 1.0f, att, T, v, 3 * C,
+		    0.0f, out, C);
+}
+
 static void
 att_forward_task(void *ctx, int task, int thread)
 {
 	struct att_job *j = ctx;
-	int b = task / j->NH, h = task % j->NH, T = j->T, C = j->C;
-	int hs = C / j->NH, i;
-	const float *q = j->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-	const float *k = q + C, *v = q + 2 * C;
-	float *att = j->att + (size_t)task * T * T;
-	float scale = 1.0f / sqrtf((float)hs);
 
-	kn_gemm_serial(0, 1, T, T, hs, 1.0f, q, 3 * C, k, 3 * C, 0.0f, att, T);
-	if (j->mask == KN_ATT_FULL)
-		/* every row sees every key: rows side by side */
-		kn_cpu_softmax_rows(att, T, T, (size_t)T, scale);
-	else
-		for (i = 0; i < T; i++)
-			masked_softmax(att + (size_t)i * T, T, i, j->mask,
-			    scale);
-	kn_gemm_serial(0, 0, T, hs, T, 1.0f, att, T, v, 3 * C, 0.0f,
-	    j->out + (size_t)b * T * C + (size_t)h * hs, C);
+	(void)thread;
+	att_forward_rows(j, NULL, task / j->NH, task % j->NH, 0, j->T);
 }
 
 void
@@ -112,6 +140,55 @@ kn_cpu_attention_forward(float *out, float *att, const float *qkv, int B,
 	    .T = T, .C = C, .NH = NH, .mask = mask };
 
 	kn_pool_run(B * NH, att_forward_task, &j);
+}
+
+#define ATT_ROWS_SERIAL_MACS ((size_t)1 << 20)
+
+/* Task r * NH + h: picked row r, head h, on our kernel (the full pass's
+ * products of a row run on it too: rows_stable). */
+static void
+att_rows_task(void *ctx, int task, int thread)
+{
+	struct att_job *j = ctx;
+	static const kn_gemm_kernel own[2] = { KN_GEMM_AVX512, KN_GEMM_AVX512 };
+	int row = j->rows[task / j->NH];
+
+	(void)thread;
+	att_forward_rows(j, own, row / j->T, task % j->NH, row % j->T, 1);
+}
+
+/* Whether one row's product gives it the bits it gets among all T: so
+ * with our kernel, whose FMA chain per element does not depend on the
+ * rows beside it; OpenBLAS promises nothing of the kind. */
+static int
+rows_stable(int T, int hs)
+{
+	return kn__gemm_pick(0, 0, 1, T, T, hs) == KN_GEMM_AVX512 &&
+	    kn__gemm_pick(0, 0, 0, T, hs, T) == KN_GEMM_AVX512;
+}
+
+void
+kn_cpu_attention_rows(float *out, float *att, const float *qkv, int B,
+    int T, int C, int NH, int mask, const int32_t *rows, int R)
+{
+	struct att_job j = { .out = out, .att = att, .qkv = qkv, .B = B,
+	    .T = T, .C = C, .NH = NH, .mask = mask, .rows = rows };
+	size_t macs = (size_t)R * 2 * T * C;
+	int t;
+
+	if (R <= 0)
+		return;
+	if (!rows_stable(T, C / NH)) {
+		kn_cpu_attention_forward(out, att, qkv, B, T, C, NH, mask);
+		return;
+	}
+	/* a few rows are microseconds of work, less than waking the pool
+	 * costs (the GEMM's own cut, GEMM_SERIAL_MACS, is the same) */
+	if (macs < ATT_ROWS_SERIAL_MACS)
+		for (t = 0; t < R * NH; t++)
+			att_rows_task(&j, t, 0);
+	else
+		kn_pool_run(R * NH, att_rows_task, &j);
 }
 
 static KN_CLONES void

@@ -112,6 +112,7 @@ static const kn_backend cpu_backend = {
 	.matmul_pack_bytes = kn_cpu_matmul_pack_bytes,
 	.matmul_pack = kn_cpu_matmul_pack,
 	.matmul_forward_packed = kn_cpu_matmul_forward_packed,
+	.attention_rows = kn_cpu_attention_rows,
 };
 
 const kn_backend *

@@ -49,6 +49,8 @@ void kn_cpu_matmul_forward_packed(float *out, const float *inp,
     int OC);
 void kn_cpu_attention_forward(float *out, float *att, const float *qkv,
     int B, int T, int C, int NH, int mask);
+void kn_cpu_attention_rows(float *out, float *att, const float *qkv,
+    int B, int T, int C, int NH, int mask, const int32_t *rows, int R);
 void kn_cpu_attention_backward(float *dqkv, float *scratch,
     const float *dout, const float *qkv, const float *att, int B, int T,
     int C, int NH, int mask);

@@ -236,13 +236,21 @@ kn__gemm_run(kn_gemm_kernel k, int parallel, int transA, int transB, int M,
 		    B, ldb, beta, C, ldc);
 }
 
+kn_gemm_kernel
+kn__gemm_pick(int parallel, int transA, int transB, int M, int N, int K)
+{
+	kn_gemm_kernel k = kn_gemm_current();
+
+	if (k == KN_GEMM_AVX512 && atomic_load(&plan_n) > 0)
+		k = plan_pick(parallel, transA != 0, transB != 0, M, N, K);
+	return k;
+}
+
 static void
 gemm_dispatch(int parallel, int transA, int transB, int M, int N, int K,
     float alpha, const float *A, int lda, const float *B, int ldb,
     float beta, float *C, int ldc)
 {
-	kn_gemm_kernel k;
-
 	transA = transA != 0;
 	transB = transB != 0;
 	if (!gemm_args_ok(transA, transB, M, N, K, A, lda, B, ldb, C, ldc))
@@ -253,10 +261,8 @@ gemm_dispatch(int parallel, int transA, int transB, int M, int N, int K,
 		gemm_scale(M, N, beta, C, ldc);
 		return;
 	}
-	k = kn_gemm_current();
-	if (k == KN_GEMM_AVX512 && atomic_load(&plan_n) > 0)
-		k = plan_pick(parallel, transA, transB, M, N, K);
-	kn__gemm_run(k, parallel, transA, transB, M, N, K, alpha, A, lda, B,
+	kn__gemm_run(kn__gemm_pick(parallel, transA, transB, M, N, K),
+	    parallel, transA, transB, M, N, K, alpha, A, lda, B,
 	    ldb, beta, C, ldc);
 }
 

@@ -128,10 +128,15 @@ void kn_gemm_plan_get(const kn_gemm_choice **c, int *n);
  * and where the figures came from. */
 void kn_gemm_plan_describe(char *buf, size_t len);
 
-/* Internal, shared by gemm.c and gemm_choose.c. */
+/* Internal to the CPU backend (gemm.c, gemm_choose.c, attention.c). */
 void kn__gemm_run(kn_gemm_kernel k, int parallel, int transA, int transB,
     int M, int N, int K, float alpha, const float *A, int lda,
     const float *B, int ldb, float beta, float *C, int ldc);
 void kn__gemm_plan_install(const kn_gemm_choice *c, int n);
+/* The kernel a product of this class runs on: the process's, or the
+ * plan's pick for the class.  The attention's row subset asks it so as to
+ * give each row the bits the full product would. */
+kn_gemm_kernel kn__gemm_pick(int parallel, int transA, int transB, int M,
+    int N, int K);
 
 #endif
