@@ -355,6 +355,30 @@ pl_bt_passes(const pr_spec *s, int steps, int block, int outputs)
 	return sum;
 }
 
+/* The share of a full-window forward that one denoising pass costs, r
+ * rows picked on average.  Where the CPU backend serves (its device line
+ * starts "cpu:"), kn_model_predict_at runs the last layer's projection,
+ * MLP and head on the picked rows only and keeps layer 0's q, k, v of
+ * the rows whose byte did not change; elsewhere a pass is the whole
+ * forward. */
+static double
+served_pass_share(const topo_topology *t, int host, const pr_spec *s,
+    int layers, double r)
+{
+	kn_model_shape sh = pr_spec_block_shape(s, 0);
+	double d = sh.width, n = sh.window, row, full, part;
+
+	if (strncmp(t->hosts[host].device, "cpu:", 4) != 0)
+		return 1.0;
+	r = fmin(fmax(r, 1.0), n);
+	row = 12.0 * d * d + 2.0 * n * d;
+	full = n * (layers * row + KN_VOCAB_OUT * d);
+	part = n * ((layers - 1) * row + 3.0 * d * d) +
+	    r * (9.0 * d * d + 2.0 * n * d + KN_VOCAB_OUT * d) -
+	    3.0 * d * d * (n - r);
+	return fmin(1.0, part / full);
+}
+
 /* The BlockTrain traversal: the host of block T first, down to block 1,
  * whose host sends the output back to the entry; each block runs those
  * of its share of PL_SERVE_STEPS denoising steps that unmask a position,
@@ -370,9 +394,14 @@ predict_serve_bt(const topo_topology *t, const pr_spec *s,
 
 	memset(&p->bt, 0, sizeof(p->bt));
 	for (b = T - 1; b >= 0; b--) {
-		double pass = pl_bt_passes(s, PL_SERVE_STEPS, b,
-		    p->output_bytes) * (double)s->window /
-		    pl_forward_rate(t, s, c->ring[b], c->layers[b]);
+		double passes = pl_bt_passes(s, PL_SERVE_STEPS, b,
+		    p->output_bytes);
+		/* the block unmasks its interval's share of the output */
+		double picked = p->output_bytes * (s->cuts[b + 1] - s->cuts[b]);
+		double pass = passes * (double)s->window /
+		    pl_forward_rate(t, s, c->ring[b], c->layers[b]) *
+		    served_pass_share(t, c->ring[b], s, c->layers[b],
+		    passes > 0 ? picked / passes : 1.0);
 
 		p->bt.part.compute += pass;
 		busy[c->ring[b]] += pass;
