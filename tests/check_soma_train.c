@@ -100,6 +100,21 @@ train(sa_kind k, int expert, long steps, uint64_t budget, const char *out,
 	ck_assert_msg(sa_train(&o, res, err) == 0, "%s", err);
 }
 
+/* A control of kind k on both clusters' text (which all holds), scored
+ * on 8 validation windows; the caller sets steps, budget and paths. */
+static void
+control_opts(sa_train_opts *o, sa_kind k, const char **all)
+{
+	memset(o, 0, sizeof(*o));
+	o->spec = &spec;
+	o->run_id = run_id;
+	o->kind = k;
+	o->train = all;
+	o->ntrain = 2;
+	o->valid_windows = 8;
+	o->be = kn_cpu_backend();
+}
+
 static float *
 load(const char *path, const char *kind, int block, const kn_soma_shape *s,
     float **dec)
@@ -169,17 +184,11 @@ START_TEST(test_threads_bitwise)
 		train(SA_EXPERT, 0, 3, 0, p[i], &r);
 		{
 			const char *all[2] = { files[0], files[1] };
-			sa_train_opts o = { 0 };
+			sa_train_opts o;
 
-			o.spec = &spec;
-			o.run_id = run_id;
-			o.kind = SA_EGGROLL;
+			control_opts(&o, SA_EGGROLL, all);
 			o.steps = 3;
-			o.train = all;
-			o.ntrain = 2;
 			o.out_path = g[i];
-			o.valid_windows = 8;
-			o.be = kn_cpu_backend();
 			ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
 		}
 		b[i] = load(p[i], "expert", 0, &s, &d[i]);
@@ -213,20 +222,14 @@ START_TEST(test_controls_budget)
 	 * rounded up */
 	{
 		const char *all[2] = { files[0], files[1] };
-		sa_train_opts o = { 0 };
+		sa_train_opts o;
 		char err[KN_ERR_LEN];
 
-		o.spec = &spec;
-		o.run_id = run_id;
-		o.kind = SA_SPSA;
+		control_opts(&o, SA_SPSA, all);
 		o.P = 8;
 		o.steps = -1;
 		o.budget = 5 * per - 1;
-		o.train = all;
-		o.ntrain = 2;
 		o.out_path = out;
-		o.valid_windows = 8;
-		o.be = kn_cpu_backend();
 		ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
 		ck_assert_int_eq(r.steps, 5);
 		o.kind = SA_EGGROLL;
@@ -254,20 +257,14 @@ START_TEST(test_decoder_steps)
 	const char *all[2] = { files[0], files[1] };
 	char a[400], b[400], f[400], err[KN_ERR_LEN];
 	float *ab, *ad, *bb, *bd, *fb, *fd;
-	sa_train_opts o = { 0 };
+	sa_train_opts o;
 	sa_result r;
 
 	snprintf(a, sizeof(a), "%s/spsa-a.ckpt", dir);
 	snprintf(b, sizeof(b), "%s/spsa-b.ckpt", dir);
 	snprintf(f, sizeof(f), "%s/spsa-f.ckpt", dir);
-	o.spec = &spec;
-	o.run_id = run_id;
-	o.kind = SA_SPSA;
+	control_opts(&o, SA_SPSA, all);
 	o.P = 8;
-	o.train = all;
-	o.ntrain = 2;
-	o.valid_windows = 8;
-	o.be = kn_cpu_backend();
 	o.decoder_steps = 2;
 	o.steps = 2;
 	o.out_path = a;
