@@ -130,8 +130,8 @@ void
 kn__model_alloc_packed(kn_model *m)
 {
 	const kn_backend *be = m->be;
-	size_t total = 0, off;
-	int i;
+	size_t total = 0, off, qb, kvb;
+	int i, d = m->shape.width;
 
 	if (be->matmul_pack == NULL || be->matmul_pack_bytes == NULL ||
 	    be->matmul_forward_packed == NULL)
@@ -149,8 +149,12 @@ kn__model_alloc_packed(kn_model *m)
 			return;         /* this backend's kernel takes none */
 		total += m->packed_per[i] * (t->ndim == 3 ? t->shape[0] : 1);
 	}
-	if ((m->packed_block = be->alloc(total)) == NULL)
+	qb = (be->matmul_pack_bytes(d, d) + 63) & ~(size_t)63;
+	kvb = (be->matmul_pack_bytes(d, 2 * d) + 63) & ~(size_t)63;
+	if ((m->packed_block = be->alloc(total + qb + kvb)) == NULL)
 		return;
+	m->packed_q = (char *)m->packed_block + total;
+	m->packed_kv = m->packed_q + qb;
 	for (i = 0, off = 0; i < P_COUNT; i++) {
 		const kn_tensor *t = &m->tensors[i];
 
@@ -166,7 +170,8 @@ kn__model_alloc_packed(kn_model *m)
 void
 kn__model_repack(kn_model *m)
 {
-	int i, l;
+	int i, l, d = m->shape.width;
+	const float *w;
 
 	if (m->packed_block == NULL || m->packed_gen == m->params_gen)
 		return;
@@ -182,6 +187,9 @@ kn__model_repack(kn_model *m)
 			m->be->matmul_pack(m->packed[i] + l * m->packed_per[i],
 			    m->w[i] + (size_t)l * OC * C, C, OC);
 	}
+	w = m->w[P_QKVW] + (size_t)(m->shape.layers - 1) * 3 * d * d;
+	m->be->matmul_pack(m->packed_q, w, d, d);
+	m->be->matmul_pack(m->packed_kv, w + (size_t)d * d, d, 2 * d);
 	m->packed_gen = m->params_gen;
 }
 
@@ -293,6 +301,43 @@ qkv0_update(kn_model *m, const int32_t *input, int B)
 	return m->qkv0;
 }
 
+/* The last layer's q, k, v for kn_model_predict_at: k and v of every row
+ * (each is attended to), q of the R rows wanted alone, from the two packs
+ * of the weight's parts and written where the whole product puts them.
+ * An output column's dot product does not depend on the columns or rows
+ * beside it in our kernel, so each value has the whole product's bits.
+ * The layer's MLP rows are work space until its MLP. */
+static const float *
+last_qkv(kn_model *m, int l, const float *x, int N, const int32_t *rows,
+    int R)
+{
+	const kn_backend *be = m->be;
+	struct acts *a = &m->a;
+	int d = m->shape.width, la = l % m->act_layers, i;
+	size_t Nd = (size_t)N * d, rowd = (size_t)d * sizeof(float);
+	float *ln1 = LAYER(a->ln1, la, Nd), *qkv = LAYER(a->qkv, la, 3 * Nd);
+	float *kv = LAYER(a->fch, la, 4 * Nd), *lnr = kv + 2 * Nd;
+	float *q = lnr + (size_t)R * d;
+	const float *w = m->w[P_QKVW] + (size_t)l * 3 * d * d;
+	const float *b = m->w[P_QKVB] + (size_t)l * 3 * d;
+
+	be->layernorm_forward(ln1, LAYER(a->ln1_mean, la, N),
+	    LAYER(a->ln1_rstd, la, N), x, m->w[P_LN1W] + (size_t)l * d,
+	    m->w[P_LN1B] + (size_t)l * d, N, d);
+	be->matmul_forward_packed(kv, ln1, w + (size_t)d * d, m->packed_kv,
+	    b + d, N, d, 2 * d);
+	for (i = 0; i < R; i++)
+		be->copy(lnr + (size_t)i * d, ln1 + (size_t)rows[i] * d, rowd);
+	be->matmul_forward_packed(q, lnr, w, m->packed_q, b, R, d, d);
+	for (i = 0; i < N; i++)
+		be->copy(qkv + (size_t)i * 3 * d + d, kv + (size_t)i * 2 * d,
+		    2 * rowd);
+	for (i = 0; i < R; i++)
+		be->copy(qkv + (size_t)rows[i] * 3 * d, q + (size_t)i * d,
+		    rowd);
+	return qkv;
+}
+
 /* Layer l of B windows, its q, k, v computed from x or given (qkv); with
  * rows, only the R rows wanted come out (gathered): every row's keys and
  * values feed the attention, but past them each query row is on its own,
@@ -319,7 +364,10 @@ layer_at(kn_model *m, int l, const float *x, const float *qkv, int B,
 	else {
 		float *y = LAYER(a->atty, la, Nd);
 
-		if (qkv == NULL)
+		/* the rows path runs on the last layer only */
+		if (qkv == NULL && m->packed_q != NULL)
+			qkv = last_qkv(m, l, x, N, rows, R);
+		else if (qkv == NULL)
 			qkv = kn__model_layer_qkv(m, l, x, N);
 		be->attention_rows(y, LAYER(a->att, la, (size_t)B * h * T * T),
 		    qkv, B, T, d, h, m->mask, rows, R);

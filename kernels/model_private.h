@@ -84,6 +84,10 @@ struct kn_model {
 	char *packed[P_COUNT];
 	size_t packed_per[P_COUNT];
 	unsigned packed_gen;
+	/* With packed_block, the last layer's QKV weight packed once more
+	 * as its two parts, q (d rows) and k, v (2d rows): kn_model_predict_at
+	 * needs every row's k and v there but q of its picked rows only. */
+	char *packed_q, *packed_kv;
 	/* kn_model_predict_at's layer-0 q, k, v (max_batch * n, 3d): a row
 	 * depends on its own symbol alone, so the rows whose symbol is the
 	 * last call's are kept (qkv0_in, host; qkv0_rows of them valid at
