@@ -357,23 +357,25 @@ pl_bt_passes(const pr_spec *s, int steps, int block, int outputs)
 
 /* The share of a full-window forward that one denoising pass costs, r
  * rows picked on average.  Where the CPU backend serves (its device line
- * starts "cpu:"), kn_model_predict_at runs the last layer's projection,
- * MLP and head on the picked rows only and keeps layer 0's q, k, v of
- * the rows whose byte did not change; elsewhere a pass is the whole
- * forward. */
+ * starts "cpu:"), kn_model_predict_at runs the last layer's q,
+ * projection, MLP and head on the picked rows only (its k and v on every
+ * row; with one layer, that layer's q, k, v are layer 0's) and keeps
+ * layer 0's q, k, v of the rows whose byte did not change; elsewhere a
+ * pass is the whole forward. */
 static double
 served_pass_share(const topo_topology *t, int host, const pr_spec *s,
     int layers, double r)
 {
 	kn_model_shape sh = pr_spec_block_shape(s, 0);
-	double d = sh.width, n = sh.window, row, full, part;
+	double d = sh.width, n = sh.window, row, full, part, qkv;
 
 	if (strncmp(t->hosts[host].device, "cpu:", 4) != 0)
 		return 1.0;
 	r = fmin(fmax(r, 1.0), n);
 	row = 12.0 * d * d + 2.0 * n * d;
 	full = n * (layers * row + KN_VOCAB_OUT * d);
-	part = n * ((layers - 1) * row + 3.0 * d * d) +
+	qkv = layers > 1 ? 2.0 * d * d * n + d * d * r : 3.0 * d * d * n;
+	part = n * (layers - 1) * row + qkv +
 	    r * (9.0 * d * d + 2.0 * n * d + KN_VOCAB_OUT * d) -
 	    3.0 * d * d * (n - r);
 	return fmin(1.0, part / full);
