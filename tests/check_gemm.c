@@ -1,7 +1,8 @@
 /* Tests of kn_gemm (kernels/cpu/gemm.h): both kernels against a
  * double-precision loop and against cblas_sgemm, over every transpose
- * combination, odd sizes, strides, alpha and beta; and the promise that
- * the bits do not depend on the thread count. */
+ * combination, odd sizes, strides, alpha and beta; fp16 weights against
+ * the same weights widened; and the promise that the bits do not depend
+ * on the thread count. */
 #include "config.h"
 
 #include <check.h>
@@ -14,6 +15,7 @@
 
 #include <cblas.h>
 
+#include "kernels/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
@@ -759,6 +761,70 @@ START_TEST(test_serial_in_pool_tasks)
 }
 END_TEST
 
+/* kn_gemm_serial_f16 against the float call on the weights widened
+ * beforehand, to the bit, over panel and K-block edges, strides and both
+ * betas; under OpenBLAS it declines and leaves C as it was.  _i: kernel
+ * (0 AVX-512, 1 OpenBLAS). */
+START_TEST(test_f16_weights)
+{
+	static const int shapes[][3] = {   /* M, N, K */
+		{ 1, 1, 1 }, { 9, 17, 15 }, { 12, 32, 16 }, { 13, 33, 17 },
+		{ 40, 100, 300 }, { 64, 96, 513 }, { 200, 65, 128 },
+	};
+	int si, beta;
+
+	if (!use_loop_kernel(_i * 4))
+		return;
+	for (si = 0; si < (int)(sizeof(shapes) / sizeof(shapes[0])); si++)
+		for (beta = 0; beta <= 1; beta++) {
+			int M = shapes[si][0], N = shapes[si][1];
+			int K = shapes[si][2], lda = K + si % 3;
+			int ldb = K + (si % 2) * 3, ldc = N + 1;
+			size_t na = (size_t)M * lda, nb = (size_t)N * ldb;
+			size_t nc = (size_t)M * ldc, i;
+			float *A = malloc(na * sizeof(float));
+			float *Bf = malloc(nb * sizeof(float));
+			uint16_t *B16 = malloc(nb * sizeof(uint16_t));
+			float *C1 = malloc(nc * sizeof(float));
+			float *C2 = malloc(nc * sizeof(float));
+			float *C0 = malloc(nc * sizeof(float));
+			int done;
+
+			ck_assert(A && Bf && B16 && C1 && C2 && C0);
+			for (i = 0; i < na; i++)
+				A[i] = rng_float();
+			for (i = 0; i < nb; i++)
+				Bf[i] = rng_float();
+			for (i = 0; i < nc; i++)
+				C0[i] = rng_float();
+			kn_f32_to_f16(B16, Bf, nb);
+			kn_f16_to_f32(Bf, B16, nb);
+			memcpy(C1, C0, nc * sizeof(float));
+			memcpy(C2, C0, nc * sizeof(float));
+			done = kn_gemm_serial_f16(M, N, K, A, lda, B16, ldb,
+			    (float)beta, C1, ldc);
+			if (_i == 1) {
+				ck_assert_int_eq(done, 0);
+				ck_assert_mem_eq(C1, C0, nc * sizeof(float));
+			} else {
+				ck_assert_int_eq(done, 1);
+				kn_gemm_serial(0, 1, M, N, K, 1.0f, A, lda, Bf,
+				    ldb, (float)beta, C2, ldc);
+				if (memcmp(C1, C2, nc * sizeof(float)) != 0)
+					ck_abort_msg("shape %d beta %d: fp16 "
+					    "weights differ from widened ones",
+					    si, beta);
+			}
+			free(A);
+			free(Bf);
+			free(B16);
+			free(C1);
+			free(C2);
+			free(C0);
+		}
+}
+END_TEST
+
 static Suite *
 gemm_suite(void)
 {
@@ -783,6 +849,7 @@ gemm_suite(void)
 	tcase_add_loop_test(tc, test_model_shapes, 0, 2);
 	tcase_add_loop_test(tc, test_planned_classes, 0, 2);
 	tcase_add_test(tc, test_plan_dispatch);
+	tcase_add_loop_test(tc, test_f16_weights, 0, 2);
 	suite_add_tcase(s, tc);
 
 	/* _i: kernel (0 AVX-512, 1 OpenBLAS) */

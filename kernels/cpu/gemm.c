@@ -311,6 +311,19 @@ kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
 	stats_add(t0, M, N, K);
 }
 
+int
+kn_gemm_serial_f16(int M, int N, int K, const float *A, int lda,
+    const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+	if (M <= 0 || N <= 0 || K <= 0 || A == NULL || B == NULL ||
+	    C == NULL || lda < K || ldb < K || ldc < N)
+		return 0;
+	if (kn__gemm_pick(0, 0, 1, M, N, K) != KN_GEMM_AVX512)
+		return 0;
+	kn__gemm_avx512_f16(0, M, N, K, A, lda, B, ldb, beta, C, ldc);
+	return 1;
+}
+
 size_t
 kn_gemm_pack_floats(int N, int K)
 {

@@ -10,6 +10,7 @@
 #define KN_CPU_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
 	KN_GEMM_AUTO = 0,     /* AVX-512 when the CPU has it, else OpenBLAS */
@@ -26,6 +27,15 @@ void kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
 void kn_gemm_serial(int transA, int transB, int M, int N, int K,
     float alpha, const float *A, int lda, const float *B, int ldb,
     float beta, float *C, int ldc);
+
+/* kn_gemm_serial(0, 1, ...) with alpha 1 on B (N,K) stored in fp16 (rows
+ * of ldb values), where our kernel runs the product's class: each weight
+ * is widened as the kernel packs it, with no fp32 copy of B made
+ * beforehand, and the bits are those of the float call on B widened.
+ * Returns 1 when done, 0 when the class goes to another kernel (or the
+ * arguments are not a product), C untouched: the caller widens B. */
+int kn_gemm_serial_f16(int M, int N, int K, const float *A, int lda,
+    const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
 /* Weights that stay fixed, packed once: C (M,N) = A (M,K) . B^T + beta C
  * with B (N,K) row-major, as kn_gemm(0, 1, ...) with alpha 1 gives it, to

@@ -322,6 +322,43 @@ pack_bt_panel(const float *B, int ldb, int j0, int nr, int p0, int kc,
 			    dst + (size_t)k * GEMM_NR + h * 16);
 }
 
+/* pack_bt_block of fp16 B: each value widened as it is loaded, so the
+ * panel holds what pack_bt_block makes of B widened beforehand. */
+GEMM_TARGET __attribute__((always_inline)) static inline void
+pack_bt_block_f16(const uint16_t *src, int ldb, int nr, int kk, float *dst)
+{
+	const __mmask16 km = mask_first(kk);
+	__m512 in[16], out[16];
+	int i, j;
+
+#pragma GCC unroll 16
+	for (i = 0; i < 16; i++)
+		in[i] = i < nr ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km,
+		    src + (size_t)i * ldb)) : _mm512_setzero_ps();
+	transpose16(in, out);
+#pragma GCC unroll 16
+	for (j = 0; j < kk; j++)
+		_mm512_store_ps(dst + (size_t)j * GEMM_NR, out[j]);
+}
+
+GEMM_TARGET static void
+pack_bt_panel_f16(const uint16_t *B, int ldb, int j0, int nr, int p0,
+    int kc, float *dst)
+{
+	int k, h;
+
+	for (k = 0; k + 16 <= kc; k += 16)
+		for (h = 0; h < 2; h++)
+			pack_bt_block_f16(B + (size_t)(j0 + h * 16) * ldb +
+			    p0 + k, ldb, nr - h * 16, 16,
+			    dst + (size_t)k * GEMM_NR + h * 16);
+	if (k < kc)
+		for (h = 0; h < 2; h++)
+			pack_bt_block_f16(B + (size_t)(j0 + h * 16) * ldb +
+			    p0 + k, ldb, nr - h * 16, kc - k,
+			    dst + (size_t)k * GEMM_NR + h * 16);
+}
+
 /* How a kernel folds its block sum s into C: the first K block applies
  * beta, the later ones add.  The plain path below must match these bits. */
 enum { EPI_SET, EPI_BETA, EPI_ADD };
@@ -491,6 +528,7 @@ struct gemm_job {
 	int transA, transB, M, N, K;
 	float alpha, beta;
 	const float *A, *B;
+	const uint16_t *B16;   /* not NULL: B is these fp16 values (transB) */
 	float *C;
 	int lda, ldb, ldc;
 	float *bpack;          /* NULL: no packed B, every tile goes plain */
@@ -499,6 +537,14 @@ struct gemm_job {
 	int nkb;               /* K blocks */
 	int tm, tn, gn;        /* task tile rows, columns; tiles per row */
 };
+
+/* One fp16 value widened, for the buffer-free path. */
+GEMM_TARGET static inline float
+half_value(uint16_t h)
+{
+	return _mm_cvtss_f32(_mm512_castps512_ps128(_mm512_cvtph_ps(
+	    _mm256_set1_epi16((short)h))));
+}
 
 /* The buffer-free path, for when memory is short: scalar, but each
  * element gets exactly the FMA chain and epilogue of kern_body. */
@@ -520,7 +566,9 @@ gemm_tile_plain(const struct gemm_job *g, int r0, int r1, int c0, int c1)
 					float a = g->transA ?
 					    g->A[(size_t)k * g->lda + i] :
 					    g->A[(size_t)i * g->lda + k];
-					float b = g->transB ?
+					float b = g->B16 != NULL ?
+					    half_value(g->B16[(size_t)j *
+					    g->ldb + k]) : g->transB ?
 					    g->B[(size_t)j * g->ldb + k] :
 					    g->B[(size_t)k * g->ldb + j];
 
@@ -641,8 +689,12 @@ gemm_pack_task(void *ctx, int t, int thread)
 	kc = g->K - pc < GEMM_KC ? g->K - pc : GEMM_KC;
 	j0 = g->n0 + j * GEMM_NR;
 	nr = g->n0 + g->nc - j0 < GEMM_NR ? g->n0 + g->nc - j0 : GEMM_NR;
-	pack_bt_panel(g->B, g->ldb, j0, nr, pc, kc, g->bpack +
-	    (size_t)pc * g->np * GEMM_NR + (size_t)j * kc * GEMM_NR);
+	if (g->B16 != NULL)
+		pack_bt_panel_f16(g->B16, g->ldb, j0, nr, pc, kc, g->bpack +
+		    (size_t)pc * g->np * GEMM_NR + (size_t)j * kc * GEMM_NR);
+	else
+		pack_bt_panel(g->B, g->ldb, j0, nr, pc, kc, g->bpack +
+		    (size_t)pc * g->np * GEMM_NR + (size_t)j * kc * GEMM_NR);
 }
 
 static void
@@ -753,6 +805,19 @@ kn__gemm_avx512(int parallel, int transA, int transB, int M, int N, int K,
 	gemm_run(&g, parallel, NULL);
 }
 
+void
+kn__gemm_avx512_f16(int parallel, int M, int N, int K, const float *A,
+    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+	struct gemm_job g = {
+		.transB = 1, .M = M, .N = N, .K = K, .alpha = 1.0f,
+		.beta = beta, .A = A, .B16 = B, .C = C, .lda = lda,
+		.ldb = ldb, .ldc = ldc,
+	};
+
+	gemm_run(&g, parallel, NULL);
+}
+
 size_t
 kn__gemm_avx512_packed_floats(int N, int K)
 {
@@ -808,6 +873,14 @@ kn__gemm_avx512(int parallel, int transA, int transB, int M, int N, int K,
 	(void)parallel; (void)transA; (void)transB; (void)M; (void)N;
 	(void)K; (void)alpha; (void)A; (void)lda; (void)B; (void)ldb;
 	(void)beta; (void)C; (void)ldc;
+}
+
+void
+kn__gemm_avx512_f16(int parallel, int M, int N, int K, const float *A,
+    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+	(void)parallel; (void)M; (void)N; (void)K; (void)A; (void)lda;
+	(void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
 }
 
 size_t

@@ -99,10 +99,11 @@ kn_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
 		kn_pool_run((OC + BIAS_COLS - 1) / BIAS_COLS, dbias_task, &j);
 }
 
-/* The fp16-storage layer: each task widens the weights of a few output
+/* The fp16-storage layer, a few output columns a task: our kernel widens
+ * the weights as it packs them; with OpenBLAS, the task widens its
  * columns into its own slice of scratch, small enough to stay in cache
- * while its GEMM reads it, so the fp32 copy of a matrix never exists
- * whole. */
+ * while the GEMM reads it.  Either way the fp32 copy of a matrix never
+ * exists whole. */
 #define F16_SLICE 65536         /* floats a task widens at a time */
 
 static int
@@ -137,6 +138,10 @@ f16_task(void *ctx, int task, int thread)
 	int o1 = o0 + j->cols < j->OC ? o0 + j->cols : j->OC;
 	float *wf = j->scratch + (size_t)thread * j->cols * j->C;
 
+	/* our kernel widens the weights as it packs them */
+	if (kn_gemm_serial_f16(j->N, o1 - o0, j->C, j->inp, j->C,
+	    j->w + (size_t)o0 * j->C, j->C, j->beta, j->out + o0, j->OC))
+		return;
 	kn_f16_to_f32(wf, j->w + (size_t)o0 * j->C, (size_t)(o1 - o0) * j->C);
 	kn_gemm_serial(0, 1, j->N, o1 - o0, j->C, 1.0f, j->inp, j->C, wf, j->C,
 	    j->beta, j->out + o0, j->OC);
