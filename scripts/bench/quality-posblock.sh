@@ -2,23 +2,21 @@
 # sm, spec, dir, steps, windows and blocks set): one run per position-block
 # size L, the causal LM once, a table per L and the closing line.
 
-# The spec with position_block = L, data paths made absolute, to stdout.
-# Below the window a training row holds the window twice (the clean
-# context and the noisy copy), so such a run gets half the spec's steps:
-# the same compute as the full-window blocks and the causal LM at the
-# spec's steps.  It draws its noise by the k-form (blocktrain.conf(5)
-# [noise]), which lowered the bound most with position blocks.
+# The spec with position_block = L, data paths made absolute, to stdout,
+# with steps = STEPS when given.  It draws its noise by the k-form
+# (blocktrain.conf(5) [noise]), which lowered the bound most with
+# position blocks.
 qp_spec_for() {
-	awk -v L="$1" -v n="$window" -v d="$(cd "$(dirname "$spec")" && pwd)" '
+	awk -v L="$1" -v S="${2:-}" -v n="$window" \
+	    -v d="$(cd "$(dirname "$spec")" && pwd)" '
 		/^[ \t]*(train|valid|test|clusters)[ \t]*=/ {
 			split($0, kv, "=")
 			v = kv[2]; gsub(/^[ \t]+|[ \t]+$/, "", v)
 			if (v !~ /^\//) { sub(/=.*/, "= " d "/" v) }
 		}
 		/^[ \t]*position_block[ \t]*=/ { next }
-		/^[ \t]*steps[ \t]*=/ && L < n {
-			split($0, kv, "=")
-			print "steps = " int(kv[2] / 2)
+		/^[ \t]*steps[ \t]*=/ && S != "" {
+			print "steps = " S
 			next
 		}
 		/^\[noise\]/ { next }
@@ -27,6 +25,27 @@ qp_spec_for() {
 		/^\[model\]/ { print "position_block = " L }
 		END { if (L < n) print "\n[noise]\ndraw = kform" }
 	' "$spec"
+}
+
+# GFLOP of one train step of a block of spec FILE, from shardmeter spec.
+qp_gflop() {
+	"$sm" spec "$1" | sed -n 's/^compute *\([0-9.]*\) GFLOP per train step.*/\1/p'
+}
+
+# The steps of the spec (or --steps) scaled to the compute of the spec
+# with position_block = L: below the window a training row holds the
+# window twice (the clean context and the noisy copy), so a step costs
+# about twice as much, and such a run gets fewer steps, the same compute
+# as the full-window blocks and the causal LM at the spec's steps.
+qp_steps_for() {
+	qp_spec_for "$1" > "$dir/.spec.$$"
+	full=${steps#--steps }
+	[ -n "$full" ] || full=$("$sm" spec "$spec" |
+	    sed -n 's/.* \([0-9]*\) steps$/\1/p' | head -1)
+	awk -v s="$full" -v a="$(qp_gflop "$spec")" \
+	    -v b="$(qp_gflop "$dir/.spec.$$")" \
+	    'BEGIN { n = int(s * a / b); print (n < 1 ? 1 : n) }'
+	rm -f "$dir/.spec.$$"
 }
 
 # A number from eval's JSON: qp_json KEY
@@ -46,12 +65,20 @@ quality_position_blocks() {
 	for L in $blocks; do
 		d=$dir/L$L
 		mkdir -p "$d"
-		qp_spec_for "$L" > "$d/spec.conf"
+		if [ "$L" = "$window" ]; then
+			qp_spec_for "$L" > "$d/spec.conf"
+			lsteps=$steps
+		else
+			n=$(qp_steps_for "$L")
+			qp_spec_for "$L" "$n" > "$d/spec.conf"
+			lsteps=
+		fi
 		echo "== position_block = $L: $("$sm" spec "$d/spec.conf" | head -1)"
+		"$sm" spec "$d/spec.conf" | grep '^compute'
 		# shellcheck disable=SC2086
-		"$sm" train --spec "$d/spec.conf" --dir "$d" --all $steps
+		"$sm" train --spec "$d/spec.conf" --dir "$d" --all $lsteps
 		# shellcheck disable=SC2086
-		"$sm" train --spec "$d/spec.conf" --dir "$d" --reference e2e $steps
+		"$sm" train --spec "$d/spec.conf" --dir "$d" --reference e2e $lsteps
 		# the causal LM does not depend on L: trained once, in the
 		# first L's run
 		if [ -z "$causal_dir" ]; then
