@@ -29,6 +29,9 @@ typedef enum {
 				 * method = soma, so that adding SOMA left
 				 * every BlockTrain run id and spec text as
 				 * it was */
+#define PR_KEY_NEW_DEFAULT 0x40 /* left out of the run id and the printed
+				 * spec at its default: a key added after
+				 * specs existed keeps their ids */
 
 typedef struct pr_key pr_key;
 

@@ -202,6 +202,7 @@ static const pr_key_ops betas_ops = { set_betas, NULL };
  * shape limits are the kernels' (kn_model_check_shape). */
 static const char *const methods[] = { "blocktrain", "soma", NULL };
 static const char *const soma_modes[] = { "independent", "summed", NULL };
+static const char *const soma_decoders[] = { "frozen", "delta", NULL };
 static const char *const noise_draws[] = { "stratified", "antithetic",
 	"kform", NULL };
 
@@ -408,6 +409,13 @@ const pr_key pr_spec_keys[] = {
 	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
 	  .doc = "independent: each expert its own loss; summed: the control "
 	  "of one summed loss" },
+	{ .section = "soma", .name = "expert_decoder", .type = PR_KEY_CHOICE,
+	  FIELD(soma.expert_decoder), .def_str = "frozen",
+	  .choices = soma_decoders,
+	  .flags = PR_KEY_HASHED | PR_KEY_SOMA | PR_KEY_NEW_DEFAULT,
+	  .doc = "frozen: every expert keeps the seed's decoder (published); "
+	  "delta: each expert goes on learning its own copy by the delta "
+	  "rule on its cluster (ours)" },
 	{ .section = "soma", .name = "top_k", .type = PR_KEY_INT,
 	  FIELD(soma.top_k), .min = 1, .max = PR_MAX_BLOCKS, .def = 4,
 	  .flags = PR_KEY_HASHED | PR_KEY_SOMA,
@@ -848,14 +856,16 @@ pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
 	}
 }
 
-/* A [noise] key at its default is left out of the run id and of the
- * printed spec: the specs from before the section keep both. */
+/* A [noise] key, or one flagged PR_KEY_NEW_DEFAULT, at its default is
+ * left out of the run id and of the printed spec: the specs from before
+ * the key keep both. */
 static int
-noise_at_default(const pr_key *k, const pr_spec *s)
+at_new_default(const pr_key *k, const pr_spec *s)
 {
 	const char *p = (const char *)s + k->offset;
 
-	if (strcmp(k->section, "noise") != 0)
+	if (strcmp(k->section, "noise") != 0 &&
+	    !(k->flags & PR_KEY_NEW_DEFAULT))
 		return 0;
 	if (k->type == PR_KEY_CHOICE)
 		return strcmp(p, k->def_str) == 0;
@@ -893,7 +903,7 @@ pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err)
 		if (k->offset == offsetof(pr_spec, layers_per_block) &&
 		    s->layers_given)
 			continue;
-		if (noise_at_default(k, s))
+		if (at_new_default(k, s))
 			continue;
 		snprintf(keys[n].name, sizeof(keys[n].name), "%s%s%s",
 		    k->section, k->section[0] ? "." : "", k->name);
@@ -946,7 +956,7 @@ pr_spec_print(FILE *f, const pr_spec *s)
 	for (i = 0; i < NKEYS; i++) {
 		if ((pr_spec_method(s) != PR_METHOD_SOMA &&
 		    (pr_spec_keys[i].flags & PR_KEY_SOMA)) ||
-		    noise_at_default(&pr_spec_keys[i], s))
+		    at_new_default(&pr_spec_keys[i], s))
 			continue;
 		rows[n++] = pr_spec_keys[i];
 		if (s->layers_given && pr_spec_keys[i].offset ==

@@ -29,6 +29,10 @@ typedef struct {
 	int patience;                   /* evaluations before halving */
 	int seed_steps, steps, eval_every;
 	char mode[16];                  /* independent | summed */
+	/* frozen: an expert keeps the seed's decoder (the published
+	 * method); delta: it goes on learning its own copy by the delta
+	 * rule on its cluster (ours) */
+	char expert_decoder[16];
 	int top_k, route_bytes;
 	int eggroll_rank;
 	/* the output folder of shardmeter cluster: router.smr and

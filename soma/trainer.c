@@ -58,6 +58,12 @@ sa_control_shape(const pr_spec *s)
 	}
 }
 
+int
+sa_expert_decoder_learns(const pr_spec *s)
+{
+	return strcmp(s->soma.expert_decoder, "delta") == 0;
+}
+
 uint64_t
 sa_step_positions(const pr_spec *s, sa_kind k, int P)
 {
@@ -69,7 +75,9 @@ sa_step_positions(const pr_spec *s, sa_kind k, int P)
 	case SA_BPTT:
 		return bt;
 	case SA_EXPERT:
-		return 2 * (uint64_t)P * bt;
+		/* and the delta rule's pass where the expert's decoder
+		 * learns */
+		return (2 * (uint64_t)P + sa_expert_decoder_learns(s)) * bt;
 	default:
 		return (2 * (uint64_t)P + 1) * bt;
 	}
@@ -172,7 +180,8 @@ trainer_open(struct trainer *t, const sa_train_opts *o, char *err)
 	t->P = o->P > 0 ? o->P : s->soma.perturbations;
 	t->shape = o->kind == SA_SEED || o->kind == SA_EXPERT ?
 	    sa_expert_shape(s) : sa_control_shape(s);
-	t->learn_decoder = o->kind != SA_EXPERT;
+	t->learn_decoder = o->kind != SA_EXPERT ||
+	    sa_expert_decoder_learns(s);
 	t->best = HUGE_VAL;
 	t->stream = o->kind == SA_EXPERT ? (uint64_t)o->expert :
 	    o->kind == SA_SEED ? STREAM_SEED :
@@ -199,7 +208,8 @@ trainer_open(struct trainer *t, const sa_train_opts *o, char *err)
 	    t->dm == NULL || t->dv == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	if (o->kind == SA_EXPERT) {
-		/* the seed's body and its frozen decoder */
+		/* the seed's body and decoder, which stays frozen unless
+		 * [soma] expert_decoder = delta */
 		float *dec = malloc(t->ndec * sizeof(float));
 		pr_ckpt_meta want = { .block = 0, .kind = "seed" };
 

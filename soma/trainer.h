@@ -31,9 +31,13 @@ kn_soma_shape sa_control_shape(const pr_spec *s);
 
 /* Byte positions one step evaluates (the forward compute the controls
  * are matched on): 2P B T for SPSA and EGGROLL, plus B T where the
- * decoder learns by the delta rule (the seed and the controls), B T for
- * BPTT (the backward pass is not counted). */
+ * decoder learns by the delta rule (the seed, the controls, and experts
+ * where sa_expert_decoder_learns), B T for BPTT (the backward pass is not
+ * counted). */
 uint64_t sa_step_positions(const pr_spec *s, sa_kind k, int P);
+/* Whether s has each expert learn its own decoder ([soma]
+ * expert_decoder = delta). */
+int sa_expert_decoder_learns(const pr_spec *s);
 /* SOMA's whole training compute: the seed, then N experts. */
 uint64_t sa_soma_positions(const pr_spec *s);
 
@@ -58,7 +62,8 @@ typedef struct {
 	long steps;             /* < 0: seed_steps, steps, or from budget */
 	/* SPSA and EGGROLL controls: the decoder learns by the delta rule
 	 * for this many steps, then stays as it is; 0: every step.  The
-	 * seed always learns it, an expert never. */
+	 * seed always learns it, an expert where [soma] expert_decoder =
+	 * delta (every step). */
 	long decoder_steps;
 	uint64_t budget;        /* controls: positions to spend (0: none) */
 	const char *const *train;       /* the text files */

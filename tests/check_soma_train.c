@@ -1,6 +1,7 @@
 /* SOMA training in one process (soma/trainer.c, text.c, model_file.c):
  * the seed, an expert started from it and a control, on text the test
- * makes; determinism, the frozen decoder, the compute count, and bad
+ * makes; determinism, the frozen decoder (and an expert's own with
+ * expert_decoder = delta), the compute count, and bad
  * model files refused with nothing changed. */
 #include "config.h"
 
@@ -160,6 +161,51 @@ START_TEST(test_seed_then_expert)
 	ck_assert_mem_eq(sd, ed, nd * sizeof(float));
 	ck_assert(memcmp(sb, eb, nb * sizeof(float)) != 0);
 	free(sb); free(sd); free(eb); free(ed); free(fb); free(fd);
+}
+END_TEST
+
+/* [soma] expert_decoder = delta: the expert goes on learning its own
+ * decoder, each step counts the delta rule's pass, and the key names
+ * another run; written at its default, frozen, it names the same run as
+ * a spec without it. */
+START_TEST(test_expert_decoder_delta)
+{
+	kn_soma_shape s = sa_expert_shape(&spec);
+	size_t nb = kn_soma_body_params(&s), nd = kn_soma_decoder_params(&s);
+	char seedp[400], e1[400], err[PR_ERR_LEN], text[1024];
+	char frozen_id[PR_RUN_ID_LEN], id[PR_RUN_ID_LEN];
+	float *sb, *sd, *eb, *ed;
+	pr_spec same;
+	sa_result r;
+
+	snprintf(text, sizeof(text), "seed = 5\nmethod = soma\n[soma]\n"
+	    "experts = 2\nwidth = 8\nmlp_mult = 2\nlayers = 1\nwindow = 16\n"
+	    "batch = 4\nperturbations = 4\nseed_steps = 6\nsteps = 4\n"
+	    "eval_every = 2\nexpert_decoder = frozen\nclusters = %s\n", dir);
+	ck_assert_msg(pr_spec_parse(&same, text, strlen(text), err) == 0,
+	    "%s", err);
+	ck_assert(pr_spec_run_id(&same, frozen_id, err) == 0);
+	ck_assert_str_eq(frozen_id, run_id);
+	snprintf(spec.soma.expert_decoder, sizeof(spec.soma.expert_decoder),
+	    "delta");
+	ck_assert(pr_spec_run_id(&spec, id, err) == 0);
+	ck_assert_str_ne(id, frozen_id);
+	snprintf(run_id, sizeof(run_id), "%s", id);
+	ck_assert_int_eq(sa_expert_decoder_learns(&spec), 1);
+
+	snprintf(seedp, sizeof(seedp), "%s/seed.ckpt", dir);
+	snprintf(e1, sizeof(e1), "%s/expert-1.ckpt", dir);
+	train(SA_SEED, 0, -1, 0, seedp, &r);
+	train(SA_EXPERT, 1, -1, 0, e1, &r);
+	ck_assert_int_eq(r.steps, 4);
+	ck_assert_uint_eq(r.positions, 4 * (2 * 4 + 1) * 4 * 16);
+	ck_assert_uint_eq(sa_soma_positions(&spec),
+	    (6 + 2 * 4) * (2 * 4 + 1) * 4 * 16);
+	sb = load(seedp, "seed", 0, &s, &sd);
+	eb = load(e1, "expert", 1, &s, &ed);
+	ck_assert(memcmp(sd, ed, nd * sizeof(float)) != 0);
+	ck_assert(memcmp(sb, eb, nb * sizeof(float)) != 0);
+	free(sb); free(sd); free(eb); free(ed);
 }
 END_TEST
 
@@ -394,6 +440,7 @@ main(void)
 	tcase_add_test(tc, test_seed_then_expert);
 	tcase_add_test(tc, test_controls_budget);
 	tcase_add_test(tc, test_decoder_steps);
+	tcase_add_test(tc, test_expert_decoder_delta);
 	tcase_add_test(tc, test_threads_bitwise);
 	tcase_add_test(tc, test_text);
 	tcase_add_test(tc, test_bad_model_files);
