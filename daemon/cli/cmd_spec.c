@@ -119,8 +119,10 @@ spec_print_soma(const pr_spec *s, const char *id)
 	printf("method      soma: %d experts, top-%d of them mixed, routed on "
 	    "%d bytes (%s losses)\n", m->experts, k, m->route_bytes, m->mode);
 	printf("expert      %d residual blocks (LSTM + GELU MLP x%d), width "
-	    "%d: %zu body and %zu decoder parameters\n", e.blocks, e.mlp_mult,
-	    e.width, kn_soma_body_params(&e), kn_soma_decoder_params(&e));
+	    "%d: %zu body and %zu decoder parameters (decoder %s)\n",
+	    e.blocks, e.mlp_mult, e.width, kn_soma_body_params(&e),
+	    kn_soma_decoder_params(&e), sa_expert_decoder_learns(s) ?
+	    "learnt by each expert" : "the seed's, frozen");
 	printf("controls    width %d: %zu body parameters (at most %d "
 	    "experts' bodies)\n", c.width, kn_soma_body_params(&c),
 	    m->experts);
