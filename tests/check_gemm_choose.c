@@ -344,6 +344,50 @@ START_TEST(test_auto_corrupt_cache)
 }
 END_TEST
 
+/* A cache already full of other classes: this model's are measured,
+ * used, and kept in place of the oldest, so that the next start finds
+ * them. */
+START_TEST(test_auto_full_cache)
+{
+	kn_gemm_shape s[2] = { { 1, 0, 1, 64, 48, 32 }, { 0, 1, 0, 16, 8, 16 } };
+	kn_gemm_choice full[KN_GEMM_MAX_SHAPES], back[KN_GEMM_MAX_SHAPES];
+	const kn_gemm_choice *c;
+	char key[1024], path[512], err[KN_ERR_LEN], note[KN_ERR_LEN];
+	char desc[512];
+	int n, i;
+
+	if (!avx512_here())
+		return;
+	for (i = 0; i < KN_GEMM_MAX_SHAPES; i++) {
+		kn_gemm_shape o = { 1, 0, 1, 8 + i, 8, 8 };
+
+		full[i].shape = o;
+		full[i].own_gflops = 1.0;
+		full[i].blas_gflops = 2.0;
+		full[i].pick = KN_GEMM_OPENBLAS;
+	}
+	kn_gemm_cache_key(key, sizeof(key));
+	snprintf(path, sizeof(path), "%s/gemm", dir);
+	ck_assert_int_eq(kn_gemm_cache_write(path, key, full,
+	    KN_GEMM_MAX_SHAPES, err), KN_OK);
+	ck_assert_int_eq(kn_gemm_plan(s, 2, KN_GEMM_AUTO, path, note, err),
+	    KN_OK);
+	kn_gemm_plan_get(&c, &n);
+	ck_assert_int_eq(n, 2);
+	kn_gemm_plan_describe(desc, sizeof(desc));
+	ck_assert_msg(strstr(desc, "of 2 shape classes (2 measured, 0 "
+	    "cached") != NULL, "%s", desc);
+	ck_assert_int_eq(kn_gemm_cache_read(path, key, back,
+	    KN_GEMM_MAX_SHAPES, &n, err), KN_OK);
+	ck_assert_int_eq(n, KN_GEMM_MAX_SHAPES);
+	/* the two oldest went; this model's came last */
+	ck_assert_mem_eq(&back[0].shape, &full[2].shape, sizeof(s[0]));
+	for (i = 0; i < 2; i++)
+		ck_assert_mem_eq(&back[KN_GEMM_MAX_SHAPES - 2 + i].shape,
+		    &s[i], sizeof(s[i]));
+}
+END_TEST
+
 START_TEST(test_auto_unwritable_cache)
 {
 	kn_gemm_shape s[1] = { { 1, 0, 0, 32, 32, 32 } };
@@ -379,6 +423,7 @@ choose_suite(void)
 	tcase_add_test(tc, test_backend_env);
 	tcase_add_test(tc, test_auto_from_cache);
 	tcase_add_test(tc, test_auto_corrupt_cache);
+	tcase_add_test(tc, test_auto_full_cache);
 	tcase_add_test(tc, test_auto_unwritable_cache);
 	suite_add_tcase(s, tc);
 	return s;

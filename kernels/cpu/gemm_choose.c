@@ -477,8 +477,16 @@ plan_auto(const kn_gemm_shape *s, int n, const char *path, char *note,
 		}
 		rc = kn_gemm_measure(to_time, nto_time, err);
 		if (rc == 0 && nto_time > 0) {
-			for (i = 0; i < nto_time &&
-			    ncached < KN_GEMM_MAX_SHAPES; i++)
+			/* a full cache drops its oldest classes: this
+			 * model's are kept, and used below */
+			int drop = ncached + nto_time - KN_GEMM_MAX_SHAPES;
+
+			if (drop > 0) {
+				memmove(cached, cached + drop, (size_t)(ncached -
+				    drop) * sizeof(cached[0]));
+				ncached -= drop;
+			}
+			for (i = 0; i < nto_time; i++)
 				cached[ncached++] = to_time[i];
 			if (kn_gemm_cache_write(p, key, cached, ncached,
 			    why) != 0)
