@@ -50,6 +50,16 @@ make_text(const char *path, int kind, size_t len, uint64_t seed)
 	fclose(f);
 }
 
+/* The test spec's text, with extra [soma] lines. */
+static void
+spec_text(char *text, size_t len, const char *extra)
+{
+	snprintf(text, len, "seed = 5\nmethod = soma\n[soma]\n"
+	    "experts = 2\nwidth = 8\nmlp_mult = 2\nlayers = 1\nwindow = 16\n"
+	    "batch = 4\nperturbations = 4\nseed_steps = 6\nsteps = 4\n"
+	    "eval_every = 2\n%sclusters = %s\n", extra, dir);
+}
+
 static void
 setup(void)
 {
@@ -62,10 +72,7 @@ setup(void)
 		    i);
 		make_text(files[i], i, 20000, 7);
 	}
-	snprintf(text, sizeof(text), "seed = 5\nmethod = soma\n[soma]\n"
-	    "experts = 2\nwidth = 8\nmlp_mult = 2\nlayers = 1\nwindow = 16\n"
-	    "batch = 4\nperturbations = 4\nseed_steps = 6\nsteps = 4\n"
-	    "eval_every = 2\nclusters = %s\n", dir);
+	spec_text(text, sizeof(text), "");
 	ck_assert_msg(pr_spec_parse(&spec, text, strlen(text), err) == 0,
 	    "%s", err);
 	ck_assert(pr_spec_run_id(&spec, run_id, err) == 0);
@@ -178,10 +185,7 @@ START_TEST(test_expert_decoder_delta)
 	pr_spec same;
 	sa_result r;
 
-	snprintf(text, sizeof(text), "seed = 5\nmethod = soma\n[soma]\n"
-	    "experts = 2\nwidth = 8\nmlp_mult = 2\nlayers = 1\nwindow = 16\n"
-	    "batch = 4\nperturbations = 4\nseed_steps = 6\nsteps = 4\n"
-	    "eval_every = 2\nexpert_decoder = frozen\nclusters = %s\n", dir);
+	spec_text(text, sizeof(text), "expert_decoder = frozen\n");
 	ck_assert_msg(pr_spec_parse(&same, text, strlen(text), err) == 0,
 	    "%s", err);
 	ck_assert(pr_spec_run_id(&same, frozen_id, err) == 0);

@@ -248,9 +248,12 @@ pack_a(int transA, const float *A, int lda, int i0, int mc, int p0, int kc,
 }
 
 /* 16 columns (nr valid) by kk <= 16 k of B transposed, rows of ldb, into
- * dst with a row stride of 32. */
+ * dst with a row stride of 32: from src, or from src16's fp16 values,
+ * widened as they are loaded, where src16 is not NULL (the panel then
+ * holds what src would give of the values widened beforehand). */
 GEMM_TARGET __attribute__((always_inline)) static inline void
-pack_bt_block(const float *src, int ldb, int nr, int kk, float *dst)
+pack_bt_block(const float *src, const uint16_t *src16, int ldb, int nr,
+    int kk, float *dst)
 {
 	const __mmask16 km = mask_first(kk);
 	__m512 in[16], out[16];
@@ -258,8 +261,10 @@ pack_bt_block(const float *src, int ldb, int nr, int kk, float *dst)
 
 #pragma GCC unroll 16
 	for (i = 0; i < 16; i++)
-		in[i] = i < nr ? _mm512_maskz_loadu_ps(km,
-		    src + (size_t)i * ldb) : _mm512_setzero_ps();
+		in[i] = i >= nr ? _mm512_setzero_ps() : src16 != NULL ?
+		    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km,
+		    src16 + (size_t)i * ldb)) :
+		    _mm512_maskz_loadu_ps(km, src + (size_t)i * ldb);
 	transpose16(in, out);
 #pragma GCC unroll 16
 	for (j = 0; j < kk; j++)
@@ -303,60 +308,30 @@ pack_b_rows(const float *B, int ldb, int n0, int nc, int np, int pc,
 
 /* One 32-column panel of B transposed, (N,K) with rows of k: columns
  * j0.. (nr valid), k in [p0, p0+kc), into dst (kc, 32), missing columns
- * zero.  A transpose, 16 k at a time. */
+ * zero.  A transpose, 16 k at a time; B16, when not NULL, holds B in
+ * fp16 (and B is not read). */
 GEMM_TARGET static void
-pack_bt_panel(const float *B, int ldb, int j0, int nr, int p0, int kc,
-    float *dst)
+pack_bt_panel(const float *B, const uint16_t *B16, int ldb, int j0, int nr,
+    int p0, int kc, float *dst)
 {
 	int k, h;
+	size_t off;
 
+	/* whole blocks of 16 k with a constant count, then the tail */
 	for (k = 0; k + 16 <= kc; k += 16)
-		for (h = 0; h < 2; h++)
-			pack_bt_block(B + (size_t)(j0 + h * 16) * ldb + p0 + k,
-			    ldb, nr - h * 16, 16,
-			    dst + (size_t)k * GEMM_NR + h * 16);
+		for (h = 0; h < 2; h++) {
+			off = (size_t)(j0 + h * 16) * ldb + p0 + k;
+			pack_bt_block(B16 != NULL ? NULL : B + off,
+			    B16 != NULL ? B16 + off : NULL, ldb, nr - h * 16,
+			    16, dst + (size_t)k * GEMM_NR + h * 16);
+		}
 	if (k < kc)
-		for (h = 0; h < 2; h++)
-			pack_bt_block(B + (size_t)(j0 + h * 16) * ldb + p0 + k,
-			    ldb, nr - h * 16, kc - k,
-			    dst + (size_t)k * GEMM_NR + h * 16);
-}
-
-/* pack_bt_block of fp16 B: each value widened as it is loaded, so the
- * panel holds what pack_bt_block makes of B widened beforehand. */
-GEMM_TARGET __attribute__((always_inline)) static inline void
-pack_bt_block_f16(const uint16_t *src, int ldb, int nr, int kk, float *dst)
-{
-	const __mmask16 km = mask_first(kk);
-	__m512 in[16], out[16];
-	int i, j;
-
-#pragma GCC unroll 16
-	for (i = 0; i < 16; i++)
-		in[i] = i < nr ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km,
-		    src + (size_t)i * ldb)) : _mm512_setzero_ps();
-	transpose16(in, out);
-#pragma GCC unroll 16
-	for (j = 0; j < kk; j++)
-		_mm512_store_ps(dst + (size_t)j * GEMM_NR, out[j]);
-}
-
-GEMM_TARGET static void
-pack_bt_panel_f16(const uint16_t *B, int ldb, int j0, int nr, int p0,
-    int kc, float *dst)
-{
-	int k, h;
-
-	for (k = 0; k + 16 <= kc; k += 16)
-		for (h = 0; h < 2; h++)
-			pack_bt_block_f16(B + (size_t)(j0 + h * 16) * ldb +
-			    p0 + k, ldb, nr - h * 16, 16,
-			    dst + (size_t)k * GEMM_NR + h * 16);
-	if (k < kc)
-		for (h = 0; h < 2; h++)
-			pack_bt_block_f16(B + (size_t)(j0 + h * 16) * ldb +
-			    p0 + k, ldb, nr - h * 16, kc - k,
-			    dst + (size_t)k * GEMM_NR + h * 16);
+		for (h = 0; h < 2; h++) {
+			off = (size_t)(j0 + h * 16) * ldb + p0 + k;
+			pack_bt_block(B16 != NULL ? NULL : B + off,
+			    B16 != NULL ? B16 + off : NULL, ldb, nr - h * 16,
+			    kc - k, dst + (size_t)k * GEMM_NR + h * 16);
+		}
 }
 
 /* How a kernel folds its block sum s into C: the first K block applies
@@ -689,12 +664,8 @@ gemm_pack_task(void *ctx, int t, int thread)
 	kc = g->K - pc < GEMM_KC ? g->K - pc : GEMM_KC;
 	j0 = g->n0 + j * GEMM_NR;
 	nr = g->n0 + g->nc - j0 < GEMM_NR ? g->n0 + g->nc - j0 : GEMM_NR;
-	if (g->B16 != NULL)
-		pack_bt_panel_f16(g->B16, g->ldb, j0, nr, pc, kc, g->bpack +
-		    (size_t)pc * g->np * GEMM_NR + (size_t)j * kc * GEMM_NR);
-	else
-		pack_bt_panel(g->B, g->ldb, j0, nr, pc, kc, g->bpack +
-		    (size_t)pc * g->np * GEMM_NR + (size_t)j * kc * GEMM_NR);
+	pack_bt_panel(g->B, g->B16, g->ldb, j0, nr, pc, kc, g->bpack +
+	    (size_t)pc * g->np * GEMM_NR + (size_t)j * kc * GEMM_NR);
 }
 
 static void
