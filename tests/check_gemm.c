@@ -761,10 +761,10 @@ START_TEST(test_serial_in_pool_tasks)
 }
 END_TEST
 
-/* kn_gemm_serial_f16 against the float call on the weights widened
- * beforehand, to the bit, over panel and K-block edges, strides and both
- * betas; under OpenBLAS it declines and leaves C as it was.  _i: kernel
- * (0 AVX-512, 1 OpenBLAS). */
+/* kn_gemm_serial_f16 and kn_gemm_f16 against the float call on the
+ * weights widened beforehand, to the bit, over panel and K-block edges,
+ * strides and both betas; under OpenBLAS they decline and leave C as it
+ * was.  _i: kernel (0 AVX-512, 1 OpenBLAS). */
 START_TEST(test_f16_weights)
 {
 	static const int shapes[][3] = {   /* M, N, K */
@@ -805,6 +805,8 @@ START_TEST(test_f16_weights)
 			    (float)beta, C1, ldc);
 			if (_i == 1) {
 				ck_assert_int_eq(done, 0);
+				ck_assert_int_eq(kn_gemm_f16(M, N, K, A, lda,
+				    B16, ldb, (float)beta, C1, ldc), 0);
 				ck_assert_mem_eq(C1, C0, nc * sizeof(float));
 			} else {
 				ck_assert_int_eq(done, 1);
@@ -814,6 +816,14 @@ START_TEST(test_f16_weights)
 					ck_abort_msg("shape %d beta %d: fp16 "
 					    "weights differ from widened ones",
 					    si, beta);
+				/* over the pool: the same bits */
+				memcpy(C1, C0, nc * sizeof(float));
+				ck_assert_int_eq(kn_gemm_f16(M, N, K, A, lda,
+				    B16, ldb, (float)beta, C1, ldc), 1);
+				if (memcmp(C1, C2, nc * sizeof(float)) != 0)
+					ck_abort_msg("shape %d beta %d: fp16 "
+					    "weights over the pool differ", si,
+					    beta);
 			}
 			free(A);
 			free(Bf);

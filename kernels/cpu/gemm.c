@@ -311,17 +311,31 @@ kn_gemm(int transA, int transB, int M, int N, int K, float alpha,
 	stats_add(t0, M, N, K);
 }
 
-int
-kn_gemm_serial_f16(int M, int N, int K, const float *A, int lda,
+static int
+gemm_f16(int parallel, int M, int N, int K, const float *A, int lda,
     const uint16_t *B, int ldb, float beta, float *C, int ldc)
 {
 	if (M <= 0 || N <= 0 || K <= 0 || A == NULL || B == NULL ||
 	    C == NULL || lda < K || ldb < K || ldc < N)
 		return 0;
-	if (kn__gemm_pick(0, 0, 1, M, N, K) != KN_GEMM_AVX512)
+	if (kn__gemm_pick(parallel, 0, 1, M, N, K) != KN_GEMM_AVX512)
 		return 0;
-	kn__gemm_avx512_f16(0, M, N, K, A, lda, B, ldb, beta, C, ldc);
+	kn__gemm_avx512_f16(parallel, M, N, K, A, lda, B, ldb, beta, C, ldc);
 	return 1;
+}
+
+int
+kn_gemm_f16(int M, int N, int K, const float *A, int lda, const uint16_t *B,
+    int ldb, float beta, float *C, int ldc)
+{
+	return gemm_f16(1, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+int
+kn_gemm_serial_f16(int M, int N, int K, const float *A, int lda,
+    const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+	return gemm_f16(0, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 size_t

@@ -36,6 +36,9 @@ void kn_gemm_serial(int transA, int transB, int M, int N, int K,
  * arguments are not a product), C untouched: the caller widens B. */
 int kn_gemm_serial_f16(int M, int N, int K, const float *A, int lda,
     const uint16_t *B, int ldb, float beta, float *C, int ldc);
+/* The same over the pool. */
+int kn_gemm_f16(int M, int N, int K, const float *A, int lda,
+    const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
 /* Weights that stay fixed, packed once: C (M,N) = A (M,K) . B^T + beta C
  * with B (N,K) row-major, as kn_gemm(0, 1, ...) with alpha 1 gives it, to

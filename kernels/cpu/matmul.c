@@ -99,11 +99,10 @@ kn_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
 		kn_pool_run((OC + BIAS_COLS - 1) / BIAS_COLS, dbias_task, &j);
 }
 
-/* The fp16-storage layer, a few output columns a task: our kernel widens
- * the weights as it packs them; with OpenBLAS, the task widens its
- * columns into its own slice of scratch, small enough to stay in cache
- * while the GEMM reads it.  Either way the fp32 copy of a matrix never
- * exists whole. */
+/* The fp16-storage layer: our kernel widens the weights as it packs
+ * them; with OpenBLAS, each task widens a few output columns into its own
+ * slice of scratch, small enough to stay in cache while the GEMM reads
+ * it.  Either way the fp32 copy of a matrix never exists whole. */
 #define F16_SLICE 65536         /* floats a task widens at a time */
 
 static int
@@ -138,10 +137,6 @@ f16_task(void *ctx, int task, int thread)
 	int o1 = o0 + j->cols < j->OC ? o0 + j->cols : j->OC;
 	float *wf = j->scratch + (size_t)thread * j->cols * j->C;
 
-	/* our kernel widens the weights as it packs them */
-	if (kn_gemm_serial_f16(j->N, o1 - o0, j->C, j->inp, j->C,
-	    j->w + (size_t)o0 * j->C, j->C, j->beta, j->out + o0, j->OC))
-		return;
 	kn_f16_to_f32(wf, j->w + (size_t)o0 * j->C, (size_t)(o1 - o0) * j->C);
 	kn_gemm_serial(0, 1, j->N, o1 - o0, j->C, 1.0f, j->inp, j->C, wf, j->C,
 	    j->beta, j->out + o0, j->OC);
@@ -161,6 +156,8 @@ kn_cpu_matmul_forward_f16(float *out, const float *inp, const uint16_t *w,
 	/* a byte's decoding: memory-bound, the weights read only once */
 	if (kn_cpu_gemv_f16_usable(N))
 		kn_cpu_gemv_f16(out, inp, w, N, C, OC, j.beta);
-	else
+	/* our kernel widens the weights as it packs them, over the pool's
+	 * tiles of the whole product */
+	else if (!kn_gemm_f16(N, OC, C, inp, C, w, C, j.beta, out, OC))
 		kn_pool_run((OC + j.cols - 1) / j.cols, f16_task, &j);
 }
