@@ -255,20 +255,21 @@ const pr_key pr_spec_keys[] = {
 
 	{ .section = "noise", .name = "draw", .type = PR_KEY_CHOICE,
 	  FIELD(noise_draw), .def_str = "stratified", .choices = noise_draws,
-	  .flags = PR_KEY_HASHED,
+	  .flags = PR_KEY_HASHED | PR_KEY_NEW_DEFAULT,
 	  .doc = "stratified: one level per window, stratified across the "
 	  "batch; antithetic: the same with mirrored pairs of levels; kform: "
 	  "the count of masked bytes drawn with the level integrated out, "
 	  "every masked byte weighted alike" },
 	{ .section = "noise", .name = "t_floor", .type = PR_KEY_REAL,
 	  FIELD(t_floor), .min = 0, .max = 1, .def = 0,
-	  .flags = PR_KEY_HASHED | PR_KEY_MAX_OPEN,
+	  .flags = PR_KEY_HASHED | PR_KEY_NEW_DEFAULT | PR_KEY_MAX_OPEN,
 	  .doc = "levels below it are drawn floor_share of the time, weighted "
 	  "by the density ratio so the estimate stays the exact share; 0: "
 	  "levels uniform in the interval" },
 	{ .section = "noise", .name = "floor_share", .type = PR_KEY_REAL,
 	  FIELD(floor_share), .min = 0, .max = 1, .def = 0.05,
-	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN | PR_KEY_MAX_OPEN,
+	  .flags = PR_KEY_HASHED | PR_KEY_NEW_DEFAULT | PR_KEY_MIN_OPEN |
+	  PR_KEY_MAX_OPEN,
 	  .doc = "the share of a block's draws below t_floor, when t_floor "
 	  "cuts its interval" },
 
@@ -856,16 +857,15 @@ pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
 	}
 }
 
-/* A [noise] key, or one flagged PR_KEY_NEW_DEFAULT, at its default is
- * left out of the run id and of the printed spec: the specs from before
- * the key keep both. */
+/* A key flagged PR_KEY_NEW_DEFAULT (the [noise] keys, expert_decoder) at
+ * its default is left out of the run id and of the printed spec: the
+ * specs from before the key keep both. */
 static int
 at_new_default(const pr_key *k, const pr_spec *s)
 {
 	const char *p = (const char *)s + k->offset;
 
-	if (strcmp(k->section, "noise") != 0 &&
-	    !(k->flags & PR_KEY_NEW_DEFAULT))
+	if (!(k->flags & PR_KEY_NEW_DEFAULT))
 		return 0;
 	if (k->type == PR_KEY_CHOICE)
 		return strcmp(p, k->def_str) == 0;
