@@ -32,20 +32,17 @@ qp_gflop() {
 	"$sm" spec "$1" | sed -n 's/^compute *\([0-9.]*\) GFLOP per train step.*/\1/p'
 }
 
-# The steps of the spec (or --steps) scaled to the compute of the spec
-# with position_block = L: below the window a training row holds the
+# The steps of the spec (or --steps) scaled to the compute of FILE, the
+# spec with position_block = L: below the window a training row holds the
 # window twice (the clean context and the noisy copy), so a step costs
 # about twice as much, and such a run gets fewer steps, the same compute
 # as the full-window blocks and the causal LM at the spec's steps.
 qp_steps_for() {
-	qp_spec_for "$1" > "$dir/.spec.$$"
 	full=${steps#--steps }
-	[ -n "$full" ] || full=$("$sm" spec "$spec" |
-	    sed -n 's/.* \([0-9]*\) steps$/\1/p' | head -1)
-	awk -v s="$full" -v a="$(qp_gflop "$spec")" \
-	    -v b="$(qp_gflop "$dir/.spec.$$")" \
+	[ -n "$full" ] || full=$(sed -n 's/^[ \t]*steps[ \t]*=[ \t]*//p' "$spec" |
+	    head -n 1)
+	awk -v s="$full" -v a="$(qp_gflop "$spec")" -v b="$(qp_gflop "$1")" \
 	    'BEGIN { n = int(s * a / b); print (n < 1 ? 1 : n) }'
-	rm -f "$dir/.spec.$$"
 }
 
 # A number from eval's JSON: qp_json KEY
@@ -65,11 +62,10 @@ quality_position_blocks() {
 	for L in $blocks; do
 		d=$dir/L$L
 		mkdir -p "$d"
-		if [ "$L" = "$window" ]; then
-			qp_spec_for "$L" > "$d/spec.conf"
-			lsteps=$steps
-		else
-			n=$(qp_steps_for "$L")
+		qp_spec_for "$L" > "$d/spec.conf"
+		lsteps=$steps
+		if [ "$L" != "$window" ]; then
+			n=$(qp_steps_for "$d/spec.conf")
 			qp_spec_for "$L" "$n" > "$d/spec.conf"
 			lsteps=
 		fi
