@@ -291,6 +291,25 @@ START_TEST(test_score_equals_eval)
 }
 END_TEST
 
+/* shardmeter train makes a new run directory (not its parents: a
+ * mistyped path fails with the reason) and trains the seed into it. */
+START_TEST(test_train_new_dir)
+{
+	char out[8192], path[160];
+
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec %s --dir "
+	    "%s/fresh --seed --quiet --threads 1", tu_shardmeter(), spec_path,
+	    dir) == 0, "train: %s", out);
+	snprintf(path, sizeof(path), "%s/fresh/seed.ckpt", dir);
+	ck_assert_int_eq(access(path, R_OK), 0);
+	ck_assert_int_ne(tu_run_cmd(out, sizeof(out), "%s train --spec %s "
+	    "--dir %s/no/such --seed --quiet", tu_shardmeter(), spec_path,
+	    dir), 0);
+	ck_assert_msg(strstr(out, "cannot create") != NULL &&
+	    strstr(out, "No such file") != NULL, "%s", out);
+}
+END_TEST
+
 /* The same bytes for a seed, in this process and through the hosts, one
  * round trip per byte, routed as the router says. */
 START_TEST(test_generate_same)
@@ -499,6 +518,7 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_step_matches_model);
 	tcase_add_test(tc, test_score_equals_eval);
+	tcase_add_test(tc, test_train_new_dir);
 	tcase_add_test(tc, test_generate_same);
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_unlisted_client);

@@ -3,12 +3,14 @@
  * this same binary. */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -282,8 +284,8 @@ train_soma(struct train_args *t)
 	    strcmp(t->control, "bptt") == 0)) {
 		fprintf(stderr, "shardmeter train: --decoder-steps is for the "
 		    "spsa and eggroll controls (the seed learns its decoder "
-		    "throughout, an expert never does, BPTT learns it by "
-		    "its gradient)\n");
+		    "throughout, an expert as the spec's expert_decoder "
+		    "says, BPTT by its gradient)\n");
 		return 2;
 	}
 	if (t->control != NULL) {
@@ -298,6 +300,13 @@ train_soma(struct train_args *t)
 			    "spsa, eggroll or bptt\n");
 			return 2;
 		}
+	}
+	/* a new run's directory, as BlockTrain's trainer makes it; its
+	 * parent must exist, so a mistyped path still fails loudly */
+	if (mkdir(t->run.dir, 0755) != 0 && errno != EEXIST) {
+		fprintf(stderr, "shardmeter train: cannot create %s: %s\n",
+		    t->run.dir, strerror(errno));
+		return 1;
 	}
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
