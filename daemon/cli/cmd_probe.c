@@ -63,10 +63,13 @@ ask(const peers_entry *p, const char *method, const char *path,
 
 /* Starts the probe of what (compute or links) on p with query, and
  * waits up to limit seconds for its result: the JSON (the caller's), or
- * NULL with the reason in err. */
+ * NULL with the reason in err.  The first poll waits quiet seconds:
+ * each poll is a TLS handshake on the host, and on a host held to a
+ * tenth of a core ten of them a second took several percent of what a
+ * compute probe measures. */
 static json_t *
 run_probe(const peers_entry *p, const char *what, const char *query,
-    double limit, char *err)
+    double quiet, double limit, char *err)
 {
 	char path[256];
 	json_t *o;
@@ -83,6 +86,8 @@ run_probe(const peers_entry *p, const char *what, const char *query,
 		return NULL;
 	}
 	snprintf(path, sizeof(path), "/v1/probe/%s", what);
+	if (quiet > 0)
+		usleep((useconds_t)(quiet * 1e6));
 	for (;;) {
 		json_decref(o);
 		usleep(POLL_US);
@@ -331,8 +336,11 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	    a->compute_seconds, a->compute_repeats);
 	for (i = 0; i < pl->n; i++) {
 		fprintf(stderr, "probe: compute of %s...\n", pl->v[i].addr);
-		o = run_probe(&pl->v[i], "compute", query, 2 * PB_HOLD_TIMEOUT +
-		    2 * PB_MAX_COMPUTE_SECONDS * a->compute_repeats, err);
+		/* train and forward, each compute_seconds, per repetition */
+		o = run_probe(&pl->v[i], "compute", query, 2.0 *
+		    a->compute_seconds * a->compute_repeats, 2 *
+		    PB_HOLD_TIMEOUT + 2 * PB_MAX_COMPUTE_SECONDS *
+		    a->compute_repeats, err);
 		if (o == NULL || take_compute(t, i, o, err) != 0) {
 			fprintf(stderr, "shardmeter probe: %s\n", err);
 			failed++;
@@ -349,7 +357,8 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	    "seconds=%g", a->samples, a->bytes, a->streams, a->seconds);
 	for (i = 0; i < pl->n && pl->n > 1; i++) {
 		fprintf(stderr, "probe: links from %s...\n", pl->v[i].addr);
-		o = run_probe(&pl->v[i], "links", query, a->seconds + 30, err);
+		o = run_probe(&pl->v[i], "links", query, 0, a->seconds + 30,
+		    err);
 		if (o == NULL || take_links(t, i, o, err) != 0) {
 			fprintf(stderr, "shardmeter probe: %s\n", err);
 			failed++;
