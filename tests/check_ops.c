@@ -424,7 +424,7 @@ END_TEST
 START_TEST(test_matmul_f16)
 {
 	static const int Ns[] = { 1, 2, 3, 4, 5, 8, 9 }, Cs[] = { 16, 37, 64,
-	    100 }, OCs[] = { 1, 65, 130 };
+	    100, 200 }, OCs[] = { 1, 65, 130 };
 	size_t ni, ci, oi, k;
 
 	for (ni = 0; ni < sizeof(Ns) / sizeof(Ns[0]); ni++)
