@@ -64,9 +64,10 @@ ask(const peers_entry *p, const char *method, const char *path,
 /* Starts the probe of what (compute or links) on p with query, and
  * waits up to limit seconds for its result: the JSON (the caller's), or
  * NULL with the reason in err.  The first poll waits quiet seconds:
- * each poll is a TLS handshake on the host, and on a host held to a
- * tenth of a core ten of them a second took several percent of what a
- * compute probe measures. */
+ * each poll is a TLS handshake on the host, and with ten of them a
+ * second during the compute probe, the plan bench's hosts (held to 10 to
+ * 25 % of a core) probed slow, and 8 of 10 training times were then
+ * predicted long. */
 static json_t *
 run_probe(const peers_entry *p, const char *what, const char *query,
     double quiet, double limit, char *err)

@@ -112,8 +112,8 @@ one_row_task(void *ctx, int task, int thread)
  * sequential stream as one row's), 32 weights per step into two
  * accumulators per row.  The 8-column interleave before needed two
  * passes for 8 rows: 18.9 against 10.8 ms for 8 rows of 4096 x 16384
- * here, and 13.0 ms through the widening GEMM.  NR is a constant where it is
- * inlined, so the accumulators stay in registers. */
+ * here, and 13.0 ms through the widening GEMM.  NR is a constant where
+ * it is inlined, so the accumulators stay in registers. */
 GEMV_TARGET static inline __attribute__((always_inline)) void
 rows_range(const struct gemv_job *j, int o0, int o1, const int NR)
 {
