@@ -87,8 +87,9 @@ run_probe(const peers_entry *p, const char *what, const char *query,
 		return NULL;
 	}
 	snprintf(path, sizeof(path), "/v1/probe/%s", what);
-	if (quiet > 0)
-		usleep((useconds_t)(quiet * 1e6));
+	if (quiet > 0)	/* usleep need not take a second or more */
+		nanosleep(&(struct timespec){ (time_t)quiet,
+		    (long)((quiet - (time_t)quiet) * 1e9) }, NULL);
 	for (;;) {
 		json_decref(o);
 		usleep(POLL_US);
