@@ -420,11 +420,13 @@ END_TEST
 /* The fp16-storage layer against a direct double loop over the widened
  * weights, for the few-row shapes of decoding (the path that reads fp16
  * weights in place where the CPU has it) and more rows (widen and GEMM),
- * tails included; and bitwise the same on 1 and 2 threads. */
+ * tails, odd column counts and sliced inputs included; and bitwise the same on 1 and 2 threads. */
 START_TEST(test_matmul_f16)
 {
+	/* C = 2100: several slices of the few-row path's inputs, and both
+	 * of its tails */
 	static const int Ns[] = { 1, 2, 3, 4, 5, 8, 9 }, Cs[] = { 16, 37, 64,
-	    100, 200 }, OCs[] = { 1, 65, 130 };
+	    100, 200, 2100 }, OCs[] = { 1, 65, 130 };
 	size_t ni, ci, oi, k;
 
 	for (ni = 0; ni < sizeof(Ns) / sizeof(Ns[0]); ni++)

@@ -31,59 +31,62 @@ struct gemv_job {
 	float beta;
 };
 
-/* One row, a byte's decoding and the case that decides an ar
- * traversal: two output columns at a time, each read front to back in
- * blocks of 64 weights into four accumulators, with a prefetch
- * GEMV_AHEAD weights ahead of each.  Two long sequential streams keep
- * the hardware prefetchers at full rate, where the kernel before, 8
- * interleaved columns 32 bytes of each at a time, reached about half of
- * it: 34 against 62-70 GB/s for 4096 x 16384 on 2 threads here, whose
- * pure read runs at about 80. */
+/* 32 fp16 weights at w widened to two vectors of 16 floats.  One 64-byte
+ * load, then the conversion from registers: on the AMD EPYC (Zen 5) here
+ * the conversion straight from memory (vcvtph2ps zmm, m256, what the
+ * compiler makes of a 32-byte load fed to it) held a one-row pass to
+ * 28-42 GB/s, and this form reaches 50-72 on the same matrices, where a
+ * plain read runs at 62-70. */
+#define GEMV_WIDEN(w, lo, hi) do { \
+	__m512i v_ = _mm512_loadu_si512((const void *)(w)); \
+	(lo) = _mm512_cvtph_ps(_mm512_castsi512_si256(v_)); \
+	(hi) = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v_, 1)); \
+} while (0)
+
+/* One row, a byte's decoding and the case that decides an ar traversal:
+ * each output column's weights read front to back as one sequential
+ * stream, 64 at a time into four accumulators, with a prefetch GEMV_AHEAD
+ * weights ahead.  Long sequential streams keep the hardware prefetchers
+ * at full rate: the first kernel, 8 interleaved columns 32 bytes of each
+ * at a time, reached about half of the memory's rate (34 against 62-70
+ * GB/s for 4096 x 16384 on 2 threads on the Intel Cooper Lake machine).
+ * On Zen 5 one stream beat two interleaved (50-62 against 42-53 GB/s),
+ * and the sums, and so the bits, are the same either way. */
 #define GEMV_AHEAD 1024
 
-/* r0, r1: the dot products of x with rows w0 and w1 (C weights each),
- * every lane summed in a fixed order */
-GEMV_TARGET static void
-dot2(const uint16_t *w0, const uint16_t *w1, const float *x, int C,
-    float *r0, float *r1)
+/* the dot product of x with row w (C weights), every lane summed in a
+ * fixed order */
+GEMV_TARGET static float
+dot1(const uint16_t *w, const float *x, int C)
 {
-	__m512 a[4], b[4];
+	__m512 a[4], lo, hi;
 	int c = 0, k;
 
 	for (k = 0; k < 4; k++)
-		a[k] = b[k] = _mm512_setzero_ps();
+		a[k] = _mm512_setzero_ps();
 	for (; c + 64 <= C; c += 64) {
-		_mm_prefetch((const char *)(w0 + c + GEMV_AHEAD), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w0 + c + GEMV_AHEAD + 32),
+		_mm_prefetch((const char *)(w + c + GEMV_AHEAD), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w + c + GEMV_AHEAD + 32),
 		    _MM_HINT_T0);
-		_mm_prefetch((const char *)(w1 + c + GEMV_AHEAD), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w1 + c + GEMV_AHEAD + 32),
-		    _MM_HINT_T0);
-		for (k = 0; k < 4; k++) {
-			__m512 xv = _mm512_loadu_ps(x + c + 16 * k);
-
-			a[k] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(
-			    _mm256_loadu_si256((const __m256i *)(w0 + c +
-			    16 * k))), a[k]);
-			b[k] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(
-			    _mm256_loadu_si256((const __m256i *)(w1 + c +
-			    16 * k))), b[k]);
+		/* unrolled, or the accumulators live in memory */
+#pragma GCC unroll 2
+		for (k = 0; k < 4; k += 2) {
+			GEMV_WIDEN(w + c + 16 * k, lo, hi);
+			a[k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + c + 16 * k),
+			    lo, a[k]);
+			a[k + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(x + c +
+			    16 * k + 16), hi, a[k + 1]);
 		}
 	}
 	for (; c < C; c += 16) {
 		__mmask16 m = C - c >= 16 ? (__mmask16)0xffff :
 		    (__mmask16)((1u << (C - c)) - 1);
-		__m512 xv = _mm512_maskz_loadu_ps(m, x + c);
 
-		a[0] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(
-		    _mm256_maskz_loadu_epi16(m, w0 + c)), a[0]);
-		b[0] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(
-		    _mm256_maskz_loadu_epi16(m, w1 + c)), b[0]);
+		a[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + c),
+		    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + c)), a[0]);
 	}
-	*r0 = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]),
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]),
 	    _mm512_add_ps(a[2], a[3])));
-	*r1 = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(b[0], b[1]),
-	    _mm512_add_ps(b[2], b[3])));
 }
 
 GEMV_TARGET static void
@@ -92,62 +95,104 @@ one_row_task(void *ctx, int task, int thread)
 	const struct gemv_job *j = ctx;
 	int o0 = task * GEMV_COLS, o;
 	int o1 = o0 + GEMV_COLS < j->OC ? o0 + GEMV_COLS : j->OC;
-	float r[2];
 
 	(void)thread;
-	for (o = o0; o < o1; o += 2) {
-		const uint16_t *w0 = j->w + (size_t)o * j->C;
-		int g, G = o + 1 < o1 ? 2 : 1;
+	for (o = o0; o < o1; o++) {
+		float r = dot1(j->w + (size_t)o * j->C, j->inp, j->C);
 
-		/* a lone last column is read twice, its second sum dropped */
-		dot2(w0, G == 2 ? w0 + j->C : w0, j->inp, j->C, &r[0], &r[1]);
-		for (g = 0; g < G; g++)
-			j->out[o + g] = j->beta != 0.0f ? j->beta *
-			    j->out[o + g] + r[g] : r[g];
+		j->out[o] = j->beta != 0.0f ? j->beta * j->out[o] + r : r;
 	}
 }
 
 /* 2 to 8 rows, a short prompt's prefill: one pass over the weights for
- * all of them, one output column at a time read front to back (the same
- * sequential stream as one row's), 32 weights per step into two
- * accumulators per row.  The 8-column interleave before needed two
- * passes for 8 rows: 18.9 against 10.8 ms for 8 rows of 4096 x 16384
- * here, and 13.0 ms through the widening GEMM.  NR is a constant where
- * it is inlined, so the accumulators stay in registers. */
+ * all of them.  Two things set its pace, and each has its answer here.
+ * - The rows' inputs: loaded once per weight vector and row, a load per
+ *   multiply-add.  So two output columns are taken at once and each input
+ *   vector serves both: half the loads.
+ * - Where those inputs come from: a whole row of C floats per input row
+ *   (128 KiB for 8 rows of 4096) streams from L2 for every column.  So
+ *   the columns of a task are taken GEMV_ROWS_KC inputs at a time, their
+ *   sums kept in memory between the slices, and a slice of the inputs
+ *   stays in L1.
+ * 8 rows of 4096 x 16384 took 9.3-10.9 ms one column at a time with the
+ * whole row, 3.9 with pairs and slices of 1,024, on the Zen 5 here.  Every column
+ * has one accumulator per row, summed in the order of c whether it is
+ * paired or not, so the bits depend neither on the pairing nor on the
+ * thread count.  NR and NC are constants where this is inlined, so the
+ * accumulators stay in registers within a slice. */
+/* inputs per slice: 32 KiB of the rows' floats, and 2048 at most, the
+ * best of 512 to 4096 for 2, 4 and 8 rows here (the weights are then read
+ * in bursts of 2 to 4 KiB per column) */
+#define GEMV_ROWS_KC(NR) ((NR) <= 4 ? 2048 : (8192 / (NR)) & ~31)
+
+GEMV_TARGET static inline __attribute__((always_inline)) void
+rows_slice(const struct gemv_job *j, const uint16_t *w, int c0, int c1,
+    __m512 acc[][KN_GEMV_F16_MAX_ROWS], const int NR, const int NC)
+{
+	__m512 a[2][KN_GEMV_F16_MAX_ROWS];
+	int c, n, k, C = j->C;
+
+#pragma GCC unroll 2
+	for (k = 0; k < NC; k++)
+#pragma GCC unroll 8
+		for (n = 0; n < NR; n++)
+			a[k][n] = acc[k][n];
+	for (c = c0; c < c1; c += 32) {
+		__m512 lo[2], hi[2];
+
+#pragma GCC unroll 2
+		for (k = 0; k < NC; k++) {
+			/* the next pair's slice, read next */
+			_mm_prefetch((const char *)(w + (size_t)(NC + k) * C +
+			    c), _MM_HINT_T0);
+			GEMV_WIDEN(w + (size_t)k * C + c, lo[k], hi[k]);
+		}
+		/* unrolled, or the accumulators live in memory */
+#pragma GCC unroll 8
+		for (n = 0; n < NR; n++) {
+			const float *x = j->inp + (size_t)n * C + c;
+			__m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x +
+			    16);
+
+#pragma GCC unroll 2
+			for (k = 0; k < NC; k++)
+				a[k][n] = _mm512_fmadd_ps(x1, hi[k],
+				    _mm512_fmadd_ps(x0, lo[k], a[k][n]));
+		}
+	}
+#pragma GCC unroll 2
+	for (k = 0; k < NC; k++)
+#pragma GCC unroll 8
+		for (n = 0; n < NR; n++)
+			acc[k][n] = a[k][n];
+}
+
 GEMV_TARGET static inline __attribute__((always_inline)) void
 rows_range(const struct gemv_job *j, int o0, int o1, const int NR)
 {
-	int o, n, C = j->C;
+	__m512 acc[GEMV_COLS][KN_GEMV_F16_MAX_ROWS];
+	int o, n, C = j->C, C32 = C & ~31, c0;
 
-	for (o = o0; o < o1; o++) {
-		const uint16_t *w = j->w + (size_t)o * C;
-		__m512 a[KN_GEMV_F16_MAX_ROWS][2];
-		int c = 0;
-
+	for (o = o0; o < o1; o++)
 #pragma GCC unroll 8
 		for (n = 0; n < NR; n++)
-			a[n][0] = a[n][1] = _mm512_setzero_ps();
-		for (; c + 32 <= C; c += 32) {
-			__m512 w0, w1;
+			acc[o - o0][n] = _mm512_setzero_ps();
+	for (c0 = 0; c0 < C32; c0 += GEMV_ROWS_KC(NR)) {
+		int c1 = c0 + GEMV_ROWS_KC(NR) < C32 ? c0 + GEMV_ROWS_KC(NR) :
+		    C32;
 
-			_mm_prefetch((const char *)(w + c + GEMV_AHEAD),
-			    _MM_HINT_T0);
-			w0 = _mm512_cvtph_ps(_mm256_loadu_si256(
-			    (const __m256i *)(w + c)));
-			w1 = _mm512_cvtph_ps(_mm256_loadu_si256(
-			    (const __m256i *)(w + c + 16)));
-			/* unrolled, or the accumulators live in memory */
-#pragma GCC unroll 8
-			for (n = 0; n < NR; n++) {
-				const float *x = j->inp + (size_t)n * C + c;
+		for (o = o0; o + 2 <= o1; o += 2)
+			rows_slice(j, j->w + (size_t)o * C, c0, c1,
+			    acc + (o - o0), NR, 2);
+		if (o < o1)
+			rows_slice(j, j->w + (size_t)o * C, c0, c1,
+			    acc + (o - o0), NR, 1);
+	}
+	for (o = o0; o < o1; o++) {
+		const uint16_t *w = j->w + (size_t)o * C;
+		int c;
 
-				a[n][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x), w0,
-				    a[n][0]);
-				a[n][1] = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16),
-				    w1, a[n][1]);
-			}
-		}
-		for (; c < C; c += 16) {
+		for (c = C32; c < C; c += 16) {
 			__mmask16 m = C - c >= 16 ? (__mmask16)0xffff :
 			    (__mmask16)((1u << (C - c)) - 1);
 			__m512 wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m,
@@ -155,14 +200,14 @@ rows_range(const struct gemv_job *j, int o0, int o1, const int NR)
 
 #pragma GCC unroll 8
 			for (n = 0; n < NR; n++)
-				a[n][0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m,
-				    j->inp + (size_t)n * C + c), wv, a[n][0]);
+				acc[o - o0][n] = _mm512_fmadd_ps(
+				    _mm512_maskz_loadu_ps(m, j->inp +
+				    (size_t)n * C + c), wv, acc[o - o0][n]);
 		}
 #pragma GCC unroll 8
 		for (n = 0; n < NR; n++) {
 			float *y = j->out + (size_t)n * j->OC + o;
-			float v = _mm512_reduce_add_ps(_mm512_add_ps(a[n][0],
-			    a[n][1]));
+			float v = _mm512_reduce_add_ps(acc[o - o0][n]);
 
 			*y = j->beta != 0.0f ? j->beta * *y + v : v;
 		}
