@@ -5,7 +5,8 @@
 #include <stdint.h>
 
 /* The most rows the path takes (a byte's decoding, a short prompt); more
- * go through the GEMM, which at 8 rows was still 20 % slower here. */
+ * go through the GEMM.  The path keeps a row's sums in registers, two
+ * columns at a time, and 8 rows fill them. */
 #define KN_GEMV_F16_MAX_ROWS 8
 
 /* Whether this CPU runs the path (AVX-512F/BW/VL, F16C, FMA) for N rows. */
