@@ -115,14 +115,15 @@ one_row_task(void *ctx, int task, int thread)
  *   sums kept in memory between the slices, and a slice of the inputs
  *   stays in L1.
  * 8 rows of 4096 x 16384 took 9.3-10.9 ms one column at a time with the
- * whole row, 3.9 with pairs and slices of 1,024, on the Zen 5 here.  Every column
+ * whole row, 3.5 with pairs and slices, on the Zen 5 here.  Every column
  * has one accumulator per row, summed in the order of c whether it is
  * paired or not, so the bits depend neither on the pairing nor on the
  * thread count.  NR and NC are constants where this is inlined, so the
- * accumulators stay in registers within a slice. */
-/* inputs per slice: 32 KiB of the rows' floats, and 2048 at most, the
+ * accumulators stay in registers within a slice.
+ *
+ * Inputs per slice: 32 KiB of the rows' floats, and 2048 at most, the
  * best of 512 to 4096 for 2, 4 and 8 rows here (the weights are then read
- * in bursts of 2 to 4 KiB per column) */
+ * in bursts of 2 to 4 KiB per column). */
 #define GEMV_ROWS_KC(NR) ((NR) <= 4 ? 2048 : (8192 / (NR)) & ~31)
 
 GEMV_TARGET static inline __attribute__((always_inline)) void
@@ -142,7 +143,8 @@ rows_slice(const struct gemv_job *j, const uint16_t *w, int c0, int c1,
 
 #pragma GCC unroll 2
 		for (k = 0; k < NC; k++) {
-			/* the next pair's slice, read next */
+			/* the next pair's slice, read next (past the last
+			 * column a prefetch is only a hint: it cannot fault) */
 			_mm_prefetch((const char *)(w + (size_t)(NC + k) * C +
 			    c), _MM_HINT_T0);
 			GEMV_WIDEN(w + (size_t)k * C + c, lo[k], hi[k]);
