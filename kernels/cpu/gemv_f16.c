@@ -127,8 +127,9 @@ one_row_task(void *ctx, int task, int thread)
 #define GEMV_ROWS_KC(NR) ((NR) <= 4 ? 2048 : (8192 / (NR)) & ~31)
 
 GEMV_TARGET static inline __attribute__((always_inline)) void
-rows_slice(const struct gemv_job *j, const uint16_t *w, int c0, int c1,
-    __m512 acc[][KN_GEMV_F16_MAX_ROWS], const int NR, const int NC)
+rows_slice(const struct gemv_job *j, const uint16_t *w, const uint16_t *next,
+    int c0, int c1, __m512 acc[][KN_GEMV_F16_MAX_ROWS], const int NR,
+    const int NC)
 {
 	__m512 a[2][KN_GEMV_F16_MAX_ROWS];
 	int c, n, k, C = j->C;
@@ -143,10 +144,9 @@ rows_slice(const struct gemv_job *j, const uint16_t *w, int c0, int c1,
 
 #pragma GCC unroll 2
 		for (k = 0; k < NC; k++) {
-			/* the next pair's slice, read next (past the last
-			 * column a prefetch is only a hint: it cannot fault) */
-			_mm_prefetch((const char *)(w + (size_t)(NC + k) * C +
-			    c), _MM_HINT_T0);
+			/* the next pair's slice, read next */
+			_mm_prefetch((const char *)(next + (size_t)k * C + c),
+			    _MM_HINT_T0);
 			GEMV_WIDEN(w + (size_t)k * C + c, lo[k], hi[k]);
 		}
 		/* unrolled, or the accumulators live in memory */
@@ -183,12 +183,15 @@ rows_range(const struct gemv_job *j, int o0, int o1, const int NR)
 		int c1 = c0 + GEMV_ROWS_KC(NR) < C32 ? c0 + GEMV_ROWS_KC(NR) :
 		    C32;
 
+		/* the last pair prefetches its own slice: no pointer past
+		 * the matrix */
 		for (o = o0; o + 2 <= o1; o += 2)
-			rows_slice(j, j->w + (size_t)o * C, c0, c1,
+			rows_slice(j, j->w + (size_t)o * C, j->w + (size_t)(o +
+			    (o + 4 <= j->OC ? 2 : 0)) * C, c0, c1,
 			    acc + (o - o0), NR, 2);
 		if (o < o1)
-			rows_slice(j, j->w + (size_t)o * C, c0, c1,
-			    acc + (o - o0), NR, 1);
+			rows_slice(j, j->w + (size_t)o * C, j->w + (size_t)o * C,
+			    c0, c1, acc + (o - o0), NR, 1);
 	}
 	for (o = o0; o < o1; o++) {
 		const uint16_t *w = j->w + (size_t)o * C;
