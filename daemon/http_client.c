@@ -414,6 +414,10 @@ hc_client_new(hc_client **out, uv_loop_t *loop, char *err)
 	curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
 	curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
 	curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+	/* curl's default cache holds 4 connections per transfer in flight,
+	 * so between transfers it kept only a few and the status probe of
+	 * every other peer paid a new TCP and TLS handshake each time */
+	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, HC_MAX_CONNECTS);
 	*out = c;
 	return 0;
 }

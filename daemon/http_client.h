@@ -18,6 +18,9 @@
 #define HC_DEFAULT_TIMEOUT_MS 60000L
 #define HC_DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define HC_DEFAULT_MAX_BODY_BYTES ((size_t)64 * 1024 * 1024)
+/* connections kept open between requests: one per peer of the largest
+ * peer list, and the extra streams of a split transfer */
+#define HC_MAX_CONNECTS 256L
 
 typedef struct hc_client hc_client;
 

@@ -685,6 +685,45 @@ START_TEST(test_keepalive)
 }
 END_TEST
 
+/* A daemon asks each of its peers in turn (status probes, one at a time):
+ * every peer's connection is kept for the next turn, however many peers.
+ * curl's own default kept about four connections between transfers. */
+#define NPEERS 8
+
+START_TEST(test_keepalive_many_servers)
+{
+	hs_server *peer[NPEERS];
+	int closed[NPEERS], i, turn;
+	hs_config c;
+	char err[HS_ERR_LEN];
+
+	memset(&c, 0, sizeof(c));
+	c.tls = use_tls ? srv_tls : NULL;
+	for (i = 0; i < NPEERS; i++) {
+		ck_assert_int_eq(hs_server_new(&peer[i], &loop, &c, handler,
+		    NULL, err), 0);
+		ck_assert_msg(hs_server_listen(peer[i], "127.0.0.1", 0, err) ==
+		    0, "%s", err);
+	}
+	for (turn = 0; turn < 3; turn++)
+		for (i = 0; i < NPEERS; i++) {
+			struct reply r;
+
+			port = hs_server_port(peer[i]);
+			fetch(&r, "GET", "/hello", NULL, 0, NULL);
+			ck_assert_int_eq(r.status, 200);
+			free(r.body);
+		}
+	for (i = 0; i < NPEERS; i++) {
+		ck_assert_uint_eq(hs_server_accepted(peer[i]), 1);
+		closed[i] = 0;
+		hs_server_close(peer[i], set_flag, &closed[i]);
+	}
+	for (i = 0; i < NPEERS; i++)
+		ck_assert(run_until(&closed[i], 5000));
+}
+END_TEST
+
 #define NCONC 40
 
 static struct reply conc[NCONC];
@@ -1479,7 +1518,8 @@ main(void)
 	/* the plain-only tests are of the client's own failures (no server
 	 * or a silent one) and of the HTTP layer alone */
 	const TTest *both[] = {
-	    test_get_post, test_keepalive, test_concurrent, test_head,
+	    test_get_post, test_keepalive, test_keepalive_many_servers,
+	    test_concurrent, test_head,
 	    test_413_declared, test_413_chunked, test_400_malformed,
 	    test_431_headers, test_slow_client, test_idle_timeout,
 	    test_body_rate_floor, test_pipelined, test_exchange_bytes,
