@@ -753,35 +753,49 @@ END_TEST
 
 /* The checkpoint in state decodes, and is the one the daemon serves:
  * the sha256 and step its status gives, the bytes of its endpoint.
- * Returns its step. */
+ * While it trains, a checkpoint can land between the three reads: then
+ * they are taken again, until they agree (5 s at most).  Returns its
+ * step. */
 static long long
 check_served(const char *state)
 {
-	char path[192], hex[65], err[PR_ERR_LEN], *buf;
+	char path[192], hex[65], got[65], err[PR_ERR_LEN], *buf;
+	const char *sha;
 	pr_ckpt_meta meta;
+	long long served_step;
 	json_t *j, *ck;
 	tu_body b;
 	size_t len;
+	int tries;
 
-	snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
-	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len, err), 0);
-	ck_assert_msg(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL, &meta,
-	    err) == 0, "%s: %s", path, err);
-	pr_ckpt_sha256_hex(buf, len, hex, err);
-	free(buf);
-	j = tu_status(base_port);
-	ck_assert_ptr_nonnull(j);
-	ck = json_object_get(j, "checkpoint");
-	ck_assert_str_eq(json_string_value(json_object_get(ck, "sha256")), hex);
-	ck_assert_int_eq(json_integer_value(json_object_get(ck, "step")),
-	    meta.step);
-	json_decref(j);
-	ck_assert_int_eq(tu_http_get(base_port, "/v1/blocks/1/checkpoint", &b),
-	    200);
-	pr_ckpt_sha256_hex(b.data, b.len, path, err);
-	free(b.data);
-	ck_assert_str_eq(path, hex);
-	return meta.step;
+	for (tries = 0;; tries++) {
+		snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
+		ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len,
+		    err), 0);
+		ck_assert_msg(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL,
+		    &meta, err) == 0, "%s: %s", path, err);
+		pr_ckpt_sha256_hex(buf, len, hex, err);
+		free(buf);
+		j = tu_status(base_port);
+		ck_assert_ptr_nonnull(j);
+		ck = json_object_get(j, "checkpoint");
+		sha = json_string_value(json_object_get(ck, "sha256"));
+		snprintf(got, sizeof(got), "%s", sha ? sha : "");
+		served_step = json_integer_value(json_object_get(ck, "step"));
+		json_decref(j);
+		ck_assert_int_eq(tu_http_get(base_port,
+		    "/v1/blocks/1/checkpoint", &b), 200);
+		pr_ckpt_sha256_hex(b.data, b.len, path, err);
+		free(b.data);
+		if (strcmp(got, hex) == 0 && served_step == meta.step &&
+		    strcmp(path, hex) == 0)
+			return meta.step;
+		ck_assert_msg(tries < 100, "the checkpoint on disk (step %lld, "
+		    "%s) is not the one served (status: step %lld, %s; "
+		    "endpoint: %s)", (long long)meta.step, hex, served_step,
+		    got, path);
+		usleep(50000);
+	}
 }
 
 /* A kill in the middle of a write leaves its temporary file: a restart
