@@ -759,7 +759,7 @@ END_TEST
 static long long
 check_served(const char *state)
 {
-	char path[192], hex[65], got[65], err[PR_ERR_LEN], *buf;
+	char path[192], hex[65], got[65], body[65], err[PR_ERR_LEN], *buf;
 	const char *sha;
 	pr_ckpt_meta meta;
 	long long served_step;
@@ -768,8 +768,8 @@ check_served(const char *state)
 	size_t len;
 	int tries;
 
+	snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
 	for (tries = 0;; tries++) {
-		snprintf(path, sizeof(path), "%s/block-1.ckpt", state);
 		ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 30, &buf, &len,
 		    err), 0);
 		ck_assert_msg(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL,
@@ -785,15 +785,15 @@ check_served(const char *state)
 		json_decref(j);
 		ck_assert_int_eq(tu_http_get(base_port,
 		    "/v1/blocks/1/checkpoint", &b), 200);
-		pr_ckpt_sha256_hex(b.data, b.len, path, err);
+		pr_ckpt_sha256_hex(b.data, b.len, body, err);
 		free(b.data);
 		if (strcmp(got, hex) == 0 && served_step == meta.step &&
-		    strcmp(path, hex) == 0)
+		    strcmp(body, hex) == 0)
 			return meta.step;
 		ck_assert_msg(tries < 100, "the checkpoint on disk (step %lld, "
 		    "%s) is not the one served (status: step %lld, %s; "
 		    "endpoint: %s)", (long long)meta.step, hex, served_step,
-		    got, path);
+		    got, body);
 		usleep(50000);
 	}
 }

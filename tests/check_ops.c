@@ -420,7 +420,8 @@ END_TEST
 /* The fp16-storage layer against a direct double loop over the widened
  * weights, for the few-row shapes of decoding (the path that reads fp16
  * weights in place where the CPU has it) and more rows (widen and GEMM),
- * tails, odd column counts and sliced inputs included; and bitwise the same on 1 and 2 threads. */
+ * tails, odd column counts and sliced inputs included; and bitwise the
+ * same on 1 and 2 threads. */
 START_TEST(test_matmul_f16)
 {
 	/* C = 2100: several slices of the few-row path's inputs, and both
