@@ -26,6 +26,18 @@ bg_pos_block(const pr_spec *s)
 }
 
 void
+bg_symbols(const pr_spec *s, const int32_t *seq, int from, int count,
+    int32_t *sym)
+{
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
+	int shift = kn_model_next_byte(&shape), i;
+
+	for (i = 0; i < count; i++)
+		sym[i] = !shift ? seq[from + i] :
+		    from + i == 0 ? KN_MASK : seq[from + i - 1];
+}
+
+void
 bg_span(const pr_spec *s, int fixed, int end, int *first, int *last)
 {
 	int L = bg_pos_block(s);
@@ -78,8 +90,9 @@ int
 bg_extend(kn_model *m, kn_kv *kv, const pr_spec *s, int p,
     const int32_t *seq, char *err)
 {
-	int L = bg_pos_block(s), len = kn_kv_len(kv), i;
+	int L = bg_pos_block(s), len = kn_kv_len(kv), i, rc;
 	kn_decode_seq q = { kv, len, p * L - len };
+	int32_t *sym;
 
 	if (q.count <= 0)
 		return q.count == 0 ? KN_OK : kn_error(err, KN_EINVAL, "the "
@@ -88,23 +101,29 @@ bg_extend(kn_model *m, kn_kv *kv, const pr_spec *s, int p,
 		if (seq[i] == KN_MASK)
 			return kn_error(err, KN_EINVAL, "position %d before "
 			    "position block %d is not decided", i, p);
-	return kn_model_blockdecode(m, &q, 1, seq + len, 1, NULL, 0, NULL,
-	    0.0f, NULL, err);
+	if ((sym = malloc((size_t)q.count * sizeof(int32_t))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	bg_symbols(s, seq, len, q.count, sym);
+	rc = kn_model_blockdecode(m, &q, 1, sym, 1, NULL, 0, NULL, 0.0f, NULL,
+	    err);
+	free(sym);
+	return rc;
 }
 
 int
 bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
     int p, int32_t *seq, int fixed, float temp, uint64_t seed, char *err)
 {
-	int L = bg_pos_block(s), j, r, count, rc;
+	int L = bg_pos_block(s), n = s->window, j, r, count, rc;
 	int32_t *picked = malloc((size_t)L * 4), *pos = malloc((size_t)L * 4);
-	int32_t *rows = malloc((size_t)L * 4);
+	int32_t *rows = malloc((size_t)L * 4), *sym = malloc((size_t)n * 4);
 	float *u = malloc((size_t)2 * L * 4), *upick = malloc((size_t)L * 4);
 	kn_decode_seq q = { kv, p * L, L };
 	double prob, next;
 
-	rc = picked == NULL || pos == NULL || rows == NULL || u == NULL ||
-	    upick == NULL ? kn_error(err, KN_ENOMEM, "out of memory") : KN_OK;
+	rc = picked == NULL || pos == NULL || rows == NULL || sym == NULL ||
+	    u == NULL || upick == NULL ? kn_error(err, KN_ENOMEM,
+	    "out of memory") : KN_OK;
 	if (rc == 0 && kv != NULL)
 		rc = bg_extend(m, kv, s, p, seq, err);
 	for (j = 0; rc == 0 && bg_step_draw(s, k, block, j, p, seed, u, &prob,
@@ -116,9 +135,15 @@ bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
 			upick[r] = u[L + pos[r] - p * L];
 			rows[r] = pos[r] - p * L;
 		}
-		rc = kv != NULL ? kn_model_blockdecode(m, &q, 1, seq + p * L, 0,
-		    rows, count, upick, temp, picked, err) :
-		    kn_model_predict_at(m, seq, 1, pos, count, upick, temp,
+		/* the cache: this position block's symbols; without one,
+		 * the window's */
+		if (kv != NULL)
+			bg_symbols(s, seq, p * L, L, sym);
+		else
+			bg_symbols(s, seq, 0, n, sym);
+		rc = kv != NULL ? kn_model_blockdecode(m, &q, 1, sym, 0, rows,
+		    count, upick, temp, picked, err) :
+		    kn_model_predict_at(m, sym, 1, pos, count, upick, temp,
 		    picked, err);
 		for (r = 0; r < count && rc == 0; r++)
 			seq[pos[r]] = picked[r];
@@ -126,6 +151,7 @@ bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
 	free(picked);
 	free(pos);
 	free(rows);
+	free(sym);
 	free(u);
 	free(upick);
 	return rc;

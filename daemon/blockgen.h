@@ -20,6 +20,12 @@ int bg_has_pos_blocks(const pr_spec *s);
 /* L: the run's position block, or the window. */
 int bg_pos_block(const pr_spec *s);
 
+/* The symbols the model reads at positions [from, from + count) of seq:
+ * the bytes and masks themselves, or in the next-byte form
+ * (kn_model_next_byte) those one position earlier, KN_MASK at 0. */
+void bg_symbols(const pr_spec *s, const int32_t *seq, int from, int count,
+    int32_t *sym);
+
 /* The traversals of a request whose prompt is seq[0, fixed) and output
  * seq[fixed, end): position blocks first = floor(fixed / L) to last =
  * ceil(end / L) - 1, each one traversal, so last - first + 1 in all

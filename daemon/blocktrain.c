@@ -40,6 +40,32 @@ bt_row_len(const pr_spec *s, bt_kind kind)
 	return kind == BT_CAUSAL ? s->window : kn_model_row_len(&shape);
 }
 
+int
+bt_next_byte(const pr_spec *s, bt_kind kind)
+{
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
+
+	return kind != BT_CAUSAL && kn_model_next_byte(&shape);
+}
+
+/* A row of the next-byte form (kn_model_next_byte): the window shifted
+ * one on, every byte predicted from all before it at weight wt.  At one
+ * byte per position block a masked block is the mask alone whatever the
+ * level, so the level is integrated out exactly: the interval's share is
+ * (hi - lo) times the next-byte cross-entropy, with no draw at all. */
+static void
+next_byte_row(const unsigned char *x, int n, float wt, int32_t *in,
+    int32_t *tg, float *w)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		in[i] = i == 0 ? KN_MASK : x[i - 1];
+		tg[i] = x[i];
+		w[i] = wt;
+	}
+}
+
 /* The noise draws of a training row ([noise] in the spec).  A row's
  * masks come from stratified uniforms u = (slice + U) / B, one per
  * window, or per position block of a window.  The level form maps u to a
@@ -239,6 +265,13 @@ bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
 			}
 			continue;
 		}
+		if (bt_next_byte(s, kind)) {
+			/* the training estimate of share / (hi - lo), as the
+			 * other forms give it; a prompt is context already */
+			next_byte_row(c->data + start, n, 1.0f / (float)n, in, tg,
+			    w);
+			continue;
+		}
 		if (s->p_prefix > 0 && kn_rng_uniform(&r) < s->p_prefix)
 			prefix = 1 + (int)kn_rng_below(&r, (uint64_t)n - 1);
 		if (rl > n) {
@@ -269,6 +302,7 @@ struct eval_job {
 	const bt_eval_set *set;
 	double lo, hi;
 	int causal;
+	int next_byte;          /* kn_model_next_byte: one case per window */
 	/* with position blocks: the masked count's distribution (below) */
 	const double *cdf;      /* (L) P(k' <= k), k = 1..L */
 	double z;               /* the weight of every masked byte, x n */
@@ -376,8 +410,9 @@ eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
     float *w)
 {
 	int n = job->s->window, i;
-	int k = job->causal ? e : e / job->set->strata;
-	int j = job->causal ? 0 : e % job->set->strata;
+	int one = job->causal || job->next_byte;
+	int k = one ? e : e / job->set->strata;
+	int j = one ? 0 : e % job->set->strata;
 	size_t off = eval_offset(job->c, job->set, n, k);
 	const unsigned char *x = job->c->data + off;
 	kn_rng r;
@@ -389,6 +424,10 @@ eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
 			tg[i] = x[i + 1];
 			w[i] = 1.0f / (float)n;
 		}
+		return;
+	}
+	if (job->next_byte) {
+		next_byte_row(x, n, (float)((job->hi - job->lo) / n), in, tg, w);
 		return;
 	}
 	/* the same key for every model and interval: the draws are paired
@@ -447,10 +486,17 @@ int
 bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double lo, double hi, double *share, char *err)
 {
-	struct eval_job job = { s, c, set, lo, hi, 0, NULL, 0.0 };
+	struct eval_job job = { s, c, set, lo, hi, 0, 0, NULL, 0.0 };
 	int cases = set->windows * set->strata, rc;
 	double sum, *cdf = NULL;
 
+	if (bt_next_byte(s, BT_BLOCK)) {
+		/* no draw to stratify: each window once, weighted hi - lo */
+		job.next_byte = 1;
+		if ((rc = eval_sum(m, &job, set->windows, &sum, err)) == 0)
+			*share = sum / set->windows;
+		return rc;
+	}
 	if (bt_row_len(s, BT_BLOCK) > s->window) {
 		if ((cdf = malloc((size_t)s->position_block *
 		    sizeof(double))) == NULL)
@@ -470,7 +516,7 @@ int
 bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err)
 {
-	struct eval_job job = { s, c, set, 0.0, 1.0, 1, NULL, 0.0 };
+	struct eval_job job = { s, c, set, 0.0, 1.0, 1, 0, NULL, 0.0 };
 	double sum;
 	int rc;
 

@@ -28,13 +28,18 @@ const char *bt_kind_name(bt_kind k);
  * with position blocks two copies of it (kn_model_row_len). */
 int bt_row_len(const pr_spec *s, bt_kind kind);
 
+/* Whether kind's rows are of the next-byte form (kn_model_next_byte):
+ * position blocks of one byte below the window. */
+int bt_next_byte(const pr_spec *s, bt_kind kind);
+
 /* Fills one training batch of spec->batch windows (input, target, weight
  * each batch * bt_row_len long).  Windows start at uniform offsets of c;
  * noise is drawn as the spec's [noise] says (by default one level per
  * window, stratified across the batch in [lo, hi]); with
  * probability p_prefix a window keeps a random-length prefix unmasked.
  * With position blocks each block is masked at its own level and scored
- * given the clean bytes before it (DESIGN section 2). */
+ * given the clean bytes before it (DESIGN section 2); at one byte per
+ * block, every byte is scored given those before it. */
 void bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind,
     int block, int replica, int64_t step, int32_t *input, int32_t *target,
     float *weight);

@@ -243,8 +243,8 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			}
 			seqs[q].pos0 = from;
 			seqs[q].count = L;
-			memcpy(sym + (size_t)q * L, st->seq + from,
-			    (size_t)L * sizeof(int32_t));
+			bg_symbols(&c->spec, st->seq, from, L,
+			    sym + (size_t)q * L);
 			for (r = 0; r < st->npos; r++, R++) {
 				rows[R] = q * L + st->pos[r] - from;
 				u[R] = st->u[L + st->pos[r] - from];

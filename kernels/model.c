@@ -51,7 +51,13 @@ kn_model_check_shape(const kn_model_shape *s, char *err)
 static int
 has_pos_blocks(const kn_model_shape *s)
 {
-	return !s->causal && s->pos_block > 0 && s->pos_block < s->window;
+	return !s->causal && s->pos_block > 1 && s->pos_block < s->window;
+}
+
+int
+kn_model_next_byte(const kn_model_shape *s)
+{
+	return !s->causal && s->pos_block == 1 && s->window > 1;
 }
 
 int
@@ -68,7 +74,7 @@ kn__model_pass(kn_model *m, int train)
 	if (m->inference)
 		kn__model_repack(m);
 	m->T = train ? kn_model_row_len(s) : s->window;
-	if (s->causal)
+	if (s->causal || kn_model_next_byte(s))
 		m->mask = KN_ATT_CAUSAL;
 	else if (!has_pos_blocks(s))
 		m->mask = KN_ATT_FULL;

@@ -29,13 +29,23 @@ typedef struct {
 	 * window, none (today's model); L dividing the window, block-causal
 	 * attention over blocks of L.  Its training and scoring rows then
 	 * hold two copies of the window (kn_model_row_len); serving rows
-	 * hold one, attended block-causally. */
+	 * hold one, attended block-causally.  L = 1 below the window is the
+	 * next-byte form (kn_model_next_byte). */
 	int pos_block;
 } kn_model_shape;
 
+/* Position blocks of one byte (pos_block 1 below the window): the noisy
+ * copy would hold only a mask per block, which tells the model nothing
+ * but its position, so the row is one copy of the window, shifted: the
+ * input at position i is the byte at i - 1 (KN_MASK at 0), attention is
+ * causal, and position i predicts byte i, given every byte before it.
+ * Half the work of the twin rows for the same bound. */
+int kn_model_next_byte(const kn_model_shape *shape);
+
 /* Positions of one window's row in kn_model_backward and kn_model_eval:
- * the window, or with position blocks 2 x window, the noisy copy in
- * [0, n) and the clean copy in [n, 2n) (KN_ATT_* in kernels/backend.h).
+ * the window, or with position blocks of more than one byte 2 x window,
+ * the noisy copy in [0, n) and the clean copy in [n, 2n) (KN_ATT_* in
+ * kernels/backend.h).
  * The other calls take rows of one window. */
 int kn_model_row_len(const kn_model_shape *shape);
 

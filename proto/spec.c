@@ -840,7 +840,13 @@ pack_value(msgpack_packer *pk, const pr_key *k, const pr_spec *s)
 		break;
 	default:
 		if (k->offset == offsetof(pr_spec, position_block)) {
-			msgpack_pack_int64(pk, s->position_block);
+			/* one byte per block became the next-byte form, a
+			 * different model of the same size: its checkpoints
+			 * are of a run of their own */
+			if (s->position_block == 1)
+				pack_str(pk, "1 next-byte");
+			else
+				msgpack_pack_int64(pk, s->position_block);
 			break;
 		}
 		if (k->offset == offsetof(pr_spec, block_layers)) {

@@ -280,7 +280,11 @@ END_TEST
 static char dir[64];
 static const char *tool;
 static int base_port;
-static pid_t host_pid[4];
+static pid_t host_pid[6];
+/* the run the checks read (run: position blocks of 4; run1: of one
+ * byte, the next-byte form), the ring's entry and its position block */
+static const char *run = "run";
+static int entry_port, run_block = POS_BLOCK;
 static tls_ctx *operator_tls;
 
 /* A run of two blocks of one layer with position blocks of 4, trained a
@@ -302,13 +306,18 @@ train_once(void)
 	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec "
 	    "%s/run.conf --dir %s/run --all --quiet --threads 2", tool, dir,
 	    dir) == 0, "training: %s", out);
-	ck_assert_int_eq(tu_run_cmd(NULL, 0, "for i in 0 1 2 3; do mkdir -p "
-	    "%s/host$i && ln -sf %s/run/*.ckpt %s/host$i/ || exit 1; done", dir,
-	    dir, dir), 0);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "sed 's/^position_block = 4$/"
+	    "position_block = 1/' %s/run.conf > %s/run1.conf", dir, dir), 0);
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/run1.conf --dir %s/run1 --all --quiet --threads 2", tool, dir,
+	    dir) == 0, "training: %s", out);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "for i in 0 1 2 3 4 5; do "
+	    "r=run; [ $i -lt 4 ] || r=run1; mkdir -p %s/host$i && ln -sf "
+	    "%s/$r/*.ckpt %s/host$i/ || exit 1; done", dir, dir, dir), 0);
 	tu_trust_init(dir);
 	ck_assert_msg(tls_ctx_new(&operator_tls, tu_client_dir(), err) == 0,
 	    "%s", err);
-	base_port = tu_port_base(4);
+	base_port = tu_port_base(6);
 }
 
 static void
@@ -323,12 +332,15 @@ setup(void)
 {
 	memset(host_pid, 0, sizeof(host_pid));
 	signal(SIGPIPE, SIG_IGN);
+	run = "run";
+	run_block = POS_BLOCK;
+	entry_port = base_port;
 }
 
 static void
 teardown(void)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 6; i++)
 		tu_stop(&host_pid[i], SIGTERM, 15);
 }
 
@@ -436,10 +448,10 @@ single_process(const char *prompt, int length, uint64_t seed, int cached,
 	int used;
 
 	ck_assert_int_eq(tu_run_cmd(raw, sizeof(raw), "%s generate --spec "
-	    "%s/run.conf --dir %s/run --length %d --steps 16 --temperature "
+	    "%s/%s.conf --dir %s/%s --length %d --steps 16 --temperature "
 	    "0.9 --seed %llu %s '%s' 2>/dev/null | od -An -v -tx1", tool, dir,
-	    dir, length, (unsigned long long)seed, cached ? "" : "--no-cache",
-	    prompt), 0);
+	    run, dir, run, length, (unsigned long long)seed, cached ? "" :
+	    "--no-cache", prompt), 0);
 	/* the prompt, the output, a newline */
 	for (p = raw; sscanf(p, " %2x%n", &v, &used) == 1; p += used, n++)
 		if (n >= plen && n - plen < outlen)
@@ -463,14 +475,14 @@ check_same(const char *prompt, int length, uint64_t seed, int pos_block)
 	ck_assert_msg(memcmp(expect, uncached, (size_t)length) == 0, "prompt "
 	    "'%s' seed %llu: cached and uncached differ", prompt,
 	    (unsigned long long)seed);
-	ck_assert_msg(ask(base_port, &r, &res, err) == 0, "%s", err);
+	ck_assert_msg(ask(entry_port, &r, &res, err) == 0, "%s", err);
 	ck_assert_msg(res.ok, "%s", res.error);
 	ck_assert_uint_eq(res.len, (size_t)length);
 	ck_assert_msg(memcmp(res.output, expect, (size_t)length) == 0,
 	    "prompt '%s' seed %llu: the pipeline and one process differ",
 	    prompt, (unsigned long long)seed);
-	ck_assert_int_eq(res.traversals, (plen + length + POS_BLOCK - 1) /
-	    POS_BLOCK - plen / POS_BLOCK);
+	ck_assert_int_eq(res.traversals, (plen + length + run_block - 1) /
+	    run_block - plen / run_block);
 	pc_result_clear(&res);
 }
 
@@ -553,6 +565,29 @@ START_TEST(test_pipeline_same_as_one_process)
 }
 END_TEST
 
+/* The same at one byte per position block, the next-byte form: a
+ * traversal per output byte, each host reading the byte before the one
+ * it decides. */
+START_TEST(test_pipeline_next_byte)
+{
+	uint64_t seed;
+
+	run = "run1";
+	run_block = 1;
+	entry_port = base_port + 4;
+	write_hosts("hosts1", 4, "# position blocks of one byte\n");
+	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 5000\n"
+	    "pipeline_idle_s = 5\npipeline_batch = 4\nmetrics_listen = off\n");
+	start_host(4, 4, "hosts1", "run1.conf");
+	start_host(5, 4, "hosts1", "run1.conf");
+	wait_ring(entry_port);
+	for (seed = 1; seed <= 2; seed++) {
+		check_same("The ", 9, seed, 0);
+		check_same("", 6, seed, 1);
+	}
+}
+END_TEST
+
 /* A host whose checkpoints have another position block than the frame
  * refuses it, and says so: a ring of logical shapes whose second host
  * was given position blocks of 8 where the entry has 4. */
@@ -607,6 +642,7 @@ main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_pipeline_same_as_one_process);
 	tcase_add_test(tc, test_host_refuses_other_pos_block);
+	tcase_add_test(tc, test_pipeline_next_byte);
 	suite_add_tcase(su, tc);
 	return tu_run_suite(su);
 }

@@ -147,8 +147,9 @@ START_TEST(test_twin_rows_see_clean_context_only)
 END_TEST
 
 /* At one byte per block the shares of any cut of (0, 1] add up to the
- * next-byte cross-entropy of the same weights: position i masked, the
- * clean bytes before it, whatever after, on serving rows. */
+ * next-byte cross-entropy of the same weights, on serving rows of the
+ * next-byte form: the bytes before position i at positions 1..i (the
+ * mask at 0), whatever after; the rows are one window, not two. */
 START_TEST(test_one_byte_blocks_are_the_causal_lm)
 {
 	enum { n = 8, W = 48 };
@@ -166,6 +167,8 @@ START_TEST(test_one_byte_blocks_are_the_causal_lm)
 
 	spec_of(&s, n, 1);
 	m = make_model(&s, 5);
+	ck_assert(kn_model_next_byte(kn_model_get_shape(m)));
+	ck_assert_int_eq(kn_model_row_len(kn_model_get_shape(m)), n);
 	ck_assert_int_eq(bt_eval_share(m, &s, &c, &set, 0.0, 0.3, &lo_share,
 	    err), 0);
 	ck_assert_int_eq(bt_eval_share(m, &s, &c, &set, 0.3, 1.0, &hi_share,
@@ -177,8 +180,8 @@ START_TEST(test_one_byte_blocks_are_the_causal_lm)
 		off = (size_t)((double)k * (double)(len - n - 1) / W);
 		for (i = 0; i < n; i++) {
 			for (p = 0; p < n; p++)
-				x[p] = p < i ? text[off + p] : p == i ?
-				    KN_MASK : 'z';
+				x[p] = p == 0 ? KN_MASK : p <= i ?
+				    text[off + p - 1] : 'z';
 			ck_assert_int_eq(kn_model_forward(m, x, 1, logits, err),
 			    0);
 			ce += xent(logits + (size_t)i * KN_VOCAB_OUT,
@@ -203,6 +206,56 @@ START_TEST(test_one_byte_blocks_are_the_causal_lm)
 	ck_assert_double_gt(fabs(blind - ce), 0.05);
 	kn_model_free(m);
 	free(logits);
+	free(text);
+}
+END_TEST
+
+/* Training rows of the next-byte form: one window shifted one on, every
+ * byte a target at weight 1/n, and no byte of the row seen by an
+ * earlier position. */
+START_TEST(test_next_byte_rows)
+{
+	enum { n = 16 };
+	size_t len = 4000;
+	unsigned char *text = tu_letter_text(len, 12);
+	corpus c = { text, len, NULL, 0 };
+	int32_t *in, *tg, alt[n];
+	float *w, base;
+	pr_spec s;
+	kn_model *m;
+	int b, i;
+
+	spec_of(&s, n, 1);
+	ck_assert(bt_next_byte(&s, BT_BLOCK));
+	ck_assert(bt_next_byte(&s, BT_E2E));
+	ck_assert(!bt_next_byte(&s, BT_CAUSAL));
+	ck_assert_int_eq(bt_row_len(&s, BT_BLOCK), n);
+	in = malloc((size_t)s.batch * n * sizeof(int32_t));
+	tg = malloc((size_t)s.batch * n * sizeof(int32_t));
+	w = malloc((size_t)s.batch * n * sizeof(float));
+	bt_train_batch(&s, &c, BT_BLOCK, 0, 0, 3, in, tg, w);
+	for (b = 0; b < s.batch; b++)
+		for (i = 0; i < n; i++) {
+			size_t at = (size_t)b * n + (size_t)i;
+
+			ck_assert_int_eq(in[at], i == 0 ? KN_MASK : tg[at - 1]);
+			ck_assert_float_eq(w[at], 1.0f / n);
+		}
+	/* position i reads the row up to i, nothing after */
+	m = make_model(&s, 8);
+	for (i = 0; i < n - 1; i++) {
+		base = loss_at(m, in, tg, n, i);
+		memcpy(alt, in, sizeof(alt));
+		alt[i + 1] = alt[i + 1] == 'z' ? 'y' : 'z';
+		ck_assert_float_eq(loss_at(m, alt, tg, n, i), base);
+		memcpy(alt, in, sizeof(alt));
+		alt[i] = alt[i] == 'z' ? 'y' : 'z';
+		ck_assert_float_ne(loss_at(m, alt, tg, n, i), base);
+	}
+	kn_model_free(m);
+	free(in);
+	free(tg);
+	free(w);
 	free(text);
 }
 END_TEST
@@ -331,6 +384,7 @@ main(void)
 	tcase_add_test(tc, test_twin_rows_see_clean_context_only);
 	tcase_add_test(tc, test_one_byte_blocks_are_the_causal_lm);
 	tcase_add_test(tc, test_train_rows);
+	tcase_add_test(tc, test_next_byte_rows);
 	tcase_add_test(tc, test_share_matches_training_estimator);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -36,7 +36,9 @@ qp_gflop() {
 # spec with position_block = L: below the window a training row holds the
 # window twice (the clean context and the noisy copy), so a step costs
 # about twice as much, and such a run gets fewer steps, the same compute
-# as the full-window blocks and the causal LM at the spec's steps.
+# as the full-window blocks and the causal LM at the spec's steps.  At
+# L = 1 (the next-byte form) a row is one window and the steps are the
+# spec's.
 qp_steps_for() {
 	full=${steps#--steps }
 	[ -n "$full" ] || full=$(sed -n 's/^[ \t]*steps[ \t]*=[ \t]*//p' "$spec" |
