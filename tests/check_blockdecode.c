@@ -486,6 +486,19 @@ check_same(const char *prompt, int length, uint64_t seed, int pos_block)
 	pc_result_clear(&res);
 }
 
+/* The ring of hosts i0 and i0 + 1 on the host list name (first line
+ * first) serving the run of spec, up and answering. */
+static void
+start_ring(int i0, const char *name, const char *first, const char *spec)
+{
+	write_hosts(name, i0, first);
+	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 5000\n"
+	    "pipeline_idle_s = 5\npipeline_batch = 4\nmetrics_listen = off\n");
+	start_host(i0, i0, name, spec);
+	start_host(i0 + 1, i0, name, spec);
+	wait_ring(base_port + i0);
+}
+
 /* Requests in flight together share the hosts' passes (each against
  * its own caches) and still give what one process gives. */
 static void
@@ -537,12 +550,7 @@ START_TEST(test_pipeline_same_as_one_process)
 	char err[KN_ERR_LEN];
 	uint64_t seed;
 
-	write_hosts("hosts", 0, "# position blocks of 4\n");
-	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 5000\n"
-	    "pipeline_idle_s = 5\npipeline_batch = 4\nmetrics_listen = off\n");
-	start_host(0, 0, "hosts", "run.conf");
-	start_host(1, 0, "hosts", "run.conf");
-	wait_ring(base_port);
+	start_ring(0, "hosts", "# position blocks of 4\n", "run.conf");
 	for (seed = 1; seed <= 2; seed++) {
 		check_same("The ", 13, seed, 0);
 		check_same("Th", 9, seed, POS_BLOCK);
@@ -575,12 +583,8 @@ START_TEST(test_pipeline_next_byte)
 	run = "run1";
 	run_block = 1;
 	entry_port = base_port + 4;
-	write_hosts("hosts1", 4, "# position blocks of one byte\n");
-	tu_write_file(dir, "serve.conf", "pipeline_timeout_ms = 5000\n"
-	    "pipeline_idle_s = 5\npipeline_batch = 4\nmetrics_listen = off\n");
-	start_host(4, 4, "hosts1", "run1.conf");
-	start_host(5, 4, "hosts1", "run1.conf");
-	wait_ring(entry_port);
+	start_ring(4, "hosts1", "# position blocks of one byte\n",
+	    "run1.conf");
 	for (seed = 1; seed <= 2; seed++) {
 		check_same("The ", 9, seed, 0);
 		check_same("", 6, seed, 1);
