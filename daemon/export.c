@@ -62,7 +62,10 @@ static const char xp_forward_doc[] =
     "mlp.proj(gelu_tanh(mlp.fc(ln2(x)))); logits = head(lnf(x)). "
     "LayerNorm eps 1e-5. qkv rows: q, k, v, each d wide, head h at "
     "columns h*d/H..(h+1)*d/H; scores scaled by 1/sqrt(d/H); causal 0: "
-    "every position sees all n, causal 1: position i sees j <= i.";
+    "every position sees all n, causal 1: position i sees j <= i. "
+    "position_block L > 1 (0: none): position i sees j < (floor(i/L) + "
+    "1) L; L = 1, the next-byte form: position i sees j <= i, its input "
+    "is the symbol of position i - 1 (256 at 0) and it predicts byte i.";
 
 static const struct xp_name *
 xp_name_of(const char *ckpt)
@@ -206,12 +209,13 @@ xp_model_json(const pr_spec *s, const xp_model *x)
 	double lo, hi;
 
 	bt_interval(s, x->kind, x->block - 1, &lo, &hi);
-	return json_pack("{s:s,s:s,s:i,s:I,s:I,s:i,s:i,s:i,s:i,s:i,s:[f,f]}",
-	    "prefix", x->prefix, "kind", bt_kind_name(x->kind), "block",
-	    x->block, "step", (json_int_t)x->step, "round",
+	return json_pack("{s:s,s:s,s:i,s:I,s:I,s:i,s:i,s:i,s:i,s:i,s:i,"
+	    "s:[f,f]}", "prefix", x->prefix, "kind", bt_kind_name(x->kind),
+	    "block", x->block, "step", (json_int_t)x->step, "round",
 	    (json_int_t)x->round, "width", sh.width, "heads", sh.heads,
 	    "layers", sh.layers, "window", sh.window, "causal", sh.causal,
-	    "interval", lo, hi);
+	    "position_block", !sh.causal && sh.pos_block > 0 &&
+	    sh.pos_block < sh.window ? sh.pos_block : 0, "interval", lo, hi);
 }
 
 /* The metadata strings; each *owned[i] is the caller's to free. */

@@ -90,6 +90,11 @@ def load(path):
         fail("%s: %d bytes of data belong to no tensor" % (path,
                                                            len(data) - pos))
     models = {m["prefix"]: m for m in json.loads(meta["models"])}
+    for m in models.values():
+        if m.get("position_block", 0):
+            fail("%s: model %s has position blocks of %d: this reference "
+                 "implements the full-window blocks and the causal LM only"
+                 % (path, m["prefix"], m["position_block"]))
     return tensors, meta, models
 
 
