@@ -195,8 +195,14 @@ eval_print_table(const struct eval_args *e, const struct eval_result *res)
 	const pr_spec *s = &e->run.spec;
 	int b;
 
-	printf("held-out bound on %s (%s), %d windows x %d noise levels per "
-	    "interval\n", e->split, res->path, e->set.windows, e->set.strata);
+	if (bt_next_byte(s, BT_BLOCK))
+		printf("held-out bound on %s (%s), %d windows, every byte "
+		    "given those before it (one byte per position block: no "
+		    "noise drawn)\n", e->split, res->path, e->set.windows);
+	else
+		printf("held-out bound on %s (%s), %d windows x %d noise "
+		    "levels per interval\n", e->split, res->path,
+		    e->set.windows, e->set.strata);
 	printf("  %-8s %-18s %12s%s\n", "block", "interval", "share",
 	    res->have_e2e ? "   e2e share" : "");
 	for (b = 0; b < s->blocks; b++) {
