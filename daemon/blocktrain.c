@@ -72,29 +72,34 @@ next_byte_row(const unsigned char *x, int n, float wt, int32_t *in,
  * level t in (lo, hi] and weights each masked byte f / (t n), f the
  * density ratio of the proposal; the count form (kform) maps u to a count
  * k of masked bytes with the level integrated out and weights every
- * masked byte alike.  Either estimates the share / (hi - lo), as the
- * one-level rows always did, so the loss keeps its scale. */
+ * masked byte alike; klevel draws k as the level form does and weighs
+ * by 1 / t's mean given k (kform_walk).  Each estimates the share / (hi
+ * - lo), as the one-level rows always did, so the loss keeps its scale. */
 struct noise {
 	const pr_spec *s;
 	double lo, hi;
 	int antithetic, kform;
+	int klevel;             /* kform with counts drawn as levels give them */
 	double z;               /* kform: the sum of the count weights */
 };
 
-static int kform_walk(int L, double lo, double hi, double stop,
-    double *sum);
+static int kform_walk(const struct noise *nz, int L, double stop,
+    double *sum, double *ratio);
 
 static void
 noise_init(struct noise *nz, const pr_spec *s, double lo, double hi, int L)
 {
+	double ratio;
+
 	nz->s = s;
 	nz->lo = lo;
 	nz->hi = hi;
 	nz->antithetic = strcmp(s->noise_draw, "antithetic") == 0;
-	nz->kform = strcmp(s->noise_draw, "kform") == 0;
+	nz->klevel = strcmp(s->noise_draw, "klevel") == 0;
+	nz->kform = nz->klevel || strcmp(s->noise_draw, "kform") == 0;
 	nz->z = 0.0;
 	if (nz->kform)
-		kform_walk(L, lo, hi, INFINITY, &nz->z);
+		kform_walk(nz, L, INFINITY, &nz->z, &ratio);
 }
 
 /* The level of stratum slice of B with the uniform U, and in *f the ratio
@@ -134,10 +139,12 @@ noise_mask(const struct noise *nz, kn_rng *r, int slice, float U, int B,
 	int i, k;
 
 	if (nz->kform) {
-		double wk = nz->z / ((double)n * (nz->hi - nz->lo)), sum;
+		double wk = nz->z / ((double)n * (nz->hi - nz->lo)), sum, ratio;
 
-		k = kform_walk(L, nz->lo, nz->hi, (1.0 - (slice + U) / B) *
-		    nz->z, &sum);
+		k = kform_walk(nz, L, (1.0 - (slice + U) / B) * nz->z, &sum,
+		    &ratio);
+		if (nz->klevel)
+			wk *= ratio;
 		/* a uniform k-subset, one position at a time (selection
 		 * sampling); a prompt byte picked stays unmasked, which
 		 * leaves the rest's masks as the level form has them */
@@ -354,18 +361,40 @@ block_weights(int L, double lo, double hi, double *cdf)
  * weights w_k (block_weights), walked from the top: the first k at which
  * the running sum reaches stop, with the sum so far in *sum (stop =
  * INFINITY: 1, and the total z).  Drawing from the top with stop = (1 -
- * u) z takes k with probability w_k / z and needs no table. */
+ * u) z takes k with probability w_k / z and needs no table.
+ *
+ * klevel walks v_k = integral_lo^hi C(L,k) t^k (1 - t)^(L - k) dt
+ * instead, (P[Bin(L + 1, hi) > k] - P[Bin(L + 1, lo) > k]) / (L + 1):
+ * the level form's own counts, k = 0 left out, so as many masked bytes a
+ * row.  The level form weighs each masked byte 1 / (t L) with t drawn,
+ * the estimate's widest factor (one masked byte at t near 0 weighs a
+ * hundred times a typical row); given k this weighs w_k / v_k, the mean
+ * of 1 / t given k, which by Rao and Blackwell can only narrow the
+ * spread.  count_tilt draws v_k k^tilt instead: below 0, fewer masked
+ * bytes, each weighing more.  *ratio receives w_k / (v_k k^tilt). */
 static int
-kform_walk(int L, double lo, double hi, double stop, double *sum)
+kform_walk(const struct noise *nz, int L, double stop, double *sum,
+    double *ratio)
 {
-	double tail_lo = 0.0, tail_hi = 0.0;
+	double lo = nz->lo, hi = nz->hi, tilt = nz->s->count_tilt;
+	double tail_lo = 0.0, tail_hi = 0.0, up_lo = 0.0, up_hi = 0.0, wk, vk;
 	int k;
 
 	*sum = 0.0;
 	for (k = L; k >= 1; k--) {
 		tail_lo += binom_pmf(L, k, lo);
 		tail_hi += binom_pmf(L, k, hi);
-		*sum += (tail_hi - tail_lo) / k;
+		wk = (tail_hi - tail_lo) / k;
+		vk = wk;
+		if (nz->klevel) {
+			up_lo += binom_pmf(L + 1, k + 1, lo);
+			up_hi += binom_pmf(L + 1, k + 1, hi);
+			vk = (up_hi - up_lo) / (L + 1);
+			if (tilt != 0)
+				vk *= pow(k, tilt);
+		}
+		*sum += vk;
+		*ratio = vk > 0.0 ? wk / vk : 0.0;
 		if (*sum >= stop)
 			return k;
 	}

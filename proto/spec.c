@@ -204,7 +204,7 @@ static const char *const methods[] = { "blocktrain", "soma", NULL };
 static const char *const soma_modes[] = { "independent", "summed", NULL };
 static const char *const soma_decoders[] = { "frozen", "delta", NULL };
 static const char *const noise_draws[] = { "stratified", "antithetic",
-	"kform", NULL };
+	"kform", "klevel", NULL };
 
 const pr_key pr_spec_keys[] = {
 	{ .section = "", .name = "seed", .type = PR_KEY_U64, FIELD(seed),
@@ -259,7 +259,9 @@ const pr_key pr_spec_keys[] = {
 	  .doc = "stratified: one level per window, stratified across the "
 	  "batch; antithetic: the same with mirrored pairs of levels; kform: "
 	  "the count of masked bytes drawn with the level integrated out, "
-	  "every masked byte weighted alike" },
+	  "every masked byte weighted alike; klevel: counts drawn as the "
+	  "stratified levels give them, each row's masked bytes weighted by "
+	  "the mean of 1 / t given their count" },
 	{ .section = "noise", .name = "t_floor", .type = PR_KEY_REAL,
 	  FIELD(t_floor), .min = 0, .max = 1, .def = 0,
 	  .flags = PR_KEY_HASHED | PR_KEY_NEW_DEFAULT | PR_KEY_MAX_OPEN,
@@ -272,6 +274,12 @@ const pr_key pr_spec_keys[] = {
 	  PR_KEY_MAX_OPEN,
 	  .doc = "the share of a block's draws below t_floor, when t_floor "
 	  "cuts its interval" },
+	{ .section = "noise", .name = "count_tilt", .type = PR_KEY_REAL,
+	  FIELD(count_tilt), .min = -2, .max = 2, .def = 0,
+	  .flags = PR_KEY_HASHED | PR_KEY_NEW_DEFAULT,
+	  .doc = "with draw = klevel: counts k drawn in proportion to the "
+	  "level form's times k^tilt, weighted to keep the share exact; "
+	  "below 0 fewer masked bytes a row, each weighing more" },
 
 	{ .section = "data", .name = "train", .type = PR_KEY_STR,
 	  FIELD(train), .flags = PR_KEY_PATH,
@@ -606,9 +614,14 @@ pr_spec_validate(const pr_spec *s, char *err)
 		if (kn_model_check_shape(&shape, kerr) != 0)
 			return kn_error(err, KN_EINVAL, "[model] %s", kerr);
 	}
-	if (s->t_floor > 0 && strcmp(s->noise_draw, "kform") == 0)
+	if (s->t_floor > 0 && (strcmp(s->noise_draw, "kform") == 0 ||
+	    strcmp(s->noise_draw, "klevel") == 0))
 		return kn_error(err, KN_EINVAL, "[noise] t_floor draws levels, "
-		    "and draw = kform draws no level: set one or the other");
+		    "and draw = %s draws no level: set one or the other",
+		    s->noise_draw);
+	if (s->count_tilt != 0 && strcmp(s->noise_draw, "klevel") != 0)
+		return kn_error(err, KN_EINVAL, "[noise] count_tilt tilts the "
+		    "counts of draw = klevel, and draw is %s", s->noise_draw);
 	for (b = 1; b <= s->blocks; b++)
 		if (!(s->cuts[b] > s->cuts[b - 1]))
 			return kn_error(err, KN_EINVAL, "[model] cuts must be "

@@ -63,6 +63,7 @@ typedef struct {
 	char noise_draw[16];            /* stratified | antithetic | kform */
 	double t_floor;                 /* 0: levels uniform in the interval */
 	double floor_share;             /* share of the draws below t_floor */
+	double count_tilt;              /* klevel: counts drawn x k^tilt */
 	/* [data]: paths are local to each host and not part of the run id;
 	 * the hashes, when given, are */
 	char train[PR_PATH_LEN], valid[PR_PATH_LEN], test[PR_PATH_LEN];

@@ -97,6 +97,9 @@ static const struct {
 } draws[] = {
 	{ "antithetic", "draw = antithetic" },
 	{ "kform", "draw = kform" },
+	{ "klevel", "draw = klevel" },
+	{ "klevel tilt -0.5", "draw = klevel\ncount_tilt = -0.5" },
+	{ "klevel tilt 1", "draw = klevel\ncount_tilt = 1" },
 	/* tiny levels rare (4 times rarer than uniform), then common */
 	{ "floor 0.02", "t_floor = 0.1\nfloor_share = 0.02" },
 	{ "floor 0.6", "t_floor = 0.1\nfloor_share = 0.6" },
@@ -140,6 +143,13 @@ check_unbiased(int L)
 		ck_assert_msg(fabs(mean) < 4 * se, "L = %d, %s: %g against "
 		    "%g, the difference %g +- %g", L, draws[d].name,
 		    mean_of(est, ROUNDS), mean_of(plain, ROUNDS), mean, se);
+		/* klevel is the stratified draw with the level integrated
+		 * out: its spread can only be narrower (measured: an eighth
+		 * of it in one block, a quarter with blocks of 4) */
+		if (strcmp(draws[d].name, "klevel") == 0)
+			ck_assert_msg(var_of(est, ROUNDS) < 0.5 * vp, "L = %d, "
+			    "klevel: variance %g against stratified's %g", L,
+			    var_of(est, ROUNDS), vp);
 	}
 	kn_model_free(m);
 	free(text);
@@ -238,11 +248,14 @@ START_TEST(test_spec_keys)
 {
 	static const char base[] = "[model]\nblocks = 2\n";
 	static const char *const same[] = { "", "[noise]\ndraw = stratified\n",
-		"[noise]\nt_floor = 0\nfloor_share = 0.05\n" };
+		"[noise]\nt_floor = 0\nfloor_share = 0.05\n",
+		"[noise]\ncount_tilt = 0\n" };
 	static const char *const other[] = { "[noise]\ndraw = kform\n",
+		"[noise]\ndraw = klevel\n",
+		"[noise]\ndraw = klevel\ncount_tilt = -0.5\n",
 		"[noise]\ndraw = antithetic\n", "[noise]\nt_floor = 0.01\n",
 		"[noise]\nt_floor = 0.01\nfloor_share = 0.2\n" };
-	char text[256], id0[PR_RUN_ID_LEN], id[PR_RUN_ID_LEN], ids[4][PR_RUN_ID_LEN];
+	char text[256], id0[PR_RUN_ID_LEN], id[PR_RUN_ID_LEN], ids[6][PR_RUN_ID_LEN];
 	char err[PR_ERR_LEN] = "", printed[8192];
 	size_t i, j, printed_len;
 	pr_spec s;
@@ -280,6 +293,14 @@ START_TEST(test_spec_keys)
 	    "0.1\n", base);
 	ck_assert_int_ne(pr_spec_parse(&s, text, strlen(text), err), 0);
 	ck_assert_msg(strstr(err, "t_floor") != NULL, "%s", err);
+	snprintf(text, sizeof(text), "%s[noise]\ndraw = klevel\nt_floor = "
+	    "0.1\n", base);
+	ck_assert_int_ne(pr_spec_parse(&s, text, strlen(text), err), 0);
+	ck_assert_msg(strstr(err, "klevel") != NULL, "%s", err);
+	snprintf(text, sizeof(text), "%s[noise]\ndraw = kform\ncount_tilt = "
+	    "-0.5\n", base);
+	ck_assert_int_ne(pr_spec_parse(&s, text, strlen(text), err), 0);
+	ck_assert_msg(strstr(err, "count_tilt") != NULL, "%s", err);
 	snprintf(text, sizeof(text), "%s[noise]\ndraw = uniform\n", base);
 	ck_assert_int_ne(pr_spec_parse(&s, text, strlen(text), err), 0);
 	snprintf(text, sizeof(text), "%s[noise]\nfloor_share = 1\n", base);
