@@ -3,9 +3,9 @@
 # size L, the causal LM once, a table per L and the closing line.
 
 # The spec with position_block = L, data paths made absolute, to stdout,
-# with steps = STEPS when given.  It draws its noise by the k-form
-# (blocktrain.conf(5) [noise]), which lowered the bound most with
-# position blocks.
+# with steps = STEPS when given.  Below the window it draws its noise by
+# the k-form (blocktrain.conf(5) [noise]), which lowered the bound most
+# with position blocks; at the window it keeps the spec's draw.
 qp_spec_for() {
 	awk -v L="$1" -v S="${2:-}" -v n="$window" \
 	    -v d="$(cd "$(dirname "$spec")" && pwd)" '
@@ -19,11 +19,25 @@ qp_spec_for() {
 			print "steps = " S
 			next
 		}
-		/^\[noise\]/ { next }
-		/^[ \t]*draw[ \t]*=/ { next }
+		/^\[noise\]/ { noise = 1 }
+		/^[ \t]*draw[ \t]*=/ && L < n {
+			print "draw = kform"
+			drew = 1
+			next
+		}
+		/^[ \t]*count_tilt[ \t]*=/ && L < n { next }
 		{ print }
 		/^\[model\]/ { print "position_block = " L }
-		END { if (L < n) print "\n[noise]\ndraw = kform" }
+		END {
+			if (L == n || drew)
+				exit 0
+			if (noise) {
+				print "quality: the spec has a [noise] section " \
+				    "without draw; add draw = to it" > "/dev/stderr"
+				exit 1
+			}
+			print "\n[noise]\ndraw = kform"
+		}
 	' "$spec"
 }
 
