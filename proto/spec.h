@@ -104,6 +104,11 @@ int pr_spec_validate(const pr_spec *s, char *err);
  * parsing the text gives s again.  0, or KN_EIO. */
 int pr_spec_print(FILE *f, const pr_spec *s);
 
+/* The text `shardmeter spec --new` prints: a commented BlockTrain spec to
+ * start a run from, with the settings that measured best where the
+ * defaults keep those of older specs (the [noise] draw). */
+const char *pr_spec_template(void);
+
 /* The canonical encoding (a msgpack map with sorted keys, integers as
  * int64, reals as float64), caller frees *buf. */
 int pr_spec_encode(const pr_spec *s, char **buf, size_t *len, char *err);

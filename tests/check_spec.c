@@ -362,6 +362,31 @@ START_TEST(test_run_ids_pinned)
 }
 END_TEST
 
+/* The template of `shardmeter spec --new` parses, sets the draw that
+ * measured best, and a spec of the same text without its [noise]
+ * section keeps the default of older specs and their run id. */
+START_TEST(test_template)
+{
+	const char *t = pr_spec_template(), *a = strstr(t, "[noise]"),
+	    *b = strstr(t, "[data]");
+	char old[4096];
+	pr_spec s;
+
+	parse_ok(t, &s);
+	ck_assert_str_eq(s.noise_draw, "klevel");
+	ck_assert(s.count_tilt == -0.5);
+	ck_assert_int_eq(s.blocks, 4);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_uint_lt(strlen(t), sizeof(old));
+	snprintf(old, sizeof(old), "%.*s%s", (int)(a - t), t, b);
+	ck_assert_ptr_null(strstr(old, "klevel"));
+	parse_ok(old, &s);
+	ck_assert_str_eq(s.noise_draw, "stratified");
+	ck_assert(s.count_tilt == 0);
+}
+END_TEST
+
 static void
 run_id_of(const char *text, char id[PR_RUN_ID_LEN])
 {
@@ -590,6 +615,7 @@ main(void)
 	tcase_add_test(tc, test_soma_keys);
 	tcase_add_test(tc, test_position_block);
 	tcase_add_test(tc, test_layers);
+	tcase_add_test(tc, test_template);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pinned");
 	tcase_add_checked_fixture(tc, pin_setup, pin_teardown);

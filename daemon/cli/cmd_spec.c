@@ -149,6 +149,10 @@ spec_exec(const struct cmd_entry *self, int argc, char **argv)
 		cli_help(self);
 		return argc == 2 ? 0 : 2;
 	}
+	if (strcmp(argv[1], "--new") == 0) {
+		fputs(pr_spec_template(), stdout);
+		return fflush(stdout) == 0 ? 0 : 1;
+	}
 	if (pr_spec_load(&s, argv[1], err) != 0 ||
 	    pr_spec_run_id(&s, id, err) != 0) {
 		fprintf(stderr, "shardmeter spec: %s\n", err);
@@ -164,8 +168,11 @@ spec_exec(const struct cmd_entry *self, int argc, char **argv)
 const struct cmd_entry cmd_spec_entry = {
 	.name = "spec",
 	.summary = "validate a run spec, print its run id and figures",
-	.usage = "usage: shardmeter spec FILE\n"
+	.usage = "usage: shardmeter spec FILE | --new\n"
 	    "Validates a run spec and prints its run id and derived "
-	    "figures.\n",
+	    "figures.\n"
+	    "--new prints a commented spec to start a run from, with the "
+	    "settings that\nmeasured best (those a spec leaves out keep older "
+	    "specs' meaning).\n",
 	.exec = spec_exec
 };
