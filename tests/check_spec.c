@@ -362,9 +362,9 @@ START_TEST(test_run_ids_pinned)
 }
 END_TEST
 
-/* The template of `shardmeter spec --new` parses, sets the draw that
- * measured best, and a spec of the same text without its [noise]
- * section keeps the default of older specs and their run id. */
+/* The template of `shardmeter spec --new` parses and sets the draw that
+ * measured best; the same text without its [noise] section parses with
+ * the default that older specs keep. */
 START_TEST(test_template)
 {
 	const char *t = pr_spec_template(), *a = strstr(t, "[noise]"),
