@@ -37,6 +37,14 @@ bg_symbols(const pr_spec *s, const int32_t *seq, int from, int count,
 		    from + i == 0 ? KN_MASK : seq[from + i - 1];
 }
 
+int
+bg_commits_picks(const pr_spec *s)
+{
+	kn_model_shape shape = pr_spec_block_shape(s, 0);
+
+	return kn_model_next_byte(&shape);
+}
+
 void
 bg_span(const pr_spec *s, int fixed, int end, int *first, int *last)
 {
@@ -141,8 +149,9 @@ bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
 			bg_symbols(s, seq, p * L, L, sym);
 		else
 			bg_symbols(s, seq, 0, n, sym);
-		rc = kv != NULL ? kn_model_blockdecode(m, &q, 1, sym, 0, rows,
-		    count, upick, temp, picked, err) :
+		rc = kv != NULL ? kn_model_blockdecode(m, &q, 1, sym,
+		    bg_commits_picks(s), rows, count, upick, temp, picked,
+		    err) :
 		    kn_model_predict_at(m, sym, 1, pos, count, upick, temp,
 		    picked, err);
 		for (r = 0; r < count && rc == 0; r++)

@@ -26,6 +26,12 @@ int bg_pos_block(const pr_spec *s);
 void bg_symbols(const pr_spec *s, const int32_t *seq, int from, int count,
     int32_t *sym);
 
+/* Whether a pass that picks bytes of a position block may also add its
+ * rows to the cache: in the next-byte form a row reads the byte before
+ * it, decided already, so the row the pass computes is the one the next
+ * traversal's bg_extend would compute again. */
+int bg_commits_picks(const pr_spec *s);
+
 /* The traversals of a request whose prompt is seq[0, fixed) and output
  * seq[fixed, end): position blocks first = floor(fixed / L) to last =
  * ceil(end / L) - 1, each one traversal, so last - first + 1 in all

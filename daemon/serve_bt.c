@@ -252,7 +252,8 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			q++;
 		}
 		rc = q == 0 ? KN_OK : kn_model_blockdecode(
-		    c->blocks[group[0]->block], seqs, q, sym, 0, rows, R, u,
+		    c->blocks[group[0]->block], seqs, q, sym,
+		    bg_commits_picks(&c->spec), rows, R, u,
 		    (float)group[0]->job->in.temperature, picked, err);
 	}
 	us = (uint64_t)((kn_now() - t0) * 1e6);

@@ -66,6 +66,12 @@ kn_model_row_len(const kn_model_shape *s)
 	return has_pos_blocks(s) ? 2 * s->window : s->window;
 }
 
+uint64_t
+kn_model_passes(const kn_model *m)
+{
+	return m->passes;
+}
+
 void
 kn__model_pass(kn_model *m, int train)
 {
@@ -73,6 +79,7 @@ kn__model_pass(kn_model *m, int train)
 
 	if (m->inference)
 		kn__model_repack(m);
+	m->passes++;
 	m->T = train ? kn_model_row_len(s) : s->window;
 	if (s->causal || kn_model_next_byte(s))
 		m->mask = KN_ATT_CAUSAL;

@@ -102,6 +102,7 @@ struct kn_model {
 	/* The pass under way: positions per window and the attention mask
 	 * (KN_ATT_*), set by kn__model_pass. */
 	int T, mask;
+	uint64_t passes;                /* kn_model_passes */
 	struct acts a;
 	void *act_block;                /* all activations, one allocation */
 	float *host_losses;             /* (B, T) */

@@ -125,6 +125,38 @@ START_TEST(test_cached_is_uncached)
 }
 END_TEST
 
+/* In the next-byte form the pass that picks a byte keeps its row in the
+ * cache, so per output byte the ring runs T passes, not T + 1: the host
+ * that picked it extends nothing at the next byte.  With a prompt of P
+ * bytes and m output bytes: T passes take in the prompt, m pick, and
+ * each of the m - 1 later bytes is extended by the T - 1 other hosts.
+ * The output is the uncached one (test_cached_is_uncached). */
+START_TEST(test_next_byte_passes)
+{
+	enum { T = 3, M = 13 };
+	static const char prompt[] = "abcdefgh";
+	int plen = (int)sizeof(prompt) - 1, b, t;
+	char err[KN_ERR_LEN];
+	uint64_t before = 0, after = 0;
+	kn_model *blocks[T];
+	int32_t seq[32];
+	pr_spec s;
+
+	spec_of(&s, T, 32, 1);
+	make_blocks(&s, blocks, 7);
+	start_seq(seq, 32, prompt);
+	for (b = 0; b < T; b++)
+		before += kn_model_passes(blocks[b]);
+	ck_assert_msg(bg_generate(blocks, &s, 12, seq, plen, plen + M, 1.0f,
+	    3, 1, &t, err) == 0, "%s", err);
+	for (b = 0; b < T; b++)
+		after += kn_model_passes(blocks[b]);
+	ck_assert_int_eq(t, M);
+	ck_assert_uint_eq(after - before, T + M + (M - 1) * (T - 1));
+	free_blocks(&s, blocks);
+}
+END_TEST
+
 /* The cache is filled from clean context only, in whole position
  * blocks, and the pass refuses what does not follow it. */
 START_TEST(test_bad_passes_refused)
@@ -638,6 +670,7 @@ main(void)
 	tcase_add_test(tc, test_cached_is_uncached);
 	tcase_add_test(tc, test_bad_passes_refused);
 	tcase_add_test(tc, test_traversals);
+	tcase_add_test(tc, test_next_byte_passes);
 	tcase_add_test(tc, test_frames);
 	suite_add_tcase(su, tc);
 	tc = tcase_create("pipeline");
