@@ -157,8 +157,8 @@ typedef struct kn_kv kn_kv;
 
 int kn_kv_create(kn_kv **out, const kn_model *m, char *err);
 void kn_kv_free(kn_kv *kv);
-/* The passes (forward, training or decoding) run on m so far: what a
- * caller can count its work by. */
+/* The passes (forward, training or decoding) begun on m so far, one that
+ * its checks refused included: what a caller can count its work by. */
 uint64_t kn_model_passes(const kn_model *m);
 
 /* Positions cached so far; bytes one cache takes for a shape. */
