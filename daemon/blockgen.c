@@ -29,8 +29,7 @@ void
 bg_symbols(const pr_spec *s, const int32_t *seq, int from, int count,
     int32_t *sym)
 {
-	kn_model_shape shape = pr_spec_block_shape(s, 0);
-	int shift = kn_model_next_byte(&shape), i;
+	int shift = bt_next_byte(s, BT_BLOCK), i;
 
 	for (i = 0; i < count; i++)
 		sym[i] = !shift ? seq[from + i] :
@@ -40,9 +39,7 @@ bg_symbols(const pr_spec *s, const int32_t *seq, int from, int count,
 int
 bg_commits_picks(const pr_spec *s)
 {
-	kn_model_shape shape = pr_spec_block_shape(s, 0);
-
-	return kn_model_next_byte(&shape);
+	return bt_next_byte(s, BT_BLOCK);
 }
 
 void
