@@ -310,7 +310,7 @@ job_deliver(void *arg, lt_item *item)
 	} else {
 		s->compute_status = 200;
 		s->compute = json_pack("{s:s,s:s,s:o,s:s,s:I,s:s,s:f,s:f,s:i,"
-		    "s:o,s:o,s:i,s:i,s:f,s:f}", "state", "done", "addr",
+		    "s:o,s:o,s:i,s:i,s:f,s:f,s:f,s:f}", "state", "done", "addr",
 		    n->cfg.advertise,
 		    "shape", shape_json(&j->shape, j->batch), "device",
 		    n->backend_desc, "memory_bytes", (json_int_t)j->memory,
@@ -324,10 +324,16 @@ job_deliver(void *arg, lt_item *item)
 		    "train_steps",
 		    j->rates.train_steps, "forward_passes",
 		    j->rates.forward_passes, "train_s", j->rates.train_s,
-		    "forward_s", j->rates.forward_s);
+		    "forward_s", j->rates.forward_s, "serve_pass_one_s",
+		    j->rates.serve_pass_one_s, "serve_pass_window_s",
+		    j->rates.serve_pass_window_s);
 		log_info("compute probe: %.0f positions/s training, %.0f "
-		    "forward (medians of %d)", j->rates.train_positions_per_s,
-		    j->rates.forward_positions_per_s, j->rates.repeats);
+		    "forward, a serving pass %.3f ms (one row) to %.3f ms "
+		    "(every row) (medians of %d)",
+		    j->rates.train_positions_per_s,
+		    j->rates.forward_positions_per_s,
+		    1e3 * j->rates.serve_pass_one_s,
+		    1e3 * j->rates.serve_pass_window_s, j->rates.repeats);
 	}
 	free(j);
 }

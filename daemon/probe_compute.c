@@ -110,6 +110,48 @@ timed(kn_model *m, const kn_batch *b, int train, double seconds,
 	return KN_OK;
 }
 
+/* Serving passes of one window picking R rows (the first R of the
+ * window's draws) until the budget is spent; *each: seconds a pass. */
+static int
+timed_serve(kn_model *m, const int32_t *input, int R, double seconds,
+    int max_steps, double *each, char *err)
+{
+	int n = kn_model_get_shape(m)->window, i, rc, count = 0;
+	int32_t *rows = malloc((size_t)n * sizeof(int32_t));
+	int32_t *out = malloc((size_t)n * sizeof(int32_t));
+	float *u = malloc((size_t)n * sizeof(float));
+	double t0 = 0.0;
+
+	if (rows == NULL || out == NULL || u == NULL) {
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+		goto out;
+	}
+	/* one row: the middle of the window; all rows: every one */
+	for (i = 0; i < R; i++) {
+		rows[i] = R == 1 ? n / 2 : i;
+		u[i] = (float)(i + 1) / (float)(R + 1);
+	}
+	for (i = -1; i < max_steps; i++) {
+		if (i == 0)
+			t0 = kn_now();  /* after the warm-up */
+		if ((rc = kn_model_predict_at(m, input, 1, rows, R, u, 1.0f,
+		    out, err)) != 0)
+			goto out;
+		if (i >= 0 && kn_now() - t0 >= seconds) {
+			i++;
+			break;
+		}
+	}
+	count = i;
+	*each = (kn_now() - t0) / count;
+	rc = KN_OK;
+out:
+	free(rows);
+	free(out);
+	free(u);
+	return rc;
+}
+
 void
 pc_sort(double *v, int n)
 {
@@ -154,7 +196,8 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 	float *weight = malloc(N * sizeof(float));
 	float *losses = malloc((size_t)batch * sizeof(float));
 	double train[PC_MAX_REPEATS], forward[PC_MAX_REPEATS], s;
-	kn_model *m = NULL;
+	double one[PC_MAX_REPEATS], all[PC_MAX_REPEATS];
+	kn_model *m = NULL, *serving = NULL;
 	kn_batch b = { input, target, weight, batch };
 	int rc = KN_OK, k, count;
 
@@ -175,9 +218,12 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 		goto out;
 	}
 	fill_batch(input, target, weight, N, shape->window);
-	if ((rc = kn_model_create(&m, shape, be, batch, err)) != 0)
+	if ((rc = kn_model_create(&m, shape, be, batch, err)) != 0 ||
+	    (rc = kn_model_create_inference(&serving, shape, be, 1,
+	    KN_STORE_F32, err)) != 0)
 		goto out;
 	kn_model_init(m, 12);
+	kn_model_init(serving, 12);
 	for (k = 0; k < repeats; k++) {
 		rc = timed(m, &b, 1, seconds_each, max_steps, losses, &count,
 		    &s, err);
@@ -194,14 +240,22 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 		out->forward_s += s;
 		out->forward_each[k] = forward[k] = (double)count * (double)N /
 		    s;
+		if ((rc = timed_serve(serving, input, 1, seconds_each / 2,
+		    max_steps, &one[k], err)) != 0 ||
+		    (rc = timed_serve(serving, input, shape->window,
+		    seconds_each / 2, max_steps, &all[k], err)) != 0)
+			break;
 	}
 	if (rc == 0) {
 		out->repeats = repeats;
 		out->train_positions_per_s = pc_median(train, repeats);
 		out->forward_positions_per_s = pc_median(forward, repeats);
+		out->serve_pass_one_s = pc_median(one, repeats);
+		out->serve_pass_window_s = pc_median(all, repeats);
 	}
 out:
 	kn_model_free(m);
+	kn_model_free(serving);
 	free(input);
 	free(target);
 	free(weight);

@@ -26,6 +26,13 @@ typedef struct {
 	double train_each[PC_MAX_REPEATS], forward_each[PC_MAX_REPEATS];
 	int train_steps, forward_passes;        /* timed, warm-up aside */
 	double train_s, forward_s;              /* what they took, in all */
+	/* seconds of one serving pass (kn_model_predict_at on one window)
+	 * that picks one row, and every row: the median over the
+	 * repetitions.  What a BlockTrain request costs a host is dozens of
+	 * such passes, whose fixed costs (a job handed to each thread per
+	 * operation, a CPU quota that threads spend waiting) a batch's
+	 * positions/s spreads too thin to show. */
+	double serve_pass_one_s, serve_pass_window_s;
 } pc_rates;
 
 /* Free memory of the training device in *bytes: MemAvailable of
@@ -38,9 +45,11 @@ int pc_free_memory(const kn_backend *be, uint64_t *bytes, const char **how,
 /* Times training steps, then forward passes, of a freshly initialised
  * model of shape on be, batch windows at a time, on a seeded random
  * batch: one untimed warm-up each, then until seconds_each have passed
- * or max_steps were timed (at least one); that repeats times (1 to
- * PC_MAX_REPEATS), train and forward in turn, so a slow spell of the
- * host falls on both kinds alike.  0 or KN_E* with err. */
+ * or max_steps were timed (at least one); then serving passes of one
+ * window on a serving model of the shape, picking one row and every row,
+ * half of seconds_each each; that repeats times (1 to PC_MAX_REPEATS),
+ * the kinds in turn, so a slow spell of the host falls on all alike.  0
+ * or KN_E* with err. */
 int pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
     double seconds_each, int max_steps, int repeats, pc_rates *out,
     char *err);

@@ -381,6 +381,30 @@ served_pass_share(const topo_topology *t, int host, const pr_spec *s,
 	return fmin(1.0, part / full);
 }
 
+/* Seconds of one denoising pass of a block of layers on host, r rows
+ * picked on average.  Where the probe timed serving passes (one row and
+ * every row of a window), between the two by r, scaled by the FLOPs of a
+ * window from the probed shape to this one: the fixed costs of a pass
+ * are in them.  Otherwise a window at the forward rate, in the share of
+ * it that the pass computes. */
+static double
+served_pass_s(const topo_topology *t, const pr_spec *s, int host,
+    int layers, double r)
+{
+	const topo_host *h = &t->hosts[host];
+	kn_model_shape mine = pr_spec_block_shape(s, 0);
+	double n = mine.window, f;
+
+	if (!(h->serve_pass_one_s > 0 && h->serve_pass_window_s > 0))
+		return n / pl_forward_rate(t, s, host, layers) *
+		    served_pass_share(t, host, s, layers, r);
+	r = fmin(fmax(r, 1.0), n);
+	f = n > 1 ? (r - 1) / (n - 1) : 1.0;
+	return (h->serve_pass_one_s + (h->serve_pass_window_s -
+	    h->serve_pass_one_s) * f) * n * flops_per_position(mine, layers) /
+	    (t->shape.window * measured_flops(t));
+}
+
 /* The BlockTrain traversal: the host of block T first, down to block 1,
  * whose host sends the output back to the entry; each block runs those
  * of its share of PL_SERVE_STEPS denoising steps that unmask a position,
@@ -400,10 +424,8 @@ predict_serve_bt(const topo_topology *t, const pr_spec *s,
 		    p->output_bytes);
 		/* the block unmasks its interval's share of the output */
 		double picked = p->output_bytes * (s->cuts[b + 1] - s->cuts[b]);
-		double pass = passes * (double)s->window /
-		    pl_forward_rate(t, s, c->ring[b], c->layers[b]) *
-		    served_pass_share(t, c->ring[b], s, c->layers[b],
-		    passes > 0 ? picked / passes : 1.0);
+		double pass = passes * served_pass_s(t, s, c->ring[b],
+		    c->layers[b], passes > 0 ? picked / passes : 1.0);
 
 		p->bt.part.compute += pass;
 		busy[c->ring[b]] += pass;

@@ -52,6 +52,8 @@ static const struct field host_fields[] = {
 	HOST("train_positions_per_s", F_NUM, REQUIRED, train_positions_per_s),
 	HOST("forward_positions_per_s", F_NUM, REQUIRED,
 	    forward_positions_per_s),
+	HOST("serve_pass_one_s", F_NUM, OPTIONAL, serve_pass_one_s),
+	HOST("serve_pass_window_s", F_NUM, OPTIONAL, serve_pass_window_s),
 	{ NULL, 0, 0, 0, 0 }
 };
 
@@ -614,7 +616,9 @@ write_fields(json_t *o, const struct field *fields, const void *base)
 		} else {
 			double d = *(const double *)(const void *)src;
 
-			if (d == TOPO_UNKNOWN && f->need == OPTIONAL)
+			/* an optional positive number is 0 when not given */
+			if (f->need == OPTIONAL && (d == TOPO_UNKNOWN ||
+			    (d == 0 && f->kind == F_NUM)))
 				continue;
 			/* a byte count reads best as an integer */
 			rc |= json_object_set_new(o, f->key, d == floor(d) &&

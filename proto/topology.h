@@ -40,6 +40,10 @@ typedef struct {
 	double memory_bytes;            /* free on the training device */
 	double train_positions_per_s;   /* forward+backward+optimizer */
 	double forward_positions_per_s; /* forward only */
+	/* seconds of one serving pass over a window that picks one row, and
+	 * every row; 0 when not given (the planner then derives a pass from
+	 * forward_positions_per_s) */
+	double serve_pass_one_s, serve_pass_window_s;
 	char *notes;                    /* owned; NULL when not given */
 } topo_host;
 

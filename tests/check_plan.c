@@ -288,6 +288,57 @@ START_TEST(test_fast_host)
 }
 END_TEST
 
+/* Where the probe timed serving passes, a BlockTrain request's compute
+ * is each block's passes at the time of a pass, between the one-row and
+ * every-row times by the rows a pass picks on average; a host whose
+ * passes take twice as long doubles it.  Without the times, the forward
+ * rate gives it, as before. */
+START_TEST(test_serve_pass_measured)
+{
+	pl_candidate c;
+	pl_prediction rate, meas, slow;
+	char err[KN_ERR_LEN];
+	topo_topology t;
+	pl_model m;
+	pr_spec s;
+	double want = 0.0, n;
+	int b, i;
+
+	spec_of(&s, 2, 2, 100, 10);
+	topo_of(&t, &s, 2, 1000, 1e9, 1);
+	n = t.shape.window;
+	pl_model_defaults(&m);
+	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	ck_assert(pl_predict(&t, &s, &m, &c, &rate, err) == 0);
+	for (i = 0; i < 2; i++) {
+		t.hosts[i].serve_pass_one_s = 1e-3;
+		t.hosts[i].serve_pass_window_s = 4e-3;
+	}
+	ck_assert(pl_predict(&t, &s, &m, &c, &meas, err) == 0);
+	for (b = 0; b < 2; b++) {
+		double passes = pl_bt_passes(&s, PL_SERVE_STEPS, b,
+		    meas.output_bytes);
+		double r = meas.output_bytes * (s.cuts[b + 1] - s.cuts[b]) /
+		    passes;
+
+		r = r < 1 ? 1 : r > n ? n : r;
+		want += passes * (1e-3 + 3e-3 * (r - 1) / (n - 1));
+	}
+	ck_assert_double_eq_tol(meas.bt.part.compute, want, 1e-12);
+	ck_assert_double_ne(meas.bt.part.compute, rate.bt.part.compute);
+	/* the links are the same: only the compute moved */
+	ck_assert_double_eq_tol(meas.bt.part.latency, rate.bt.part.latency,
+	    1e-12);
+	for (i = 0; i < 2; i++) {
+		t.hosts[i].serve_pass_one_s *= 2;
+		t.hosts[i].serve_pass_window_s *= 2;
+	}
+	ck_assert(pl_predict(&t, &s, &m, &c, &slow, err) == 0);
+	ck_assert_double_eq_tol(slow.bt.part.compute, 2 * want, 1e-12);
+	topo_free(&t);
+}
+END_TEST
+
 /* Two replicas over one link: the round by hand, the bytes per hour by
  * hand, the update's size against a real encoded update. */
 START_TEST(test_round_and_bytes_by_hand)
@@ -989,6 +1040,7 @@ main(void)
 	tcase_add_test(tc, test_slow_link_moves_replicas);
 	tcase_add_test(tc, test_int8_only_when_link_bound);
 	tcase_add_test(tc, test_fast_host);
+	tcase_add_test(tc, test_serve_pass_measured);
 	tcase_add_test(tc, test_split_layers);
 	tcase_add_test(tc, test_round_and_bytes_by_hand);
 	tcase_add_test(tc, test_update_bytes_real);

@@ -147,6 +147,9 @@ START_TEST(test_shardmeter_probe)
 		ck_assert(strncmp(t.hosts[i].device, "cpu", 3) == 0);
 		ck_assert(t.hosts[i].train_positions_per_s > 0);
 		ck_assert(t.hosts[i].forward_positions_per_s > 0);
+		/* serving passes timed (no timing asserted) */
+		ck_assert(t.hosts[i].serve_pass_one_s > 0);
+		ck_assert(t.hosts[i].serve_pass_window_s > 0);
 		ck_assert(t.hosts[i].memory_bytes > 0);
 		/* the range of the repetitions, noted */
 		ck_assert(t.hosts[i].notes != NULL);

@@ -125,6 +125,9 @@ START_TEST(test_save_load_round_trip)
 		h->memory_bytes = 1e9 * (i + 1) + 7;    /* an integer */
 		h->train_positions_per_s = 1234.5678901 * (i + 1);
 		h->forward_positions_per_s = 3.0 / 7.0 * 1e4 * (i + 1);
+		/* host 0 without serving passes: none written, 0 read */
+		h->serve_pass_one_s = i == 0 ? 0.0 : 1.25e-4 * i;
+		h->serve_pass_window_s = i == 0 ? 0.0 : 3.5e-4 * i;
 		for (j = 0; j < n; j++) {
 			topo_link *l = topo_link_at(&t, i, j);
 
@@ -156,6 +159,10 @@ START_TEST(test_save_load_round_trip)
 		    t.hosts[i].train_positions_per_s) < 1e-9);
 		ck_assert(rel(u.hosts[i].forward_positions_per_s,
 		    t.hosts[i].forward_positions_per_s) < 1e-9);
+		ck_assert(u.hosts[i].serve_pass_one_s ==
+		    t.hosts[i].serve_pass_one_s);
+		ck_assert(u.hosts[i].serve_pass_window_s ==
+		    t.hosts[i].serve_pass_window_s);
 		for (j = 0; j < n; j++) {
 			const topo_link *a = topo_link_at(&t, i, j);
 			const topo_link *b = topo_link_at(&u, i, j);
@@ -246,6 +253,10 @@ START_TEST(test_bad_numbers)
 	refused("\"samples\": 20, \"stream", "\"samples\": 2.5, \"stream",
 	    (const char *const[]){ "\"samples\" must be a positive integer",
 	    NULL });
+	refused("\"train_positions_per_s\": 12000.0",
+	    "\"serve_pass_one_s\": 0, \"train_positions_per_s\": 12000.0",
+	    (const char *const[]){ "hosts[0] (\"h0\")",
+	    "\"serve_pass_one_s\" must be a positive", NULL });
 	refused("\"memory_bytes\": 1e11", "\"memory_bytes\": \"lots\"",
 	    (const char *const[]){ "hosts[1] (\"h1\")", "memory_bytes", NULL });
 	refused("\"width\": 128", "\"width\": 0",

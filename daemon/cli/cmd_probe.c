@@ -205,6 +205,9 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 	h->memory_bytes = num(o, "memory_bytes");
 	h->train_positions_per_s = num(o, "train_positions_per_s") * scale;
 	h->forward_positions_per_s = num(o, "forward_positions_per_s") * scale;
+	/* times, so the other way; a daemon of before them gives none (0) */
+	h->serve_pass_one_s = num(o, "serve_pass_one_s") / scale;
+	h->serve_pass_window_s = num(o, "serve_pass_window_s") / scale;
 	return note_spread(h, o, err);
 }
 
@@ -252,14 +255,16 @@ print_hosts(const topo_topology *t)
 {
 	int i;
 
-	printf("%-3s %-22s %-40s %10s %12s %12s\n", "#", "host", "device",
-	    "free GiB", "train pos/s", "fwd pos/s");
+	printf("%-3s %-22s %-40s %10s %12s %12s %13s\n", "#", "host",
+	    "device", "free GiB", "train pos/s", "fwd pos/s", "pass ms 1/all");
 	for (i = 0; i < t->nhosts; i++) {
 		const topo_host *h = &t->hosts[i];
 
-		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12.0f\n", i, h->name,
-		    h->device, h->memory_bytes / (1024.0 * 1024 * 1024),
-		    h->train_positions_per_s, h->forward_positions_per_s);
+		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12.0f %6.3f/%6.3f\n",
+		    i, h->name, h->device, h->memory_bytes /
+		    (1024.0 * 1024 * 1024), h->train_positions_per_s,
+		    h->forward_positions_per_s, 1e3 * h->serve_pass_one_s,
+		    1e3 * h->serve_pass_window_s);
 	}
 }
 
@@ -338,19 +343,22 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	    a->compute_seconds, a->compute_repeats);
 	for (i = 0; i < pl->n; i++) {
 		fprintf(stderr, "probe: compute of %s...\n", pl->v[i].addr);
-		/* train and forward, each compute_seconds, per repetition */
-		o = run_probe(&pl->v[i], "compute", query, 2.0 *
+		/* train, forward and serving passes, each compute_seconds,
+		 * per repetition */
+		o = run_probe(&pl->v[i], "compute", query, 3.0 *
 		    a->compute_seconds * a->compute_repeats, 2 *
-		    PB_HOLD_TIMEOUT + 2 * PB_MAX_COMPUTE_SECONDS *
+		    PB_HOLD_TIMEOUT + 3 * PB_MAX_COMPUTE_SECONDS *
 		    a->compute_repeats, err);
 		if (o == NULL || take_compute(t, i, o, err) != 0) {
 			fprintf(stderr, "shardmeter probe: %s\n", err);
 			failed++;
 		} else
 			fprintf(stderr, "probe:   %.0f positions/s training, %.0f "
-			    "forward, %.1f GiB free (%s)\n",
-			    t->hosts[i].train_positions_per_s,
+			    "forward, a serving pass %.3f to %.3f ms, %.1f GiB "
+			    "free (%s)\n", t->hosts[i].train_positions_per_s,
 			    t->hosts[i].forward_positions_per_s,
+			    1e3 * t->hosts[i].serve_pass_one_s,
+			    1e3 * t->hosts[i].serve_pass_window_s,
 			    t->hosts[i].memory_bytes / (1024.0 * 1024 * 1024),
 			    t->hosts[i].device);
 		json_decref(o);
@@ -508,18 +516,18 @@ const struct cmd_entry cmd_probe_entry = {
 	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N] "
 	    "[--compute-seconds C]\n       [--compute-repeats R]\n"
 	    "Asks every daemon of the peer list, one at a time, to time "
-	    "training steps\nand forward passes of its block's shape (C "
-	    "seconds each, default 1, at\nmost 10: longer evens out a host "
-	    "whose CPU comes in quota periods;\ntraining waits meanwhile), "
-	    "R times in turn (default 3, at most 9), the\nmedian kept and "
-	    "the range noted in the host's notes, and to measure the\nlinks "
-	    "to "
-	    "every other daemon: the median and\ninterquartile range of S "
-	    "round trips (default 20), one stream of B bytes\n(default "
-	    "16777216, at most 67108864) and K streams of B/K bytes each\n"
-	    "(default 4, at most 16), within N seconds per daemon (default "
-	    "60).  Writes\nthe topology file for 'shardmeter plan' "
-	    "(shardmeter(1) gives its format) and\nprints it as tables.  "
-	    "Probes are refused while a round is in progress.\n",
+	    "training steps,\nforward passes of its block's shape and "
+	    "serving passes of one window (C\nseconds each, default 1, at "
+	    "most 10: longer evens out a host whose CPU\ncomes in quota "
+	    "periods; training waits meanwhile), R times in turn\n(default "
+	    "3, at most 9), the median kept and the range noted in the "
+	    "host's\nnotes, and to measure the links to every other daemon: "
+	    "the median and\ninterquartile range of S round trips (default "
+	    "20), one stream of B bytes\n(default 16777216, at most "
+	    "67108864) and K streams of B/K bytes each\n(default 4, at most "
+	    "16), within N seconds per daemon (default 60).  Writes\nthe "
+	    "topology file for 'shardmeter plan' (shardmeter(1) gives its "
+	    "format) and\nprints it as tables.  Probes are refused while a "
+	    "round is in progress.\n",
 	.exec = probe_exec
 };
