@@ -110,8 +110,8 @@ timed(kn_model *m, const kn_batch *b, int train, double seconds,
 	return KN_OK;
 }
 
-/* Serving passes of one window picking R rows (the first R of the
- * window's draws) until the budget is spent; *each: seconds a pass. */
+/* Serving passes of one window picking R rows (the middle one when R is
+ * 1, else the first R) until the budget is spent; *each: seconds a pass. */
 static int
 timed_serve(kn_model *m, const int32_t *input, int R, double seconds,
     int max_steps, double *each, char *err)

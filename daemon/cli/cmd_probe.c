@@ -259,12 +259,16 @@ print_hosts(const topo_topology *t)
 	    "device", "free GiB", "train pos/s", "fwd pos/s", "pass ms 1/all");
 	for (i = 0; i < t->nhosts; i++) {
 		const topo_host *h = &t->hosts[i];
+		char pass[32] = "-";    /* a daemon of before the pass times */
 
-		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12.0f %6.3f/%6.3f\n",
-		    i, h->name, h->device, h->memory_bytes /
+		if (h->serve_pass_one_s > 0 && h->serve_pass_window_s > 0)
+			snprintf(pass, sizeof(pass), "%.3f/%.3f",
+			    1e3 * h->serve_pass_one_s,
+			    1e3 * h->serve_pass_window_s);
+		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12.0f %13s\n", i,
+		    h->name, h->device, h->memory_bytes /
 		    (1024.0 * 1024 * 1024), h->train_positions_per_s,
-		    h->forward_positions_per_s, 1e3 * h->serve_pass_one_s,
-		    1e3 * h->serve_pass_window_s);
+		    h->forward_positions_per_s, pass);
 	}
 }
 
