@@ -357,3 +357,14 @@ sa_embed_rows(const sa_csr *a, const float *basis, int dims, float *out)
 	kn_pool_run((int)((a->nrows + ROWS_PER_TASK - 1) / ROWS_PER_TASK),
 	    embed_task, &g);
 }
+
+void
+sa_basis_skip(float *basis, size_t rows, int total, int skip)
+{
+	size_t i, keep = (size_t)(total - skip);
+
+	/* row i moves down to i * keep, never past where it starts */
+	for (i = 0; skip > 0 && i < rows; i++)
+		memmove(basis + i * keep, basis + i * (size_t)total + skip,
+		    keep * sizeof(*basis));
+}

@@ -23,6 +23,20 @@
 int sa_svd(const sa_csr *a, int dims, int power_iters, uint64_t seed,
     float *basis, float *sigma, char *err);
 
+/* The leading singular directions the embedding leaves out by default.
+ * On tf-idf rows of natural text the first is the words most documents
+ * share, in proportion to how many of them a document holds: clusters
+ * along it follow a document's length and register, not its topic (on
+ * the enwiki article text two clusters of equal bytes came out as 1,763
+ * long articles against 29,834 short ones, both with top words "the of
+ * and").  The same reasoning removes the first principal component of
+ * averaged word embeddings (Arora, Liang and Ma 2017). */
+#define SA_SVD_SKIP 1
+
+/* basis (rows, total), row-major, keeps its columns skip .. total - 1,
+ * in place, as a (rows, total - skip) matrix.  0 <= skip < total. */
+void sa_basis_skip(float *basis, size_t rows, int total, int skip);
+
 /* The embedding of one sparse row (nnz entries): the row times basis
  * (ncols, dims), L2-normalised (all zeros for a row of no word) into out
  * (dims).  Documents and the router's contexts both go through this. */

@@ -621,10 +621,117 @@ START_TEST(test_cluster_command)
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts "
 	    "2 --dims 500 --out %s/out %s/in.txt", tu_shardmeter(), dir, dir),
 	    1);
-	ck_assert_ptr_nonnull(strstr(out, "--dims 500 needs"));
+	ck_assert_ptr_nonnull(strstr(out, "--dims 500 with --skip-dims 1 needs"));
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --help",
 	    tu_shardmeter()), 0);
 	ck_assert_ptr_nonnull(strstr(out, "usage: shardmeter cluster"));
+	tu_remove_dir(dir);
+}
+END_TEST
+
+#define MIX_TOPICS 8
+#define MIX_DOCS 160            /* per topic: MIX_LONG long, the rest short */
+#define MIX_LONG 8
+
+/* Text like an encyclopedia's: per topic a few long documents, half of
+ * their words the common words every topic shares, and many short ones
+ * of a few words, mostly the topic's own; topic[d] is document d's. */
+static char *
+mixed_lengths(int *topic)
+{
+	static const char *const common[] = { "the", "of", "and", "a", "in",
+	    "to", "is", "was", "for", "on", "as", "with", "by", "that" };
+	char *t = malloc((size_t)MIX_TOPICS * MIX_DOCS * 160 + MIX_TOPICS *
+	    MIX_LONG * 1200), *p = t;
+	int tp, k, i, d = 0;
+	kn_rng rng;
+
+	kn_rng_init(&rng, 7, 0);
+	for (tp = 0; tp < MIX_TOPICS; tp++)
+		for (k = 0; k < MIX_DOCS; k++, d++) {
+			int lng = k < MIX_LONG;
+			int n = lng ? 150 : 4 + (int)kn_rng_below(&rng, 5);
+
+			topic[d] = tp;
+			p += sprintf(p, "<doc id=\"%d\">\n", d);
+			for (i = 0; i < n; i++) {
+				float u = kn_rng_uniform(&rng);
+
+				if (u < (lng ? 0.5f : 0.15f))
+					p += sprintf(p, "%s ", common[
+					    kn_rng_below(&rng, 14)]);
+				else
+					p += sprintf(p, "t%dw%02d ", tp,
+					    (int)kn_rng_below(&rng, 60));
+			}
+			p += sprintf(p, "\n</doc>\n");
+		}
+	return t;
+}
+
+/* The clusters follow topics, and the words that name them are topic
+ * words: the leading singular direction, common words in proportion to
+ * a document's length, is left out (SA_SVD_SKIP; with it, every top word
+ * was a common word). */
+START_TEST(test_cluster_topics)
+{
+	int topic[MIX_TOPICS * MIX_DOCS], in[MIX_TOPICS][2] = { { 0 } };
+	char dir[128], out[8192], path[300], *file, *line, *save, *w;
+	size_t tlen, doc, off, dlen;
+	char err[KN_ERR_LEN];
+	int e, t, lines = 0;
+	char *mix = mixed_lengths(topic);
+
+	tu_temp_dir(dir, sizeof(dir), "check_router_topics");
+	tu_write_file(dir, "in.txt", mix);
+	free(mix);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts 2 "
+	    "--balance bytes --dims 16 --vocab 600 --out %s/out %s/in.txt "
+	    "2>/dev/null", tu_shardmeter(), dir, dir), 0);
+	for (line = strtok_r(out, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save)) {
+		int words = 0;
+
+		if (sscanf(line, "%d\t%zu\t%zu\t", &e, &doc, &dlen) != 3)
+			continue;
+		lines++;
+		w = strrchr(line, '\t') + 1;
+		for (w = strtok(w, " "); w != NULL; w = strtok(NULL, " "),
+		    words++)
+			ck_assert_msg(w[0] == 't' && strchr(w, 'w') != NULL,
+			    "cluster %d: top word '%s' is no topic's", e, w);
+		ck_assert_int_eq(words, 8);
+	}
+	ck_assert_int_eq(lines, 2);
+
+	snprintf(path, sizeof(path), "%s/out/assignment.tsv", dir);
+	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 20, &file, &tlen, err),
+	    0);
+	file = realloc(file, tlen + 1);
+	file[tlen] = '\0';
+	for (line = strtok_r(file, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save))
+		if (sscanf(line, "%zu\t%zu\t%zu\t%d", &doc, &off, &dlen,
+		    &e) == 4) {
+			ck_assert(doc < MIX_TOPICS * MIX_DOCS && e >= 0 &&
+			    e < 2);
+			in[topic[doc]][e]++;
+		}
+	free(file);
+	/* every topic kept together, long documents with short */
+	for (t = 0; t < MIX_TOPICS; t++)
+		ck_assert_msg(in[t][0] >= 0.95 * MIX_DOCS ||
+		    in[t][1] >= 0.95 * MIX_DOCS, "topic %d split %d / %d", t,
+		    in[t][0], in[t][1]);
+
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts 2 "
+	    "--skip-dims -1 --out %s/out %s/in.txt", tu_shardmeter(), dir,
+	    dir), 2);
+	ck_assert_ptr_nonnull(strstr(out, "--skip-dims"));
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s cluster --experts 2 "
+	    "--dims 16 --skip-dims 590 --vocab 600 --out %s/out %s/in.txt",
+	    tu_shardmeter(), dir, dir), 1);
+	ck_assert_ptr_nonnull(strstr(out, "--skip-dims 590 needs"));
 	tu_remove_dir(dir);
 }
 END_TEST
@@ -645,6 +752,7 @@ main(void)
 	tcase_add_test(tc, test_malformed_content);
 	tcase_add_test(tc, test_duplicate_word);
 	tcase_add_test(tc, test_cluster_command);
+	tcase_add_test(tc, test_cluster_topics);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -32,6 +32,7 @@
 struct cluster_args {
 	const char *out;
 	int experts, dims, vocab, chunk, threads;
+	int skip;               /* --skip-dims: leading directions left out */
 	int balance_bytes;      /* --balance bytes: equal bytes, not
 	                         * equal documents */
 	uint64_t seed;
@@ -69,6 +70,7 @@ cluster_parse(const struct cmd_entry *self, struct cluster_args *a,
 		{ "chunk", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 'T' },
 		{ "balance", required_argument, NULL, 'b' },
+		{ "skip-dims", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -84,6 +86,8 @@ cluster_parse(const struct cmd_entry *self, struct cluster_args *a,
 		    PR_ROUTER_MAX_DIMS, &a->dims); break;
 		case 'v': rc = cli_parse_int("cluster", "vocab", optarg, 1,
 		    PR_ROUTER_MAX_WORDS, &a->vocab); break;
+		case 'k': rc = cli_parse_int("cluster", "skip-dims", optarg,
+		    0, PR_ROUTER_MAX_DIMS, &a->skip); break;
 		case 'c': rc = cli_parse_int("cluster", "chunk", optarg, 1,
 		    1 << 30, &a->chunk); break;
 		case 'T': rc = cli_parse_int("cluster", "threads", optarg, 0,
@@ -178,7 +182,7 @@ cluster_embed(struct cluster_run *c, char *err)
 {
 	const struct cluster_args *a = c->a;
 	size_t n = c->docs.n, v;
-	int rc;
+	int rc, total = a->dims + a->skip;
 
 	if ((rc = sa_vocab_build(&c->vocab, c->text, c->docs.v, n,
 	    (size_t)a->vocab, err)) != 0 ||
@@ -188,20 +192,22 @@ cluster_embed(struct cluster_run *c, char *err)
 	v = c->vocab.n;
 	progress(c, "tf-idf: %zu words, %zu nonzeros", v,
 	    c->rows.rowptr[n]);
-	if ((size_t)a->dims > n || (size_t)a->dims > v)
-		return kn_error(err, KN_EINVAL, "--dims %d needs at least %d "
-		    "documents and %d words; the input has %zu and %zu",
-		    a->dims, a->dims, a->dims, n, v);
-	c->basis = malloc(v * (size_t)a->dims * sizeof(*c->basis));
+	if ((size_t)total > n || (size_t)total > v)
+		return kn_error(err, KN_EINVAL, "--dims %d with --skip-dims %d "
+		    "needs at least %d documents and %d words; the input has "
+		    "%zu and %zu", a->dims, a->skip, total, total, n, v);
+	c->basis = malloc(v * (size_t)total * sizeof(*c->basis));
 	c->emb = malloc(n * (size_t)a->dims * sizeof(*c->emb));
 	if (c->basis == NULL || c->emb == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory for %zu "
 		    "embeddings", n);
-	if ((rc = sa_svd(&c->rows, a->dims, SA_SVD_POWER_ITERS, a->seed,
+	if ((rc = sa_svd(&c->rows, total, SA_SVD_POWER_ITERS, a->seed,
 	    c->basis, NULL, err)) != 0)
 		return rc;
+	sa_basis_skip(c->basis, v, total, a->skip);
 	sa_embed_rows(&c->rows, c->basis, a->dims, c->emb);
-	progress(c, "svd: %d dimensions", a->dims);
+	progress(c, "svd: %d dimensions after the leading %d", a->dims,
+	    a->skip);
 	return 0;
 }
 
@@ -343,7 +349,8 @@ static int
 cluster_exec(const struct cmd_entry *self, int argc, char **argv)
 {
 	struct cluster_args a = { .dims = SA_SVD_DIMS,
-	    .vocab = SA_VOCAB_DEFAULT, .chunk = SA_DOCS_CHUNK, .seed = 1 };
+	    .vocab = SA_VOCAB_DEFAULT, .chunk = SA_DOCS_CHUNK, .seed = 1,
+	    .skip = SA_SVD_SKIP };
 	struct cluster_run c = { .a = &a };
 	char err[KN_ERR_LEN];
 	int rc;
@@ -380,13 +387,15 @@ const struct cmd_entry cmd_cluster_entry = {
 	    "[--vocab V]\n"
 	"                          [--seed S] [--chunk BYTES] "
 	    "[--balance docs|bytes]\n"
-	"                          [--threads T] FILE...\n"
+	"                          [--skip-dims K] [--threads T] FILE...\n"
 	"\n"
 	"Splits the FILEs into documents (their <doc ...> ... </doc> entries,\n"
 	"or else chunks of whole lines of at most BYTES bytes, default 4096),\n"
 	"weighs each by word tf-idf over the V words in most documents\n"
 	"(default 20000), embeds them by a truncated SVD of D dimensions\n"
-	"(default 128), and clusters them by balanced spherical k-means with\n"
+	"(default 128) after the leading K (default 1: the direction of the\n"
+	"words most documents share, which sorts documents by length, not\n"
+	"topic), and clusters them by balanced spherical k-means with\n"
 	"seed S (default 1) into N clusters, one per expert, of equal size:\n"
 	"floor(n/N) or ceil(n/N) of the n documents, or with --balance bytes\n"
 	"bytes within one document's length of an equal share.  Writes into\n"
