@@ -1,6 +1,7 @@
 /* SOMA's clustering (soma/): documents split on <doc> entries and in
  * chunks, words and tf-idf against hand-computed values, the truncated
- * SVD against a matrix of known singular values, and balanced k-means:
+ * SVD against a matrix of known singular values (and its leading
+ * direction left out), and balanced k-means:
  * balance, determinism over seeds and threads, recovery of separated
  * clusters. */
 #include "config.h"
@@ -295,6 +296,16 @@ START_TEST(test_svd_low_rank)
 	}
 	ck_assert_int_eq(sa_svd(&a, SVD_V + 1, 1, 9, again, sigma, err),
 	    KN_EINVAL);
+
+	/* the leading direction left out: every row keeps columns 1..R-1
+	 * of the full basis, in place; skipping none changes nothing */
+	memcpy(again, basis, sizeof(basis));
+	sa_basis_skip(again, SVD_V, SVD_R, 0);
+	ck_assert(memcmp(again, basis, sizeof(basis)) == 0);
+	sa_basis_skip(again, SVD_V, SVD_R, 1);
+	for (j = 0; j < SVD_V; j++)
+		ck_assert(memcmp(again + j * (SVD_R - 1), basis + j * SVD_R + 1,
+		    (SVD_R - 1) * sizeof(float)) == 0);
 	sa_csr_free(&a);
 }
 END_TEST
