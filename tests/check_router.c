@@ -708,6 +708,7 @@ START_TEST(test_cluster_topics)
 	ck_assert_int_eq(pr_ckpt_read_file(path, 1 << 20, &file, &tlen, err),
 	    0);
 	file = realloc(file, tlen + 1);
+	ck_assert_ptr_nonnull(file);
 	file[tlen] = '\0';
 	for (line = strtok_r(file, "\n", &save); line != NULL;
 	    line = strtok_r(NULL, "\n", &save))
