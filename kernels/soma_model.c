@@ -148,6 +148,15 @@ kn_soma_decoder_params(const kn_soma_shape *s)
 	return (size_t)KN_SOMA_VOCAB * s->width + KN_SOMA_VOCAB;
 }
 
+uint64_t
+kn_soma_forward_macs(const kn_soma_shape *s)
+{
+	uint64_t d = (uint64_t)s->width;
+
+	return (uint64_t)s->blocks * (8 + 2 * (uint64_t)s->mlp_mult) * d * d +
+	    KN_SOMA_VOCAB * d;
+}
+
 int
 kn_soma_body_tensors(const kn_soma_shape *s, kn_soma_tensor *out, int max)
 {

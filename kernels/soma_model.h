@@ -46,6 +46,11 @@ int kn_soma_check_shape(const kn_soma_shape *s, char *err);
  * decoder (256 d + 256: 8,448 at d = 32). */
 size_t kn_soma_body_params(const kn_soma_shape *s);
 size_t kn_soma_decoder_params(const kn_soma_shape *s);
+/* Multiply-adds of one byte position's forward pass: per block the
+ * LSTM's two (4d, d) products and the MLP's two (mult d, d) ones, then
+ * the (256, d) logits; 40,960 at d = 32, mult 4, 2 blocks.  Positions
+ * of models of different widths compare by it, not by their count. */
+uint64_t kn_soma_forward_macs(const kn_soma_shape *s);
 /* The body's tensors in buffer order, per block: w_ih (4d,d), w_hh
  * (4d,d), b (4d; gates i, f, g, o), w1 (mult d, d), b1 (mult d), w2 (d,
  * mult d), b2 (d).  Writes min(count, max) entries to out (may be NULL)

@@ -363,6 +363,8 @@ START_TEST(test_shape_and_init)
 	/* per block 2 (4d d) + 4d + 2 (4d d) + 4d + d at d = 32 */
 	ck_assert_uint_eq(kn_soma_body_params(&pub), 33344);
 	ck_assert_uint_eq(kn_soma_decoder_params(&pub), 256 * 32 + 256);
+	/* 2 blocks of 2 (4d d) + 2 (4d d), then 256 d */
+	ck_assert_uint_eq(kn_soma_forward_macs(&pub), 40960);
 	ck_assert_int_eq(kn_soma_check_shape(&bad, err), KN_EINVAL);
 	n = kn_soma_body_tensors(&pub, t, 16);
 	ck_assert_int_eq(n, 14);
@@ -371,6 +373,10 @@ START_TEST(test_shape_and_init)
 		off += (size_t)t[i].rows * t[i].cols;
 	}
 	ck_assert_uint_eq(off, 33344);
+	/* every matrix of the body once a position, and the logits */
+	for (i = 0, off = 256 * 32; i < n; i++)
+		off += t[i].cols > 1 ? (size_t)t[i].rows * t[i].cols : 0;
+	ck_assert_uint_eq(kn_soma_forward_macs(&pub), off);
 	ck_assert_str_eq(t[8].name, "block1.w_hh");
 	ck_assert_int_eq(t[8].rows, 128);
 	ck_assert_int_eq(t[8].cols, 32);
