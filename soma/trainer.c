@@ -91,6 +91,26 @@ sa_soma_positions(const pr_spec *s)
 	    sa_step_positions(s, SA_EXPERT, 0);
 }
 
+double
+sa_soma_macs(const pr_spec *s)
+{
+	kn_soma_shape e = sa_expert_shape(s);
+
+	return (double)sa_soma_positions(s) * (double)kn_soma_forward_macs(&e);
+}
+
+uint64_t
+sa_control_equal_macs_positions(const pr_spec *s)
+{
+	kn_soma_shape e = sa_expert_shape(s), c = sa_control_shape(s);
+	uint64_t pos = sa_soma_positions(s), me = kn_soma_forward_macs(&e);
+	uint64_t mc = kn_soma_forward_macs(&c);
+
+	/* floor(pos me / mc) without forming pos me, which could pass
+	 * 2^64 for a long spec */
+	return pos / mc * me + pos % mc * me / mc;
+}
+
 /* ---- the loop's state ---- */
 
 struct trainer {
@@ -490,6 +510,14 @@ sa_train(const sa_train_opts *o, sa_result *res, char *err)
 			    (unsigned long long)p.positions);
 		if (o->progress != NULL)
 			o->progress(o->user, &p);
+		if (o->snapshot_at > 0 && res->snapshot_steps == 0 &&
+		    p.positions >= o->snapshot_at) {
+			if ((rc = sa_train_checkpoint(o, t.m, p.step + 1,
+			    o->snapshot_path, err)) != 0)
+				goto out;
+			res->snapshot_steps = p.step + 1;
+			res->snapshot_positions = p.positions;
+		}
 	}
 	if (isnan(val) && (rc = validate(&t, &val, err)) != 0)
 		goto out;

@@ -40,6 +40,12 @@ uint64_t sa_step_positions(const pr_spec *s, sa_kind k, int P);
 int sa_expert_decoder_learns(const pr_spec *s);
 /* SOMA's whole training compute: the seed, then N experts. */
 uint64_t sa_soma_positions(const pr_spec *s);
+/* The same in forward multiply-adds (kn_soma_forward_macs of the expert
+ * shape a position), and the positions a control spends for as many:
+ * fewer, as a control position costs more (1.86x at the shipped
+ * sizes). */
+double sa_soma_macs(const pr_spec *s);
+uint64_t sa_control_equal_macs_positions(const pr_spec *s);
 
 typedef struct {
 	long step, steps;
@@ -66,6 +72,11 @@ typedef struct {
 	 * delta (every step). */
 	long decoder_steps;
 	uint64_t budget;        /* controls: positions to spend (0: none) */
+	/* > 0: also write the model to snapshot_path after the first step
+	 * at which this many positions are spent (what a run of this budget
+	 * would write, bit for bit) */
+	uint64_t snapshot_at;
+	const char *snapshot_path;
 	const char *const *train;       /* the text files */
 	int ntrain;
 	const char *seed_path;  /* SA_EXPERT: the seed's checkpoint */
@@ -89,6 +100,8 @@ typedef struct {
 	uint64_t positions;
 	double val;             /* the final validation loss */
 	double seconds;
+	long snapshot_steps;    /* when snapshot_path was written; 0: never */
+	uint64_t snapshot_positions;
 } sa_result;
 
 int sa_train(const sa_train_opts *o, sa_result *res, char *err);

@@ -296,6 +296,79 @@ START_TEST(test_controls_budget)
 }
 END_TEST
 
+/* Reads a whole file into a new buffer. */
+static char *
+slurp(const char *path, size_t *len)
+{
+	char err[PR_ERR_LEN], *buf = NULL;
+
+	ck_assert_msg(pr_ckpt_read_file(path, 1 << 24, &buf, len, err) == 0,
+	    "%s", err);
+	return buf;
+}
+
+/* The control at SOMA's forward multiply-adds: fewer positions than
+ * SOMA's, by the ratio of the shapes' multiply-adds a position, and
+ * the snapshot a longer run writes on the way is, bit for bit, what a
+ * run of that budget writes at its end, for SPSA and EGGROLL alike. */
+START_TEST(test_equal_macs_snapshot)
+{
+	kn_soma_shape e = sa_expert_shape(&spec), c = sa_control_shape(&spec);
+	uint64_t eq = sa_control_equal_macs_positions(&spec);
+	uint64_t per = sa_step_positions(&spec, SA_SPSA, 8);
+	const char *all[2] = { files[0], files[1] };
+	static const sa_kind kinds[] = { SA_SPSA, SA_EGGROLL };
+	char full[400], snap[400], alone[400], err[KN_ERR_LEN];
+	sa_train_opts o;
+	sa_result r;
+	size_t la, lb;
+	char *a, *b;
+	int i;
+
+	ck_assert_uint_gt(kn_soma_forward_macs(&c), kn_soma_forward_macs(&e));
+	ck_assert_uint_lt(eq, sa_soma_positions(&spec));
+	ck_assert_uint_eq(eq, sa_soma_positions(&spec) *
+	    kn_soma_forward_macs(&e) / kn_soma_forward_macs(&c));
+	ck_assert(fabs(sa_soma_macs(&spec) - (double)sa_soma_positions(&spec) *
+	    (double)kn_soma_forward_macs(&e)) < 1);
+	for (i = 0; i < 2; i++) {
+		snprintf(full, sizeof(full), "%s/full-%d.ckpt", dir, i);
+		snprintf(snap, sizeof(snap), "%s/snap-%d.ckpt", dir, i);
+		snprintf(alone, sizeof(alone), "%s/alone-%d.ckpt", dir, i);
+		control_opts(&o, kinds[i], all);
+		o.P = 8;
+		o.steps = -1;
+		o.budget = 7 * per;
+		o.snapshot_at = 3 * per + 1;
+		o.snapshot_path = snap;
+		o.out_path = full;
+		ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
+		ck_assert_int_eq(r.steps, 7);
+		ck_assert_int_eq(r.snapshot_steps, 4);
+		ck_assert_uint_eq(r.snapshot_positions, 4 * per);
+		o.budget = o.snapshot_at;
+		o.snapshot_at = 0;
+		o.out_path = alone;
+		ck_assert_msg(sa_train(&o, &r, err) == 0, "%s", err);
+		ck_assert_int_eq(r.steps, 4);
+		ck_assert_int_eq(r.snapshot_steps, 0);
+		a = slurp(snap, &la);
+		b = slurp(alone, &lb);
+		ck_assert_uint_eq(la, lb);
+		ck_assert_mem_eq(a, b, la);
+		free(a);
+		free(b);
+		/* and the longer run went on past it */
+		a = slurp(full, &la);
+		b = slurp(snap, &lb);
+		ck_assert(la != lb || memcmp(a, b, la) != 0);
+		free(a);
+		free(b);
+	}
+	kn_pool_shutdown();
+}
+END_TEST
+
 /* A control whose decoder learns for its first 2 steps only: its decoder
  * after 5 steps is the one after 2, its body moves on, and the steps
  * past 2 cost the delta rule's pass less, in the budget and the count. */
@@ -443,6 +516,7 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_seed_then_expert);
 	tcase_add_test(tc, test_controls_budget);
+	tcase_add_test(tc, test_equal_macs_snapshot);
 	tcase_add_test(tc, test_decoder_steps);
 	tcase_add_test(tc, test_expert_decoder_delta);
 	tcase_add_test(tc, test_threads_bitwise);
