@@ -312,6 +312,60 @@ START_TEST(test_train_new_dir)
 }
 END_TEST
 
+/* A number that follows "key": inside the object of eval's --json
+ * output that follows "name":, or -1 where there is none. */
+static double
+json_field(const char *out, const char *name, const char *key)
+{
+	char want[96];
+	const char *p, *end;
+
+	snprintf(want, sizeof(want), "\"%s\":", name);
+	if ((p = strstr(out, want)) == NULL || (end = strchr(p, '}')) == NULL)
+		return -1;
+	snprintf(want, sizeof(want), "\"%s\":", key);
+	if ((p = strstr(p, want)) == NULL || p > end)
+		return -1;
+	return strtod(p + strlen(want), NULL);
+}
+
+/* shardmeter train --control spsa on the default budget also writes the
+ * control at SOMA's forward multiply-adds, on fewer positions (a
+ * control position costs more), and eval scores it with both counts. */
+START_TEST(test_control_equal_macs)
+{
+	char out[16384];
+	double pos, macs, soma_pos, soma_macs, full_pos, step_macs;
+	kn_soma_shape c = sa_control_shape(&spec);
+
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "mkdir -p %s/ctl && ln -sf "
+	    "%s/run/expert-*.ckpt %s/ctl/ && %s train --spec %s --dir %s/ctl "
+	    "--control spsa --threads 1 2>&1", dir, dir, dir, tu_shardmeter(),
+	    spec_path, dir) == 0, "train: %s", out);
+	ck_assert_msg(strstr(out, "at SOMA's multiply-adds") != NULL, "%s",
+	    out);
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s eval --spec %s --dir "
+	    "%s/ctl --split test --windows 20 --json 2>/dev/null",
+	    tu_shardmeter(), spec_path, dir) == 0, "eval: %s", out);
+	soma_pos = json_field(out, "mixture", "positions");
+	soma_macs = json_field(out, "mixture", "macs");
+	full_pos = json_field(out, "spsa-p4", "positions");
+	pos = json_field(out, "spsa-p4-eqmacs", "positions");
+	macs = json_field(out, "spsa-p4-eqmacs", "macs");
+	step_macs = (double)sa_step_positions(&spec, SA_SPSA, 4) *
+	    (double)kn_soma_forward_macs(&c);
+	ck_assert_msg(soma_pos > 0 && pos > 0 && full_pos >= soma_pos, "%s",
+	    out);
+	ck_assert(pos < soma_pos);
+	ck_assert(json_field(out, "spsa-p4-eqmacs", "nats_per_byte") > 0);
+	/* the first step at or past SOMA's multiply-adds */
+	ck_assert_msg(macs >= soma_macs && macs < soma_macs + step_macs,
+	    "%g MACs against SOMA's %g", macs, soma_macs);
+	ck_assert(fabs(json_field(out, "spsa-p4", "macs") - full_pos *
+	    (double)kn_soma_forward_macs(&c)) < 1);
+}
+END_TEST
+
 /* The same bytes for a seed, in this process and through the hosts, one
  * round trip per byte, routed as the router says. */
 START_TEST(test_generate_same)
@@ -521,6 +575,7 @@ main(void)
 	tcase_add_test(tc, test_step_matches_model);
 	tcase_add_test(tc, test_score_equals_eval);
 	tcase_add_test(tc, test_train_new_dir);
+	tcase_add_test(tc, test_control_equal_macs);
 	tcase_add_test(tc, test_generate_same);
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_unlisted_client);

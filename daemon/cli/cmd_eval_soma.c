@@ -35,6 +35,7 @@ struct soma_eval {
 	char control_name[MAX_CONTROLS][256];
 	double control_ce[MAX_CONTROLS];
 	uint64_t control_pos[MAX_CONTROLS];
+	double control_macs[MAX_CONTROLS];      /* forward multiply-adds */
 	double route_s;                         /* routing's wall time */
 };
 
@@ -216,6 +217,8 @@ eval_others(struct soma_eval *ev, const kn_backend *be, char *err)
 		    stem);
 		ev->control_pos[c] = k == SA_SEED ? 0 : (uint64_t)got.step *
 		    sa_step_positions(ev->s, k, P);
+		ev->control_macs[c] = (double)ev->control_pos[c] *
+		    (double)kn_soma_forward_macs(&sh);
 		ev->ncontrols++;
 	}
 	for (i = 0; i < n; i++)
@@ -235,12 +238,14 @@ print_table(const struct soma_eval *ev, const char *split, const char *path)
 		printf("expert %-3d own cluster %.4f nats/byte   routed %ld "
 		    "windows\n", e, ev->expert_own[e], ev->routed[e]);
 	printf("%-18s %.4f nats/byte  (%.4f bits/byte)  routing %.3fs; "
-	    "compute %.4g positions\n", "routed mixture", ev->mixture,
-	    ev->mixture / M_LN2, ev->route_s, (double)sa_soma_positions(ev->s));
+	    "compute %.4g positions, %.4g MACs\n", "routed mixture",
+	    ev->mixture, ev->mixture / M_LN2, ev->route_s,
+	    (double)sa_soma_positions(ev->s), sa_soma_macs(ev->s));
 	for (i = 0; i < ev->ncontrols; i++)
 		printf("%-18s %.4f nats/byte  (%.4f bits/byte)  compute %.4g "
-		    "positions\n", ev->control_name[i], ev->control_ce[i],
-		    ev->control_ce[i] / M_LN2, (double)ev->control_pos[i]);
+		    "positions, %.4g MACs\n", ev->control_name[i],
+		    ev->control_ce[i], ev->control_ce[i] / M_LN2,
+		    (double)ev->control_pos[i], ev->control_macs[i]);
 }
 
 static void
@@ -255,15 +260,17 @@ print_json(const struct soma_eval *ev, const char *split)
 		    (json_int_t)ev->routed[e]));
 	for (i = 0; i < ev->ncontrols; i++)
 		json_object_set_new(c, ev->control_name[i], json_pack(
-		    "{s:f,s:I}", "nats_per_byte", ev->control_ce[i],
-		    "positions", (json_int_t)ev->control_pos[i]));
+		    "{s:f,s:I,s:f}", "nats_per_byte", ev->control_ce[i],
+		    "positions", (json_int_t)ev->control_pos[i], "macs",
+		    ev->control_macs[i]));
 	json_object_set_new(o, "run_id", json_string(ev->run->run_id));
 	json_object_set_new(o, "split", json_string(split));
 	json_object_set_new(o, "windows", json_integer(ev->w.n));
 	json_object_set_new(o, "experts", ex);
-	json_object_set_new(o, "mixture", json_pack("{s:f,s:i,s:I,s:f}",
+	json_object_set_new(o, "mixture", json_pack("{s:f,s:i,s:I,s:f,s:f}",
 	    "nats_per_byte", ev->mixture, "top_k", ev->k, "positions",
-	    (json_int_t)sa_soma_positions(ev->s), "routing_s", ev->route_s));
+	    (json_int_t)sa_soma_positions(ev->s), "macs", sa_soma_macs(ev->s),
+	    "routing_s", ev->route_s));
 	json_object_set_new(o, "controls", c);
 	cli_print_json(o);
 }

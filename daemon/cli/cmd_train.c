@@ -390,6 +390,10 @@ const struct cmd_entry cmd_train_entry = {
 	    "by the delta\nrule every step; --decoder-steps N stops that "
 	    "after N steps, as SOMA's\nexperts start from a decoder learned "
 	    "over the seed's steps (in the name too).\nEach writes "
-	    "DIR/NAME.csv: step, loss, validation loss, lr, eps, positions.\n",
+	    "DIR/NAME.csv: step, loss, validation loss, lr, eps, positions.\n"
+	    "A control position costs more multiply-adds than a SOMA "
+	    "position (a wider\nmodel), so an SPSA or EGGROLL control on "
+	    "the default budget also writes\nDIR/NAME-eqmacs.ckpt when its "
+	    "forward multiply-adds first reach SOMA's.\n",
 	.exec = train_exec
 };

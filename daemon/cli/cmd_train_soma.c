@@ -118,6 +118,7 @@ cli_train_soma(const struct cli_soma_train *a)
 	sa_result res;
 	char stem[64], out[PR_PATH_LEN + 80], log[PR_PATH_LEN + 80];
 	char seed[PR_PATH_LEN + 80], err[KN_ERR_LEN], **paths = NULL;
+	char snap[PR_PATH_LEN + 90];
 	int n = 0, P = a->P > 0 ? a->P : s->soma.perturbations, rc;
 
 	cli_soma_stem(a->kind, a->expert, P, stem, sizeof(stem));
@@ -160,6 +161,15 @@ cli_train_soma(const struct cli_soma_train *a)
 	o.steps = a->steps;
 	if (a->kind == SA_SPSA || a->kind == SA_EGGROLL || a->kind == SA_BPTT)
 		o.budget = a->budget > 0 ? a->budget : sa_soma_positions(s);
+	if ((a->kind == SA_SPSA || a->kind == SA_EGGROLL) && a->budget == 0 &&
+	    a->steps < 0 && sa_control_equal_macs_positions(s) < o.budget) {
+		/* a control position costs more multiply-adds than SOMA's:
+		 * the model at SOMA's multiply-adds too, on the way */
+		snprintf(snap, sizeof(snap), "%s/%s-eqmacs.ckpt", a->run->dir,
+		    stem);
+		o.snapshot_at = sa_control_equal_macs_positions(s);
+		o.snapshot_path = snap;
+	}
 	o.train = (const char *const *)paths;
 	o.ntrain = n;
 	o.seed_path = seed;
@@ -170,17 +180,29 @@ cli_train_soma(const struct cli_soma_train *a)
 	o.user = stem;
 	o.stop = a->stop;
 	if (!a->quiet) {
+		kn_soma_shape ex = sa_expert_shape(s);
 		kn_soma_shape sh = a->kind == SA_SEED || a->kind == SA_EXPERT ?
-		    sa_expert_shape(s) : sa_control_shape(s);
+		    ex : sa_control_shape(s);
 
 		fprintf(stderr, "shardmeter train: %s, width %d (%zu body "
 		    "parameters), %d file(s) of text, %s\n", stem, sh.width,
 		    kn_soma_body_params(&sh), n, o.budget > 0 && a->steps < 0 ?
 		    "steps from the compute budget" : "steps as asked");
-		if (o.budget > 0)
+		if (o.budget > 0 && a->budget > 0)
+			fprintf(stderr, "shardmeter train: budget %.4g byte "
+			    "positions (--budget)\n", (double)o.budget);
+		else if (o.budget > 0)
 			fprintf(stderr, "shardmeter train: budget %.4g byte "
 			    "positions (SOMA's seed and %d experts)\n",
 			    (double)o.budget, s->soma.experts);
+		if (o.snapshot_at > 0)
+			fprintf(stderr, "shardmeter train: and a snapshot at "
+			    "%.4g positions, SOMA's %.4g forward multiply-adds "
+			    "(%llu a position against SOMA's %llu): %s\n",
+			    (double)o.snapshot_at, sa_soma_macs(s),
+			    (unsigned long long)kn_soma_forward_macs(&sh),
+			    (unsigned long long)kn_soma_forward_macs(&ex),
+			    snap);
 	}
 	rc = sa_train(&o, &res, err);
 	cli_soma_text_free(paths, n);
@@ -192,6 +214,10 @@ cli_train_soma(const struct cli_soma_train *a)
 		fprintf(stderr, "shardmeter train: %s done: %ld steps, %.4g "
 		    "positions, validation %.4f nats/byte, %.1fs; %s\n", stem,
 		    res.steps, (double)res.positions, res.val, res.seconds, out);
+	if (!a->quiet && res.snapshot_steps > 0)
+		fprintf(stderr, "shardmeter train: %s at SOMA's multiply-adds: "
+		    "%ld steps, %.4g positions; %s\n", stem, res.snapshot_steps,
+		    (double)res.snapshot_positions, snap);
 	kn_pool_shutdown();
 	return a->stop != NULL && *a->stop ? 130 : 0;
 }
