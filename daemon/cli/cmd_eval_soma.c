@@ -230,20 +230,25 @@ eval_others(struct soma_eval *ev, const kn_backend *be, char *err)
 static void
 print_table(const struct soma_eval *ev, const char *split, const char *path)
 {
-	int e, i;
+	int e, i, w = (int)strlen("routed mixture");
 
+	/* one column of names, as wide as the longest (a tuned control's
+	 * name carries its settings) */
+	for (i = 0; i < ev->ncontrols; i++)
+		if ((int)strlen(ev->control_name[i]) > w)
+			w = (int)strlen(ev->control_name[i]);
 	printf("SOMA, %d experts, top-%d, %s split %s: %ld windows of %d "
 	    "bytes\n", ev->N, ev->k, split, path, ev->w.n, ev->w.T);
 	for (e = 0; e < ev->N; e++)
 		printf("expert %-3d own cluster %.4f nats/byte   routed %ld "
 		    "windows\n", e, ev->expert_own[e], ev->routed[e]);
-	printf("%-18s %.4f nats/byte  (%.4f bits/byte)  routing %.3fs; "
-	    "compute %.4g positions, %.4g MACs\n", "routed mixture",
+	printf("%-*s %.4f nats/byte  (%.4f bits/byte)  routing %.3fs; "
+	    "compute %.4g positions, %.4g MACs\n", w, "routed mixture",
 	    ev->mixture, ev->mixture / M_LN2, ev->route_s,
 	    (double)sa_soma_positions(ev->s), sa_soma_macs(ev->s));
 	for (i = 0; i < ev->ncontrols; i++)
-		printf("%-18s %.4f nats/byte  (%.4f bits/byte)  compute %.4g "
-		    "positions, %.4g MACs\n", ev->control_name[i],
+		printf("%-*s %.4f nats/byte  (%.4f bits/byte)  compute %.4g "
+		    "positions, %.4g MACs\n", w, ev->control_name[i],
 		    ev->control_ce[i], ev->control_ce[i] / M_LN2,
 		    (double)ev->control_pos[i], ev->control_macs[i]);
 }

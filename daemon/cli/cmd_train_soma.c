@@ -210,14 +210,15 @@ cli_train_soma(const struct cli_soma_train *a)
 		fprintf(stderr, "shardmeter train: %s: %s\n", stem, err);
 		return 1;
 	}
-	if (!a->quiet)
-		fprintf(stderr, "shardmeter train: %s done: %ld steps, %.4g "
-		    "positions, validation %.4f nats/byte, %.1fs; %s\n", stem,
-		    res.steps, (double)res.positions, res.val, res.seconds, out);
+	/* the summary last, where scripts look for it */
 	if (!a->quiet && res.snapshot_steps > 0)
 		fprintf(stderr, "shardmeter train: %s at SOMA's multiply-adds: "
 		    "%ld steps, %.4g positions; %s\n", stem, res.snapshot_steps,
 		    (double)res.snapshot_positions, snap);
+	if (!a->quiet)
+		fprintf(stderr, "shardmeter train: %s done: %ld steps, %.4g "
+		    "positions, validation %.4f nats/byte, %.1fs; %s\n", stem,
+		    res.steps, (double)res.positions, res.val, res.seconds, out);
 	kn_pool_shutdown();
 	return a->stop != NULL && *a->stop ? 130 : 0;
 }
