@@ -282,6 +282,7 @@ const struct cmd_entry cmd_eval_entry = {
 	    "experts (top-k chosen from the bytes\nbefore each window) "
 	    "on the split, and the seed and every control in DIR on\n"
 	    "the same windows, with the byte positions each trained "
-	    "on; --windows caps\nthe windows.\n",
+	    "on and their forward\nmultiply-adds (MACs); --windows caps "
+	    "the windows.\n",
 	.exec = eval_exec
 };

@@ -162,13 +162,17 @@ cli_train_soma(const struct cli_soma_train *a)
 	if (a->kind == SA_SPSA || a->kind == SA_EGGROLL || a->kind == SA_BPTT)
 		o.budget = a->budget > 0 ? a->budget : sa_soma_positions(s);
 	if ((a->kind == SA_SPSA || a->kind == SA_EGGROLL) && a->budget == 0 &&
-	    a->steps < 0 && sa_control_equal_macs_positions(s) < o.budget) {
+	    a->steps < 0) {
+		uint64_t eq = sa_control_equal_macs_positions(s);
+
 		/* a control position costs more multiply-adds than SOMA's:
 		 * the model at SOMA's multiply-adds too, on the way */
-		snprintf(snap, sizeof(snap), "%s/%s-eqmacs.ckpt", a->run->dir,
-		    stem);
-		o.snapshot_at = sa_control_equal_macs_positions(s);
-		o.snapshot_path = snap;
+		if (eq < o.budget) {
+			snprintf(snap, sizeof(snap), "%s/%s-eqmacs.ckpt",
+			    a->run->dir, stem);
+			o.snapshot_at = eq;
+			o.snapshot_path = snap;
+		}
 	}
 	o.train = (const char *const *)paths;
 	o.ntrain = n;
