@@ -131,6 +131,20 @@ START_TEST(test_shardmeter_probe)
 	    strstr(out, "train pos/s") != NULL &&
 	    strstr(out, "round trip, ms") != NULL &&
 	    strstr(out, "one stream / 3 streams") != NULL, "%s", out);
+	/* the repetitions in passes over the daemons: every daemon's first
+	 * before any daemon's second */
+	{
+		char first_last[64], second_first[64];
+		const char *p, *q;
+
+		snprintf(first_last, sizeof(first_last), "compute of "
+		    "127.0.0.1:%d (1 of 2)", base_port + NDAEMONS - 1);
+		snprintf(second_first, sizeof(second_first), "compute of "
+		    "127.0.0.1:%d (2 of 2)", base_port);
+		p = strstr(out, first_last);
+		q = strstr(out, second_first);
+		ck_assert_msg(p != NULL && q != NULL && p < q, "%s", out);
+	}
 	ck_assert_msg(topo_load(&t, path, err) == 0, "%s", err);
 	/* the shape of the spec tu_write_run wrote */
 	ck_assert_int_eq(t.shape.width, 32);
