@@ -168,6 +168,9 @@ api_status_json(node *n, size_t *len)
 	    (json_int_t)n->ckpt_round, "bytes", (json_int_t)n->ckpt_len,
 	    "sha256", n->etag));
 	json_object_set_new(o, "uptime_s", json_real(kn_now() - n->started));
+	json_object_set_new(o, "training_s", n->train_began > 0 ?
+	    json_real((n->train_ended > 0 ? n->train_ended : kn_now()) -
+	    n->train_began) : json_null());
 	json_object_set_new(o, "backend", json_string(n->backend_desc));
 	for (i = 0; i < n->peers.n; i++)
 		for (k = 0; k < PEERS_KINDS; k++) {

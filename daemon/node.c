@@ -275,6 +275,10 @@ on_event(void *ctx, wk_event *ev)
 {
 	node *n = ctx;
 
+	if (ev->kind == WK_STARTED && n->train_began == 0)
+		n->train_began = kn_now();
+	else if (ev->kind == WK_DONE && n->train_ended == 0)
+		n->train_ended = kn_now();
 	if (n->soma && node_soma_event(n, ev)) {
 		wk_event_free(ev);
 		return;

@@ -58,6 +58,10 @@ typedef struct node {
 	int64_t share_step;
 	int have_share;
 	double started;                 /* monotonic seconds */
+	/* when the trainer first reported and when it trained its last
+	 * step (0: not yet): a time to the steps measured from outside
+	 * would count the start-up and the lateness of whoever polls */
+	double train_began, train_ended;
 	/* the latest checkpoint, served as is: peers download it while a
 	 * newer one replaces it, so responses share it (ckpt is its data) */
 	hs_shared *ckpt_body;

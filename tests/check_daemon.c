@@ -183,8 +183,21 @@ START_TEST(test_three_blocks)
 		start(i, i + 1);
 	wait_done(3, 120);
 	for (i = 0; i < 3; i++) {
+		double took;
+
 		j = tu_status(base_port + i);
 		ck_assert_ptr_nonnull(j);
+		/* the time to the steps by the daemon's clock: after its
+		 * start-up, and no longer counting once done */
+		took = json_number_value(json_object_get(j, "training_s"));
+		ck_assert(took > 0 && took < json_number_value(
+		    json_object_get(j, "uptime_s")));
+		json_decref(j);
+		usleep(200000);
+		j = tu_status(base_port + i);
+		ck_assert_ptr_nonnull(j);
+		ck_assert(json_number_value(json_object_get(j, "training_s")) ==
+		    took);
 		ck_assert_int_eq(json_integer_value(json_object_get(j,
 		    "heldout_share_step")), 400);
 		composed += json_number_value(json_object_get(j, "heldout_share"));
