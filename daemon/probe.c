@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "daemon/log.h"
 #include "daemon/node.h"
@@ -292,6 +293,42 @@ numbers_json(const double *v, int n)
 	return a;
 }
 
+/* Which machine this daemon runs on, for the planner to know which hosts
+ * share one (their CPUs, memory bandwidth, a GPU's host): 16 hex digits
+ * of a SHA-256 of the machine id (systemd's, else D-Bus's, else this
+ * boot's), keyed so that the id itself is not published; "" when none
+ * can be read. */
+static void
+machine_of(char out[17])
+{
+	static const char *const paths[] = { "/etc/machine-id",
+	    "/var/lib/dbus/machine-id", "/proc/sys/kernel/random/boot_id" };
+	static const char key[] = "shardmeter machine\n";
+	unsigned char md[EVP_MAX_MD_SIZE], buf[sizeof(key) - 1 + 128];
+	unsigned int mdlen = 0, k;
+	size_t i, n = 0;
+	FILE *f;
+
+	out[0] = '\0';
+	for (i = 0; i < sizeof(paths) / sizeof(paths[0]) && n == 0; i++) {
+		if ((f = fopen(paths[i], "r")) == NULL)
+			continue;
+		n = fread(buf + sizeof(key) - 1, 1, 128, f);
+		fclose(f);
+		while (n > 0 && (buf[sizeof(key) - 2 + n] == '\n' ||
+		    buf[sizeof(key) - 2 + n] == ' '))
+			n--;
+	}
+	if (n == 0)
+		return;
+	memcpy(buf, key, sizeof(key) - 1);
+	if (EVP_Digest(buf, sizeof(key) - 1 + n, md, &mdlen, EVP_sha256(),
+	    NULL) != 1 || mdlen < 8)
+		return;
+	for (k = 0; k < 8; k++)
+		snprintf(out + 2 * k, 3, "%02x", md[k]);
+}
+
 /* The answer of the probe thread, on the loop. */
 static void
 job_deliver(void *arg, lt_item *item)
@@ -299,6 +336,7 @@ job_deliver(void *arg, lt_item *item)
 	struct pb_state *s = arg;
 	struct pb_job *j = LT_CONTAINER(item, struct pb_job, link);
 	node *n = s->n;
+	char machine[17];
 
 	s->busy = 0;
 	json_decref(s->compute);
@@ -309,9 +347,10 @@ job_deliver(void *arg, lt_item *item)
 		log_warnx("compute probe: %s", j->err);
 	} else {
 		s->compute_status = 200;
-		s->compute = json_pack("{s:s,s:s,s:o,s:s,s:I,s:s,s:f,s:f,s:i,"
-		    "s:o,s:o,s:i,s:i,s:f,s:f,s:f,s:f}", "state", "done", "addr",
-		    n->cfg.advertise,
+		machine_of(machine);
+		s->compute = json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:s,s:f,s:f,"
+		    "s:i,s:o,s:o,s:i,s:i,s:f,s:f,s:f,s:f}", "state", "done",
+		    "addr", n->cfg.advertise, "machine", machine,
 		    "shape", shape_json(&j->shape, j->batch), "device",
 		    n->backend_desc, "memory_bytes", (json_int_t)j->memory,
 		    "memory_source", j->memory_how, "train_positions_per_s",

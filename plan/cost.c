@@ -129,11 +129,46 @@ scaled_rate(const topo_topology *t, const pr_spec *s, double rate, int layers,
 	return rate * measured_flops(t) / flops_per_position(mine, layers);
 }
 
-double
-pl_train_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
+/* Whether candidate c trains a block on host. */
+static int
+trains_on(const pl_candidate *c, int host)
 {
-	return scaled_rate(t, s, t->hosts[host].train_positions_per_s, layers,
-	    0);
+	int b, r;
+
+	for (b = 0; b < c->blocks; b++)
+		for (r = 0; r < c->nrep[b]; r++)
+			if (c->host[b][r] == host)
+				return 1;
+	return 0;
+}
+
+double
+pl_shared_rate(const topo_topology *t, const pl_candidate *c, int host)
+{
+	const topo_host *h = &t->hosts[host];
+	int j, m = 0, a = 0;
+
+	if (c == NULL || h->machine[0] == '\0' || !(h->train_shared > 0))
+		return h->train_positions_per_s;
+	for (j = 0; j < t->nhosts; j++) {
+		const topo_host *o = &t->hosts[j];
+
+		if (o->train_shared > 0 && strcmp(o->machine, h->machine) == 0) {
+			m++;
+			a += j == host || trains_on(c, j);
+		}
+	}
+	if (m < 2)
+		return h->train_positions_per_s;
+	return h->train_positions_per_s - (h->train_positions_per_s -
+	    h->train_shared) * (a - 1) / (m - 1);
+}
+
+double
+pl_train_rate(const topo_topology *t, const pr_spec *s,
+    const pl_candidate *c, int host, int layers)
+{
+	return scaled_rate(t, s, pl_shared_rate(t, c, host), layers, 0);
 }
 
 double
@@ -178,7 +213,7 @@ predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
 
 	for (i = 0; i < R; i++) {
 		step[i] = (double)s->batch * s->window /
-		    pl_train_rate(t, s, h[i], c->layers[b]);
+		    pl_train_rate(t, s, c, h[i], c->layers[b]);
 		smin = fmin(smin, step[i]);
 		smax = fmax(smax, step[i]);
 	}
@@ -265,8 +300,8 @@ pl_predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
 	bp->update_bytes = pl_update_bytes(m, pl_block_params(s,
 	    c->layers[b]), c->enc, c->zstd);
 	if (c->nrep[b] <= 1) {
-		bp->step_s = positions / pl_train_rate(t, s, c->host[b][0],
-		    c->layers[b]);
+		bp->step_s = positions / pl_train_rate(t, s, c,
+		    c->host[b][0], c->layers[b]);
 		bp->round_s = H * bp->step_s;
 		bp->round.compute = bp->round_s;
 		bp->positions_per_s = positions / bp->step_s;

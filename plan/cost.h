@@ -106,11 +106,21 @@ double pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc,
 /* Bytes/s of a link with n parallel streams: the measured single and
  * multi figures, linear between 1 and the measured count, flat beyond. */
 double pl_link_rate(const topo_link *l, int streams);
-/* A host's training (forward) positions/s on a block of layers layers:
- * its measured rate scaled by FLOPs per position against the
- * topology's measured shape. */
-double pl_train_rate(const topo_topology *t, const pr_spec *s, int host,
-    int layers);
+/* A host's training positions/s on a block of layers layers in
+ * candidate c: its measured rate scaled by FLOPs per position against
+ * the topology's measured shape; where hosts share its machine and the
+ * topology has their shared rates, slowed by those c trains too
+ * (pl_shared_rate).  c may be NULL: the rate alone. */
+double pl_train_rate(const topo_topology *t, const pr_spec *s,
+    const pl_candidate *c, int host, int layers);
+/* A host's measured training rate in candidate c (NULL: alone): with a
+ * of the m hosts of its machine that have a shared rate training in c,
+ * alone - (alone - shared) (a - 1) / (m - 1); alone where it has no
+ * shared rate or its machine no other such host. */
+double pl_shared_rate(const topo_topology *t, const pl_candidate *c,
+    int host);
+/* A host's forward positions/s on a block of layers layers: its
+ * measured rate, scaled as pl_train_rate's. */
 double pl_forward_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
 

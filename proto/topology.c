@@ -54,6 +54,8 @@ static const struct field host_fields[] = {
 	    forward_positions_per_s),
 	HOST("serve_pass_one_s", F_NUM, OPTIONAL, serve_pass_one_s),
 	HOST("serve_pass_window_s", F_NUM, OPTIONAL, serve_pass_window_s),
+	HOST("machine", F_STR, OPTIONAL, machine),
+	HOST("train_positions_per_s_shared", F_NUM, OPTIONAL, train_shared),
 	{ NULL, 0, 0, 0, 0 }
 };
 

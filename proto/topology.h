@@ -44,6 +44,12 @@ typedef struct {
 	 * every row; 0 when not given (the planner then derives a pass from
 	 * forward_positions_per_s) */
 	double serve_pass_one_s, serve_pass_window_s;
+	/* hosts of one machine (its CPUs, memory bandwidth) have the same
+	 * machine; "" when not known.  train_shared: the training rate with
+	 * every host of the machine that has one training at once; 0 when
+	 * not given (then no host slows another) */
+	char machine[TOPO_NAME_LEN];
+	double train_shared;
 	char *notes;                    /* owned; NULL when not given */
 } topo_host;
 

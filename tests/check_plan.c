@@ -288,6 +288,58 @@ START_TEST(test_fast_host)
 }
 END_TEST
 
+/* Hosts 0-2 share one machine, training at 600 positions/s all at once
+ * against 1000 alone; host 3 has one of its own.  A host's rate falls
+ * linearly from alone to shared with the hosts of its machine that the
+ * candidate trains, and the planner puts two single-replica blocks on
+ * two machines rather than one. */
+START_TEST(test_shared_machine)
+{
+	pl_prediction apart, together;
+	char err[KN_ERR_LEN];
+	topo_topology t;
+	pl_candidate c;
+	pl_options o;
+	pl_plan plan;
+	pl_model m;
+	pr_spec s;
+	int i;
+
+	spec_of(&s, 2, 4, 400, 20);
+	topo_of(&t, &s, 4, 1000, 1e9, 1);
+	for (i = 0; i < 3; i++) {
+		snprintf(t.hosts[i].machine, sizeof(t.hosts[i].machine), "m1");
+		t.hosts[i].train_shared = 600;
+	}
+	pl_model_defaults(&m);
+	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	ck_assert(pl_shared_rate(&t, NULL, 0) == 1000);
+	c.host[0][0] = 0;
+	c.host[1][0] = 3;
+	ck_assert(pl_shared_rate(&t, &c, 0) == 1000);   /* 1 of 3 */
+	ck_assert(pl_shared_rate(&t, &c, 3) == 1000);   /* its own */
+	ck_assert(pl_predict(&t, &s, &m, &c, &apart, err) == 0);
+	c.host[1][0] = 1;
+	ck_assert(pl_shared_rate(&t, &c, 0) == 800);    /* 2 of 3 */
+	ck_assert(pl_shared_rate(&t, &c, 1) == 800);
+	ck_assert(pl_predict(&t, &s, &m, &c, &together, err) == 0);
+	ck_assert(fabs(together.train_s / apart.train_s - 1.25) < 1e-9);
+	c.nrep[0] = 2;
+	c.host[0][1] = 2;
+	ck_assert(pl_shared_rate(&t, &c, 0) == 600);    /* 3 of 3 */
+	/* a machine of one host with a shared rate: alone */
+	t.hosts[1].train_shared = t.hosts[2].train_shared = 0;
+	ck_assert(pl_shared_rate(&t, &c, 0) == 1000);
+	t.hosts[1].train_shared = t.hosts[2].train_shared = 600;
+	pl_options_defaults(&o);
+	o.replicas = 1;
+	plan_of(&t, &s, &o, &plan);
+	ck_assert(uses(chosen(&plan), 0, 3) || uses(chosen(&plan), 1, 3));
+	pl_plan_free(&plan);
+	topo_free(&t);
+}
+END_TEST
+
 /* Where the probe timed serving passes, a BlockTrain request's compute
  * is each block's passes at the time of a pass, between the one-row and
  * every-row times by the rows a pass picks on average; a host whose
@@ -1040,6 +1092,7 @@ main(void)
 	tcase_add_test(tc, test_slow_link_moves_replicas);
 	tcase_add_test(tc, test_int8_only_when_link_bound);
 	tcase_add_test(tc, test_fast_host);
+	tcase_add_test(tc, test_shared_machine);
 	tcase_add_test(tc, test_serve_pass_measured);
 	tcase_add_test(tc, test_split_layers);
 	tcase_add_test(tc, test_round_and_bytes_by_hand);

@@ -144,6 +144,8 @@ START_TEST(test_shardmeter_probe)
 		p = strstr(out, first_last);
 		q = strstr(out, second_first);
 		ck_assert_msg(p != NULL && q != NULL && p < q, "%s", out);
+		ck_assert_msg(strstr(out, "compute of the 3 hosts of machine") !=
+		    NULL, "%s", out);
 	}
 	ck_assert_msg(topo_load(&t, path, err) == 0, "%s", err);
 	/* the shape of the spec tu_write_run wrote */
@@ -169,6 +171,10 @@ START_TEST(test_shardmeter_probe)
 		ck_assert(t.hosts[i].notes != NULL);
 		ck_assert_msg(strstr(t.hosts[i].notes, "medians of 2 "
 		    "repetitions") != NULL, "%s", t.hosts[i].notes);
+		/* all on this machine: timed also all at once */
+		ck_assert_int_eq(strlen(t.hosts[i].machine), 16);
+		ck_assert_str_eq(t.hosts[i].machine, t.hosts[0].machine);
+		ck_assert(t.hosts[i].train_shared > 0);
 		for (j = 0; j < NDAEMONS; j++) {
 			const topo_link *l = topo_link_at(&t, i, j);
 

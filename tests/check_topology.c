@@ -128,6 +128,11 @@ START_TEST(test_save_load_round_trip)
 		/* host 0 without serving passes: none written, 0 read */
 		h->serve_pass_one_s = i == 0 ? 0.0 : 1.25e-4 * i;
 		h->serve_pass_window_s = i == 0 ? 0.0 : 3.5e-4 * i;
+		/* host 0 on a machine of its own: no machine, no shared rate */
+		if (i > 0) {
+			snprintf(h->machine, sizeof(h->machine), "0123abcd");
+			h->train_shared = 0.8 * h->train_positions_per_s;
+		}
 		for (j = 0; j < n; j++) {
 			topo_link *l = topo_link_at(&t, i, j);
 
@@ -163,6 +168,10 @@ START_TEST(test_save_load_round_trip)
 		    t.hosts[i].serve_pass_one_s);
 		ck_assert(u.hosts[i].serve_pass_window_s ==
 		    t.hosts[i].serve_pass_window_s);
+		ck_assert_str_eq(u.hosts[i].machine, t.hosts[i].machine);
+		ck_assert(t.hosts[i].train_shared == 0 ?
+		    u.hosts[i].train_shared == 0 : rel(u.hosts[i].train_shared,
+		    t.hosts[i].train_shared) < 1e-9);
 		for (j = 0; j < n; j++) {
 			const topo_link *a = topo_link_at(&t, i, j);
 			const topo_link *b = topo_link_at(&u, i, j);
@@ -257,6 +266,10 @@ START_TEST(test_bad_numbers)
 	    "\"serve_pass_one_s\": 0, \"train_positions_per_s\": 12000.0",
 	    (const char *const[]){ "hosts[0] (\"h0\")",
 	    "\"serve_pass_one_s\" must be a positive", NULL });
+	refused("\"train_positions_per_s\": 12000.0",
+	    "\"train_positions_per_s_shared\": -1, \"train_positions_per_s\": "
+	    "12000.0", (const char *const[]){ "hosts[0] (\"h0\")",
+	    "\"train_positions_per_s_shared\" must be a positive", NULL });
 	refused("\"memory_bytes\": 1e11", "\"memory_bytes\": \"lots\"",
 	    (const char *const[]){ "hosts[1] (\"h1\")", "memory_bytes", NULL });
 	refused("\"width\": 128", "\"width\": 0",

@@ -62,35 +62,47 @@ ask(const peers_entry *p, const char *method, const char *path,
 	return st;
 }
 
-/* Starts the probe of what (compute or links) on p with query, and
- * waits up to limit seconds for its result: the JSON (the caller's), or
- * NULL with the reason in err.  The first poll waits quiet seconds:
- * each poll is a TLS handshake on the host, and with ten of them a
- * second during the compute probe, the plan bench's hosts (held to 10 to
- * 25 % of a core) probed slow, and 8 of 10 training times were then
- * predicted long. */
-static json_t *
-run_probe(const peers_entry *p, const char *what, const char *query,
-    double quiet, double limit, char *err)
+/* Starts the probe of what (compute or links) on p with query: 0, or
+ * KN_EIO with the reason in err. */
+static int
+start_probe(const peers_entry *p, const char *what, const char *query,
+    char *err)
 {
 	char path[256];
 	json_t *o;
-	double until = kn_now() + limit;
 	long st;
 
 	snprintf(path, sizeof(path), "/v1/probe/%s%s%s", what,
 	    query[0] ? "?" : "", query);
-	if ((st = ask(p, "POST", path, &o, err)) != 202) {
-		if (st != 0)
-			kn_error(err, KN_EIO, "%s refused the %s probe: HTTP %ld",
-			    p->addr, what, st);
-		json_decref(o);
-		return NULL;
-	}
+	st = ask(p, "POST", path, &o, err);
+	json_decref(o);
+	if (st == 202)
+		return KN_OK;
+	if (st != 0)
+		kn_error(err, KN_EIO, "%s refused the %s probe: HTTP %ld",
+		    p->addr, what, st);
+	return KN_EIO;
+}
+
+static void
+sleep_s(double s)
+{
+	if (s > 0)	/* usleep need not take a second or more */
+		nanosleep(&(struct timespec){ (time_t)s,
+		    (long)((s - (time_t)s) * 1e9) }, NULL);
+}
+
+/* Waits up to limit seconds for the result of a started probe: the JSON
+ * (the caller's), or NULL with the reason in err. */
+static json_t *
+wait_probe(const peers_entry *p, const char *what, double limit, char *err)
+{
+	char path[256];
+	json_t *o = NULL;
+	double until = kn_now() + limit;
+	long st;
+
 	snprintf(path, sizeof(path), "/v1/probe/%s", what);
-	if (quiet > 0)	/* usleep need not take a second or more */
-		nanosleep(&(struct timespec){ (time_t)quiet,
-		    (long)((quiet - (time_t)quiet) * 1e9) }, NULL);
 	for (;;) {
 		json_decref(o);
 		usleep(POLL_US);
@@ -114,6 +126,22 @@ run_probe(const peers_entry *p, const char *what, const char *query,
 	return NULL;
 }
 
+/* Starts the probe of what on p with query, and waits up to limit
+ * seconds for its result: the JSON (the caller's), or NULL with the
+ * reason in err.  The first poll waits quiet seconds: each poll is a TLS
+ * handshake on the host, and with ten of them a second during the
+ * compute probe, the plan bench's hosts (held to 10 to 25 % of a core)
+ * probed slow, and 8 of 10 training times were then predicted long. */
+static json_t *
+run_probe(const peers_entry *p, const char *what, const char *query,
+    double quiet, double limit, char *err)
+{
+	if (start_probe(p, what, query, err) != 0)
+		return NULL;
+	sleep_s(quiet);
+	return wait_probe(p, what, limit, err);
+}
+
 static double
 num(json_t *o, const char *key)
 {
@@ -123,9 +151,11 @@ num(json_t *o, const char *key)
 /* A host's compute samples, one a pass of the compute probe; the
  * medians go into the topology. */
 struct compute_samples {
-	int n;
+	int n, nshared;
 	double train[PC_MAX_REPEATS], forward[PC_MAX_REPEATS];
 	double one[PC_MAX_REPEATS], all[PC_MAX_REPEATS];
+	/* training with the other hosts of its machine at once */
+	double shared[PC_MAX_REPEATS];
 };
 
 static void
@@ -148,7 +178,7 @@ static int
 take_medians(topo_host *h, struct compute_samples *c, char *err)
 {
 	double tlo, thi, flo, fhi;
-	char text[256];
+	char text[384];
 
 	low_high(c->train, c->n, &tlo, &thi);
 	low_high(c->forward, c->n, &flo, &fhi);
@@ -156,12 +186,22 @@ take_medians(topo_host *h, struct compute_samples *c, char *err)
 	h->forward_positions_per_s = pc_median(c->forward, c->n);
 	h->serve_pass_one_s = pc_median(c->one, c->n);
 	h->serve_pass_window_s = pc_median(c->all, c->n);
+	h->train_shared = c->nshared > 0 ? pc_median(c->shared, c->nshared) :
+	    0;
 	if (c->n < 2)
 		return KN_OK;
 	snprintf(text, sizeof(text), "compute probe: medians of %d "
 	    "repetitions, one a pass over the hosts; training ranged %.0f to "
 	    "%.0f positions/s, forward %.0f to %.0f", c->n, tlo, thi, flo,
 	    fhi);
+	if (c->nshared > 0) {
+		double slo, shi;
+		size_t len = strlen(text);
+
+		low_high(c->shared, c->nshared, &slo, &shi);
+		snprintf(text + len, sizeof(text) - len, "; with the other "
+		    "hosts of its machine, training %.0f to %.0f", slo, shi);
+	}
 	fprintf(stderr, "probe:   %s: %s\n", h->name, text);
 	free(h->notes);
 	if ((h->notes = strdup(text)) == NULL)
@@ -194,6 +234,8 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 	    (int)json_integer_value(json_object_get(sh, "window")),
 	    (int)json_integer_value(json_object_get(sh, "batch")) };
 	const char *dev = json_string_value(json_object_get(o, "device"));
+	const char *machine = json_string_value(json_object_get(o,
+	    "machine"));
 	double scale = 1;
 
 	if (t->shape.width == 0)
@@ -208,6 +250,9 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 		    "before it: do they run one spec?", h->name, s.width,
 		    s.layers, s.window, s.batch);
 	snprintf(h->device, sizeof(h->device), "%s", dev ? dev : "?");
+	/* a daemon of before it gives none: on a machine of its own */
+	snprintf(h->machine, sizeof(h->machine), "%s", machine ? machine :
+	    "");
 	h->memory_bytes = num(o, "memory_bytes");
 	h->train_positions_per_s = num(o, "train_positions_per_s") * scale;
 	h->forward_positions_per_s = num(o, "forward_positions_per_s") * scale;
@@ -261,19 +306,24 @@ print_hosts(const topo_topology *t)
 {
 	int i;
 
-	printf("%-3s %-22s %-40s %10s %12s %12s %13s\n", "#", "host",
-	    "device", "free GiB", "train pos/s", "fwd pos/s", "pass ms 1/all");
+	printf("%-3s %-22s %-40s %10s %12s %12s %12s %13s\n", "#", "host",
+	    "device", "free GiB", "train pos/s", "shared", "fwd pos/s",
+	    "pass ms 1/all");
 	for (i = 0; i < t->nhosts; i++) {
 		const topo_host *h = &t->hosts[i];
 		char pass[32] = "-";    /* a daemon of before the pass times */
+		char shared[32] = "-";  /* on a machine of its own */
 
 		if (h->serve_pass_one_s > 0 && h->serve_pass_window_s > 0)
 			snprintf(pass, sizeof(pass), "%.3f/%.3f",
 			    1e3 * h->serve_pass_one_s,
 			    1e3 * h->serve_pass_window_s);
-		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12.0f %13s\n", i,
-		    h->name, h->device, h->memory_bytes /
-		    (1024.0 * 1024 * 1024), h->train_positions_per_s,
+		if (h->train_shared > 0)
+			snprintf(shared, sizeof(shared), "%.0f",
+			    h->train_shared);
+		printf("%-3d %-22s %-40.40s %10.1f %12.0f %12s %12.0f %13s\n",
+		    i, h->name, h->device, h->memory_bytes /
+		    (1024.0 * 1024 * 1024), h->train_positions_per_s, shared,
 		    h->forward_positions_per_s, pass);
 	}
 }
@@ -339,6 +389,70 @@ print_topology(const topo_topology *t)
 
 /* ---- the command ---- */
 
+/* Pass k's compute probe of the hosts of each machine at once, where a
+ * machine has more than one that answered every pass so far: what each
+ * trains at while the others do, as in a run that trains them all
+ * (daemons of one machine share its caches, memory bandwidth and, for
+ * CPU hosts, cores).  The number that failed. */
+static int
+shared_pass(const struct probe_args *a, const peers_list *pl,
+    topo_topology *t, struct compute_samples *c, const char *query, int k)
+{
+	char err[KN_ERR_LEN];
+	int i, j, failed = 0, *started;
+	json_t *o;
+
+	if ((started = calloc((size_t)pl->n, sizeof(*started))) == NULL) {
+		fprintf(stderr, "shardmeter probe: out of memory\n");
+		return pl->n;
+	}
+	for (i = 0; i < pl->n; i++) {
+		int members = 0, done_before = 0;
+
+		if (c[i].n != k + 1 || t->hosts[i].machine[0] == '\0')
+			continue;
+		for (j = 0; j < pl->n; j++)
+			if (c[j].n == k + 1 && strcmp(t->hosts[j].machine,
+			    t->hosts[i].machine) == 0) {
+				members++;
+				done_before |= j < i;
+			}
+		if (members < 2 || done_before)
+			continue;       /* alone, or its machine's pass is done */
+		fprintf(stderr, "probe: compute of the %d hosts of machine %s "
+		    "at once (%d of %d)...\n", members, t->hosts[i].machine,
+		    k + 1, a->compute_repeats);
+		for (j = i; j < pl->n; j++) {
+			if (c[j].n != k + 1 || strcmp(t->hosts[j].machine,
+			    t->hosts[i].machine) != 0)
+				continue;
+			if (start_probe(&pl->v[j], "compute", query, err) != 0) {
+				fprintf(stderr, "shardmeter probe: %s\n", err);
+				failed++;
+				continue;
+			}
+			started[j] = 1;
+		}
+		sleep_s(3.0 * a->compute_seconds);
+		for (j = i; j < pl->n; j++) {
+			if (!started[j])
+				continue;
+			started[j] = 0;
+			o = wait_probe(&pl->v[j], "compute", 2 * PB_HOLD_TIMEOUT +
+			    3 * PB_MAX_COMPUTE_SECONDS, err);
+			if (o == NULL || take_compute(t, j, o, err) != 0) {
+				fprintf(stderr, "shardmeter probe: %s\n", err);
+				failed++;
+			} else
+				c[j].shared[c[j].nshared++] =
+				    t->hosts[j].train_positions_per_s;
+			json_decref(o);
+		}
+	}
+	free(started);
+	return failed;
+}
+
 /* Both probes of every daemon into t; the number of daemons that
  * failed, each said on stderr. */
 static int
@@ -363,7 +477,7 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	 * predicted long (worst errors 0.28 and 0.30). */
 	snprintf(query, sizeof(query), "seconds=%d&repeats=1",
 	    a->compute_seconds);
-	for (k = 0; k < a->compute_repeats; k++)
+	for (k = 0; k < a->compute_repeats; k++) {
 		for (i = 0; i < pl->n; i++) {
 			if (c[i].n < k)
 				continue;       /* failed in an earlier pass */
@@ -388,6 +502,8 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 			c[i].n++;
 			json_decref(o);
 		}
+		failed += shared_pass(a, pl, t, c, query, k);
+	}
 	for (i = 0; i < pl->n; i++) {
 		if (c[i].n < a->compute_repeats)
 			continue;
@@ -397,9 +513,10 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 			failed++;
 			continue;
 		}
-		fprintf(stderr, "probe:   %s: %.0f positions/s training, %.0f "
-		    "forward, a serving pass %.3f to %.3f ms, %.1f GiB free "
-		    "(%s)\n", h->name, h->train_positions_per_s,
+		fprintf(stderr, "probe:   %s: %.0f positions/s training (%.0f "
+		    "with its machine's other hosts), %.0f forward, a serving "
+		    "pass %.3f to %.3f ms, %.1f GiB free (%s)\n", h->name,
+		    h->train_positions_per_s, h->train_shared,
 		    h->forward_positions_per_s, 1e3 * h->serve_pass_one_s,
 		    1e3 * h->serve_pass_window_s,
 		    h->memory_bytes / (1024.0 * 1024 * 1024), h->device);
@@ -557,20 +674,22 @@ const struct cmd_entry cmd_probe_entry = {
 	.usage = "usage: shardmeter probe --peers FILE --out TOPOLOGY.json "
 	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N] "
 	    "[--compute-seconds C]\n       [--compute-repeats R]\n"
-	    "Asks every daemon of the peer list, one at a time, to time "
-	    "training steps,\nforward passes of its block's shape and "
-	    "serving passes of one window (C\nseconds each, default 1, at "
-	    "most 10: longer evens out a host whose CPU\ncomes in quota "
-	    "periods; training waits meanwhile), in R passes over the\n"
-	    "daemons (default 3, at most 9; a host's timings lie a pass "
-	    "apart, so a slow\nspell moves one of them), the median kept "
-	    "and the range noted in the host's\nnotes, and to measure the links to every other daemon: "
-	    "the median and\ninterquartile range of S round trips (default "
-	    "20), one stream of B bytes\n(default 16777216, at most "
-	    "67108864) and K streams of B/K bytes each\n(default 4, at most "
-	    "16), within N seconds per daemon (default 60).  Writes\nthe "
-	    "topology file for 'shardmeter plan' (shardmeter(1) gives its "
-	    "format) and\nprints it as tables.  Probes are refused while a "
-	    "round is in progress.\n",
+	    "Asks every daemon of the peer list, one at a time, to time tra"
+	    "ining steps,\nforward passes of its block's shape and serving "
+	    "passes of one window (C\nseconds each, default 1, at most 10: "
+	    "longer evens out a host whose CPU comes\nin quota periods; tra"
+	    "ining waits meanwhile), in R passes over the daemons\n(default"
+	    " 3, at most 9; a host's timings lie a pass apart, so a slow sp"
+	    "ell\nmoves one of them), the median kept and the range noted i"
+	    "n the host's notes.\nDaemons that share a machine are also tim"
+	    "ed all at once, once a pass: the\ntraining rate each keeps whi"
+	    "le the others train, which plan uses.  Then each\nmeasures its"
+	    " links to every other daemon: the median and interquartile ran"
+	    "ge\nof S round trips (default 20), one stream of B bytes (defa"
+	    "ult 16777216, at\nmost 67108864) and K streams of B/K bytes ea"
+	    "ch (default 4, at most 16),\nwithin N seconds per daemon (defa"
+	    "ult 60).  Writes the topology file for\n'shardmeter plan' (sha"
+	    "rdmeter(1) gives its format) and prints it as tables.\nProbes "
+	    "are refused while a round is in progress.\n",
 	.exec = probe_exec
 };
