@@ -119,6 +119,20 @@ soma_status(node *n, json_t *o)
 		    (json_int_t)n->heldout_len));
 }
 
+/* The latest round times, oldest first, and the round of the first. */
+static json_t *
+round_times_json(const node *n)
+{
+	int64_t k, first = n->round_times_n > NODE_ROUND_TIMES ?
+	    n->round_times_n - NODE_ROUND_TIMES : 0;
+	json_t *a = json_array();
+
+	for (k = first; a != NULL && k < n->round_times_n; k++)
+		json_array_append_new(a, json_real(
+		    n->round_times[k % NODE_ROUND_TIMES]));
+	return json_pack("{s:I,s:o*}", "first", (json_int_t)first, "s", a);
+}
+
 char *
 api_status_json(node *n, size_t *len)
 {
@@ -171,6 +185,7 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "training_s", n->train_began > 0 ?
 	    json_real((n->train_ended > 0 ? n->train_ended : kn_now()) -
 	    n->train_began) : json_null());
+	json_object_set_new(o, "round_times", round_times_json(n));
 	json_object_set_new(o, "backend", json_string(n->backend_desc));
 	for (i = 0; i < n->peers.n; i++)
 		for (k = 0; k < PEERS_KINDS; k++) {

@@ -249,6 +249,17 @@ on_worker_error(node *n, const char *msg)
 	shutdown_node(n);
 }
 
+/* This replica goes on past the last step of its round now. */
+static void
+note_round_time(node *n)
+{
+	if (n->train_began <= 0)
+		return;
+	n->round_times[n->round_times_n % NODE_ROUND_TIMES] = kn_now() -
+	    n->train_began;
+	n->round_times_n++;
+}
+
 static void
 on_round_ready(node *n, wk_event *ev)
 {
@@ -259,6 +270,8 @@ on_round_ready(node *n, wk_event *ev)
 	/* overlapped, the trainer goes on while the round is out */
 	if (!n->overlap)
 		n->state = "round";
+	if (n->rounds == NULL || n->overlap)
+		note_round_time(n);
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
 		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
@@ -303,6 +316,9 @@ on_event(void *ctx, wk_event *ev)
 		n->overlapped = ev->overlapped;
 		if (n->predicted != NULL)
 			pd_on_step(n->predicted, kn_now(), ev->step);
+		if (n->rounds == NULL && n->spec.local_steps > 0 &&
+		    ev->step > 0 && ev->step % n->spec.local_steps == 0)
+			note_round_time(n);
 		break;
 	case WK_SHARE:
 		n->share = ev->share;
@@ -611,6 +627,8 @@ rounds_commit(void *arg, int64_t round, float *avg, float outer_lr,
 		free(avg);
 		free(ckpt);
 	}
+	if (!n->overlap)
+		note_round_time(n);
 	n->state = "training";
 	n->in_round = 0;
 }

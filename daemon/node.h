@@ -62,6 +62,14 @@ typedef struct node {
 	 * step (0: not yet): a time to the steps measured from outside
 	 * would count the start-up and the lateness of whoever polls */
 	double train_began, train_ended;
+	/* seconds after train_began at which this replica went on past the
+	 * last step of each of its latest NODE_ROUND_TIMES rounds (the
+	 * commit, or the round's start where training does not wait for
+	 * it), round_times_n of them in all: a bench reads them once, not
+	 * by polling the daemon it times */
+#define NODE_ROUND_TIMES 64
+	double round_times[NODE_ROUND_TIMES];
+	int64_t round_times_n;
 	/* the latest checkpoint, served as is: peers download it while a
 	 * newer one replaces it, so responses share it (ckpt is its data) */
 	hs_shared *ckpt_body;

@@ -565,7 +565,11 @@ training_report(wk_worker *w, struct training *tg, int64_t step, float loss)
 	wk_event *ev;
 
 	tg->loss = loss;
-	if (kn_now() - tg->last_progress > 0.2 || step == o->train.steps)
+	/* and at each H steps, where a replica alone has no round to say
+	 * when its "round" ended (node.c round_times) */
+	if (kn_now() - tg->last_progress > 0.2 || step == o->train.steps ||
+	    (o->replicas <= 1 && o->local_steps > 0 &&
+	    step % o->local_steps == 0))
 		post_progress(w, tg);
 	if (!tg->have_valid || o->eval_every <= 0 || step % o->eval_every != 0)
 		return 0;

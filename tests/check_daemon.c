@@ -141,6 +141,30 @@ teardown(void)
 	curl_global_cleanup();
 }
 
+/* The daemon's round times (status round_times): one a round, from round
+ * 0, rising, within training_s. */
+static void
+check_round_times(int i, int rounds)
+{
+	json_t *j = tu_status(base_port + i), *rt, *s, *v;
+	double last = 0;
+	size_t k;
+
+	ck_assert_ptr_nonnull(j);
+	rt = json_object_get(j, "round_times");
+	s = json_object_get(rt, "s");
+	ck_assert_int_eq(json_integer_value(json_object_get(rt, "first")), 0);
+	ck_assert_msg(json_array_size(s) == (size_t)rounds, "daemon %d: %zu "
+	    "round times, not %d", i, json_array_size(s), rounds);
+	json_array_foreach(s, k, v) {
+		ck_assert(json_number_value(v) > last);
+		last = json_number_value(v);
+	}
+	ck_assert(last <= json_number_value(json_object_get(j,
+	    "training_s")));
+	json_decref(j);
+}
+
 /* Sums "<prefix> ... (N bytes)" lines of a daemon's log. */
 static unsigned long long
 logged_bytes(int i, const char *prefix)
@@ -182,6 +206,8 @@ START_TEST(test_three_blocks)
 	for (i = 0; i < 3; i++)
 		start(i, i + 1);
 	wait_done(3, 120);
+	for (i = 0; i < 3; i++)
+		check_round_times(i, 400 / 50);    /* one replica: no waiting */
 	for (i = 0; i < 3; i++) {
 		double took;
 
@@ -279,6 +305,8 @@ START_TEST(test_replicas_identical)
 	for (i = 0; i < 6; i++)
 		start(i, block_of[i]);
 	wait_done(6, 180);
+	for (i = 0; i < 6; i++)
+		check_round_times(i, 200 / 25);    /* blocking rounds */
 	for (b = 0; b < 3; b++) {
 		char h0[64][17] = { { 0 } }, h1[64][17] = { { 0 } };
 		int t0 = round_hashes(b, h0, 64), t1 = round_hashes(b + 3, h1, 64);
