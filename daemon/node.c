@@ -316,7 +316,9 @@ on_event(void *ctx, wk_event *ev)
 		n->overlapped = ev->overlapped;
 		if (n->predicted != NULL)
 			pd_on_step(n->predicted, kn_now(), ev->step);
-		if (n->rounds == NULL && n->spec.local_steps > 0 &&
+		/* a replica alone: the worker reports every H steps (a
+		 * replicated block's rounds are timed as they commit) */
+		if (n->replicas <= 1 && n->spec.local_steps > 0 &&
 		    ev->step > 0 && ev->step % n->spec.local_steps == 0)
 			note_round_time(n);
 		break;
