@@ -459,7 +459,7 @@ static int
 probe_all(const struct probe_args *a, const peers_list *pl,
     topo_topology *t)
 {
-	char query[256], err[KN_ERR_LEN];
+	char query[256], err[KN_ERR_LEN], shared[64];
 	struct compute_samples *c;
 	int i, k, failed = 0;
 	topo_host *h;
@@ -513,10 +513,14 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 			failed++;
 			continue;
 		}
-		fprintf(stderr, "probe:   %s: %.0f positions/s training (%.0f "
-		    "with its machine's other hosts), %.0f forward, a serving "
-		    "pass %.3f to %.3f ms, %.1f GiB free (%s)\n", h->name,
-		    h->train_positions_per_s, h->train_shared,
+		if (h->train_shared > 0)
+			snprintf(shared, sizeof(shared), " (%.0f with its "
+			    "machine's other hosts)", h->train_shared);
+		else
+			shared[0] = '\0';      /* alone on its machine */
+		fprintf(stderr, "probe:   %s: %.0f positions/s training%s, %.0f "
+		    "forward, a serving pass %.3f to %.3f ms, %.1f GiB free "
+		    "(%s)\n", h->name, h->train_positions_per_s, shared,
 		    h->forward_positions_per_s, 1e3 * h->serve_pass_one_s,
 		    1e3 * h->serve_pass_window_s,
 		    h->memory_bytes / (1024.0 * 1024 * 1024), h->device);
@@ -674,22 +678,32 @@ const struct cmd_entry cmd_probe_entry = {
 	.usage = "usage: shardmeter probe --peers FILE --out TOPOLOGY.json "
 	    "[--samples S]\n       [--bytes B] [--streams K] [--seconds N] "
 	    "[--compute-seconds C]\n       [--compute-repeats R]\n"
-	    "Asks every daemon of the peer list, one at a time, to time tra"
-	    "ining steps,\nforward passes of its block's shape and serving "
-	    "passes of one window (C\nseconds each, default 1, at most 10: "
-	    "longer evens out a host whose CPU comes\nin quota periods; tra"
-	    "ining waits meanwhile), in R passes over the daemons\n(default"
-	    " 3, at most 9; a host's timings lie a pass apart, so a slow sp"
-	    "ell\nmoves one of them), the median kept and the range noted i"
-	    "n the host's notes.\nDaemons that share a machine are also tim"
-	    "ed all at once, once a pass: the\ntraining rate each keeps whi"
-	    "le the others train, which plan uses.  Then each\nmeasures its"
-	    " links to every other daemon: the median and interquartile ran"
-	    "ge\nof S round trips (default 20), one stream of B bytes (defa"
-	    "ult 16777216, at\nmost 67108864) and K streams of B/K bytes ea"
-	    "ch (default 4, at most 16),\nwithin N seconds per daemon (defa"
-	    "ult 60).  Writes the topology file for\n'shardmeter plan' (sha"
-	    "rdmeter(1) gives its format) and prints it as tables.\nProbes "
-	    "are refused while a round is in progress.\n",
+	    "Asks every daemon of the peer list, one at a time, to time "
+	    "training steps,\n"
+	    "forward passes of its block's shape and serving passes of "
+	    "one window (C\n"
+	    "seconds each, default 1, at most 10: longer evens out a "
+	    "host whose CPU comes\n"
+	    "in quota periods; training waits meanwhile), in R passes "
+	    "over the daemons\n"
+	    "(default 3, at most 9; a host's timings lie a pass apart, "
+	    "so a slow spell\n"
+	    "moves one of them), the median kept and the range noted in "
+	    "the host's notes.\n"
+	    "Daemons that share a machine are also timed all at once, "
+	    "once a pass: the\n"
+	    "training rate each keeps while the others train, which "
+	    "plan uses.  Then each\n"
+	    "measures its links to every other daemon: the median and "
+	    "interquartile range\n"
+	    "of S round trips (default 20), one stream of B bytes "
+	    "(default 16777216, at\n"
+	    "most 67108864) and K streams of B/K bytes each (default 4, "
+	    "at most 16),\n"
+	    "within N seconds per daemon (default 60).  Writes the "
+	    "topology file for\n"
+	    "'shardmeter plan' (shardmeter(1) gives its format) and "
+	    "prints it as tables.\n"
+	    "Probes are refused while a round is in progress.\n",
 	.exec = probe_exec
 };
