@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -84,7 +85,13 @@ static void *
 thread_main(void *arg)
 {
 	lt_thread *t = arg;
+	char name[16];
 
+	/* named for top -H and /proc/PID/task/TID/comm, where an operator
+	 * (and scripts/bench/plan) tells the trainer's CPU from the loop's;
+	 * the kernel keeps 15 bytes */
+	snprintf(name, sizeof(name), "bt-%s", t->o.name);
+	(void)pthread_setname_np(pthread_self(), name);
 	t->o.run(t, t->o.arg);
 	return NULL;
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,7 +85,11 @@ pool_worker(void *arg)
 {
 	int thread = (int)(intptr_t)arg;
 	unsigned long seen = 0;
+	char name[16];
 
+	/* the compute pool's share of a host's CPU, apart in top -H */
+	snprintf(name, sizeof(name), "kn-pool-%d", thread);
+	(void)pthread_setname_np(pthread_self(), name);
 	in_task = 1;
 	self_thread = thread;
 	pthread_mutex_lock(&pool.lock);

@@ -1,9 +1,11 @@
 /* The loop thread: items cross both ways in order, coalesced sends are all
- * drained, a stop wakes a waiting thread, and close frees what is left in
- * the queues.  Each test runs its own libuv loop. */
+ * drained, a stop wakes a waiting thread, close frees what is left in the
+ * queues, and the thread bears its name.  Each test runs its own libuv
+ * loop. */
 #include "config.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +283,35 @@ START_TEST(test_timed_wait_and_poll)
 }
 END_TEST
 
+/* The thread's name ---------------------------------------------------- */
+
+static char thread_name[32];
+
+static void
+run_read_name(lt_thread *t, void *arg)
+{
+	(void)arg;
+	if (pthread_getname_np(pthread_self(), thread_name,
+	    sizeof(thread_name)) != 0)
+		thread_name[0] = '\0';
+	atomic_store(&b.waiting, 1);
+	while (!lt_stopping(t))
+		sleep_ms(1);
+}
+
+/* top -H and /proc show "bt-" and the name the options give */
+START_TEST(test_thread_named)
+{
+	ck_assert_int_eq(start(run_read_name, take_in_order), 0);
+	while (!atomic_load(&b.waiting))
+		sleep_ms(1);
+	ck_assert_str_eq(thread_name, "bt-test");
+	lt_close(b.t, on_closed, &b);
+	ck_assert_int_eq(uv_run(&b.loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(b.closed, 1);
+}
+END_TEST
+
 /* Close --------------------------------------------------------------- */
 
 /* Posts a few items, never reads its inbox, returns at once on a stop. */
@@ -333,6 +364,7 @@ main(void)
 	tcase_add_test(tc, test_stop_wakes_waiting_thread);
 	tcase_add_test(tc, test_timed_wait_and_poll);
 	tcase_add_test(tc, test_close_frees_queues);
+	tcase_add_test(tc, test_thread_named);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
