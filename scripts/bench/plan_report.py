@@ -2,9 +2,10 @@
 # The measuring half of scripts/bench/plan: `poll` watches one
 # configuration's daemons over mutual TLS (their /v1/status) until every
 # one is done, keeping when each step and state was first seen; `report`
-# sets each run's measurements beside the plan's predictions (plan.json),
-# and the inference latency measured over a configuration's ring
-# (DIR/serve/latency) beside the plan's for that ring.
+# sets each configuration's measurements (the median of its trials,
+# DIR/t1, DIR/t2, ...) beside the plan's predictions (DIR/plan.json), and
+# the inference latency measured over a configuration's ring (every
+# trial's serve/latency) beside the plan's for that ring.
 import http.client
 import json
 import math
@@ -198,6 +199,59 @@ def measure(cfg):
     return m
 
 
+def trials(cfg):
+    """cfg's trial directories, in order."""
+    ts = [n for n in os.listdir(cfg) if n[:1] == "t" and n[1:].isdigit()]
+    return [cfg + "/" + n for n in sorted(ts, key=lambda n: int(n[1:]))]
+
+
+def median_of(ms):
+    """One measurement from the trials' (those that finished): each
+    figure the median of its trials', with the trials' own times kept."""
+    ms = [m for m in ms if m is not None]
+    if not ms:
+        return None
+    med = statistics.median
+    agg = {"train_s": med(m["train_s"] for m in ms),
+           "positions_per_s": med(m["positions_per_s"] for m in ms),
+           "trials_s": [m["train_s"] for m in ms], "blocks": {},
+           "links": {}}
+    for b, v in ms[0]["blocks"].items():
+        agg["blocks"][b] = {
+            "train_s": med(m["blocks"][b]["train_s"] for m in ms),
+            "round_s": med(m["blocks"][b]["round_s"] for m in ms),
+            "positions": v["positions"], "hosts": v["hosts"]}
+    for key in set().union(*(m["links"] for m in ms)):
+        agg["links"][key] = med(m["links"].get(key, 0) for m in ms)
+    return agg
+
+
+def cpu_split(cfg):
+    """Per host (hN), the median over cfg's trials of the CPU seconds of
+    its training (the ended trainer, bt-trainer, and the compute pool's
+    kn-pool-N) and of the rest (the loop: start-up, TLS, HTTP, the
+    exchange's bytes), from the trials' cpu.hN files."""
+    got = {}
+    for t in trials(cfg):
+        for n in sorted(os.listdir(t)):
+            if not n.startswith("cpu.h"):
+                continue
+            total = rest = None
+            for line in open(t + "/" + n):
+                f = line.split()
+                if len(f) != 2:
+                    continue
+                if f[0] == "total":
+                    total = float(f[1])
+                elif f[0] != "bt-trainer" and not f[0].startswith("kn-pool-"):
+                    rest = (rest or 0.0) + float(f[1])
+            if total is not None and rest is not None:
+                got.setdefault(n[4:], []).append((total - rest, rest))
+    return {h: (statistics.median(x[0] for x in v),
+                statistics.median(x[1] for x in v))
+            for h, v in sorted(got.items())}
+
+
 def predicted(cfg):
     j = json.load(open(cfg + "/plan.json"))
     k = j.get("written", j["chosen"])
@@ -211,14 +265,20 @@ def predicted(cfg):
 
 def serve_latency(cfg):
     """The predicted inference latency of cfg's ring and the measured
-    ones (seconds, the warm-up left out), or None when not measured."""
-    path = cfg + "/serve/latency"
-    if not os.path.exists(path):
-        return None
-    meas = [float(l) / 1e3 for l in open(path)
-            if l.strip() and not l.startswith("warm-up")]
-    p, _ = predicted(cfg + "/serve")
-    if not meas or "serve" not in p:
+    ones of every trial (seconds, the warm-ups left out), or None when
+    not measured.  Every trial plans the same ring."""
+    p, meas = None, []
+    for t in trials(cfg):
+        path = t + "/serve/latency"
+        if not os.path.exists(path):
+            continue
+        ms = [float(l) / 1e3 for l in open(path)
+              if l.strip() and not l.startswith("warm-up")]
+        if ms:
+            meas.append(ms)
+        if p is None:
+            p, _ = predicted(t + "/serve")
+    if not meas or p is None or "serve" not in p:
         return None
     return p["serve"], meas
 
@@ -239,15 +299,16 @@ def report(out, names, skipped):
     for name in names:
         cfg = out + "/" + name
         p, k = predicted(cfg)
-        m = measure(cfg) if os.path.exists(cfg + "/poll.json") else None
+        m = median_of([measure(t) for t in trials(cfg)
+                       if os.path.exists(t + "/poll.json")])
         o = p["options"]
         opts = "R%d H%d %s%s st%d %s" % (
             o["replicas"], o["local_steps"], o["encoding"],
             "+zstd" if o["zstd"] else "", o["streams"],
             "ovl" if o["overlap"] else "blk")
         if m is None:
-            print("%-8s %-32s %10.1f %10s   (no measurement: see %s/log.*)"
-                  % (name, opts, p["train_s"], "-", cfg))
+            print("%-8s %-32s %10.1f %10s   (no measurement: see "
+                  "%s/t*/log.*)" % (name, opts, p["train_s"], "-", cfg))
             continue
         slow = p["slowest_block"]
         pr = p["blocks"][slow - 1]["round_s"]
@@ -274,6 +335,13 @@ def report(out, names, skipped):
                   100 * e[1], p["positions_per_s"], m["positions_per_s"],
                   100 * e[2], pb, mb,
                   "-" if eb is None else "%.1f%%" % (100 * eb)))
+        print("    time in each of %d trial(s): %s s" % (
+            len(m["trials_s"]), " ".join("%.2f" % x for x in m["trials_s"])))
+        cpu = cpu_split(cfg)
+        if cpu:
+            print("    CPU s, trainer + rest: " + "; ".join(
+                "%s %.2f + %.2f" % (h, tr, re) for h, (tr, re) in
+                cpu.items()))
         for b, bp in enumerate(p["blocks"], 1):
             mbk = m["blocks"][b]
             print("    block %d on %s: round %.2f s pred, %.2f s meas; time "
@@ -292,20 +360,21 @@ def report(out, names, skipped):
         if sv is not None:
             ps, meas = sv
             bt = ps["blocktrain"]
-            med_s = statistics.median(meas)
+            med_s = statistics.median(x for ms in meas for x in ms)
             e_s = rel_err(bt["latency_s"], med_s)
             errs.append(e_s)
             serves.append((name, bt["latency_s"], med_s, e_s))
             print("    inference over %s, %d steps: %.1f ms pred (compute "
-                  "%.1f, network %.1f), %.1f ms meas (median of %d: %s), "
-                  "%.1f%%" % (
+                  "%.1f, network %.1f), %.1f ms meas (median of %d; "
+                  "trials' medians %s), %.1f%%" % (
                       " -> ".join(addr.get(h, h) for h in ps["ring"]),
                       ps["denoising_steps"], 1e3 * bt["latency_s"],
                       1e3 * bt["breakdown"]["compute"],
                       1e3 * (bt["breakdown"]["transfer"] +
                              bt["breakdown"]["latency"]),
-                      1e3 * med_s, len(meas),
-                      " ".join("%.0f" % (1e3 * x) for x in meas),
+                      1e3 * med_s, sum(len(ms) for ms in meas),
+                      " ".join("%.1f" % (1e3 * statistics.median(ms))
+                               for ms in meas),
                       100 * e_s))
     for s in skipped:
         print("skipped: " + s)
