@@ -33,6 +33,7 @@ struct pb_job {
 	int repeats;
 	/* the answer */
 	pc_rates rates;
+	pc_update_cost update;
 	uint64_t memory;
 	const char *memory_how;
 	int rc;
@@ -49,6 +50,12 @@ struct pb_target {
 	double *rtt_ms;                 /* samples */
 	double stream_bps, multi_bps;
 	uint64_t sink_bytes;            /* what the sinks said they took */
+	/* the loop thread's CPU seconds over the one-stream and the
+	 * K-stream transfers together (curl, TLS, TCP: what an update's
+	 * bytes cost the loop), for sink_bytes; and the peer's loop's, from
+	 * its answers' PB_LOOP_CPU_HEADER: take_cpu_s (< 0: it gave none),
+	 * and where it stood before each transfer */
+	double send_cpu_s, take_cpu_s, peer_cpu0, peer_cpu1;
 	char error[200];
 };
 
@@ -61,7 +68,7 @@ struct pb_links {
 	int nt, cur, phase;
 	int samples, streams;
 	size_t bytes;
-	double seconds, started, deadline, multi_t0;
+	double seconds, started, deadline, multi_t0, cpu_t0;
 	int sample, pending;
 	int aborted;                    /* a round began, or the node stops */
 	char abort_why[160];
@@ -168,12 +175,25 @@ method_is(const hs_request *req, hs_response *res, const char *allowed)
 
 /* ---- what other daemons' link probes ask of this one ---- */
 
+/* The loop's CPU seconds so far, on echo and sink answers: the prober
+ * takes the sink's answer less the echo's before it as what taking the
+ * upload cost this daemon's loop (TLS, TCP, HTTP) */
+static void
+loop_cpu_header(hs_response *res)
+{
+	char v[32];
+
+	snprintf(v, sizeof(v), "%.9f", kn_thread_cpu_now());
+	hs_response_header(res, PB_LOOP_CPU_HEADER, v);
+}
+
 static void
 get_echo(node *n, const hs_request *req, hs_response *res)
 {
 	if (!method_is(req, res, "GET, HEAD") || (n->in_round &&
 	    refused(n, res)))
 		return;
+	loop_cpu_header(res);
 	hs_response_status(res, 200);
 	hs_response_body(res, "text/plain", "echo\n", 5);
 }
@@ -205,6 +225,7 @@ post_sink(node *n, const hs_request *req, hs_response *res)
 {
 	if (!method_is(req, res, "POST") || (n->in_round && refused(n, res)))
 		return;
+	loop_cpu_header(res);
 	hs_response_json(res, 200, json_pack("{s:I}", "bytes",
 	    (json_int_t)(req->discarded + req->body_len)));
 }
@@ -246,6 +267,11 @@ job_run(struct pb_job *j)
 	if (j->rc == 0)
 		j->rc = pc_measure(&j->shape, j->batch, j->be, j->seconds, 100000,
 		    j->repeats, &j->rates, j->err);
+	/* a round's own CPU work on the block's update, beside the bytes
+	 * the link probe times: 0.05 s of CPU, 0.5 s at a tenth of a core */
+	if (j->rc == 0)
+		j->rc = pc_measure_update(kn_model_params_for(&j->shape),
+		    PB_UPDATE_CPU_SECONDS, &j->update, j->err);
 	if (j->trainer != NULL)
 		wk_release(j->trainer);
 }
@@ -366,6 +392,19 @@ job_deliver(void *arg, lt_item *item)
 		    "forward_s", j->rates.forward_s, "serve_pass_one_s",
 		    j->rates.serve_pass_one_s, "serve_pass_window_s",
 		    j->rates.serve_pass_window_s);
+		if (s->compute != NULL) {
+			json_object_set_new(s->compute,
+			    "encode_cpu_s_per_param",
+			    json_real(j->update.encode_s));
+			json_object_set_new(s->compute, "merge_cpu_s_per_param",
+			    json_real(j->update.merge_s));
+		}
+		/* only where the training itself runs on the CPU does the
+		 * exchange's CPU come out of its time */
+		if (s->compute != NULL && strcmp(j->be->name, "cpu") == 0 &&
+		    j->rates.train_cpu_share > 0)
+			json_object_set_new(s->compute, "cpu_share",
+			    json_real(j->rates.train_cpu_share));
 		log_info("compute probe: %.0f positions/s training, %.0f "
 		    "forward, a serving pass %.3f ms (one row) to %.3f ms "
 		    "(every row) (medians of %d)",
@@ -455,6 +494,12 @@ target_json(const struct pb_links *L, struct pb_target *t)
 	    L->samples, 0.25), "samples", L->samples, "stream_bytes_per_s",
 	    t->stream_bps, "streams", L->streams, "multi_bytes_per_s",
 	    t->multi_bps, "sink_bytes", (json_int_t)t->sink_bytes);
+	if (o != NULL && t->sink_bytes > 0 && t->send_cpu_s > 0)
+		json_object_set_new(o, "send_cpu_s_per_byte",
+		    json_real(t->send_cpu_s / (double)t->sink_bytes));
+	if (o != NULL && t->sink_bytes > 0 && t->take_cpu_s > 0)
+		json_object_set_new(o, "take_cpu_s_per_byte",
+		    json_real(t->take_cpu_s / (double)t->sink_bytes));
 	return o;
 }
 
@@ -521,6 +566,35 @@ result_error(const hc_result *r, char *buf, size_t len)
 static const char *const phase_name[] = { "warm-up", "round trip",
 	"one stream", "warm-up of the streams", "streams" };
 
+/* The peer's loop CPU from an answer: echoes set where it stood (the
+ * latest of a warm-up's), sinks where it got to, and the end of each
+ * transfer adds the difference to take_cpu_s. */
+static void
+peer_cpu(struct pb_links *L, struct pb_target *t, const hc_result *r)
+{
+	char *end;
+	double v = r->header ? strtod(r->header, &end) : -1;
+
+	if (r->header == NULL || end == r->header || !(v >= 0)) {
+		if (L->phase == PH_SINGLE || L->phase == PH_MULTI)
+			t->take_cpu_s = -1;     /* a daemon of before it */
+		return;
+	}
+	if (L->phase == PH_RTT || L->phase == PH_MWARM)
+		t->peer_cpu0 = fmax(t->peer_cpu0, v);
+	else if (L->phase == PH_SINGLE || L->phase == PH_MULTI)
+		t->peer_cpu1 = fmax(t->peer_cpu1, v);
+}
+
+/* A transfer is over: what the peer's loop took for it. */
+static void
+take_cpu(struct pb_target *t)
+{
+	if (t->take_cpu_s >= 0 && t->peer_cpu1 > t->peer_cpu0)
+		t->take_cpu_s += t->peer_cpu1 - t->peer_cpu0;
+	t->peer_cpu0 = t->peer_cpu1 = 0;
+}
+
 /* The sink's count of what it took, added to the peer's. */
 static void
 count_sink(struct pb_target *t, const hc_result *r)
@@ -550,12 +624,16 @@ links_done(void *ctx, hc_result *r)
 		snprintf(L->abort_why, sizeof(L->abort_why), "the daemon is "
 		    "stopping");
 	}
-	if ((why = result_error(r, buf, sizeof(buf))) != NULL)
+	if ((why = result_error(r, buf, sizeof(buf))) == NULL)
+		peer_cpu(L, t, r);
+	if (why != NULL)
 		target_failed(L, phase_name[L->phase], why);
 	else if (L->phase == PH_RTT)
 		t->rtt_ms[L->sample++] = r->total_s * 1000.0;
 	else if (L->phase == PH_SINGLE) {
 		count_sink(t, r);
+		t->send_cpu_s += kn_thread_cpu_now() - L->cpu_t0;
+		take_cpu(t);
 		/* the connection is warm: pretransfer is ~0, but a new one's
 		 * handshake is not the link's throughput */
 		el = r->total_s - r->pretransfer_s;
@@ -564,8 +642,11 @@ links_done(void *ctx, hc_result *r)
 		count_sink(t, r);
 	if (L->pending > 0)
 		return;
-	if (L->phase == PH_MULTI && t->error[0] == '\0')
+	if (L->phase == PH_MULTI && t->error[0] == '\0') {
 		t->multi_bps = (double)L->bytes / (kn_now() - L->multi_t0);
+		t->send_cpu_s += kn_thread_cpu_now() - L->cpu_t0;
+		take_cpu(t);
+	}
 	if (t->error[0] != '\0')
 		L->phase = PH_DONE;
 	else if (L->phase != PH_RTT || L->sample == L->samples)
@@ -593,6 +674,7 @@ links_request(struct pb_links *L, const char *method, const char *path,
 	o.timeout_ms = (long)(left * 1000) + 1;
 	o.connect_timeout_ms = o.timeout_ms;
 	o.max_body_bytes = 1 << 16;
+	o.want_header = PB_LOOP_CPU_HEADER;
 	if (hc_request(n->client, &o, links_done, L, err) != 0) {
 		target_failed(L, phase_name[L->phase], err);
 		return -1;
@@ -643,6 +725,7 @@ links_next(struct pb_links *L)
 				return;
 			break;
 		case PH_SINGLE:
+			L->cpu_t0 = kn_thread_cpu_now();
 			if (links_request(L, "POST", "/v1/probe/sink",
 			    L->bytes) == 0)
 				return;
@@ -652,6 +735,7 @@ links_next(struct pb_links *L)
 			/* B split into K ranges, as a K-stream transfer of
 			 * one body; the first takes the remainder */
 			L->multi_t0 = kn_now();
+			L->cpu_t0 = kn_thread_cpu_now();
 			for (k = 0; k < L->streams; k++)
 				if (L->phase == PH_MWARM ? links_request(L, "GET",
 				    "/v1/probe/echo", 0) != 0 :

@@ -23,6 +23,11 @@ struct node;
 #define PB_MAX_SECONDS 120.0            /* a link probe in all */
 #define PB_MAX_COMPUTE_SECONDS 10.0     /* each half of a repetition */
 #define PB_DEFAULT_SAMPLES 20
+/* CPU seconds of the compute probe's timing of an update's encode and
+ * merge */
+#define PB_UPDATE_CPU_SECONDS 0.05
+/* on echo and sink answers: the answering loop's CPU seconds so far */
+#define PB_LOOP_CPU_HEADER "Loop-CPU-Seconds"
 #define PB_DEFAULT_BYTES ((size_t)16 << 20)
 #define PB_DEFAULT_STREAMS 4
 #define PB_DEFAULT_SECONDS 60.0

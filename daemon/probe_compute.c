@@ -3,6 +3,7 @@
  * memory of the device they ran on. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,11 @@
 #endif
 
 #include "daemon/probe_compute.h"
+#include "kernels/average.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/rng.h"
+#include "proto/update.h"
 
 /* MemAvailable of /proc/meminfo, in bytes. */
 static int
@@ -86,16 +89,19 @@ fill_batch(int32_t *input, int32_t *target, float *weight, size_t N,
 /* Steps of one kind (train or forward) until the budget is spent. */
 static int
 timed(kn_model *m, const kn_batch *b, int train, double seconds,
-    int max_steps, float *losses, int *count, double *elapsed, char *err)
+    int max_steps, float *losses, int *count, double *elapsed, double *cpu,
+    char *err)
 {
 	kn_adamw opt = { 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
-	double t0 = kn_now();
+	double t0 = kn_now(), c0 = kn_cpu_now();
 	float loss;
 	int rc, i;
 
 	for (i = -1; i < max_steps; i++) {
-		if (i == 0)
+		if (i == 0) {
 			t0 = kn_now();  /* after the warm-up */
+			c0 = kn_cpu_now();
+		}
 		rc = train ? kn_model_step(m, b, &opt, 1e-4f, &loss, err) :
 		    kn_model_eval(m, b, losses, err);
 		if (rc != 0)
@@ -107,6 +113,7 @@ timed(kn_model *m, const kn_batch *b, int train, double seconds,
 	}
 	*count = i;
 	*elapsed = kn_now() - t0;
+	*cpu = kn_cpu_now() - c0;
 	return KN_OK;
 }
 
@@ -186,6 +193,69 @@ pc_median(double *v, int n)
 }
 
 int
+pc_measure_update(size_t count, double cpu_seconds, pc_update_cost *out,
+    char *err)
+{
+	size_t most = pr_update_max_bytes(count), i, len;
+	int ok = count > 0 && count <= SIZE_MAX / sizeof(float) &&
+	    most != SIZE_MAX;
+	size_t bytes = ok ? count * sizeof(float) : 1;
+	float *delta = malloc(bytes), *got = malloc(bytes), *avg = malloc(bytes);
+	/* what the round keeps of an update: its bytes */
+	char *copy = malloc(ok ? most : 1);
+	pr_update_meta meta = { .block = 1, .enc = PR_ENC_F32, .count = count,
+		.comp = PR_COMP_NONE }, expect = { .block = -1, .round = -1,
+		.count = count };
+	const float *list[2] = { delta, got };
+	double enc = 0, merge = 0, t0;
+	volatile char seen = 0;
+	char *buf = NULL;
+	int rc = KN_OK, reps = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (!ok)
+		rc = kn_error(err, KN_EINVAL, "an update of %zu parameters",
+		    count);
+	else if (delta == NULL || got == NULL || avg == NULL || copy == NULL)
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; rc == KN_OK && i < count; i++)
+		delta[i] = (float)((i * 2654435761u) % 2001) * 1e-6f - 1e-3f;
+	memset(meta.run_id, '0', PR_RUN_ID_LEN - 1);
+	while (rc == KN_OK && (reps < 3 || enc + merge < cpu_seconds)) {
+		t0 = kn_cpu_now();
+		if ((rc = pr_update_encode(&meta, delta, &buf, &len, err)) != 0)
+			break;
+		enc += kn_cpu_now() - t0;
+		t0 = kn_cpu_now();
+		rc = pr_update_decode(buf, len, &expect, got, NULL, err);
+		/* the round keeps the bytes to answer followers (read back
+		 * once, so the copy is not optimized away) */
+		if (rc == 0 && len <= most && len > 0) {
+			memcpy(copy, buf, len);
+			seen = copy[len - 1];
+		}
+		merge += kn_cpu_now() - t0;
+		/* the average is of two: half of it is this update's */
+		t0 = kn_cpu_now();
+		kn_average(avg, list, 2, count);
+		merge += (kn_cpu_now() - t0) / 2;
+		free(buf);
+		buf = NULL;
+		reps++;
+	}
+	if (rc == KN_OK) {
+		out->encode_s = enc / reps / (double)count;
+		out->merge_s = merge / reps / (double)count;
+	}
+	(void)seen;
+	free(delta);
+	free(got);
+	free(avg);
+	free(copy);
+	return rc;
+}
+
+int
 pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
     double seconds_each, int max_steps, int repeats, pc_rates *out,
     char *err)
@@ -197,6 +267,7 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 	float *losses = malloc((size_t)batch * sizeof(float));
 	double train[PC_MAX_REPEATS], forward[PC_MAX_REPEATS], s;
 	double one[PC_MAX_REPEATS], all[PC_MAX_REPEATS];
+	double share[PC_MAX_REPEATS], cpu;
 	kn_model *m = NULL, *serving = NULL;
 	kn_batch b = { input, target, weight, batch };
 	int rc = KN_OK, k, count;
@@ -226,14 +297,15 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 	kn_model_init(serving, 12);
 	for (k = 0; k < repeats; k++) {
 		rc = timed(m, &b, 1, seconds_each, max_steps, losses, &count,
-		    &s, err);
+		    &s, &cpu, err);
 		if (rc != 0)
 			break;
 		out->train_steps += count;
 		out->train_s += s;
 		out->train_each[k] = train[k] = (double)count * (double)N / s;
+		share[k] = cpu / s;
 		rc = timed(m, &b, 0, seconds_each, max_steps, losses, &count,
-		    &s, err);
+		    &s, &cpu, err);
 		if (rc != 0)
 			break;
 		out->forward_passes += count;
@@ -252,6 +324,7 @@ pc_measure(const kn_model_shape *shape, int batch, const kn_backend *be,
 		out->forward_positions_per_s = pc_median(forward, repeats);
 		out->serve_pass_one_s = pc_median(one, repeats);
 		out->serve_pass_window_s = pc_median(all, repeats);
+		out->train_cpu_share = pc_median(share, repeats);
 	}
 out:
 	kn_model_free(m);

@@ -33,7 +33,30 @@ typedef struct {
 	 * operation, a CPU quota that threads spend waiting) a batch's
 	 * positions/s spreads too thin to show. */
 	double serve_pass_one_s, serve_pass_window_s;
+	/* CPU seconds the process used per second of the timed training
+	 * (kn_cpu_now against kn_now), the median over the repetitions: on
+	 * the CPU backend, the CPU its training gets (a quota's share, or
+	 * its threads where nothing else runs), which the exchange's TLS and
+	 * TCP work in the same process comes out of */
+	double train_cpu_share;
 } pc_rates;
+
+/* What a round's update costs the CPU beside its bytes on the wire, per
+ * parameter of the block: encode, once a round (f32: the round's own
+ * encoding may be lighter or heavier); merge, once for each replica's
+ * update (decoding and checking it, keeping its bytes, and its share of
+ * the average). */
+typedef struct {
+	double encode_s, merge_s;       /* CPU seconds per parameter */
+} pc_update_cost;
+
+/* Times pr_update_encode, pr_update_decode with a copy of the bytes, and
+ * kn_average of two, on an update of count parameters, with the process's
+ * CPU clock (so the compute pool's threads count), until cpu_seconds are
+ * spent and at least 3 times.  0 or a negative KN_E* code with the reason
+ * in err (KN_ERR_LEN). */
+int pc_measure_update(size_t count, double cpu_seconds, pc_update_cost *out,
+    char *err);
 
 /* Free memory of the training device in *bytes: MemAvailable of
  * /proc/meminfo on the CPU, cudaMemGetInfo of the current device on

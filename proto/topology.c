@@ -56,6 +56,10 @@ static const struct field host_fields[] = {
 	HOST("serve_pass_window_s", F_NUM, OPTIONAL, serve_pass_window_s),
 	HOST("machine", F_STR, OPTIONAL, machine),
 	HOST("train_positions_per_s_shared", F_NUM, OPTIONAL, train_shared),
+	HOST("cpu_share", F_NUM, OPTIONAL, cpu_share),
+	HOST("exchange_cpu_s_per_byte", F_NUM, OPTIONAL, exchange_cpu),
+	HOST("encode_cpu_s_per_param", F_NUM, OPTIONAL, encode_cpu),
+	HOST("merge_cpu_s_per_param", F_NUM, OPTIONAL, merge_cpu),
 	{ NULL, 0, 0, 0, 0 }
 };
 

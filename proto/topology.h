@@ -50,6 +50,18 @@ typedef struct {
 	 * not given (then no host slows another) */
 	char machine[TOPO_NAME_LEN];
 	double train_shared;
+	/* what a round's exchange costs its training, where both are given
+	 * (0 when not: nothing): cpu_share, the CPU seconds per second its
+	 * training got (a CPU host's quota or threads), and exchange_cpu,
+	 * the CPU seconds its daemon's event loop spends to send one byte of
+	 * update and take one (TLS, TCP, HTTP), which come out of that
+	 * share */
+	double cpu_share, exchange_cpu;
+	/* and beside the bytes, per parameter of the block: encode_cpu,
+	 * encoding its own update once a round, and merge_cpu, taking each
+	 * replica's (decoding and checking it, its share of the average);
+	 * CPU seconds, 0 when not given */
+	double encode_cpu, merge_cpu;
 	char *notes;                    /* owned; NULL when not given */
 } topo_host;
 

@@ -175,6 +175,13 @@ START_TEST(test_shardmeter_probe)
 		ck_assert_int_eq(strlen(t.hosts[i].machine), 16);
 		ck_assert_str_eq(t.hosts[i].machine, t.hosts[0].machine);
 		ck_assert(t.hosts[i].train_shared > 0);
+		/* what a round's own work costs it: a CPU host's share of
+		 * the CPU, its loop's CPU a byte sent and taken, and encoding
+		 * and merging an update (no figure asserted) */
+		ck_assert(t.hosts[i].cpu_share > 0);
+		ck_assert(t.hosts[i].exchange_cpu > 0);
+		ck_assert(t.hosts[i].encode_cpu > 0);
+		ck_assert(t.hosts[i].merge_cpu > 0);
 		for (j = 0; j < NDAEMONS; j++) {
 			const topo_link *l = topo_link_at(&t, i, j);
 
@@ -262,6 +269,12 @@ START_TEST(test_links_count)
 		    "sink_bytes")), 2 * 1000003);
 		ck_assert_int_eq(json_integer_value(json_object_get(l,
 		    "samples")), 3);
+		/* the loops' CPU: this one's sending, the peer's taking, from
+		 * its answers' Loop-CPU-Seconds */
+		ck_assert(json_real_value(json_object_get(l,
+		    "send_cpu_s_per_byte")) > 0);
+		ck_assert(json_real_value(json_object_get(l,
+		    "take_cpu_s_per_byte")) > 0);
 	}
 	json_decref(o);
 	/* only the peers named */
@@ -346,6 +359,22 @@ START_TEST(test_median)
 	 * repetition does not move the median */
 	v[0] = 11000; v[1] = 6600; v[2] = 9100;
 	ck_assert(pc_median(v, 3) == 9100);
+}
+END_TEST
+
+/* The update's own CPU, timed on a real encode, decode and average: a
+ * positive figure of each (no timing asserted), and a count of nothing
+ * refused with a reason. */
+START_TEST(test_update_cost)
+{
+	char err[KN_ERR_LEN];
+	pc_update_cost c;
+
+	ck_assert_msg(pc_measure_update(4099, 0.001, &c, err) == 0, "%s", err);
+	ck_assert(c.encode_s > 0 && c.merge_s > 0);
+	ck_assert(pc_measure_update(0, 0.001, &c, err) == KN_EINVAL);
+	ck_assert(strstr(err, "0 parameters") != NULL);
+	ck_assert(c.encode_s == 0 && c.merge_s == 0);
 }
 END_TEST
 
@@ -514,6 +543,7 @@ main(void)
 	tcase_add_test(tc, test_round_refuses);
 	suite_add_tcase(s, tc);
 	tcase_add_test(median, test_median);
+	tcase_add_test(median, test_update_cost);
 	suite_add_tcase(s, median);
 	return tu_run_suite(s);
 }

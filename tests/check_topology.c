@@ -132,6 +132,11 @@ START_TEST(test_save_load_round_trip)
 		if (i > 0) {
 			snprintf(h->machine, sizeof(h->machine), "0123abcd");
 			h->train_shared = 0.8 * h->train_positions_per_s;
+			/* and what its round work costs */
+			h->cpu_share = 0.1 * i;
+			h->exchange_cpu = 3.25e-9 * i;
+			h->encode_cpu = 1.5e-10 * i;
+			h->merge_cpu = 7.125e-10 * i;
 		}
 		for (j = 0; j < n; j++) {
 			topo_link *l = topo_link_at(&t, i, j);
@@ -172,6 +177,10 @@ START_TEST(test_save_load_round_trip)
 		ck_assert(t.hosts[i].train_shared == 0 ?
 		    u.hosts[i].train_shared == 0 : rel(u.hosts[i].train_shared,
 		    t.hosts[i].train_shared) < 1e-9);
+		ck_assert(u.hosts[i].cpu_share == t.hosts[i].cpu_share);
+		ck_assert(u.hosts[i].exchange_cpu == t.hosts[i].exchange_cpu);
+		ck_assert(u.hosts[i].encode_cpu == t.hosts[i].encode_cpu);
+		ck_assert(u.hosts[i].merge_cpu == t.hosts[i].merge_cpu);
 		for (j = 0; j < n; j++) {
 			const topo_link *a = topo_link_at(&t, i, j);
 			const topo_link *b = topo_link_at(&u, i, j);
@@ -270,6 +279,14 @@ START_TEST(test_bad_numbers)
 	    "\"train_positions_per_s_shared\": -1, \"train_positions_per_s\": "
 	    "12000.0", (const char *const[]){ "hosts[0] (\"h0\")",
 	    "\"train_positions_per_s_shared\" must be a positive", NULL });
+	refused("\"train_positions_per_s\": 12000.0",
+	    "\"cpu_share\": 0, \"train_positions_per_s\": 12000.0",
+	    (const char *const[]){ "hosts[0] (\"h0\")",
+	    "\"cpu_share\" must be a positive", NULL });
+	refused("\"train_positions_per_s\": 12000.0",
+	    "\"merge_cpu_s_per_param\": -1e-9, \"train_positions_per_s\": "
+	    "12000.0", (const char *const[]){ "hosts[0] (\"h0\")",
+	    "\"merge_cpu_s_per_param\" must be a positive", NULL });
 	refused("\"memory_bytes\": 1e11", "\"memory_bytes\": \"lots\"",
 	    (const char *const[]){ "hosts[1] (\"h1\")", "memory_bytes", NULL });
 	refused("\"width\": 128", "\"width\": 0",

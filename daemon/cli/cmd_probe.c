@@ -156,6 +156,12 @@ struct compute_samples {
 	double one[PC_MAX_REPEATS], all[PC_MAX_REPEATS];
 	/* training with the other hosts of its machine at once */
 	double shared[PC_MAX_REPEATS];
+	/* CPU seconds per second of its training (CPU hosts only) */
+	int nshare;
+	double share[PC_MAX_REPEATS];
+	/* CPU seconds per parameter to encode an update and to merge one */
+	int ncodec;
+	double encode[PC_MAX_REPEATS], merge[PC_MAX_REPEATS];
 };
 
 static void
@@ -188,6 +194,9 @@ take_medians(topo_host *h, struct compute_samples *c, char *err)
 	h->serve_pass_window_s = pc_median(c->all, c->n);
 	h->train_shared = c->nshared > 0 ? pc_median(c->shared, c->nshared) :
 	    0;
+	h->cpu_share = c->nshare > 0 ? pc_median(c->share, c->nshare) : 0;
+	h->encode_cpu = c->ncodec > 0 ? pc_median(c->encode, c->ncodec) : 0;
+	h->merge_cpu = c->ncodec > 0 ? pc_median(c->merge, c->ncodec) : 0;
 	if (c->n < 2)
 		return KN_OK;
 	snprintf(text, sizeof(text), "compute probe: medians of %d "
@@ -259,12 +268,18 @@ take_compute(topo_topology *t, int i, json_t *o, char *err)
 	/* times, so the other way; a daemon of before them gives none (0) */
 	h->serve_pass_one_s = num(o, "serve_pass_one_s") / scale;
 	h->serve_pass_window_s = num(o, "serve_pass_window_s") / scale;
+	/* a GPU host's daemon gives none: its loop takes no time of the
+	 * device's */
+	h->cpu_share = num(o, "cpu_share");
+	h->encode_cpu = num(o, "encode_cpu_s_per_param");
+	h->merge_cpu = num(o, "merge_cpu_s_per_param");
 	return KN_OK;
 }
 
 /* The link answer of host from into t's row from. */
 static int
-take_links(topo_topology *t, int from, json_t *o, char *err)
+take_links(topo_topology *t, int from, json_t *o, double *send, double *take,
+    char *err)
 {
 	json_t *arr = json_object_get(o, "links"), *l;
 	size_t k;
@@ -290,13 +305,44 @@ take_links(topo_topology *t, int from, json_t *o, char *err)
 		d->streams = (int)json_integer_value(json_object_get(l,
 		    "streams"));
 		d->multi_bytes_per_s = num(l, "multi_bytes_per_s");
+		send[(size_t)from * t->nhosts + j] = num(l,
+		    "send_cpu_s_per_byte");
+		take[(size_t)from * t->nhosts + j] = num(l,
+		    "take_cpu_s_per_byte");
 		fprintf(stderr, "probe:   %s -> %s: rtt %.3f ms (iqr %.3f), "
-		    "%.1f MB/s one stream, %.1f MB/s %d streams\n",
+		    "%.1f MB/s one stream, %.1f MB/s %d streams; the loops' "
+		    "CPU %.1f ns a byte sent, %.1f taken\n",
 		    t->hosts[from].name, to, d->rtt_ms, d->rtt_spread_ms,
 		    d->stream_bytes_per_s / 1e6, d->multi_bytes_per_s / 1e6,
-		    d->streams);
+		    d->streams, 1e9 * send[(size_t)from * t->nhosts + j],
+		    1e9 * take[(size_t)from * t->nhosts + j]);
 	}
 	return KN_OK;
+}
+
+/* Each host's exchange_cpu: the median CPU a byte its loop sent (row
+ * from of send) plus the median a byte it took (column to of take), over
+ * the links that gave both; 0 where one is missing (daemons of before
+ * them). */
+static void
+take_exchange_cpu(topo_topology *t, const double *send, const double *take)
+{
+	double *v = malloc((size_t)t->nhosts * sizeof(*v));
+	double out, in;
+	int i, j, n;
+
+	for (i = 0; i < t->nhosts && v != NULL; i++) {
+		for (j = n = 0; j < t->nhosts; j++)
+			if (send[(size_t)i * t->nhosts + j] > 0)
+				v[n++] = send[(size_t)i * t->nhosts + j];
+		out = n > 0 ? pc_median(v, n) : 0;
+		for (j = n = 0; j < t->nhosts; j++)
+			if (take[(size_t)j * t->nhosts + i] > 0)
+				v[n++] = take[(size_t)j * t->nhosts + i];
+		in = n > 0 ? pc_median(v, n) : 0;
+		t->hosts[i].exchange_cpu = out > 0 && in > 0 ? out + in : 0;
+	}
+	free(v);
 }
 
 /* ---- the tables ---- */
@@ -462,6 +508,7 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	char query[256], err[KN_ERR_LEN], shared[64];
 	struct compute_samples *c;
 	int i, k, failed = 0;
+	double *send, *take;
 	topo_host *h;
 	json_t *o;
 
@@ -499,6 +546,12 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 			c[i].forward[c[i].n] = h->forward_positions_per_s;
 			c[i].one[c[i].n] = h->serve_pass_one_s;
 			c[i].all[c[i].n] = h->serve_pass_window_s;
+			if (h->cpu_share > 0)
+				c[i].share[c[i].nshare++] = h->cpu_share;
+			if (h->encode_cpu > 0 && h->merge_cpu > 0) {
+				c[i].encode[c[i].ncodec] = h->encode_cpu;
+				c[i].merge[c[i].ncodec++] = h->merge_cpu;
+			}
 			c[i].n++;
 			json_decref(o);
 		}
@@ -528,16 +581,27 @@ probe_all(const struct probe_args *a, const peers_list *pl,
 	free(c);
 	snprintf(query, sizeof(query), "samples=%d&bytes=%lld&streams=%d&"
 	    "seconds=%g", a->samples, a->bytes, a->streams, a->seconds);
+	send = calloc((size_t)pl->n * (size_t)pl->n, sizeof(*send));
+	take = calloc((size_t)pl->n * (size_t)pl->n, sizeof(*take));
+	if (send == NULL || take == NULL) {
+		free(send);
+		free(take);
+		fprintf(stderr, "shardmeter probe: out of memory\n");
+		return failed + pl->n;
+	}
 	for (i = 0; i < pl->n && pl->n > 1; i++) {
 		fprintf(stderr, "probe: links from %s...\n", pl->v[i].addr);
 		o = run_probe(&pl->v[i], "links", query, 0, a->seconds + 30,
 		    err);
-		if (o == NULL || take_links(t, i, o, err) != 0) {
+		if (o == NULL || take_links(t, i, o, send, take, err) != 0) {
 			fprintf(stderr, "shardmeter probe: %s\n", err);
 			failed++;
 		}
 		json_decref(o);
 	}
+	take_exchange_cpu(t, send, take);
+	free(send);
+	free(take);
 	return failed;
 }
 
