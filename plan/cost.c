@@ -178,6 +178,18 @@ pl_forward_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
 	    layers, 0);
 }
 
+double
+pl_exchange_cpu_s(const topo_topology *t, int host, double update_bytes,
+    double params, int replicas)
+{
+	const topo_host *h = &t->hosts[host];
+
+	if (replicas < 2 || !(h->cpu_share > 0))
+		return 0;
+	return (h->exchange_cpu * update_bytes * (replicas - 1) +
+	    params * (h->encode_cpu + replicas * h->merge_cpu)) / h->cpu_share;
+}
+
 /* A time with its bandwidth and latency parts. */
 struct path {
 	double bw, lat;
@@ -207,15 +219,23 @@ predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
 {
 	const int *h = c->host[b];
 	int R = c->nrep[b], H = c->local_steps, i, f;
-	double step[PL_MAX_REPLICAS], smin = INFINITY, smax = 0;
+	double step[PL_MAX_REPLICAS], work[PL_MAX_REPLICAS];
+	double smin = INFINITY, smax = 0;
 	double commit = 0, end = 0, ready_c = 0, ready_end = 0, X, exposed;
 	struct path commit_p = { 0, 0 }, end_p = { 0, 0 };
 
 	for (i = 0; i < R; i++) {
+		/* the loop's work on the exchange comes out of the same CPU
+		 * as the steps, whenever in the round it falls */
+		work[i] = pl_exchange_cpu_s(t, h[i], U,
+		    (double)pl_block_params(s, c->layers[b]), R);
 		step[i] = (double)s->batch * s->window /
-		    pl_train_rate(t, s, c, h[i], c->layers[b]);
+		    pl_train_rate(t, s, c, h[i], c->layers[b]) + work[i] / H;
 		smin = fmin(smin, step[i]);
-		smax = fmax(smax, step[i]);
+		if (step[i] > smax) {
+			smax = step[i];
+			bp->round_cpu_s = work[i];
+		}
 	}
 	/* the coordinator commits when the last update reaches it */
 	for (i = 1; i < R; i++) {

@@ -54,6 +54,8 @@ typedef struct {
 typedef struct {
 	double step_s;          /* the slowest replica's step */
 	double exchange_s;      /* a round's exchange, after the last step */
+	double round_cpu_s;     /* the slowest replica's own round work
+	                         * (pl_exchange_cpu_s), in its steps */
 	double round_s;         /* one round's period (H steps and what
 	                         * of the exchange is not hidden); one
 	                         * replica: H steps */
@@ -119,6 +121,16 @@ double pl_train_rate(const topo_topology *t, const pr_spec *s,
  * shared rate or its machine no other such host. */
 double pl_shared_rate(const topo_topology *t, const pl_candidate *c,
     int host);
+/* Seconds of a round a replica on host loses to its own round work, the
+ * CPU its steps would have had: sending its update of update_bytes to
+ * the replicas - 1 others and taking theirs (exchange_cpu a byte sent
+ * and a byte taken), encoding it (encode_cpu a parameter of params) and
+ * merging every replica's (merge_cpu each), all over its cpu_share; 0
+ * with one replica, or where the topology gives no cpu_share (a GPU
+ * host, whose steps do not wait on the CPU, or a file without it).  The
+ * model spreads it over the round's steps. */
+double pl_exchange_cpu_s(const topo_topology *t, int host,
+    double update_bytes, double params, int replicas);
 /* A host's forward positions/s on a block of layers layers: its
  * measured rate, scaled as pl_train_rate's. */
 double pl_forward_rate(const topo_topology *t, const pr_spec *s, int host,

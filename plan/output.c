@@ -148,9 +148,10 @@ pl_result_json(const topo_topology *t, const pl_result *r, const pl_result *def)
 			json_array_append_new(hosts,
 			    json_string(t->hosts[c->host[b][k]].name));
 		json_array_append_new(blocks, json_pack("{s:i,s:i,s:o,s:f,s:f,"
-		    "s:f,s:f,s:f,s:f,s:o,s:o}", "block", b + 1, "layers",
+		    "s:f,s:f,s:f,s:f,s:f,s:o,s:o}", "block", b + 1, "layers",
 		    c->layers[b], "hosts", hosts, "step_s", bp->step_s,
 		    "round_s", bp->round_s, "exchange_s", bp->exchange_s,
+		    "round_cpu_s", bp->round_cpu_s,
 		    "update_bytes", bp->update_bytes, "positions_per_s",
 		    bp->positions_per_s, "train_s", bp->train_s, "round",
 		    breakdown_json(&bp->round), "train",

@@ -455,6 +455,59 @@ START_TEST(test_round_and_bytes_by_hand)
 }
 END_TEST
 
+/* A round's own CPU work on a host held to a tenth of a core, by hand:
+ * (R - 1) U bytes each way at exchange_cpu, an encode and R merges of
+ * the block's parameters, over the share; it lengthens every replica's
+ * H steps by as much, so a blocking round by exactly that.  Without a
+ * share (a GPU host) or with one replica it is nothing. */
+START_TEST(test_exchange_cpu)
+{
+	double U, params, x;
+	pl_prediction base, with;
+	pl_candidate c;
+	char err[KN_ERR_LEN];
+	topo_topology t;
+	pl_model m;
+	pr_spec s;
+	int i;
+
+	spec_of(&s, 1, 2, 400, 20);
+	topo_of(&t, &s, 3, 4000, 3e6, 4);
+	pl_model_defaults(&m);
+	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	c.nrep[0] = 3;
+	c.host[0][1] = 1;
+	c.host[0][2] = 2;
+	ck_assert(pl_predict(&t, &s, &m, &c, &base, err) == 0);
+	for (i = 0; i < 3; i++) {
+		t.hosts[i].exchange_cpu = 10e-9;
+		t.hosts[i].encode_cpu = 1e-9;
+		t.hosts[i].merge_cpu = 2e-9;
+	}
+	U = base.block[0].update_bytes;
+	params = (double)pl_block_params(&s, 2);
+	/* no share: no term */
+	ck_assert_double_eq(pl_exchange_cpu_s(&t, 0, U, params, 3), 0);
+	for (i = 0; i < 3; i++)
+		t.hosts[i].cpu_share = 0.1;
+	x = (10e-9 * U * 2 + params * (1e-9 + 3 * 2e-9)) / 0.1;
+	ck_assert_double_eq_tol(pl_exchange_cpu_s(&t, 0, U, params, 3), x,
+	    1e-12);
+	ck_assert_double_eq(pl_exchange_cpu_s(&t, 0, U, params, 1), 0);
+	ck_assert(pl_predict(&t, &s, &m, &c, &with, err) == 0);
+	ck_assert_double_eq_tol(with.block[0].round_s - base.block[0].round_s,
+	    x, 1e-9);
+	ck_assert_double_eq_tol(with.block[0].step_s - base.block[0].step_s,
+	    x / 20, 1e-12);
+	/* a block of one exchanges nothing: its steps are the rate's */
+	c.nrep[0] = 1;
+	ck_assert(pl_predict(&t, &s, &m, &c, &with, err) == 0);
+	ck_assert_double_eq_tol(with.block[0].step_s, s.batch * s.window /
+	    4000.0, 1e-12);
+	topo_free(&t);
+}
+END_TEST
+
 /* The bytes of the payload bin of the update msg (len bytes). */
 static size_t
 payload_bin_bytes(const char *msg, size_t len)
@@ -1096,6 +1149,7 @@ main(void)
 	tcase_add_test(tc, test_serve_pass_measured);
 	tcase_add_test(tc, test_split_layers);
 	tcase_add_test(tc, test_round_and_bytes_by_hand);
+	tcase_add_test(tc, test_exchange_cpu);
 	tcase_add_test(tc, test_update_bytes_real);
 	tcase_add_test(tc, test_overlap_max_not_sum);
 	tcase_add_test(tc, test_greedy_matches_exhaustive);

@@ -302,10 +302,14 @@ print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
 	    split_str(c, split, sizeof(split)));
 	printf("      block %d decides: %d steps of %s; per round compute "
 	    "%.3g s, stragglers %.3g s, transfer %.3g s, latency %.3g s; "
-	    "update %.4g B\n", p->slowest + 1, c->steps,
+	    "update %.4g B", p->slowest + 1, c->steps,
 	    duration(bp->step_s, d3, sizeof(d3)), bp->round.compute,
 	    bp->round.straggler, bp->round.transfer, bp->round.latency,
 	    bp->update_bytes);
+	/* in the steps above: the slowest replica's own CPU for the round */
+	if (bp->round_cpu_s > 0)
+		printf("; round work %.3g s", bp->round_cpu_s);
+	printf("\n");
 	if (p->serve && goal == PL_GOAL_BOTH)
 		printf("      serve: one traversal %s (compute %.3g s, network "
 		    "%.3g s), %.4g B/s batched; ar %s per %d B, %.4g B/s\n",
