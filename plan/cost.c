@@ -219,22 +219,21 @@ predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
 {
 	const int *h = c->host[b];
 	int R = c->nrep[b], H = c->local_steps, i, f;
-	double step[PL_MAX_REPLICAS], work[PL_MAX_REPLICAS];
-	double smin = INFINITY, smax = 0;
+	double step[PL_MAX_REPLICAS], smin = INFINITY, smax = 0, work;
 	double commit = 0, end = 0, ready_c = 0, ready_end = 0, X, exposed;
 	struct path commit_p = { 0, 0 }, end_p = { 0, 0 };
 
 	for (i = 0; i < R; i++) {
 		/* the loop's work on the exchange comes out of the same CPU
 		 * as the steps, whenever in the round it falls */
-		work[i] = pl_exchange_cpu_s(t, h[i], U,
+		work = pl_exchange_cpu_s(t, h[i], U,
 		    (double)pl_block_params(s, c->layers[b]), R);
 		step[i] = (double)s->batch * s->window /
-		    pl_train_rate(t, s, c, h[i], c->layers[b]) + work[i] / H;
+		    pl_train_rate(t, s, c, h[i], c->layers[b]) + work / H;
 		smin = fmin(smin, step[i]);
 		if (step[i] > smax) {
 			smax = step[i];
-			bp->round_cpu_s = work[i];
+			bp->round_cpu_s = work;
 		}
 	}
 	/* the coordinator commits when the last update reaches it */
