@@ -50,6 +50,15 @@ typedef struct {
 	 * API port + 2000; "off": none */
 	char metrics_listen[CF_HOST_LEN + 8];
 	int handshake_timeout_ms;
+	int header_timeout_ms;          /* a request's headers, at most */
+	/* per listed identity, both ports */
+	int max_connections_per_peer;   /* a daemon (host) line */
+	int max_connections_per_client; /* a client line */
+	int max_requests_per_id;        /* in flight at once */
+	/* POST /v1/probe/compute: seconds x repeats at most, and the
+	 * seconds between two */
+	double probe_compute_max_s;
+	int probe_compute_interval_s;
 	/* the inference pipeline (blocktraind -S) */
 	char pipeline_listen[CF_HOST_LEN + 8];  /* host:port; "": first match */
 	char pipeline_hosts[PR_PATH_LEN];

@@ -26,7 +26,6 @@ enum { HS_CB_NONE, HS_CB_URL, HS_CB_FIELD, HS_CB_VALUE };
 
 static const char hs_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-static void conn_fail(hs_conn *c, int status, const char *msg);
 
 static void
 set_err(char *err, const char *fmt, ...)
@@ -82,6 +81,16 @@ config_fill(hs_config *cfg)
 		    HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR;
 	if (cfg->handshake_timeout_ms == 0)
 		cfg->handshake_timeout_ms = HS_DEFAULT_HANDSHAKE_TIMEOUT_MS;
+	if (cfg->header_timeout_ms == 0)
+		cfg->header_timeout_ms = HS_DEFAULT_HEADER_TIMEOUT_MS;
+	if (cfg->max_connections_per_peer <= 0)
+		cfg->max_connections_per_peer =
+		    HS_DEFAULT_MAX_CONNECTIONS_PER_PEER;
+	if (cfg->max_connections_per_client <= 0)
+		cfg->max_connections_per_client =
+		    HS_DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
+	if (cfg->max_requests_per_id <= 0)
+		cfg->max_requests_per_id = HS_DEFAULT_MAX_REQUESTS_PER_ID;
 	if (cfg->max_buffered_bytes == 0)
 		cfg->max_buffered_bytes = cfg->max_body_bytes >
 		    SIZE_MAX / 4 ? SIZE_MAX : 4 * cfg->max_body_bytes;
@@ -122,6 +131,14 @@ on_listener_closed(uv_handle_t *h)
 
 /* ---- timers ---- */
 
+/* The time a request's headers have. */
+static unsigned
+header_ms(const hs_config *cfg)
+{
+	return cfg->header_timeout_ms < cfg->request_timeout_ms ?
+	    cfg->header_timeout_ms : cfg->request_timeout_ms;
+}
+
 static void
 on_conn_timer(uv_timer_t *t)
 {
@@ -145,8 +162,8 @@ on_conn_timer(uv_timer_t *t)
 			    "than %u bytes/s", cfg->min_body_rate);
 		else
 			snprintf(msg, sizeof(msg), "request headers not received "
-			    "within %u ms", cfg->request_timeout_ms);
-		conn_fail(c, 408, msg);
+			    "within %u ms", header_ms(cfg));
+		hs__conn_fail(c, 408, msg);
 	} else {
 		const hs_server *s = c->srv;
 
@@ -161,7 +178,9 @@ on_conn_timer(uv_timer_t *t)
 	}
 }
 
-/* One timer per connection, armed for what the connection waits on. */
+/* One timer per connection, armed for what the connection waits on:
+ * a request's headers have header_ms, then its body request_timeout_ms
+ * a period. */
 void
 hs__conn_timer(hs_conn *c, int kind)
 {
@@ -172,7 +191,8 @@ hs__conn_timer(hs_conn *c, int kind)
 	c->timer_kind = kind;
 	c->rate_mark = c->req_in;
 	uv_timer_start(&c->timer, on_conn_timer, kind == HS_T_REQUEST ?
-	    cfg->request_timeout_ms : kind == HS_T_IDLE ?
+	    (c->in_body ? cfg->request_timeout_ms : header_ms(cfg)) :
+	    kind == HS_T_IDLE ?
 	    cfg->idle_timeout_ms : kind == HS_T_HANDSHAKE ?
 	    cfg->handshake_timeout_ms : HS_LINGER_MS, 0);
 }
@@ -232,6 +252,7 @@ hs__conn_close(hs_conn *c)
 		return;
 	c->closing = 1;
 	/* counted out at once, so that the limits see it gone */
+	hs__quota_detach(c);
 	if (c->over_limit)
 		c->srv->nover--;
 	else
@@ -286,8 +307,8 @@ hs__conn_linger(hs_conn *c)
 
 /* The server answers by itself and closes: malformed or oversized
  * requests, timeouts, too many connections. */
-static void
-conn_fail(hs_conn *c, int status, const char *msg)
+void
+hs__conn_fail(hs_conn *c, int status, const char *msg)
 {
 	size_t n = strlen(msg);
 	char *body = malloc(n + 1);
@@ -430,12 +451,12 @@ hs__conn_feed(hs_conn *c, const char *data, size_t len)
 
 			c->req_in += len;       /* read, and now dropped */
 			if (c->reject_status != 0) {
-				conn_fail(c, c->reject_status, c->reject_msg);
+				hs__conn_fail(c, c->reject_status, c->reject_msg);
 				return;
 			}
 			snprintf(msg, sizeof(msg), "malformed request: %s (%s)",
 			    http_errno_description(e), http_errno_name(e));
-			conn_fail(c, 400, msg);
+			hs__conn_fail(c, 400, msg);
 			return;
 		}
 	}
@@ -524,6 +545,10 @@ on_message_begin(http_parser *p)
 
 	request_reset(c);
 	c->req_in = consumed_before;
+	if (hs__quota_request(c, c->reject_msg) != 0) {
+		c->reject_status = 503;
+		return -1;
+	}
 	c->in_message = 1;
 	hs__conn_timer(c, HS_T_REQUEST);
 	return 0;
@@ -606,6 +631,9 @@ on_headers_complete(http_parser *p)
 	if (header_end(c) < 0)
 		return -1;
 	c->in_body = 1;
+	/* the body's periods begin */
+	if (c->timer_kind == HS_T_REQUEST)
+		hs__conn_timer(c, HS_T_REQUEST);
 	/* the target is the first string of hbuf */
 	if (cfg->discard != NULL && cfg->discard(c->srv->ctx,
 	    http_method_str((enum http_method)p->method), c->hbuf,
@@ -731,6 +759,19 @@ hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = buf->base ? HS_READ_LEN : 0;
 }
 
+/* The TLS handshake of c is over: counted against its identity's
+ * quota.  Whether it stays. */
+static int
+conn_established(hs_conn *c)
+{
+	c->handshaking = 0;
+	if (hs__quota_admit(c) != 0)
+		return 0;
+	if (c->timer_kind == HS_T_HANDSHAKE)
+		hs__conn_timer(c, HS_T_IDLE);
+	return 1;
+}
+
 /* Plaintext for the parser; nonzero once the connection takes no more
  * for now (the TLS engine keeps the rest). */
 static int
@@ -738,6 +779,9 @@ conn_deliver(void *arg, const char *data, size_t len)
 {
 	hs_conn *c = arg;
 
+	/* the handshake may end and a request follow in one read */
+	if (c->handshaking && !conn_established(c))
+		return 1;
 	hs__conn_feed(c, data, len);
 	return c->held != NULL || c->closing || c->finishing || c->lingering;
 }
@@ -767,11 +811,9 @@ conn_read(hs_conn *c, const char *data, size_t len)
 		conn_tls_failed(c, rc);
 		return;
 	}
-	if (c->handshaking && tls_conn_established(c->tls) && !c->closing) {
-		c->handshaking = 0;
-		if (c->timer_kind == HS_T_HANDSHAKE)
-			hs__conn_timer(c, HS_T_IDLE);
-	}
+	if (c->handshaking && tls_conn_established(c->tls) && !c->closing &&
+	    !c->finishing)
+		conn_established(c);
 }
 
 void
@@ -869,18 +911,43 @@ evict_handshaking(hs_server *s, const hs_conn *c, const char *addr)
 	return 1;
 }
 
-/* Whether the new TLS connection c may stay, room made if need be. */
+/* The oldest of the connections beyond max_connections still in their
+ * handshake or refused by a quota, closed for a newer one; 1 when there
+ * was one. */
+static int
+evict_over(hs_server *s, const hs_conn *c)
+{
+	hs_conn *o, *oldest = NULL;
+
+	for (o = s->conns; o != NULL; o = o->next)
+		if (o != c && (o->handshaking || o->finishing) &&
+		    !o->closing && o->over_limit)
+			oldest = o;
+	if (oldest == NULL)
+		return 0;
+	hs__conn_close(oldest);
+	return 1;
+}
+
+/* Whether the new TLS connection c may stay, room made if need be.
+ * With every place taken and none in a handshake, it may still go
+ * through its own, beyond max_connections (and no more than as many
+ * again), if it might be a peer that takes a client's place: which it
+ * is, only its handshake tells (hs__quota_admit). */
 static int
 tls_room(hs_server *s, hs_conn *c)
 {
 	int per = s->cfg.max_connections_per_addr;
 
 	if (c->over_limit) {
-		if (!evict_handshaking(s, c, NULL))
+		if (evict_handshaking(s, c, NULL)) {
+			c->over_limit = 0;
+			s->nover--;
+			s->nconns++;
+		} else if (!hs__quota_may_wait(s) ||
+		    (s->nover > s->cfg.max_connections &&
+		    !evict_over(s, c)))
 			return 0;
-		c->over_limit = 0;
-		s->nover--;
-		s->nconns++;
 	}
 	return conns_from(c, per) < per || evict_handshaking(s, c, c->addr);
 }
@@ -931,7 +998,7 @@ on_connection(uv_stream_t *listener, int status)
 		hs__conn_close(c);
 		return;
 	}
-	if (c->over_limit) {
+	if (c->over_limit && s->cfg.tls == NULL) {
 		char msg[HS_MSG_LEN];
 
 		if (s->nover > s->cfg.max_connections) {
@@ -940,7 +1007,7 @@ on_connection(uv_stream_t *listener, int status)
 		}
 		snprintf(msg, sizeof(msg), "too many connections (limit %d)",
 		    s->cfg.max_connections);
-		conn_fail(c, 503, msg);
+		hs__conn_fail(c, 503, msg);
 		return;
 	}
 	if (conns_from(c, s->cfg.max_connections_per_addr) >=
@@ -950,7 +1017,7 @@ on_connection(uv_stream_t *listener, int status)
 		snprintf(msg, sizeof(msg), "too many connections from %s "
 		    "(limit %d)", c->addr, s->cfg.max_connections_per_addr);
 		c->refused = 1;
-		conn_fail(c, 503, msg);
+		hs__conn_fail(c, 503, msg);
 		return;
 	}
 	if (s->cfg.tls != NULL) {
@@ -1074,7 +1141,20 @@ hs_server_recheck(hs_server *s)
 			hs__conn_close(c);
 			n++;
 		}
+	hs__quota_recheck(s);
 	return n;
+}
+
+unsigned long
+hs_server_evicted(const hs_server *s)
+{
+	return s->evicted;
+}
+
+unsigned long
+hs_server_over_quota(const hs_server *s)
+{
+	return s->over_quota;
 }
 
 unsigned long

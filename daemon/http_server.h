@@ -23,6 +23,17 @@
 #define HS_DEFAULT_MAX_CONNECTIONS_PER_ADDR 32
 #define HS_DEFAULT_MIN_BODY_RATE 1024u  /* bytes per second */
 #define HS_DEFAULT_HANDSHAKE_TIMEOUT_MS 5000u
+#define HS_DEFAULT_HEADER_TIMEOUT_MS 10000u
+/* Over TLS, per listed identity (its peer id) once its handshake named
+ * it: a peer daemon of the run sends an update in up to 16 parts beside
+ * its checkpoint and status requests; an operator's tools need a few. */
+#define HS_DEFAULT_MAX_CONNECTIONS_PER_PEER 64
+#define HS_DEFAULT_MAX_CONNECTIONS_PER_CLIENT 16
+#define HS_DEFAULT_MAX_REQUESTS_PER_ID 64
+
+/* What an identity is to the server (hs_config.id_role): the run's own
+ * peers get room made for them by closing clients' connections. */
+enum { HS_ROLE_CLIENT, HS_ROLE_PEER };
 
 typedef struct hs_server hs_server;
 typedef struct hs_response hs_response;
@@ -123,6 +134,25 @@ typedef struct {
 	tls_ctx *tls;
 	/* from accepting a connection to the end of its TLS handshake */
 	unsigned handshake_timeout_ms;
+	/* from the first byte of a request to the end of its headers, when
+	 * shorter than request_timeout_ms: headers are a few hundred bytes
+	 * that any client sends at once, so one that trickles them in holds
+	 * a connection for nothing */
+	unsigned header_timeout_ms;
+	/* Over TLS, the role of a listed identity (HS_ROLE_*), asked when
+	 * its handshake ends; NULL: every identity is a client. */
+	int (*id_role)(void *ctx, const uint8_t *id);
+	/* Over TLS, connections held at once by one identity of each role:
+	 * beyond it 503 and close.  When every connection is taken, a peer
+	 * whose handshake ends gets the place of a client's connection (of
+	 * the client holding the most, an idle one first); a client gets
+	 * 503. */
+	int max_connections_per_peer;
+	int max_connections_per_client;
+	/* requests of one identity in flight at once, over all its
+	 * connections (being read, or their answers being written): beyond
+	 * it 503 and close */
+	int max_requests_per_id;
 	hs_refused_fn on_refused;       /* NULL: not told */
 	/* Whether the body of a request is read and dropped instead of
 	 * buffered (a link probe's sink), so that it takes nothing of
@@ -148,6 +178,10 @@ int hs_server_port(const hs_server *s);
 /* Closes at once every connection whose peer id the TLS context no
  * longer allows (after the peer list changed); returns how many. */
 int hs_server_recheck(hs_server *s);
+/* Connections closed to make room for a peer, and refused by the
+ * quotas of an identity (connections or requests in flight). */
+unsigned long hs_server_evicted(const hs_server *s);
+unsigned long hs_server_over_quota(const hs_server *s);
 /* Connections accepted since creation, and open now. */
 unsigned long hs_server_accepted(const hs_server *s);
 int hs_server_connections(const hs_server *s);

@@ -20,6 +20,15 @@ enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER, HS_T_HANDSHAKE };
 
 typedef struct hs_conn hs_conn;
 
+/* A listed identity with connections open (http_server_quota.c): what
+ * its quotas count.  Freed with its last connection. */
+typedef struct hs_ident {
+	uint8_t id[ID_BYTES];
+	int role;                       /* HS_ROLE_* */
+	int conns;                      /* established, not closing */
+	struct hs_ident *next;
+} hs_ident;
+
 /* Offsets into hs_conn.hbuf, which holds "url\0name\0value\0name\0...". */
 struct hs_header {
 	size_t name, value;
@@ -45,6 +54,7 @@ struct hs_conn {
 	hs_server *srv;
 	hs_conn *prev, *next;
 	tls_conn *tls;                  /* NULL: plain TCP */
+	hs_ident *ident;                /* once its handshake named it */
 	/* responses with slices not yet handed to libuv, oldest first: they
 	 * go out in this order (http_response.c) */
 	struct hs_out *unsent, *unsent_tail;
@@ -93,6 +103,8 @@ struct hs_server {
 	http_parser_settings settings;
 	hs_conn *conns;
 	int nconns, nover;              /* within and beyond the limit */
+	hs_ident *idents;               /* those with connections open */
+	unsigned long evicted, over_quota;
 	size_t buffered;                /* request body bytes held, all conns */
 	unsigned long accepted;
 	int listening, closing, listener_open;
@@ -120,6 +132,28 @@ void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 /* Hands on the plaintext the TLS engine still holds (reading had
  * stopped), then reads again; closes the connection on failure. */
 void hs__conn_resume(hs_conn *c);
+
+/* The server answers by itself and closes (malformed or oversized
+ * requests, timeouts, limits). */
+void hs__conn_fail(hs_conn *c, int status, const char *msg);
+
+/* http_server_quota.c */
+
+/* The handshake of c is over: counts it against its identity's quota,
+ * making room for a peer beyond max_connections.  0 when it may stay;
+ * else it was answered 503 and is closing. */
+int hs__quota_admit(hs_conn *c);
+/* c is closing: its identity counts it out. */
+void hs__quota_detach(hs_conn *c);
+/* A request of c begins: 0, or -1 when its identity has
+ * max_requests_per_id in flight (the reason in msg, HS_MSG_LEN). */
+int hs__quota_request(hs_conn *c, char *msg);
+/* Whether a connection accepted beyond max_connections may go through
+ * its handshake: there is a client's connection that a peer could take
+ * the place of. */
+int hs__quota_may_wait(const hs_server *s);
+/* After the peer list changed: each identity's role asked again. */
+void hs__quota_recheck(hs_server *s);
 
 /* http_response.c */
 

@@ -781,6 +781,11 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hcfg.on_exchange = api_on_exchange;
 	hcfg.tls = n->tls;
 	hcfg.handshake_timeout_ms = (unsigned)n->cfg.handshake_timeout_ms;
+	hcfg.header_timeout_ms = (unsigned)n->cfg.header_timeout_ms;
+	hcfg.id_role = node_trust_role;
+	hcfg.max_connections_per_peer = n->cfg.max_connections_per_peer;
+	hcfg.max_connections_per_client = n->cfg.max_connections_per_client;
+	hcfg.max_requests_per_id = n->cfg.max_requests_per_id;
 	hcfg.on_refused = on_refused;
 	hcfg.discard = pb_discard;
 	if (n->tls == NULL)

@@ -132,6 +132,12 @@ int node_trust_check(const node *n, const peers_list *pl, int self,
     char *err);
 /* The peer list changed: connections of ids no longer in it end now. */
 void node_trust_reloaded(node *n);
+/* hs_config.id_role: a daemon line of the peer list is a peer
+ * (HS_ROLE_PEER), anyone else listed a client. */
+int node_trust_role(void *ctx, const uint8_t *id);
+/* Whether the identity of a request is an operator's (a client line),
+ * not a daemon's: 1 over plain TCP, where nobody has an id. */
+int node_trust_is_operator(const node *n, const uint8_t *id);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */

@@ -21,6 +21,24 @@ node_allows(void *arg, const uint8_t id[ID_BYTES])
 }
 
 int
+node_trust_role(void *ctx, const uint8_t *id)
+{
+	const node *n = ctx;
+
+	return peers_find_id(&n->peers, id) >= 0 ? HS_ROLE_PEER :
+	    HS_ROLE_CLIENT;
+}
+
+int
+node_trust_is_operator(const node *n, const uint8_t *id)
+{
+	if (id == NULL)
+		return n->tls == NULL;
+	return peers_find_id(&n->peers, id) < 0 &&
+	    peers_client_find(&n->peers, id) >= 0;
+}
+
+int
 node_trust_check(const node *n, const peers_list *pl, int self, char *err)
 {
 	int i;

@@ -743,8 +743,9 @@ START_TEST(test_concurrent)
 	hc_request_opts o;
 	int i;
 
-	/* all from one address: allowed that many */
-	server_start(&(hs_config){ .max_connections_per_addr = NCONC });
+	/* all from one address and one identity: allowed that many */
+	server_start(&(hs_config){ .max_connections_per_addr = NCONC,
+	    .max_connections_per_client = NCONC });
 	snprintf(url, sizeof(url), "%s://127.0.0.1:%d/echo", scheme(), port);
 	conc_done = 0;
 	for (i = 0; i < NCONC; i++) {
@@ -1033,6 +1034,97 @@ START_TEST(test_slow_client)
 	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 408 ", 13), 0);
 	ck_assert_ptr_nonnull(strstr(raw, "150 ms"));
 	raw_close(fd);
+}
+END_TEST
+
+/* Headers trickled in are cut at header_timeout_ms although the
+ * request's own time is far longer; a body then has request_timeout_ms
+ * periods of its own, not what was left of the headers' time. */
+START_TEST(test_slow_headers)
+{
+	hs_config cfg = { .request_timeout_ms = 20000,
+	    .header_timeout_ms = 150 };
+	const char *half = "GET /hello HTTP/1.1\r\nHost: x\r\n";
+	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 5\r\n\r\n";
+	int fd, eof;
+
+	server_start(&cfg);
+	fd = raw_connect();
+	raw_send(fd, half, strlen(half));
+	/* well before request_timeout_ms */
+	raw_read(fd, 5000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 408 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "headers not received within 150 "
+	    "ms"));
+	raw_close(fd);
+
+	fd = raw_connect();
+	raw_send(fd, head, strlen(head));
+	ck_assert_uint_eq(raw_read(fd, 400, &eof, 0), 0);    /* > 150 ms */
+	ck_assert(!eof);
+	raw_send(fd, "hello", 5);
+	raw_read(fd, 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	raw_close(fd);
+}
+END_TEST
+
+/* GET /hello on a new connection kept open: the status of the answer,
+ * 0 when the connection closed without one. */
+static int
+hello_on(int fd)
+{
+	static const char get[] = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+	int eof;
+
+	raw_send(fd, get, strlen(get));
+	raw_read(fd, 3000, &eof, 1);
+	return strncmp(raw, "HTTP/1.1 ", 9) == 0 ? atoi(raw + 9) : 0;
+}
+
+/* Over TLS the quotas follow the identity the handshake proved, not the
+ * address: its connections (every other connection open and idle), and
+ * its requests in flight over all of them. */
+START_TEST(test_identity_quota)
+{
+	int fd[3], eof, i;
+
+	server_start(&(hs_config){ .max_connections_per_addr = 10,
+	    .max_connections_per_client = 2 });
+	for (i = 0; i < 3; i++) {
+		fd[i] = raw_connect();
+		if (i < 2)
+			ck_assert_int_eq(hello_on(fd[i]), 200);
+	}
+	raw_send(fd[2], "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", 32);
+	raw_read(fd[2], 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 503 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "connections of this client's "
+	    "identity (limit 2)"));
+	ck_assert_uint_eq(hs_server_over_quota(srv), 1);
+	for (i = 0; i < 3; i++)
+		raw_close(fd[i]);
+	hs_server_close(srv, NULL, NULL);
+	srv = NULL;
+
+	/* one request being read on one connection is all this identity
+	 * may have in flight: a second on another is refused */
+	server_start(&(hs_config){ .max_requests_per_id = 1 });
+	fd[0] = raw_connect();
+	fd[1] = raw_connect();
+	raw_send(fd[0], "GET /hello HTTP/1.1\r\n", 21);
+	ck_assert_uint_eq(raw_read(fd[0], 100, &eof, 0), 0);
+	ck_assert_int_eq(hello_on(fd[1]), 503);
+	ck_assert_ptr_nonnull(strstr(raw, "too many requests in flight from "
+	    "this identity (limit 1)"));
+	raw_send(fd[0], "Host: x\r\n\r\n", 11);
+	raw_read(fd[0], 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	raw_close(fd[0]);
+	raw_close(fd[1]);
 }
 END_TEST
 
@@ -1526,7 +1618,9 @@ main(void)
 	    test_expect_continue, test_http10_and_limits,
 	    test_client_close_in_flight, test_server_close,
 	    test_per_addr_limit, test_body_budget, test_shared_body,
+	    test_slow_headers,
 	};
+	const TTest *tls_only[] = { test_identity_quota };
 	const TTest *plain_only[] = {
 	    test_client_close_from_done, test_status_from_handler,
 	    test_client_max_body, test_client_timeout, test_client_refused,
@@ -1549,6 +1643,8 @@ main(void)
 	tcase_set_timeout(tc, 30);
 	for (i = 0; i < sizeof(both) / sizeof(both[0]); i++)
 		tcase_add_test(tc, both[i]);
+	for (i = 0; i < sizeof(tls_only) / sizeof(tls_only[0]); i++)
+		tcase_add_test(tc, tls_only[i]);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
