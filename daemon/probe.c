@@ -83,6 +83,7 @@ struct pb_state {
 	int compute_status, links_status;
 	json_t *compute, *links;
 	struct pb_links *run;
+	double compute_began;           /* kn_now() of the last start; 0 */
 };
 
 int
@@ -416,6 +417,57 @@ job_deliver(void *arg, lt_item *item)
 	free(j);
 }
 
+/* Seconds until another compute probe may start (probe_compute_
+ * interval_s from the start of the last), 0 when it may now. */
+static double
+compute_wait(const node *n)
+{
+	const struct pb_state *s = n->probe;
+	double left;
+
+	if (s->compute_began <= 0)
+		return 0;
+	left = s->compute_began + n->cfg.probe_compute_interval_s - kn_now();
+	return left > 0 ? left : 0;
+}
+
+/* What keeps a listed identity from freezing training with compute
+ * probes: operators only, seconds x repeats bounded, one at a time and
+ * one per probe_compute_interval_s.  0 to go on, else the answer is
+ * set. */
+static int
+compute_refused(node *n, const hs_request *req, hs_response *res,
+    double seconds, double repeats)
+{
+	double wait;
+	char v[32];
+
+	if (!node_trust_is_operator(n, req->peer_id)) {
+		hs_response_text(res, 403, "the compute probe pauses training: "
+		    "only an operator (a client line of the peer list) may ask "
+		    "for it, not a peer daemon");
+		return 1;
+	}
+	if (seconds * repeats > n->cfg.probe_compute_max_s) {
+		hs_response_text(res, 400, "seconds x repeats = %g: at most %g "
+		    "(probe_compute_max_s; training pauses about three times "
+		    "as long)", seconds * repeats, n->cfg.probe_compute_max_s);
+		return 1;
+	}
+	if (refused(n, res))
+		return 1;
+	if ((wait = compute_wait(n)) > 0) {
+		snprintf(v, sizeof(v), "%.0f", ceil(wait));
+		hs_response_header(res, "Retry-After", v);
+		hs_response_text(res, 429, "a compute probe began %.0f s ago: "
+		    "one every %d s (probe_compute_interval_s), the next in "
+		    "%.0f s", kn_now() - n->probe->compute_began,
+		    n->cfg.probe_compute_interval_s, ceil(wait));
+		return 1;
+	}
+	return 0;
+}
+
 static void
 post_compute(node *n, const hs_request *req, hs_response *res)
 {
@@ -429,9 +481,16 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 		return;
 	}
 	if (param(req, res, "seconds", 0.01, PB_MAX_COMPUTE_SECONDS,
-	    PB_DEFAULT_COMPUTE_SECONDS, 0, &seconds) != 0 ||
-	    param(req, res, "repeats", 1, PC_MAX_REPEATS,
-	    PB_DEFAULT_COMPUTE_REPEATS, 1, &repeats) != 0 || refused(n, res))
+	    PB_DEFAULT_COMPUTE_SECONDS, 0, &seconds) != 0)
+		return;
+	/* by default as many repetitions as the bound allows, up to 3 */
+	repeats = floor(n->cfg.probe_compute_max_s / seconds);
+	if (repeats > PB_DEFAULT_COMPUTE_REPEATS)
+		repeats = PB_DEFAULT_COMPUTE_REPEATS;
+	if (repeats < 1)
+		repeats = 1;
+	if (param(req, res, "repeats", 1, PC_MAX_REPEATS, repeats, 1,
+	    &repeats) != 0 || compute_refused(n, req, res, seconds, repeats))
 		return;
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
 		hs_response_text(res, 503, "out of memory");
@@ -444,6 +503,7 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 	j->seconds = seconds;
 	j->repeats = (int)repeats;
 	s->busy = 1;
+	s->compute_began = kn_now();
 	s->compute_status = 202;
 	json_decref(s->compute);
 	s->compute = json_pack("{s:s}", "state", "running");
@@ -463,6 +523,24 @@ get_result(node *n, hs_response *res, int status, json_t *o,
 		return;
 	}
 	hs_response_json(res, status, json_incref(o));
+}
+
+/* GET of /v1/probe/compute: the last result, with the seconds until
+ * another may start, for a tool to wait that long. */
+static void
+get_compute(node *n, hs_response *res)
+{
+	struct pb_state *s = n->probe;
+	json_t *o;
+
+	if (s->compute_status == 0 || s->compute == NULL) {
+		get_result(n, res, s->compute_status, s->compute, "compute");
+		return;
+	}
+	o = json_copy(s->compute);
+	if (o != NULL)
+		json_object_set_new(o, "next_in_s", json_real(compute_wait(n)));
+	hs_response_json(res, s->compute_status, o);
 }
 
 /* ---- the link probe, on the loop ---- */
@@ -873,8 +951,7 @@ pb_handle(node *n, const hs_request *req, hs_response *res,
 		if (post)
 			post_compute(n, req, res);
 		else
-			get_result(n, res, s->compute_status, s->compute,
-			    "compute");
+			get_compute(n, res);
 	} else if (strcmp(rest, "links") == 0) {
 		if (!method_is(req, res, "GET, HEAD, POST"))
 			return;

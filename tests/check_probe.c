@@ -23,7 +23,9 @@
 
 static char dir[64];
 static int base_port;
-static pid_t pids[NDAEMONS + 1];
+/* the three, one caught in a round, one with the default compute
+ * probe interval */
+static pid_t pids[NDAEMONS + 2];
 
 /* One daemon, block b of the run in rundir, its state in dir/state<i>. */
 static void
@@ -54,8 +56,14 @@ setup(void)
 
 	tu_temp_dir(dir, sizeof(dir), "check_probe");
 	tu_trust_init(dir);
-	base_port = tu_port_base(NDAEMONS + 2);
+	base_port = tu_port_base(NDAEMONS + 3);
 	tu_write_run(dir, NDAEMONS, 1000000, 1000000, 1);
+	/* compute probes 5 s apart, not a minute: shardmeter probe asks
+	 * each daemon several times and waits where it must */
+	tu_write_file(dir, "daemon.conf", "eval_every = 100\n"
+	    "eval_windows = 64\ncheckpoint_every = 100\n"
+	    "peer_timeout_ms = 2000\nmetrics_listen = 127.0.0.1:0\n"
+	    "probe_compute_interval_s = 5\n");
 	for (i = 0; i < NDAEMONS; i++) {
 		snprintf(state, sizeof(state), "%s/state%d", dir, i);
 		tu_peer_line(text, sizeof(text), base_port + i, i + 1, state);
@@ -72,7 +80,7 @@ teardown(void)
 {
 	int i;
 
-	for (i = 0; i <= NDAEMONS; i++)
+	for (i = 0; i <= NDAEMONS + 1; i++)
 		tu_stop(&pids[i], SIGTERM, 15);
 	tu_remove_dir(dir);
 }
@@ -523,6 +531,69 @@ START_TEST(test_round_refuses)
 }
 END_TEST
 
+/* The compute probe pauses training: a peer daemon may not ask for it,
+ * seconds x repeats are bounded, and one daemon runs one at a time and
+ * one a minute by default (429 with Retry-After).  A daemon of its own,
+ * with the default interval. */
+START_TEST(test_compute_guarded)
+{
+	static const char *const too_long[] = {
+		"/v1/probe/compute?seconds=10&repeats=9",
+		"/v1/probe/compute?seconds=1&repeats=3",
+		"/v1/probe/compute?seconds=2.5",
+	};
+	static const char post_raw[] = "POST /v1/probe/compute?seconds=0.1&"
+	    "repeats=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+	char rdir[128], text[2048] = "", state[128], peer[128], *why;
+	char answer[2048];
+	int port = base_port + NDAEMONS + 1;
+	json_t *o;
+	size_t i;
+
+	snprintf(rdir, sizeof(rdir), "%s/minute", dir);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "mkdir -p %s", rdir), 0);
+	tu_write_run(rdir, 1, 1000000, 1000000, 1);
+	snprintf(state, sizeof(state), "%s/state%d", dir, NDAEMONS + 1);
+	tu_peer_line(text, sizeof(text), port, 1, state);
+	/* a second replica that never runs: the test presents its id */
+	snprintf(peer, sizeof(peer), "%s/minute_peer", dir);
+	tu_peer_line(text, sizeof(text), port + 1, 1, peer);
+	tu_client_line(text, sizeof(text));
+	tu_write_file(rdir, "peers", text);
+	start(NDAEMONS + 1, rdir, 1);
+	ck_assert(tu_wait_state(port, 1, "training", 60));
+
+	/* a peer daemon, not an operator */
+	tu_act_as(peer);
+	ck_assert_int_eq(post(port, "/v1/probe/compute?seconds=0.1&repeats=1",
+	    &why), 403);
+	ck_assert_msg(strstr(why, "only an operator") != NULL, "%s", why);
+	free(why);
+	tu_act_as(NULL);
+	for (i = 0; i < sizeof(too_long) / sizeof(too_long[0]); i++) {
+		ck_assert_msg(post(port, too_long[i], &why) == 400, "%s",
+		    too_long[i]);
+		ck_assert_msg(strstr(why, "probe_compute_max_s") != NULL, "%s",
+		    why);
+		free(why);
+	}
+	/* the operator's: one, then none while it runs, then none within
+	 * the minute */
+	ck_assert_int_eq(tu_raw_request(port, post_raw, answer,
+	    sizeof(answer)), 202);
+	ck_assert_int_eq(tu_raw_request(port, post_raw, answer,
+	    sizeof(answer)), 409);
+	ck_assert_int_eq(result(port, "compute", &o), 200);
+	ck_assert(json_number_value(json_object_get(o, "next_in_s")) > 0);
+	json_decref(o);
+	ck_assert_int_eq(tu_raw_request(port, post_raw, answer,
+	    sizeof(answer)), 429);
+	ck_assert_msg(strstr(answer, "\r\nRetry-After: ") != NULL &&
+	    strstr(answer, "probe_compute_interval_s") != NULL, "%s", answer);
+	tu_stop(&pids[NDAEMONS + 1], SIGKILL, 5);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -541,6 +612,7 @@ main(void)
 	tcase_add_test(tc, test_outsider_refused);
 	tcase_add_test(tc, test_unreachable_and_bad_peers);
 	tcase_add_test(tc, test_round_refuses);
+	tcase_add_test(tc, test_compute_guarded);
 	suite_add_tcase(s, tc);
 	tcase_add_test(median, test_median);
 	tcase_add_test(median, test_update_cost);

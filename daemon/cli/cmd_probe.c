@@ -23,6 +23,11 @@
 #include "proto/topology.h"
 
 #define POLL_US 100000          /* between GETs of a running probe */
+/* A daemon that answers 429 to a compute probe (one per interval) is
+ * asked again after the wait it names, this often at most, and waited
+ * for this long at most each time. */
+#define START_TRIES 5
+#define MAX_WAIT_S 3600.0
 
 struct probe_args {
 	const char *peers, *out;
@@ -62,34 +67,71 @@ ask(const peers_entry *p, const char *method, const char *path,
 	return st;
 }
 
-/* Starts the probe of what (compute or links) on p with query: 0, or
- * KN_EIO with the reason in err. */
-static int
-start_probe(const peers_entry *p, const char *what, const char *query,
-    char *err)
-{
-	char path[256];
-	json_t *o;
-	long st;
-
-	snprintf(path, sizeof(path), "/v1/probe/%s%s%s", what,
-	    query[0] ? "?" : "", query);
-	st = ask(p, "POST", path, &o, err);
-	json_decref(o);
-	if (st == 202)
-		return KN_OK;
-	if (st != 0)
-		kn_error(err, KN_EIO, "%s refused the %s probe: HTTP %ld",
-		    p->addr, what, st);
-	return KN_EIO;
-}
-
 static void
 sleep_s(double s)
 {
 	if (s > 0)	/* usleep need not take a second or more */
 		nanosleep(&(struct timespec){ (time_t)s,
 		    (long)((s - (time_t)s) * 1e9) }, NULL);
+}
+
+/* Seconds until p takes another compute probe (it takes one every
+ * probe_compute_interval_s): next_in_s of its last result, 1 when it
+ * gives none. */
+static double
+next_compute_in(const peers_entry *p)
+{
+	char err[KN_ERR_LEN];
+	json_t *o;
+	double wait = 1;
+
+	if (ask(p, "GET", "/v1/probe/compute", &o, err) != 0 &&
+	    json_is_number(json_object_get(o, "next_in_s")))
+		wait = json_number_value(json_object_get(o, "next_in_s"));
+	json_decref(o);
+	if (wait > MAX_WAIT_S)
+		wait = MAX_WAIT_S;
+	return wait + 0.2;
+}
+
+/* Starts the probe of what (compute or links) on p with query: 0, or
+ * KN_EIO with the reason in err.  A daemon that had a compute probe
+ * less than its interval ago answers 429: the probe waits and asks
+ * again. */
+static int
+start_probe(const peers_entry *p, const char *what, const char *query,
+    char *err)
+{
+	char path[256], why[KN_ERR_LEN];
+	struct cli_body b;
+	double wait;
+	long st;
+	int tries;
+
+	snprintf(path, sizeof(path), "/v1/probe/%s%s%s", what,
+	    query[0] ? "?" : "", query);
+	for (tries = 0;; tries++) {
+		st = cli_peer_request(p, "POST", path, 1 << 20, 10000, &b, why);
+		if (st == 202) {
+			free(b.data);
+			return KN_OK;
+		}
+		if (st != 429 || tries >= START_TRIES)
+			break;
+		free(b.data);
+		wait = next_compute_in(p);
+		fprintf(stderr, "probe: %s takes one %s probe at a time and "
+		    "one a while: waiting %.0f s\n", p->addr, what, wait);
+		sleep_s(wait);
+	}
+	if (st == 0)
+		kn_error(err, KN_EIO, "cannot reach %s: %s", p->addr, why);
+	else    /* errors come as one line of text */
+		kn_error(err, KN_EIO, "%s refused the %s probe: HTTP %ld: %.*s",
+		    p->addr, what, st, b.data ? (int)strcspn(b.data, "\n") : 0,
+		    b.data ? b.data : "");
+	free(b.data);
+	return KN_EIO;
 }
 
 /* Waits up to limit seconds for the result of a started probe: the JSON
@@ -748,7 +790,9 @@ const struct cmd_entry cmd_probe_entry = {
 	    "one window (C\n"
 	    "seconds each, default 1, at most 10: longer evens out a "
 	    "host whose CPU comes\n"
-	    "in quota periods; training waits meanwhile), in R passes "
+	    "in quota periods; training waits meanwhile; a daemon takes "
+	    "at most its\n"
+	    "probe_compute_max_s, default 2), in R passes "
 	    "over the daemons\n"
 	    "(default 3, at most 9; a host's timings lie a pass apart, "
 	    "so a slow spell\n"
@@ -775,6 +819,10 @@ const struct cmd_entry cmd_probe_entry = {
 	    "topology file for 'shardmeter plan' (shardmeter(1) gives "
 	    "its format) and\n"
 	    "prints it as tables.\n"
-	    "Probes are refused while a round is in progress.\n",
+	    "Probes are refused while a round is in progress.  A daemon "
+	    "takes one compute\n"
+	    "probe every probe_compute_interval_s (default 60) and "
+	    "answers 429 sooner:\n"
+	    "the probe then waits as long as the daemon says.\n",
 	.exec = probe_exec
 };
