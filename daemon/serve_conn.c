@@ -228,6 +228,8 @@ conn_established(conn *c)
 		return;
 	}
 	c->kind = peer_kind(s, tls_conn_peer_id(c->tls));
+	if (sv_limits_admit(c) != 0)
+		return;
 	c->tokens = s->cfg.pipeline_client_rate;
 	c->tokens_at = kn_now();
 	log_debug("pipeline: %s is %s, peer id %s", c->peer,
@@ -399,8 +401,11 @@ conn_deliver(void *arg, const char *data, size_t len)
 	conn *c = arg;
 
 	/* the handshake may end and data follow in one read */
-	if (c->handshaking && tls_conn_established(c->tls))
+	if (c->handshaking && tls_conn_established(c->tls)) {
 		conn_established(c);
+		if (c->closing)
+			return 1;
+	}
 	conn_charge(c, len);
 	conn_feed(c, data, len);
 	return c->closing || c->paused;
@@ -509,32 +514,6 @@ conn_name(conn *c)
 	snprintf(c->peer, sizeof(c->peer), "%s:%d", c->addr, port);
 }
 
-/* Why c is one connection too many (max_connections, and
- * max_connections_per_addr from its address), or NULL. */
-static const char *
-conn_over_limit(const conn *c, char *why, size_t len)
-{
-	const sv *s = c->s;
-	const conn *o;
-	int all = 0, here = 0;
-
-	for (o = s->conns; o != NULL; o = o->next) {
-		if (o == c || o->closing || o->outbound)
-			continue;
-		all++;
-		here += strcmp(o->addr, c->addr) == 0;
-	}
-	if (all >= s->cfg.max_connections)
-		snprintf(why, len, "too many connections (limit %d)",
-		    s->cfg.max_connections);
-	else if (here >= s->cfg.max_connections_per_addr)
-		snprintf(why, len, "too many connections from %s (limit %d)",
-		    c->addr, s->cfg.max_connections_per_addr);
-	else
-		return NULL;
-	return why;
-}
-
 void
 sv_on_connection(uv_stream_t *server, int status)
 {
@@ -550,7 +529,7 @@ sv_on_connection(uv_stream_t *server, int status)
 	}
 	uv_tcp_nodelay(&c->tcp, 1);
 	conn_name(c);
-	if (conn_over_limit(c, why, sizeof(why)) != NULL) {
+	if (sv_limits_accept(c, why, sizeof(why)) != 0) {
 		sv_conn_close(c, why);
 		return;
 	}

@@ -87,6 +87,9 @@ typedef struct conn {
 	int up;                         /* connected and past TLS (outbound) */
 	tls_conn *tls;                  /* NULL: plain TCP */
 	int handshaking;
+	/* let in beyond max_connections for its handshake to say whether
+	 * it is a host of the ring (serve_limits.c) */
+	int provisional;
 	double opened;                  /* accepted, or connected (outbound) */
 	sv_peer kind;
 	int inflight;                   /* its requests at the entry */
@@ -216,6 +219,18 @@ void sv_conns_cron(sv *s, double now);
 int sv_conns_recheck(sv *s);
 /* Whether the host list or an open entry lets id in (tls_allow_fn). */
 int sv_allows(void *arg, const uint8_t id[ID_BYTES]);
+
+/* serve_limits.c */
+
+/* Whether the new inbound connection c may stay (max_connections and
+ * max_connections_per_addr), room made by closing one still in its TLS
+ * handshake if need be: 0, or -1 with the reason in why. */
+int sv_limits_accept(conn *c, char *why, size_t len);
+/* The handshake of inbound c is over and its kind known: its identity's
+ * cap (max_connections_per_peer for a host, _per_client for a client),
+ * and a host let in beyond max_connections takes a client's place.  0,
+ * or -1 once c is closed. */
+int sv_limits_admit(conn *c);
 
 /* serve_stats.c: the status and /metrics of a pipeline host */
 

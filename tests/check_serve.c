@@ -909,6 +909,113 @@ START_TEST(test_64_clients)
 }
 END_TEST
 
+#define FLOOD 40
+
+/* The pipeline port's defences (issue 35): connections from other
+ * addresses that never finish a TLS handshake, idle or sending its first
+ * bytes slowly, fill every place; a listed client is served all the
+ * same, in the place of the oldest of them.  And a listed client's own
+ * connections are held to its identity's quota. */
+START_TEST(test_flood_entry)
+{
+	pc_request r = request_for(PL_MODE_BT, "a", 4, 1);
+	pc_result res;
+	char err[KN_ERR_LEN], buf[64];
+	tu_tls *own[12];
+	int fd[FLOOD], i, held = 0;
+
+	start_ring_conf(0, 0, 0, "max_connections = 16\n"
+	    "max_connections_per_client = 4\n");
+	for (i = 0; i < FLOOD; i++) {
+		fd[i] = tu_connect_from(base_port, 2 + i % 8);
+		/* every fourth: a record header, never the rest */
+		if (fd[i] >= 0 && i % 4 == 0)
+			(void)send(fd[i], "\x16\x03\x01", 3, MSG_NOSIGNAL);
+	}
+	ck_assert_msg(ask(base_port, &r, &res, 3000, err) == 0, "%s", err);
+	ck_assert_msg(res.ok, "%s", res.error);
+	pc_result_clear(&res);
+
+	for (i = 0; i < 12; i++) {
+		own[i] = tu_tls_connect(base_port);
+		/* nothing within the wait: held, not closed */
+		if (own[i] != NULL && tu_tls_read(own[i], buf, sizeof(buf),
+		    0.3) < 0)
+			held++;
+	}
+	fprintf(stderr, "# the operator holds %d of 12 connections (quota "
+	    "4)\n", held);
+	ck_assert_int_le(held, 4);
+	for (i = 0; i < 12; i++)
+		tu_tls_close(own[i]);
+	for (i = 0; i < FLOOD; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	wait_ring(10);
+}
+END_TEST
+
+/* A reconnect flood: 64 connections from 8 addresses, each closed and
+ * made again in turn, until stop or 3000 of them. */
+struct flood {
+	int port;
+	volatile int stop;
+	int made;
+};
+
+static void *
+flood_run(void *arg)
+{
+	struct flood *f = arg;
+	int fd[64], i;
+
+	for (i = 0; i < 64; i++)
+		fd[i] = -1;
+	for (i = 0; !f->stop && f->made < 3000; i = (i + 1) % 64) {
+		if (fd[i] >= 0)
+			close(fd[i]);
+		if ((fd[i] = tu_connect_from(f->port, 2 + i % 8)) >= 0)
+			f->made++;
+		else
+			usleep(1000);
+	}
+	for (i = 0; i < 64; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	return NULL;
+}
+
+/* While strangers from 8 addresses reconnect as fast as they can, a
+ * listed client's requests are served: each new stranger closes the
+ * oldest handshake of the address holding the most, never the client's
+ * one. */
+START_TEST(test_reconnect_flood)
+{
+	pc_request r = request_for(PL_MODE_BT, "a", 4, 1);
+	struct flood f = { base_port, 0, 0 };
+	pc_result res;
+	char err[KN_ERR_LEN];
+	pthread_t th;
+	int i, served = 0;
+
+	start_ring_conf(0, 0, 0, "max_connections = 16\n");
+	f.port = base_port;
+	ck_assert_int_eq(pthread_create(&th, NULL, flood_run, &f), 0);
+	for (i = 0; f.made < 64 && i < 500; i++)
+		usleep(10000);
+	for (i = 0; i < 10; i++) {
+		if (ask(base_port, &r, &res, 3000, err) == 0 && res.ok)
+			served++;
+		pc_result_clear(&res);
+	}
+	f.stop = 1;
+	pthread_join(th, NULL);
+	fprintf(stderr, "# %d of 10 requests served during a flood of %d "
+	    "connections\n", served, f.made);
+	ck_assert_int_ge(served, 8);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -929,6 +1036,13 @@ main(void)
 	tcase_add_test(tc, test_open_entry);
 	tcase_add_test(tc, test_sighup);
 	tcase_add_test(tc, test_insecure_ring);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("limits");
+	tcase_add_unchecked_fixture(tc, train_once, cleanup_once);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_flood_entry);
+	tcase_add_test(tc, test_reconnect_flood);
 	suite_add_tcase(s, tc);
 	rc = tu_run_suite(s);
 	kn_pool_shutdown();
