@@ -217,10 +217,13 @@ start_ring_conf(int relayed, double delay_ms, int flags, const char *more)
 	int i;
 
 	write_hosts(flags);
-	/* the 64 clients of one test all come from 127.0.0.1 */
+	/* the 64 clients of one test all come from 127.0.0.1, all the
+	 * test's operator */
 	snprintf(conf, sizeof(conf), "pipeline_timeout_ms = 3000\n"
 	    "pipeline_idle_s = 5\npipeline_batch = 8\n"
-	    "max_connections_per_addr = 128\n%s", more);
+	    "max_connections_per_addr = 128\n%s%s", more, strstr(more,
+	    "max_connections_per_client") ? "" :
+	    "max_connections_per_client = 128\n");
 	tu_write_file(dir, "serve.conf", conf);
 	for (i = 0; i < HOSTS; i++) {
 		if (relayed)
