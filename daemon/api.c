@@ -349,6 +349,16 @@ metrics_text(node *n, size_t *outlen)
 			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
 			    "%d\n", n->peers.v[i].addr,
 			    n->peers.v[i].state == PEERS_UP);
+	if (n->http != NULL)
+		metric(&b, &len, &cap, "# HELP blocktrain_http_evicted_total "
+		    "Clients' connections closed to make room for a peer.\n"
+		    "# TYPE blocktrain_http_evicted_total counter\n"
+		    "blocktrain_http_evicted_total %lu\n"
+		    "# HELP blocktrain_http_over_quota_total Connections and "
+		    "requests refused by the quotas of an identity.\n"
+		    "# TYPE blocktrain_http_over_quota_total counter\n"
+		    "blocktrain_http_over_quota_total %lu\n",
+		    hs_server_evicted(n->http), hs_server_over_quota(n->http));
 	if (n->predicted != NULL) {
 		char *pd = pd_metrics_text(n->predicted, &n->peers);
 

@@ -113,6 +113,21 @@ still_held(tu_tls **t, int n)
 	return held;
 }
 
+/* The value of an unlabelled metric in Prometheus text, -1 if absent. */
+static double
+metric_of(const char *text, const char *name)
+{
+	const char *p = text;
+	size_t n = strlen(name);
+
+	while ((p = strstr(p, name)) != NULL) {
+		if ((p == text || p[-1] == '\n') && p[n] == ' ')
+			return atof(p + n + 1);
+		p += n;
+	}
+	return -1;
+}
+
 static long
 status_as(const char *identity)
 {
@@ -132,6 +147,7 @@ status_as(const char *identity)
 START_TEST(test_insider_slowloris)
 {
 	tu_tls *slow[SLOW] = { NULL }, *second[MAX_CONNS] = { NULL };
+	tu_body b;
 	int held, i;
 
 	held = open_slow(slow, SLOW);
@@ -150,10 +166,21 @@ START_TEST(test_insider_slowloris)
 	held = still_held(slow, SLOW) + still_held(second, MAX_CONNS -
 	    PER_CLIENT);
 	fprintf(stderr, "# %d held in all\n", held);
+	ck_assert_int_eq(held, MAX_CONNS);
 	/* every place taken by clients: a peer is served all the same */
 	ck_assert_int_eq(status_as(peer_state), 200);
 	ck_assert_int_lt(still_held(slow, SLOW) + still_held(second,
 	    MAX_CONNS - PER_CLIENT), MAX_CONNS);
+	/* counted where an operator looks (as a peer: the operators have
+	 * no place left) */
+	tu_act_as(peer_state);
+	ck_assert_int_eq(tu_http_get(base_port, "/metrics", &b), 200);
+	tu_act_as(NULL);
+	ck_assert_msg(metric_of(b.data, "blocktrain_http_evicted_total") >= 1,
+	    "%s", b.data);
+	ck_assert(metric_of(b.data, "blocktrain_http_over_quota_total") >=
+	    SLOW - PER_CLIENT);
+	free(b.data);
 	for (i = 0; i < SLOW; i++)
 		tu_tls_close(slow[i]);
 	for (i = 0; i < MAX_CONNS; i++)
