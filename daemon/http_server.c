@@ -877,8 +877,8 @@ conn_peer(hs_conn *c)
 }
 
 /* Open connections from c's address besides c, up to limit. */
-static int
-conns_from(const hs_conn *c, int limit)
+int
+hs__conns_from(const hs_conn *c, int limit)
 {
 	const hs_conn *o;
 	int n = 0;
@@ -888,68 +888,6 @@ conns_from(const hs_conn *c, int limit)
 		    strcmp(o->addr, c->addr) == 0)
 			n++;
 	return n;
-}
-
-/* Over TLS, a connection still in its handshake has proved nothing: when
- * the limits are reached, the oldest of them (from addr, or from anyone)
- * makes room for a new one, so that idle or slow strangers cannot keep a
- * listed peer out; one whose handshake is done is never pushed out.
- * Returns 1 when one was closed. */
-static int
-evict_handshaking(hs_server *s, const hs_conn *c, const char *addr)
-{
-	hs_conn *o, *oldest = NULL;
-
-	for (o = s->conns; o != NULL; o = o->next)
-		if (o != c && o->handshaking && !o->closing &&
-		    !o->over_limit && (addr == NULL ||
-		    strcmp(o->addr, addr) == 0))
-			oldest = o;     /* the list runs from new to old */
-	if (oldest == NULL)
-		return 0;
-	hs__conn_close(oldest);
-	return 1;
-}
-
-/* The oldest of the connections beyond max_connections still in their
- * handshake or refused by a quota, closed for a newer one; 1 when there
- * was one. */
-static int
-evict_over(hs_server *s, const hs_conn *c)
-{
-	hs_conn *o, *oldest = NULL;
-
-	for (o = s->conns; o != NULL; o = o->next)
-		if (o != c && (o->handshaking || o->finishing) &&
-		    !o->closing && o->over_limit)
-			oldest = o;
-	if (oldest == NULL)
-		return 0;
-	hs__conn_close(oldest);
-	return 1;
-}
-
-/* Whether the new TLS connection c may stay, room made if need be.
- * With every place taken and none in a handshake, it may still go
- * through its own, beyond max_connections (and no more than as many
- * again), if it might be a peer that takes a client's place: which it
- * is, only its handshake tells (hs__quota_admit). */
-static int
-tls_room(hs_server *s, hs_conn *c)
-{
-	int per = s->cfg.max_connections_per_addr;
-
-	if (c->over_limit) {
-		if (evict_handshaking(s, c, NULL)) {
-			c->over_limit = 0;
-			s->nover--;
-			s->nconns++;
-		} else if (!hs__quota_may_wait(s) ||
-		    (s->nover > s->cfg.max_connections &&
-		    !evict_over(s, c)))
-			return 0;
-	}
-	return conns_from(c, per) < per || evict_handshaking(s, c, c->addr);
 }
 
 static void
@@ -992,7 +930,7 @@ on_connection(uv_stream_t *listener, int status)
 	uv_tcp_nodelay(&c->tcp, 1);
 	http_parser_init(&c->parser, HTTP_REQUEST);
 	c->parser.data = c;
-	if (s->cfg.tls != NULL && !tls_room(s, c)) {
+	if (s->cfg.tls != NULL && !hs__room_tls(s, c)) {
 		/* over TLS an answer would first cost a handshake; and a
 		 * flood is not logged line by line */
 		hs__conn_close(c);
@@ -1010,7 +948,7 @@ on_connection(uv_stream_t *listener, int status)
 		hs__conn_fail(c, 503, msg);
 		return;
 	}
-	if (conns_from(c, s->cfg.max_connections_per_addr) >=
+	if (hs__conns_from(c, s->cfg.max_connections_per_addr) >=
 	    s->cfg.max_connections_per_addr) {
 		char msg[HS_MSG_LEN];
 

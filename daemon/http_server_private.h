@@ -137,7 +137,16 @@ void hs__conn_resume(hs_conn *c);
  * requests, timeouts, limits). */
 void hs__conn_fail(hs_conn *c, int status, const char *msg);
 
+/* Open connections from c's address besides c, up to limit. */
+int hs__conns_from(const hs_conn *c, int limit);
+
 /* http_server_quota.c */
+
+/* Whether the new TLS connection c may stay (max_connections,
+ * max_connections_per_addr), room made by closing one still in its
+ * handshake if need be, or let in beyond max_connections to learn
+ * whether it is a peer. */
+int hs__room_tls(hs_server *s, hs_conn *c);
 
 /* The handshake of c is over: counts it against its identity's quota,
  * making room for a peer beyond max_connections.  0 when it may stay;
@@ -148,10 +157,6 @@ void hs__quota_detach(hs_conn *c);
 /* A request of c begins: 0, or -1 when its identity has
  * max_requests_per_id in flight (the reason in msg, HS_MSG_LEN). */
 int hs__quota_request(hs_conn *c, char *msg);
-/* Whether a connection accepted beyond max_connections may go through
- * its handshake: there is a client's connection that a peer could take
- * the place of. */
-int hs__quota_may_wait(const hs_server *s);
 /* After the peer list changed: each identity's role asked again. */
 void hs__quota_recheck(hs_server *s);
 

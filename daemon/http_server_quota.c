@@ -1,9 +1,11 @@
-/* Quotas per listed identity for the HTTP server (DESIGN section 5): an
- * address says little once many hosts are listed, so after the TLS
- * handshake has proved who is connecting, its connections and requests
- * in flight are counted against what its role allows, and the run's own
- * peers get room made for them by closing a client's connection.  Called
- * from http_server.c on the loop. */
+/* Room and quotas for the HTTP server's TLS connections (DESIGN section
+ * 5): a new connection beyond the limits closes one still in its
+ * handshake (it has proved nothing); and since an address says little
+ * once many hosts are listed, after the handshake has proved who is
+ * connecting, its connections and requests in flight are counted
+ * against what its role allows, and the run's own peers get room made
+ * for them by closing a client's connection.  Called from
+ * http_server.c on the loop. */
 #include "config.h"
 
 #include <stdio.h>
@@ -59,8 +61,11 @@ evictable(const hs_conn *o)
 	    o->ident->role == HS_ROLE_CLIENT;
 }
 
-int
-hs__quota_may_wait(const hs_server *s)
+/* Whether a connection accepted beyond max_connections may go through
+ * its handshake: there is a client's connection that a peer could take
+ * the place of. */
+static int
+quota_may_wait(const hs_server *s)
 {
 	const hs_conn *o;
 
@@ -70,6 +75,68 @@ hs__quota_may_wait(const hs_server *s)
 		if (evictable(o))
 			return 1;
 	return 0;
+}
+
+/* Over TLS, a connection still in its handshake has proved nothing: when
+ * the limits are reached, the oldest of them (from addr, or from anyone)
+ * makes room for a new one, so that idle or slow strangers cannot keep a
+ * listed peer out; one whose handshake is done is never pushed out.
+ * Returns 1 when one was closed. */
+static int
+evict_handshaking(hs_server *s, const hs_conn *c, const char *addr)
+{
+	hs_conn *o, *oldest = NULL;
+
+	for (o = s->conns; o != NULL; o = o->next)
+		if (o != c && o->handshaking && !o->closing &&
+		    !o->over_limit && (addr == NULL ||
+		    strcmp(o->addr, addr) == 0))
+			oldest = o;     /* the list runs from new to old */
+	if (oldest == NULL)
+		return 0;
+	hs__conn_close(oldest);
+	return 1;
+}
+
+/* The oldest of the connections beyond max_connections still in their
+ * handshake or refused by a quota, closed for a newer one; 1 when there
+ * was one. */
+static int
+evict_over(hs_server *s, const hs_conn *c)
+{
+	hs_conn *o, *oldest = NULL;
+
+	for (o = s->conns; o != NULL; o = o->next)
+		if (o != c && (o->handshaking || o->finishing) &&
+		    !o->closing && o->over_limit)
+			oldest = o;
+	if (oldest == NULL)
+		return 0;
+	hs__conn_close(oldest);
+	return 1;
+}
+
+/* Whether the new TLS connection c may stay, room made if need be.
+ * With every place taken and none in a handshake, it may still go
+ * through its own, beyond max_connections (and no more than as many
+ * again), if it might be a peer that takes a client's place: which it
+ * is, only its handshake tells (hs__quota_admit). */
+int
+hs__room_tls(hs_server *s, hs_conn *c)
+{
+	int per = s->cfg.max_connections_per_addr;
+
+	if (c->over_limit) {
+		if (evict_handshaking(s, c, NULL)) {
+			c->over_limit = 0;
+			s->nover--;
+			s->nconns++;
+		} else if (!quota_may_wait(s) ||
+		    (s->nover > s->cfg.max_connections &&
+		    !evict_over(s, c)))
+			return 0;
+	}
+	return hs__conns_from(c, per) < per || evict_handshaking(s, c, c->addr);
 }
 
 /* The client connection a peer takes the place of: one of the client
