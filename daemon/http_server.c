@@ -713,6 +713,10 @@ on_body(http_parser *p, const char *at, size_t len)
 			return reject(c, 503, "the server holds too many request "
 			    "bodies now (limit %zu bytes in all): try again",
 			    c->srv->cfg.max_buffered_bytes);
+		if (hs__quota_body(c, ncap - c->body_cap, c->reject_msg) != 0) {
+			c->reject_status = 503;
+			return -1;
+		}
 		nb = realloc(c->body, ncap);
 		if (nb == NULL)
 			return reject(c, 500, "out of memory reading the "

@@ -157,6 +157,11 @@ void hs__quota_detach(hs_conn *c);
 /* A request of c begins: 0, or -1 when its identity has
  * max_requests_per_id in flight (the reason in msg, HS_MSG_LEN). */
 int hs__quota_request(hs_conn *c, char *msg);
+/* The body c reads is to grow by more bytes: 0, or -1 when a client's
+ * identity would then hold more than max_body_bytes of request bodies
+ * over all its connections (the reason in msg, HS_MSG_LEN), so that
+ * max_buffered_bytes keeps room for the peers' updates. */
+int hs__quota_body(hs_conn *c, size_t more, char *msg);
 /* After the peer list changed: each identity's role asked again. */
 void hs__quota_recheck(hs_server *s);
 

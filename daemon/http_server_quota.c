@@ -8,6 +8,7 @@
  * http_server.c on the loop. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +264,29 @@ hs__quota_request(hs_conn *c, char *msg)
 	c->srv->over_quota++;
 	snprintf(msg, HS_MSG_LEN, "too many requests in flight from this "
 	    "identity (limit %d)", limit);
+	return -1;
+}
+
+int
+hs__quota_body(hs_conn *c, size_t more, char *msg)
+{
+	const hs_server *s = c->srv;
+	const hs_conn *o;
+	/* one body's buffer, its NUL included */
+	size_t held = c->body_cap, max = s->cfg.max_body_bytes < SIZE_MAX ?
+	    s->cfg.max_body_bytes + 1 : SIZE_MAX;
+
+	if (c->ident == NULL || c->ident->role != HS_ROLE_CLIENT)
+		return 0;
+	for (o = s->conns; o != NULL; o = o->next)
+		if (o != c && o->ident == c->ident && !o->closing)
+			held += o->body_cap;
+	if (held <= max && more <= max - held)
+		return 0;
+	c->srv->over_quota++;
+	snprintf(msg, HS_MSG_LEN, "this client's identity holds too many "
+	    "request bodies now (limit %zu bytes): try again",
+	    s->cfg.max_body_bytes);
 	return -1;
 }
 

@@ -886,6 +886,14 @@ post_links(node *n, const hs_request *req, hs_response *res)
 	struct pb_links *L;
 	double samples, bytes, streams, seconds;
 
+	/* it sends up to 64 MiB to every peer: an operator's to ask for,
+	 * never another daemon's (theirs are echo, source and sink) */
+	if (!node_trust_is_operator(n, req->peer_id)) {
+		hs_response_text(res, 403, "a link probe loads every link of "
+		    "this daemon: only an operator (a client line of the peer "
+		    "list) may ask for it, not a peer daemon");
+		return;
+	}
 	if (param(req, res, "samples", 1, PB_MAX_SAMPLES, PB_DEFAULT_SAMPLES,
 	    1, &samples) != 0 || param(req, res, "bytes", 1,
 	    (double)PB_MAX_BYTES, (double)PB_DEFAULT_BYTES, 1, &bytes) != 0 ||

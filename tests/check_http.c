@@ -1089,6 +1089,7 @@ hello_on(int fd)
  * its requests in flight over all of them. */
 START_TEST(test_identity_quota)
 {
+	char body[600];
 	int fd[3], eof, i;
 
 	server_start(&(hs_config){ .max_connections_per_addr = 10,
@@ -1121,6 +1122,31 @@ START_TEST(test_identity_quota)
 	ck_assert_ptr_nonnull(strstr(raw, "too many requests in flight from "
 	    "this identity (limit 1)"));
 	raw_send(fd[0], "Host: x\r\n\r\n", 11);
+	raw_read(fd[0], 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
+	raw_close(fd[0]);
+	raw_close(fd[1]);
+	hs_server_close(srv, NULL, NULL);
+	srv = NULL;
+
+	/* a client holds one body's worth at most, over all its
+	 * connections: the rest of max_buffered_bytes is the peers' */
+	server_start(&(hs_config){ .max_body_bytes = 1000 });
+	fd[0] = raw_connect();
+	fd[1] = raw_connect();
+	raw_send(fd[0], "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 900\r\n\r\n", 53);
+	memset(body, 'a', sizeof(body));
+	raw_send(fd[0], body, 600);
+	ck_assert_uint_eq(raw_read(fd[0], 100, &eof, 0), 0);
+	raw_send(fd[1], "POST /echo HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 900\r\n\r\n", 53);
+	raw_send(fd[1], body, 10);
+	raw_read(fd[1], 3000, &eof, 0);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 503 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "this client's identity holds too "
+	    "many request bodies"));
+	raw_send(fd[0], body, 300);
 	raw_read(fd[0], 3000, &eof, 1);
 	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 200 ", 13), 0);
 	raw_close(fd[0]);

@@ -569,6 +569,8 @@ START_TEST(test_compute_guarded)
 	    &why), 403);
 	ck_assert_msg(strstr(why, "only an operator") != NULL, "%s", why);
 	free(why);
+	ck_assert_int_eq(post(port, "/v1/probe/links", &why), 403);
+	free(why);
 	tu_act_as(NULL);
 	for (i = 0; i < sizeof(too_long) / sizeof(too_long[0]); i++) {
 		ck_assert_msg(post(port, too_long[i], &why) == 400, "%s",
