@@ -467,6 +467,26 @@ peers_acceptable(node *n, const peers_list *fresh, int *i)
 	return 1;
 }
 
+/* Whether a list names the same daemons and operators as ours: a SIGHUP
+ * that leaves the list as it was is the operator's clear of strikes. */
+static int
+same_identities(const peers_list *a, const peers_list *b)
+{
+	int i;
+
+	if (a->n != b->n || a->nclients != b->nclients)
+		return 0;
+	for (i = 0; i < a->n; i++)
+		if (peers_find(b, a->v[i].addr) < 0 ||
+		    strcmp(a->v[i].id_text, b->v[peers_find(b,
+		    a->v[i].addr)].id_text) != 0)
+			return 0;
+	for (i = 0; i < a->nclients; i++)
+		if (peers_client_find(b, a->clients[i].id) < 0)
+			return 0;
+	return 1;
+}
+
 static void
 on_hup(uv_signal_t *h, int sig)
 {
@@ -479,6 +499,13 @@ on_hup(uv_signal_t *h, int sig)
 	if (peers_load(&fresh, n->cfg.peers, err) != 0) {
 		log_warnx("SIGHUP: keeping the old peer list: %s", err);
 		return;
+	}
+	if (same_identities(&n->peers, &fresh) &&
+	    strikes_quarantined_count(n->strikes) + strikes_count(n->strikes) >
+	    0) {
+		log_info("SIGHUP with the peer list unchanged: clearing the "
+		    "strikes");
+		strikes_clear(n->strikes);
 	}
 	if (!peers_acceptable(n, &fresh, &i)) {
 		peers_free(&fresh);
@@ -575,6 +602,10 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
+	if ((rc = strikes_new(&n->strikes, n->cfg.strikes_quarantine,
+	    err)) != 0)
+		return rc;
+	strikes_on_quarantine(n->strikes, node_trust_quarantined, n);
 	if ((rc = node_trust_setup(n, err)) != 0)
 		return rc;
 	n->peers.v[n->self].self = 1;
@@ -834,6 +865,8 @@ node_free(node *n)
 	peers_free(&n->peers);
 	tls_ctx_free(n->tls);
 	n->tls = NULL;
+	strikes_free(n->strikes);
+	n->strikes = NULL;
 	n->ckpt = NULL;
 	n->spec_body = NULL;
 }

@@ -14,6 +14,7 @@
 #include "daemon/http_server.h"
 #include "daemon/peers.h"
 #include "daemon/rounds.h"
+#include "daemon/strikes.h"
 #include "daemon/worker.h"
 #include "kernels/backend.h"
 #include "proto/spec.h"
@@ -40,6 +41,9 @@ typedef struct node {
 	tls_ctx *tls;                   /* NULL with insecure = yes */
 	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
+	/* refusals of what each peer sent, and its quarantine: made by
+	 * node_setup, noted by the rounds, cleared by the operator */
+	strikes *strikes;
 	struct pb_state *probe;         /* probe.c */
 	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
 	/* our update is out and the round's outcome not back: probes wait */
@@ -132,6 +136,9 @@ int node_trust_check(const node *n, const peers_list *pl, int self,
     char *err);
 /* The peer list changed: connections of ids no longer in it end now. */
 void node_trust_reloaded(node *n);
+/* strikes' hook: peer_id (printed) is quarantined, its connections end
+ * now and new ones are refused in the handshake. */
+void node_trust_quarantined(void *arg, const char *peer_id);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */
