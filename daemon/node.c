@@ -500,11 +500,9 @@ on_hup(uv_signal_t *h, int sig)
 		log_warnx("SIGHUP: keeping the old peer list: %s", err);
 		return;
 	}
-	if (same_identities(&n->peers, &fresh) &&
-	    strikes_quarantined_count(n->strikes) + strikes_count(n->strikes) >
-	    0) {
-		log_info("SIGHUP with the peer list unchanged: clearing the "
-		    "strikes");
+	if (same_identities(&n->peers, &fresh)) {
+		log_info("SIGHUP with the peer list's identities unchanged: "
+		    "the operator's clear of strikes");
 		strikes_clear(n->strikes);
 	}
 	if (!peers_acceptable(n, &fresh, &i)) {

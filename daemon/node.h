@@ -136,6 +136,9 @@ int node_trust_check(const node *n, const peers_list *pl, int self,
     char *err);
 /* The peer list changed: connections of ids no longer in it end now. */
 void node_trust_reloaded(node *n);
+/* What the TLS layer asks in every handshake: whether id is a listed
+ * daemon or operator that is not quarantined. */
+int node_trust_allows(node *n, const uint8_t id[ID_BYTES]);
 /* strikes' hook: peer_id (printed) is quarantined, its connections end
  * now and new ones are refused in the handshake. */
 void node_trust_quarantined(void *arg, const char *peer_id);

@@ -27,11 +27,9 @@ quarantined(node *n, const char *id_text)
 	return 1;
 }
 
-/* A listed daemon or operator, unless quarantined. */
-static int
-node_allows(void *arg, const uint8_t id[ID_BYTES])
+int
+node_trust_allows(node *n, const uint8_t id[ID_BYTES])
 {
-	node *n = arg;
 	int i;
 
 	if ((i = peers_find_id(&n->peers, id)) >= 0)
@@ -39,6 +37,12 @@ node_allows(void *arg, const uint8_t id[ID_BYTES])
 	if ((i = peers_client_find(&n->peers, id)) >= 0)
 		return !quarantined(n, n->peers.clients[i].id_text);
 	return 0;
+}
+
+static int
+node_allows(void *arg, const uint8_t id[ID_BYTES])
+{
+	return node_trust_allows(arg, id);
 }
 
 int
