@@ -270,6 +270,11 @@ api_status_json(node *n, size_t *len)
 	    n->client_out));
 	json_object_set_new(o, "peers", peers_json(n));
 	json_object_set_new(o, "strikes", strikes_json(n));
+	json_object_set_new(o, "rollbacks", json_integer(n->rollbacks));
+	if (n->rollbacks > 0)
+		json_object_set_new(o, "rolled_back", json_pack("{s:I,s:I}",
+		    "step", (json_int_t)n->rolled_back_step, "round",
+		    (json_int_t)n->rolled_back_round));
 	if (n->predicted != NULL)
 		json_object_set_new(o, "predicted", pd_status_json(n->predicted,
 		    &n->peers));
@@ -477,6 +482,11 @@ api_metrics_text(node *n, size_t *outlen)
 			    "%d\n", n->peers.v[i].addr,
 			    n->peers.v[i].state == PEERS_UP);
 	strikes_metrics(n, &b, &len, &cap);
+	metric(&b, &len, &cap, "# HELP blocktrain_rollbacks_total Times the "
+	    "trainer went back to its last good checkpoint (a non-finite "
+	    "loss, unhealthy weights) instead of stopping.\n# TYPE "
+	    "blocktrain_rollbacks_total counter\nblocktrain_rollbacks_total %"
+	    PRId64 "\n", n->rollbacks);
 	if (n->predicted != NULL) {
 		char *pd = pd_metrics_text(n->predicted, &n->peers);
 

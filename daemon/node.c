@@ -283,6 +283,29 @@ on_round_ready(node *n, wk_event *ev)
 	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
 }
 
+/* The trainer rolled back to the last good checkpoint instead of going
+ * down: counted and named (status, log, journal).  ev->round is the last
+ * round whose outcome the weights held, the suspect: the rounds code
+ * leaves out of its next averages what it can tie to that round. */
+static void
+on_rolled_back(node *n, const wk_event *ev)
+{
+	n->rollbacks++;
+	n->rolled_back_step = ev->step;
+	n->rolled_back_round = ev->round;
+	snprintf(n->error, sizeof(n->error), "step %lld: %.200s",
+	    (long long)ev->step, ev->msg);
+	log_warnx("step %lld: %s (step %lld, round %lld); training goes on",
+	    (long long)ev->step, ev->msg, (long long)ev->ckpt_step,
+	    (long long)ev->ckpt_round);
+	node_journal(n, "rolled back at step %lld after round %lld to the "
+	    "checkpoint of step %lld round %lld: %s", (long long)ev->step,
+	    (long long)ev->round, (long long)ev->ckpt_step,
+	    (long long)ev->ckpt_round, ev->msg);
+	if (n->on_rollback != NULL)
+		n->on_rollback(n, ev->round, ev->step);
+}
+
 static void
 on_event(void *ctx, wk_event *ev)
 {
@@ -373,6 +396,9 @@ on_event(void *ctx, wk_event *ev)
 		break;
 	case WK_ERROR:
 		on_worker_error(n, ev->msg);
+		break;
+	case WK_ROLLED_BACK:
+		on_rolled_back(n, ev);
 		break;
 	case WK_HELDOUT:
 		free(n->heldout);

@@ -95,6 +95,13 @@ typedef struct node {
 	/* bytes with callers that are not peers (tools, clients) */
 	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
 	uint64_t requests, client_errors;
+	/* roll-backs of the trainer to its last good checkpoint (a
+	 * non-finite loss, unhealthy weights), the latest's step and the
+	 * last round whose outcome it undid (-1: none, one replica) */
+	int64_t rollbacks, rolled_back_step, rolled_back_round;
+	/* called at each roll-back with that round and step: where the
+	 * rounds learn which round's outcome to exclude; NULL: nobody */
+	void (*on_rollback)(struct node *n, int64_t round, int64_t step);
 	int stopping;
 	int worker_done;                /* the trainer thread has ended */
 	int exit_code;
