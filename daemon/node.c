@@ -206,6 +206,7 @@ on_cron(uv_timer_t *t)
 
 	if (n->stopping)
 		return;
+	node_trust_cut_quarantined(n);
 	probe_peers(n);
 	if (n->rounds != NULL)
 		rounds_cron(n->rounds);
@@ -591,6 +592,30 @@ setup_plan(node *n, char *err)
 	return pd_load(&n->predicted, n->cfg.plan, &self, err);
 }
 
+/* The strikes of this run, with those an earlier start of it left in
+ * state_dir/strikes: a quarantine lasts the run, restarts included. */
+static int
+setup_strikes(node *n, char *err)
+{
+	char path[PR_PATH_LEN + 16], why[KN_ERR_LEN];
+	int rc, i;
+
+	if ((rc = strikes_new(&n->strikes, n->cfg.strikes_quarantine,
+	    err)) != 0)
+		return rc;
+	strikes_on_quarantine(n->strikes, node_trust_quarantined, n);
+	snprintf(path, sizeof(path), "%s/strikes", n->cfg.state_dir);
+	if (strikes_load(n->strikes, path, n->run_id, why) != 0)
+		log_warnx("%s; starting without strikes", why);
+	for (i = 0; i < strikes_count(n->strikes); i++)
+		if (strikes_at(n->strikes, i)->quarantined)
+			log_warnx("peer %s stays quarantined (%s): clear it with "
+			    "'shardmeter strikes --clear' or SIGHUP",
+			    strikes_at(n->strikes, i)->id, path);
+	strikes_set_file(n->strikes, path, n->run_id);
+	return KN_OK;
+}
+
 int
 node_setup(node *n, char *err)
 {
@@ -626,10 +651,8 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
-	if ((rc = strikes_new(&n->strikes, n->cfg.strikes_quarantine,
-	    err)) != 0)
+	if ((rc = setup_strikes(n, err)) != 0)
 		return rc;
-	strikes_on_quarantine(n->strikes, node_trust_quarantined, n);
 	if ((rc = node_trust_setup(n, err)) != 0)
 		return rc;
 	n->peers.v[n->self].self = 1;

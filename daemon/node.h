@@ -44,6 +44,7 @@ typedef struct node {
 	/* refusals of what each peer sent, and its quarantine: made by
 	 * node_setup, noted by the rounds, cleared by the operator */
 	strikes *strikes;
+	int trust_recheck;              /* a quarantine: cut its connections */
 	struct pb_state *probe;         /* probe.c */
 	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
 	/* our update is out and the round's outcome not back: probes wait */
@@ -146,9 +147,11 @@ void node_trust_reloaded(node *n);
 /* What the TLS layer asks in every handshake: whether id is a listed
  * daemon or operator that is not quarantined. */
 int node_trust_allows(node *n, const uint8_t id[ID_BYTES]);
-/* strikes' hook: peer_id (printed) is quarantined, its connections end
- * now and new ones are refused in the handshake. */
+/* strikes' hook: peer_id (printed) is quarantined; new connections are
+ * refused in the handshake, and node_trust_cut_quarantined, from the
+ * housekeeping timer, ends the open ones. */
 void node_trust_quarantined(void *arg, const char *peer_id);
+void node_trust_cut_quarantined(node *n);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */

@@ -102,10 +102,24 @@ void
 node_trust_quarantined(void *arg, const char *peer_id)
 {
 	node *n = arg;
+
+	/* new connections are refused in their handshake from now on; the
+	 * open ones are cut at the next housekeeping tick, not here: the
+	 * refusal that quarantined the peer may be noted inside a handler
+	 * of one of them */
+	(void)peer_id;
+	n->trust_recheck = 1;
+}
+
+void
+node_trust_cut_quarantined(node *n)
+{
 	int cut;
 
+	if (!n->trust_recheck)
+		return;
+	n->trust_recheck = 0;
 	if (n->http == NULL || (cut = hs_server_recheck(n->http)) == 0)
 		return;
-	log_warnx("peer %s quarantined: cut off %d of its connection(s)",
-	    peer_id, cut);
+	log_warnx("cut off %d connection(s) of quarantined peers", cut);
 }

@@ -6,9 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "daemon/log.h"
 #include "daemon/strikes.h"
+#include "proto/checkpoint.h"
 
 struct strikes {
 	strikes_peer *v;
@@ -18,7 +22,15 @@ struct strikes {
 	uint64_t uncounted;             /* refusals past STRIKES_MAX_PEERS */
 	void (*on_quarantine)(void *arg, const char *peer_id);
 	void *arg;
+	char *file;                     /* strikes_set_file; NULL: none */
+	char run_id[PR_RUN_ID_LEN];
 };
+
+/* The largest strikes file read back: far above STRIKES_MAX_PEERS
+ * records of a few hundred bytes. */
+#define STRIKES_FILE_MAX ((size_t)4 << 20)
+
+static void save(const strikes *s);
 
 static const char *const kind_names[STRIKES_KINDS] = {
 	"update", "checkpoint", "claim"
@@ -52,6 +64,7 @@ strikes_free(strikes *s)
 	if (s == NULL)
 		return;
 	free(s->v);
+	free(s->file);
 	free(s);
 }
 
@@ -122,8 +135,10 @@ strikes_note(strikes *s, const char *peer_id, strikes_kind kind,
 	p->total[kind]++;
 	p->current++;
 	snprintf(p->why, sizeof(p->why), "%s", why);
-	if (p->quarantined)
+	if (p->quarantined) {
+		save(s);
 		return 1;
+	}
 	/* refusals are rare from an honest peer, and a hostile one is
 	 * quarantined after a few: each is named in the log, but for a run
 	 * that never quarantines (threshold 0), where the first ten and then
@@ -136,9 +151,12 @@ strikes_note(strikes *s, const char *peer_id, strikes_kind kind,
 		log_warnx("peer %s: %s refused (strike %llu, no quarantine): "
 		    "%s", peer_id, kind_names[kind],
 		    (unsigned long long)p->current, why);
-	if (s->threshold == 0 || p->current < (uint64_t)s->threshold)
+	if (s->threshold == 0 || p->current < (uint64_t)s->threshold) {
+		save(s);
 		return 0;
+	}
 	p->quarantined = 1;
+	save(s);
 	log_warnx("peer %s quarantined after %llu refusals: its connections "
 	    "are refused until the operator clears it (SIGHUP or "
 	    "'shardmeter strikes --clear')", peer_id,
@@ -182,6 +200,7 @@ strikes_clear(strikes *s)
 		s->v[i].current = 0;
 	}
 	s->clears++;
+	save(s);
 	log_info("strikes cleared by the operator: %d peer(s) out of "
 	    "quarantine", lifted);
 }
@@ -228,4 +247,144 @@ uint64_t
 strikes_clears(const strikes *s)
 {
 	return s != NULL ? s->clears : 0;
+}
+
+void
+strikes_set_file(strikes *s, const char *path, const char *run_id)
+{
+	free(s->file);
+	s->file = path != NULL ? strdup(path) : NULL;
+	snprintf(s->run_id, sizeof(s->run_id), "%s", run_id ? run_id : "");
+}
+
+/* The records as JSON text (malloc'd), or NULL. */
+static char *
+to_json(const strikes *s)
+{
+	json_t *o = json_object(), *arr = json_array();
+	char *text;
+	int i, k;
+
+	for (i = 0; i < s->n; i++) {
+		const strikes_peer *p = &s->v[i];
+		json_t *e = json_object();
+
+		json_object_set_new(e, "id", json_string(p->id));
+		for (k = 0; k < STRIKES_KINDS; k++)
+			json_object_set_new(e, kind_names[k], json_integer(
+			    (json_int_t)p->total[k]));
+		json_object_set_new(e, "current", json_integer(
+		    (json_int_t)p->current));
+		json_object_set_new(e, "quarantined",
+		    json_boolean(p->quarantined));
+		json_object_set_new(e, "why", json_string(p->why));
+		json_array_append_new(arr, e);
+	}
+	json_object_set_new(o, "run_id", json_string(s->run_id));
+	json_object_set_new(o, "clears", json_integer((json_int_t)s->clears));
+	json_object_set_new(o, "peers", arr);
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return text;
+}
+
+/* Rewrites the file after a change: a failure is logged, and the counts
+ * in memory go on. */
+static void
+save(const strikes *s)
+{
+	char err[KN_ERR_LEN], *text;
+
+	if (s->file == NULL)
+		return;
+	if ((text = to_json(s)) == NULL) {
+		log_warnx("strikes: out of memory writing %s", s->file);
+		return;
+	}
+	if (pr_ckpt_write_file(s->file, text, strlen(text), err) != 0)
+		log_warnx("strikes: %s", err);
+	free(text);
+}
+
+/* A count of the file: a non-negative integer. */
+static int
+count_of(json_t *e, const char *key, uint64_t *out)
+{
+	json_t *v = json_object_get(e, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -1;
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+/* One record of the file into s; -1 when it is not one. */
+static int
+load_peer(strikes *s, json_t *e)
+{
+	const char *id = json_string_value(json_object_get(e, "id"));
+	const char *why = json_string_value(json_object_get(e, "why"));
+	strikes_peer rec, *p;
+	int k;
+
+	memset(&rec, 0, sizeof(rec));
+	if (id == NULL || strlen(id) >= sizeof(rec.id) || find(s, id) >= 0 ||
+	    count_of(e, "current", &rec.current) != 0 ||
+	    !json_is_boolean(json_object_get(e, "quarantined")))
+		return -1;
+	for (k = 0; k < STRIKES_KINDS; k++)
+		if (count_of(e, kind_names[k], &rec.total[k]) != 0)
+			return -1;
+	if ((p = record(s, id)) == NULL)
+		return -1;
+	memcpy(p->total, rec.total, sizeof(p->total));
+	p->current = rec.current;
+	p->quarantined = json_is_true(json_object_get(e, "quarantined"));
+	snprintf(p->why, sizeof(p->why), "%s", why ? why : "");
+	return 0;
+}
+
+int
+strikes_load(strikes *s, const char *path, const char *run_id, char *err)
+{
+	json_t *o, *arr, *e;
+	json_error_t jerr;
+	const char *rid;
+	uint64_t clears;
+	char *buf;
+	size_t len, i;
+	int rc;
+
+	if (access(path, F_OK) != 0)
+		return KN_OK;
+	if ((rc = pr_ckpt_read_file(path, STRIKES_FILE_MAX, &buf, &len,
+	    err)) != 0)
+		return rc;
+	o = json_loadb(buf, len, 0, &jerr);
+	free(buf);
+	if (o == NULL)
+		return kn_error(err, KN_EINVAL, "%s: not JSON: %s", path,
+		    jerr.text);
+	rid = json_string_value(json_object_get(o, "run_id"));
+	arr = json_object_get(o, "peers");
+	if (rid == NULL || strcmp(rid, run_id) != 0) {
+		json_decref(o);
+		return kn_error(err, KN_EINVAL, "%s is of another run: its "
+		    "strikes are not taken", path);
+	}
+	if (!json_is_array(arr) || json_array_size(arr) > STRIKES_MAX_PEERS ||
+	    count_of(o, "clears", &clears) != 0) {
+		json_decref(o);
+		return kn_error(err, KN_EINVAL, "%s: not a strikes file", path);
+	}
+	json_array_foreach(arr, i, e)
+		if (load_peer(s, e) != 0) {
+			json_decref(o);
+			s->n = 0;
+			return kn_error(err, KN_EINVAL, "%s: record %zu is not "
+			    "one of strikes", path, i);
+		}
+	s->clears = clears;
+	json_decref(o);
+	return KN_OK;
 }

@@ -68,6 +68,15 @@ void strikes_clear(strikes *s);
 void strikes_on_quarantine(strikes *s,
     void (*fn)(void *arg, const char *peer_id), void *arg);
 
+/* The run's quarantines outlast a restart: with a file set, every
+ * refusal and clear rewrites it (atomically, as JSON with the run id),
+ * and strikes_load takes a file of the same run back at start.  A file
+ * that cannot be read, or of another run, is left aside with the reason
+ * in err (KN_EINVAL, KN_EIO); a missing one is no error. */
+void strikes_set_file(strikes *s, const char *path, const char *run_id);
+int strikes_load(strikes *s, const char *path, const char *run_id,
+    char *err);
+
 /* Reading the records, for status and metrics: count, then each. */
 int strikes_count(const strikes *s);
 const strikes_peer *strikes_at(const strikes *s, int i);
