@@ -63,15 +63,22 @@ peer_strikes_json(node *n, json_t *o, const char *id)
 	    sp->quarantined));
 }
 
-/* The listed address of a printed peer id, or NULL (an operator). */
+/* The key a peer's strikes are kept under: its printed id, or with
+ * insecure = yes (a list without ids) its address. */
+static const char *
+strikes_key(const peers_entry *p)
+{
+	return p->has_id ? p->id_text : p->addr;
+}
+
+/* The listed address of a strikes key, or NULL (an operator). */
 static const char *
 id_addr(const node *n, const char *id)
 {
 	int i;
 
 	for (i = 0; i < n->peers.n; i++)
-		if (n->peers.v[i].has_id &&
-		    strcmp(n->peers.v[i].id_text, id) == 0)
+		if (strcmp(strikes_key(&n->peers.v[i]), id) == 0)
 			return n->peers.v[i].addr;
 	return NULL;
 }
@@ -149,8 +156,8 @@ peers_json(node *n)
 				json_object_set_new(o, "why", json_string(p->why));
 			json_object_set_new(o, "step", json_integer(p->step));
 		}
-		if (!p->self && p->has_id)
-			peer_strikes_json(n, o, p->id_text);
+		if (!p->self)
+			peer_strikes_json(n, o, strikes_key(p));
 		json_object_set_new(o, "bytes", bytes_json(p->bytes_in,
 		    p->bytes_out));
 		json_array_append_new(arr, o);
@@ -371,19 +378,19 @@ strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
 			const peers_entry *p = &n->peers.v[i];
 			const strikes_peer *sp;
 
-			if (p->self || !p->has_id)
+			if (p->self)
 				continue;
-			sp = strikes_find(n->strikes, p->id_text);
+			sp = strikes_find(n->strikes, strikes_key(p));
 			if (pass == 1) {
 				metric(b, len, cap, "blocktrain_peer_quarantined{"
 				    "peer=\"%s\",id=\"%s\"} %d\n", p->addr,
-				    p->id_text, sp != NULL && sp->quarantined);
+				    strikes_key(p), sp != NULL && sp->quarantined);
 				continue;
 			}
 			for (k = 0; k < STRIKES_KINDS; k++)
 				metric(b, len, cap, "blocktrain_peer_strikes_total{"
 				    "peer=\"%s\",id=\"%s\",kind=\"%s\"} %" PRIu64
-				    "\n", p->addr, p->id_text, strikes_kind_name(k),
+				    "\n", p->addr, strikes_key(p), strikes_kind_name(k),
 				    sp != NULL ? sp->total[k] : 0);
 		}
 		for (i = 0; i < strikes_count(n->strikes); i++) {

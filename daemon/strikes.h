@@ -50,7 +50,9 @@ typedef struct strikes_peer {
 int strikes_new(strikes **out, int threshold, char *err);
 void strikes_free(strikes *s);
 /* Counts and logs one refusal of what peer_id sent, why (for the log);
- * returns 1 if the peer is now quarantined, 0 if not. */
+ * returns 1 if the peer is now quarantined, 0 if not.  peer_id is the
+ * peer list entry's printed id (id_text), or its address (addr) in a
+ * list without ids (insecure = yes, where no handshake can refuse it). */
 int strikes_note(strikes *s, const char *peer_id, strikes_kind kind,
     const char *why);
 /* Whether peer_id is quarantined; 0 for NULL s or an unknown id. */
