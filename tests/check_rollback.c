@@ -467,6 +467,45 @@ START_TEST(test_poisoned_average_rolls_back)
 }
 END_TEST
 
+/* A run that diverges at once (a learning rate of 1e30): each
+ * non-finite loss rolls back, first to the last checkpoint, then to the
+ * one before; with no good one left the daemon stops with the reason,
+ * having written no unhealthy checkpoint on the way. */
+START_TEST(test_divergence_rolls_back)
+{
+	char path[128], err[KN_ERR_LEN], *buf;
+	int port = tu_port_base(1), rc = -1;
+	pr_ckpt_meta meta;
+	double t0;
+	size_t len;
+
+	tu_write_file(dir, "run.conf", "seed = 3\n[model]\nblocks = 1\n"
+	    "width = 32\nheads = 2\nlayers_per_block = 1\nwindow = 32\n"
+	    "[data]\ntrain = /usr/share/common-licenses/GPL-3\n"
+	    "valid = /usr/share/common-licenses/GPL-2\n"
+	    "test = /usr/share/common-licenses/GPL-2\n"
+	    "[optim]\nbatch = 16\nsteps = 200\nwarmup = 1\nlr = 1e30\n");
+	write_peers(port, 1);
+	start_daemon(port);
+	for (t0 = kn_now(); (rc = exited()) < 0 && kn_now() - t0 < 60;)
+		usleep(50000);
+	ck_assert_int_eq(rc, 1);
+	ck_assert(log_has("loss is not finite; rolled back to the last "
+	    "checkpoint"));
+	ck_assert(log_has("no good checkpoint left to roll back to"));
+	snprintf(path, sizeof(path), "%s/state0/journal", dir);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "grep -q 'rolled back at step' "
+	    "%s", path), 0);
+	/* what is on disk is the first checkpoint, healthy */
+	snprintf(path, sizeof(path), "%s/state0/block-1.ckpt", dir);
+	buf = slurp(path, &len);
+	ck_assert_int_eq(pr_ckpt_decode(buf, len, NULL, NULL, 0, NULL, &meta,
+	    err), 0);
+	ck_assert_int_eq(meta.step, 0);
+	free(buf);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -479,6 +518,7 @@ main(void)
 	tcase_add_test(tc, test_open_falls_back);
 	tcase_add_test(tc, test_daemon_refuses_unhealthy);
 	tcase_add_test(tc, test_poisoned_average_rolls_back);
+	tcase_add_test(tc, test_divergence_rolls_back);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
