@@ -741,6 +741,9 @@ tr_train(const tr_opts *o, char *err)
 	if (t->removed > 0)
 		fprintf(stderr, "shardmeter: removed the leftovers of an "
 		    "interrupted write: %s\n", t->removed_names);
+	if (t->recovered[0] != '\0')
+		fprintf(stderr, "shardmeter: unhealthy checkpoint refused: %s\n",
+		    t->recovered);
 	start = t->step;
 	while (t->step < o->steps) {
 		double el;
