@@ -463,6 +463,15 @@ START_TEST(test_poisoned_average_rolls_back)
 	    "refused: see %s/log0", dir);
 	json_decref(j);
 	ck_assert(!log_has("loss is not finite") || rollbacks >= 1);
+	if (rollbacks > 0) {
+		char out[4096];
+
+		snprintf(path, sizeof(path), "%s/peers", dir);
+		tu_run_cmd(out, sizeof(out), "%s status --peers %s",
+		    tu_shardmeter(), path);
+		ck_assert_msg(strstr(out, "rolled back to its last good "
+		    "checkpoint") != NULL, "%s", out);
+	}
 	ck_assert_int_eq(tu_stop(&pid, SIGTERM, 15), 0);
 }
 END_TEST

@@ -158,14 +158,26 @@ status_print_run(const struct status_sum *sum)
 		    "held-out share yet)\n");
 }
 
-/* Each daemon's refusals of its peers (daemon/strikes.h), when any: one
- * line per peer it holds a record of, and QUARANTINED past its threshold;
- * nothing when no daemon refused anything. */
+/* Each daemon's roll-backs to its last good checkpoint, and its refusals
+ * of its peers (daemon/strikes.h), when any: one line per peer it holds
+ * a record of, and QUARANTINED past its threshold; nothing when no daemon
+ * rolled back or refused anything. */
 static void
 status_strikes(const peers_list *pl, json_t *const *status)
 {
 	int i, header = 0;
 
+	for (i = 0; i < pl->n; i++) {
+		json_t *rb = json_object_get(status[i], "rolled_back");
+
+		if (integer(status[i], "rollbacks") > 0)
+			printf("%s rolled back to its last good checkpoint %lld "
+			    "time(s), the latest at step %lld after round "
+			    "%lld\n", pl->v[i].addr,
+			    (long long)integer(status[i], "rollbacks"),
+			    (long long)integer(rb, "step"),
+			    (long long)integer(rb, "round"));
+	}
 	for (i = 0; i < pl->n; i++) {
 		json_t *st = json_object_get(status[i], "strikes"), *e;
 		size_t k;
