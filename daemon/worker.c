@@ -645,7 +645,9 @@ static int
 roll_back(wk_worker *w, struct training *tg, const char *why)
 {
 	kn_model *m = tr_trainer_model(tg->t);
-	char err[KN_ERR_LEN], msg[2 * KN_ERR_LEN + 64];
+	char err[KN_ERR_LEN] = "the last and the previous good checkpoints "
+	    "were both tried since the last one written";
+	char msg[2 * KN_ERR_LEN + 64];
 	int64_t step, round;
 	wk_event *ev;
 	int prev, rc = KN_EIO;
