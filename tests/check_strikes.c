@@ -429,6 +429,15 @@ START_TEST(test_daemon_clear)
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s strikes --peers %s "
 	    "--peer %s", tu_shardmeter(), peers, listen), 0);
 	ck_assert_msg(strstr(out, "quarantine after 3") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "update 3") != NULL, "%s", out);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s strikes --peers %s "
+	    "--peer %s --json", tu_shardmeter(), peers, listen), 0);
+	ck_assert_msg(strstr(out, "\"threshold\": 3") != NULL, "%s", out);
+	/* a daemon that does not answer (replica 1 never runs) */
+	snprintf(line, sizeof(line), "127.0.0.1:%d", port + 1);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s strikes --peers %s "
+	    "--peer %s --clear", tu_shardmeter(), peers, line), 1);
+	ck_assert_msg(strstr(out, "cannot reach") != NULL, "%s", out);
 
 	/* SIGHUP with the list unchanged */
 	kill(pid, SIGHUP);
