@@ -206,6 +206,7 @@ on_cron(uv_timer_t *t)
 
 	if (n->stopping)
 		return;
+	node_trust_cut_quarantined(n);
 	probe_peers(n);
 	if (n->rounds != NULL)
 		rounds_cron(n->rounds);
@@ -281,6 +282,29 @@ on_round_ready(node *n, wk_event *ev)
 	if (n->predicted != NULL)
 		pd_on_round(n->predicted, kn_now(), &n->peers);
 	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
+}
+
+/* The trainer rolled back to the last good checkpoint instead of going
+ * down: counted and named (status, log, journal).  ev->round is the last
+ * round whose outcome the weights held, the suspect: the rounds code
+ * leaves out of its next averages what it can tie to that round. */
+static void
+on_rolled_back(node *n, const wk_event *ev)
+{
+	n->rollbacks++;
+	n->rolled_back_step = ev->step;
+	n->rolled_back_round = ev->round;
+	snprintf(n->error, sizeof(n->error), "step %lld: %.200s",
+	    (long long)ev->step, ev->msg);
+	log_warnx("step %lld: %s (step %lld, round %lld); training goes on",
+	    (long long)ev->step, ev->msg, (long long)ev->ckpt_step,
+	    (long long)ev->ckpt_round);
+	node_journal(n, "rolled back at step %lld after round %lld to the "
+	    "checkpoint of step %lld round %lld: %s", (long long)ev->step,
+	    (long long)ev->round, (long long)ev->ckpt_step,
+	    (long long)ev->ckpt_round, ev->msg);
+	if (n->on_rollback != NULL)
+		n->on_rollback(n, ev->round, ev->step);
 }
 
 static void
@@ -373,6 +397,9 @@ on_event(void *ctx, wk_event *ev)
 		break;
 	case WK_ERROR:
 		on_worker_error(n, ev->msg);
+		break;
+	case WK_ROLLED_BACK:
+		on_rolled_back(n, ev);
 		break;
 	case WK_HELDOUT:
 		free(n->heldout);
@@ -467,6 +494,26 @@ peers_acceptable(node *n, const peers_list *fresh, int *i)
 	return 1;
 }
 
+/* Whether a list names the same daemons and operators as ours: a SIGHUP
+ * that leaves the list as it was is the operator's clear of strikes. */
+static int
+same_identities(const peers_list *a, const peers_list *b)
+{
+	int i;
+
+	if (a->n != b->n || a->nclients != b->nclients)
+		return 0;
+	for (i = 0; i < a->n; i++)
+		if (peers_find(b, a->v[i].addr) < 0 ||
+		    strcmp(a->v[i].id_text, b->v[peers_find(b,
+		    a->v[i].addr)].id_text) != 0)
+			return 0;
+	for (i = 0; i < a->nclients; i++)
+		if (peers_client_find(b, a->clients[i].id) < 0)
+			return 0;
+	return 1;
+}
+
 static void
 on_hup(uv_signal_t *h, int sig)
 {
@@ -479,6 +526,11 @@ on_hup(uv_signal_t *h, int sig)
 	if (peers_load(&fresh, n->cfg.peers, err) != 0) {
 		log_warnx("SIGHUP: keeping the old peer list: %s", err);
 		return;
+	}
+	if (same_identities(&n->peers, &fresh)) {
+		log_info("SIGHUP with the peer list's identities unchanged: "
+		    "the operator's clear of strikes");
+		strikes_clear(n->strikes);
 	}
 	if (!peers_acceptable(n, &fresh, &i)) {
 		peers_free(&fresh);
@@ -540,6 +592,30 @@ setup_plan(node *n, char *err)
 	return pd_load(&n->predicted, n->cfg.plan, &self, err);
 }
 
+/* The strikes of this run, with those an earlier start of it left in
+ * state_dir/strikes: a quarantine lasts the run, restarts included. */
+static int
+setup_strikes(node *n, char *err)
+{
+	char path[PR_PATH_LEN + 16], why[KN_ERR_LEN];
+	int rc, i;
+
+	if ((rc = strikes_new(&n->strikes, n->cfg.strikes_quarantine,
+	    err)) != 0)
+		return rc;
+	strikes_on_quarantine(n->strikes, node_trust_quarantined, n);
+	snprintf(path, sizeof(path), "%s/strikes", n->cfg.state_dir);
+	if (strikes_load(n->strikes, path, n->run_id, why) != 0)
+		log_warnx("%s; starting without strikes", why);
+	for (i = 0; i < strikes_count(n->strikes); i++)
+		if (strikes_at(n->strikes, i)->quarantined)
+			log_warnx("peer %s stays quarantined (%s): clear it with "
+			    "'shardmeter strikes --clear' or SIGHUP",
+			    strikes_at(n->strikes, i)->id, path);
+	strikes_set_file(n->strikes, path, n->run_id);
+	return KN_OK;
+}
+
 int
 node_setup(node *n, char *err)
 {
@@ -575,6 +651,8 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
+	if ((rc = setup_strikes(n, err)) != 0)
+		return rc;
 	if ((rc = node_trust_setup(n, err)) != 0)
 		return rc;
 	n->peers.v[n->self].self = 1;
@@ -839,6 +917,8 @@ node_free(node *n)
 	peers_free(&n->peers);
 	tls_ctx_free(n->tls);
 	n->tls = NULL;
+	strikes_free(n->strikes);
+	n->strikes = NULL;
 	n->ckpt = NULL;
 	n->spec_body = NULL;
 }

@@ -109,7 +109,7 @@ check_cert(tls_conn *c, X509 *cert)
 			    "expected %s", id, want);
 		} else
 			snprintf(c->why, sizeof(c->why), "peer id %s is not in "
-			    "the peer list", id);
+			    "the peer list, or is quarantined", id);
 		return 0;
 	}
 	c->has_peer = 1;

@@ -28,8 +28,17 @@ typedef enum {
 	                         * says why) */
 	WK_RESUMED,             /* step, msg: the checkpoint was written */
 	WK_ERROR,               /* msg; the thread has ended */
-	WK_HELDOUT              /* SOMA: step, buf/len: the held-out
+	WK_HELDOUT,             /* SOMA: step, buf/len: the held-out
 	                         * message (proto/heldout.h) */
+	WK_ROLLED_BACK          /* a non-finite loss, or weights that failed
+	                         * the health check of a checkpoint: the
+	                         * weights went back to the last good
+	                         * checkpoint and training goes on.  step:
+	                         * where; round: the last round whose outcome
+	                         * (an average, an adopted checkpoint) the
+	                         * weights held, -1 with one replica;
+	                         * ckpt_step, ckpt_round: the checkpoint
+	                         * taken; msg: why */
 } wk_event_kind;
 
 typedef struct wk_event {
@@ -41,6 +50,7 @@ typedef struct wk_event {
 	int64_t val_step;
 	uint64_t positions;
 	int64_t overlapped;     /* steps trained with a round in flight */
+	int64_t ckpt_step, ckpt_round;  /* WK_ROLLED_BACK: the one taken */
 	char *buf;              /* owned by the event */
 	size_t len;
 	char etag[65];
