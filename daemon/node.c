@@ -274,7 +274,7 @@ on_round_ready(node *n, wk_event *ev)
 		note_round_time(n);
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
-		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		wk_commit_none(n->worker, ev->round);
 		n->state = "training";
 		return;
 	}
@@ -282,6 +282,8 @@ on_round_ready(node *n, wk_event *ev)
 		pd_on_round(n->predicted, kn_now(), &n->peers);
 	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
 }
+
+static void node_refused(node *n, int peer, int kind, const char *why);
 
 static void
 on_event(void *ctx, wk_event *ev)
@@ -340,6 +342,12 @@ on_event(void *ctx, wk_event *ev)
 		break;
 	case WK_ROUND_READY:
 		on_round_ready(n, ev);
+		break;
+	case WK_CHECKED:
+		log_info("%s", ev->msg);
+		break;
+	case WK_REFUSED:
+		node_refused(n, ev->peer, (int)ev->refusal, ev->msg);
 		break;
 	case WK_DONE:
 		n->state = "done";
@@ -597,6 +605,24 @@ node_setup(node *n, char *err)
 	return setup_plan(n, err);
 }
 
+/* A peer's update, checkpoint or claim was refused (by the rounds, or
+ * by the trainer's check): named in the log and the journal of rounds,
+ * and counted against it. */
+static void
+node_refused(node *n, int peer, int kind, const char *why)
+{
+	const char *addr = peer >= 0 && peer < n->peers.n ?
+	    n->peers.v[peer].addr : "?";
+
+	if (peer == n->self) {
+		/* our own update, left out by our own check as by the others' */
+		log_warnx("%s (our own update)", why);
+		return;
+	}
+	log_warnx("refused from peer %s: %s", addr, why);
+	node_journal(n, "refused %s kind %d: %s", addr, kind, why);
+}
+
 /* The rounds' view of the node. */
 static double
 rounds_now(void *arg)
@@ -618,16 +644,44 @@ rounds_journal(void *arg, const char *line)
 }
 
 static void
-rounds_commit(void *arg, int64_t round, float *avg, float outer_lr,
-    char *ckpt, size_t len)
+rounds_refused(void *arg, int peer, int kind, const char *why)
+{
+	node_refused(arg, peer, kind, why);
+}
+
+static int
+rounds_quarantined(void *arg, int peer)
+{
+	(void)arg;
+	(void)peer;
+	return 0;
+}
+
+static void
+rounds_commit(void *arg, rounds_outcome *ro)
 {
 	node *n = arg;
+	wk_outcome o = { 0 };
+	int i;
 
+	o.round = ro->round;
+	o.count = ro->count;
+	for (i = 0; i < ro->count && i < WK_MAX_MEMBERS; i++) {
+		o.update[i] = ro->update[i];
+		o.replica[i] = ro->replica[i];
+		o.peer[i] = ro->peer[i];
+	}
+	o.outer_lr = ro->outer_lr;
+	o.ckpt = ro->ckpt;
+	o.len = ro->len;
+	o.ckpt_replica = ro->ckpt_replica;
+	o.ckpt_peer = ro->ckpt_peer;
 	if (n->worker != NULL)
-		wk_commit_round(n->worker, round, avg, outer_lr, ckpt, len);
+		wk_commit_round(n->worker, &o);
 	else {
-		free(avg);
-		free(ckpt);
+		for (i = 0; i < o.count; i++)
+			free(o.update[i]);
+		free(o.ckpt);
 	}
 	if (!n->overlap)
 		note_round_time(n);
@@ -654,7 +708,7 @@ start_rounds(node *n, char *err)
 		.chunk = n->cfg.update_chunk,
 		.max_assembly = n->cfg.max_buffered,
 		.ops = { rounds_now, rounds_meter, rounds_journal,
-		    rounds_commit },
+		    rounds_commit, rounds_refused, rounds_quarantined },
 		.arg = n,
 	};
 
