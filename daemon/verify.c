@@ -26,7 +26,7 @@ int
 vf_windows_for(int local_steps, int batch, int replicas)
 {
 	double w = VF_BUDGET * 3.0 * local_steps * batch /
-	    ((replicas + 1.0) * BT_EVAL_STRATA);
+	    ((2.0 * replicas + 2.0) * BT_EVAL_STRATA);
 
 	if (!(w >= VF_MIN_WINDOWS))
 		return VF_MIN_WINDOWS;
@@ -99,6 +99,55 @@ compare(const double *with, const double *without, int cases, vf_score *s)
 	    fabs(s->without));
 }
 
+/* The update alone, clipped by scale, against the round's start: a
+ * clear step down keeps it whatever it does to the combination. */
+static void
+compare_solo(const double *solo, const double *base, int cases,
+    vf_score *s)
+{
+	vf_score t;
+
+	compare(solo, base, cases, &t);
+	s->solo_rise = t.rise;
+	s->solo_se = t.se;
+	if (t.rise < -VF_SOLO_Z * t.se)
+		s->refused = 0;
+}
+
+/* theta = start - lr * (float)(u * scale) */
+static void
+solo_candidate(const float *start, const float *u, double scale, float lr,
+    size_t n, float *comb, float *theta)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		comb[i] = (float)((double)u[i] * scale);
+	memcpy(theta, start, n * sizeof(float));
+	kn_outer_step(theta, comb, lr, n);
+}
+
+/* Each update's clipping factor in the combination of all of them
+ * (kernels/robust.h: KN_ROBUST_CLIP times the lower median norm). */
+static void
+clip_scales(const float *const *updates, int count, size_t n,
+    double *scale)
+{
+	double norm[VF_MAX], sorted[VF_MAX], x, bound;
+	int i, k;
+
+	for (i = 0; i < count; i++) {
+		norm[i] = kn_robust_norm(updates[i], n);
+		x = norm[i];
+		for (k = i; k > 0 && sorted[k - 1] > x; k--)
+			sorted[k] = sorted[k - 1];
+		sorted[k] = x;
+	}
+	bound = KN_ROBUST_CLIP * sorted[(count - 1) / 2];
+	for (i = 0; i < count; i++)
+		scale[i] = norm[i] > bound ? bound / norm[i] : 1.0;
+}
+
 /* theta = start - lr * (robust combination of the updates whose bit is
  * in keep; none: start itself). */
 static int
@@ -124,7 +173,7 @@ candidate(const float *start, const float *const *updates, int count,
 
 struct scratch {
 	float *comb, *theta;
-	double *with, *without;
+	double *with, *without, *base;
 };
 
 static void
@@ -134,6 +183,7 @@ scratch_free(struct scratch *s)
 	free(s->theta);
 	free(s->with);
 	free(s->without);
+	free(s->base);
 }
 
 static int
@@ -146,7 +196,9 @@ scratch_alloc(struct scratch *s, size_t n, const bt_eval_set *set)
 	s->theta = malloc(n * sizeof(float));
 	s->with = malloc(cases * sizeof(double));
 	s->without = malloc(cases * sizeof(double));
-	return s->comb && s->theta && s->with && s->without ? 0 : -1;
+	s->base = malloc(cases * sizeof(double));
+	return s->comb && s->theta && s->with && s->without && s->base ? 0 :
+	    -1;
 }
 
 int
@@ -158,7 +210,7 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	bt_eval_set set = { sc->windows, BT_EVAL_STRATA };
 	uint64_t key = vf_case_key(sc->run_id, sc->block, round);
 	uint64_t all = count >= 64 ? ~0ULL : (1ULL << count) - 1, keep;
-	double t0 = kn_now();
+	double t0 = kn_now(), scale[VF_MAX];
 	struct scratch s;
 	kn_robust_info info;
 	int i, cases, rc;
@@ -182,8 +234,11 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 		return kn_error(err, KN_ENOMEM, "out of memory for the check");
 	}
 	v->checked = 1;
-	rc = candidate(start, updates, count, all, outer_lr, n, avg, s.theta,
-	    &v->robust, err);
+	clip_scales(updates, count, n, scale);
+	rc = score(sc, &set, key, start, s.base, &cases, err);
+	if (rc == 0)
+		rc = candidate(start, updates, count, all, outer_lr, n, avg,
+		    s.theta, &v->robust, err);
 	if (rc == 0)
 		rc = score(sc, &set, key, s.theta, s.with, &cases, err);
 	for (i = 0; rc == 0 && i < count; i++) {
@@ -191,11 +246,18 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 		    outer_lr, n, s.comb, s.theta, &info, err);
 		if (rc == 0)
 			rc = score(sc, &set, key, s.theta, s.without, &cases, err);
-		if (rc == 0) {
+		if (rc == 0)
 			compare(s.with, s.without, cases, &v->of[i]);
-			if (v->of[i].refused)
-				v->left_out |= 1ULL << i;
+		if (rc == 0 && v->of[i].refused) {
+			/* "without" is free again: the update alone */
+			solo_candidate(start, updates[i], scale[i], outer_lr, n,
+			    s.comb, s.theta);
+			rc = score(sc, &set, key, s.theta, s.without, &cases, err);
+			if (rc == 0)
+				compare_solo(s.without, s.base, cases, &v->of[i]);
 		}
+		if (rc == 0 && v->of[i].refused)
+			v->left_out |= 1ULL << i;
 	}
 	keep = all & ~v->left_out;
 	if (rc == 0 && keep != all)

@@ -19,13 +19,19 @@
 /* An update is left out when including it raises the share on the
  * round's cases by more than VF_Z standard errors of the paired
  * per-case differences (the noise of the run's own cases) and by more
- * than VF_FLOOR of the share: honest updates of a clean run stay well
- * below both (see the report in tests/check_verify.c). */
-#define VF_Z 3.0
+ * than VF_FLOOR of the share, unless it is, alone (clipped as in the
+ * combination), a step down from the round's start by more than
+ * VF_SOLO_Z standard errors.  The second test keeps an honest update that is only
+ * worse than the others' (early in a run, the better of two honest
+ * updates alone beats their mean by several per cent,
+ * tests/check_verify.c); a poisoned one is no step down. */
+#define VF_Z 2.0
 #define VF_FLOOR 0.01
+#define VF_SOLO_Z 1.0
 /* The check's share of a round: the cases are chosen so that scoring
- * them all costs about this fraction of the round's training (a case
- * is a forward pass of one window, a training window about three). */
+ * them all (2 r + 2 scores with r replicas) costs about this fraction
+ * of the round's training (a case is a forward pass of one window, a
+ * training window about three). */
 #define VF_BUDGET 0.04
 #define VF_MIN_WINDOWS 4
 #define VF_MAX_WINDOWS 64
@@ -44,6 +50,8 @@ typedef struct vf_scorer {
 typedef struct vf_score {
 	double with, without;   /* shares on the round's cases */
 	double rise, se;        /* mean paired difference and its error */
+	/* vf_round: the update alone against the round's start */
+	double solo_rise, solo_se;
 	int refused;
 } vf_score;
 
