@@ -47,6 +47,73 @@ bytes_json(const uint64_t in[PEERS_KINDS], const uint64_t out[PEERS_KINDS])
 	return o;
 }
 
+/* A peer's refusals by kind, and whether it is quarantined, into o. */
+static void
+peer_strikes_json(node *n, json_t *o, const char *id)
+{
+	const strikes_peer *sp = strikes_find(n->strikes, id);
+	json_t *k = json_object();
+	int i;
+
+	for (i = 0; i < STRIKES_KINDS; i++)
+		json_object_set_new(k, strikes_kind_name(i), json_integer(
+		    sp != NULL ? (json_int_t)sp->total[i] : 0));
+	json_object_set_new(o, "strikes", k);
+	json_object_set_new(o, "quarantined", json_boolean(sp != NULL &&
+	    sp->quarantined));
+}
+
+/* The listed address of a printed peer id, or NULL (an operator). */
+static const char *
+id_addr(const node *n, const char *id)
+{
+	int i;
+
+	for (i = 0; i < n->peers.n; i++)
+		if (n->peers.v[i].has_id &&
+		    strcmp(n->peers.v[i].id_text, id) == 0)
+			return n->peers.v[i].addr;
+	return NULL;
+}
+
+/* Every peer with a refusal: counts, quarantine, the latest reason. */
+static json_t *
+strikes_json(node *n)
+{
+	json_t *o = json_object(), *arr = json_array(), *q = json_array();
+	int i, k;
+
+	for (i = 0; i < strikes_count(n->strikes); i++) {
+		const strikes_peer *sp = strikes_at(n->strikes, i);
+		const char *addr = id_addr(n, sp->id);
+		json_t *e = json_object();
+
+		json_object_set_new(e, "id", json_string(sp->id));
+		if (addr != NULL)
+			json_object_set_new(e, "addr", json_string(addr));
+		for (k = 0; k < STRIKES_KINDS; k++)
+			json_object_set_new(e, strikes_kind_name(k),
+			    json_integer((json_int_t)sp->total[k]));
+		json_object_set_new(e, "current", json_integer(
+		    (json_int_t)sp->current));
+		json_object_set_new(e, "quarantined",
+		    json_boolean(sp->quarantined));
+		json_object_set_new(e, "refused_connections", json_integer(
+		    (json_int_t)sp->refused));
+		json_object_set_new(e, "why", json_string(sp->why));
+		json_array_append_new(arr, e);
+		if (sp->quarantined)
+			json_array_append_new(q, json_string(sp->id));
+	}
+	json_object_set_new(o, "threshold", json_integer(
+	    strikes_threshold(n->strikes)));
+	json_object_set_new(o, "clears", json_integer((json_int_t)
+	    strikes_clears(n->strikes)));
+	json_object_set_new(o, "quarantined", q);
+	json_object_set_new(o, "peers", arr);
+	return o;
+}
+
 static json_t *
 peers_json(node *n)
 {
@@ -82,6 +149,8 @@ peers_json(node *n)
 				json_object_set_new(o, "why", json_string(p->why));
 			json_object_set_new(o, "step", json_integer(p->step));
 		}
+		if (!p->self && p->has_id)
+			peer_strikes_json(n, o, p->id_text);
 		json_object_set_new(o, "bytes", bytes_json(p->bytes_in,
 		    p->bytes_out));
 		json_array_append_new(arr, o);
@@ -200,6 +269,12 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "client_bytes", bytes_json(n->client_in,
 	    n->client_out));
 	json_object_set_new(o, "peers", peers_json(n));
+	json_object_set_new(o, "strikes", strikes_json(n));
+	json_object_set_new(o, "rollbacks", json_integer(n->rollbacks));
+	if (n->rollbacks > 0)
+		json_object_set_new(o, "rolled_back", json_pack("{s:I,s:I}",
+		    "step", (json_int_t)n->rolled_back_step, "round",
+		    (json_int_t)n->rolled_back_round));
 	if (n->predicted != NULL)
 		json_object_set_new(o, "predicted", pd_status_json(n->predicted,
 		    &n->peers));
@@ -274,8 +349,65 @@ soma_metrics(node *n, char **b, size_t *len, size_t *cap)
 		    PRId64 "\n", n->heldout_step);
 }
 
-static char *
-metrics_text(node *n, size_t *outlen)
+/* Refusals per peer and kind, as counters from 0 for every listed peer
+ * (rate() needs the zero), then any other identity with a record; and
+ * whether each is quarantined. */
+static void
+strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
+{
+	int i, k, pass;
+
+	metric(b, len, cap, "# HELP blocktrain_peer_strikes_total What a "
+	    "peer sent that was refused, by kind (update left out, "
+	    "checkpoint refused, claim of a step or round the run does not "
+	    "allow).\n# TYPE blocktrain_peer_strikes_total counter\n");
+	for (pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			metric(b, len, cap, "# HELP blocktrain_peer_quarantined "
+			    "Whether a peer is quarantined (its connections "
+			    "refused) until the operator clears it.\n# TYPE "
+			    "blocktrain_peer_quarantined gauge\n");
+		for (i = 0; i < n->peers.n; i++) {
+			const peers_entry *p = &n->peers.v[i];
+			const strikes_peer *sp;
+
+			if (p->self || !p->has_id)
+				continue;
+			sp = strikes_find(n->strikes, p->id_text);
+			if (pass == 1) {
+				metric(b, len, cap, "blocktrain_peer_quarantined{"
+				    "peer=\"%s\",id=\"%s\"} %d\n", p->addr,
+				    p->id_text, sp != NULL && sp->quarantined);
+				continue;
+			}
+			for (k = 0; k < STRIKES_KINDS; k++)
+				metric(b, len, cap, "blocktrain_peer_strikes_total{"
+				    "peer=\"%s\",id=\"%s\",kind=\"%s\"} %" PRIu64
+				    "\n", p->addr, p->id_text, strikes_kind_name(k),
+				    sp != NULL ? sp->total[k] : 0);
+		}
+		for (i = 0; i < strikes_count(n->strikes); i++) {
+			const strikes_peer *sp = strikes_at(n->strikes, i);
+
+			if (id_addr(n, sp->id) != NULL)
+				continue;
+			if (pass == 1) {
+				metric(b, len, cap, "blocktrain_peer_quarantined{"
+				    "peer=\"\",id=\"%s\"} %d\n", sp->id,
+				    sp->quarantined);
+				continue;
+			}
+			for (k = 0; k < STRIKES_KINDS; k++)
+				metric(b, len, cap, "blocktrain_peer_strikes_total{"
+				    "peer=\"\",id=\"%s\",kind=\"%s\"} %" PRIu64
+				    "\n", sp->id, strikes_kind_name(k),
+				    sp->total[k]);
+		}
+	}
+}
+
+char *
+api_metrics_text(node *n, size_t *outlen)
 {
 	char *b = NULL;
 	size_t len = 0, cap = 0;
@@ -349,6 +481,12 @@ metrics_text(node *n, size_t *outlen)
 			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
 			    "%d\n", n->peers.v[i].addr,
 			    n->peers.v[i].state == PEERS_UP);
+	strikes_metrics(n, &b, &len, &cap);
+	metric(&b, &len, &cap, "# HELP blocktrain_rollbacks_total Times the "
+	    "trainer went back to its last good checkpoint (a non-finite "
+	    "loss, unhealthy weights) instead of stopping.\n# TYPE "
+	    "blocktrain_rollbacks_total counter\nblocktrain_rollbacks_total %"
+	    PRId64 "\n", n->rollbacks);
 	if (n->predicted != NULL) {
 		char *pd = pd_metrics_text(n->predicted, &n->peers);
 
@@ -457,7 +595,7 @@ static void
 get_metrics(node *n, const hs_request *req, hs_response *res)
 {
 	size_t len;
-	char *body = metrics_text(n, &len);
+	char *body = api_metrics_text(n, &len);
 
 	(void)req;
 	hs_response_status(res, 200);
@@ -573,6 +711,34 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 	return rounds_handle(n->rounds, req, res, round, rest + used);
 }
 
+/* POST /v1/strikes/clear: the operator's clear of every quarantine and
+ * count.  Operators only (a client line of the peer list): a listed
+ * daemon, a quarantined one's accomplice included, must not lift it. */
+static void
+post_strikes_clear(node *n, const hs_request *req, hs_response *res)
+{
+	int lifted;
+
+	if (strcmp(req->method, "POST") != 0) {
+		n->client_errors++;
+		hs_response_header(res, "Allow", "POST");
+		hs_response_text(res, 405, "%s is not allowed on %s: POST "
+		    "clears the strikes", req->method, req->path);
+		return;
+	}
+	if (n->tls != NULL && (req->peer_id == NULL ||
+	    peers_client_find(&n->peers, req->peer_id) < 0)) {
+		n->client_errors++;
+		hs_response_text(res, 403, "only an operator (a client line of "
+		    "the peer list) may clear strikes");
+		return;
+	}
+	lifted = strikes_quarantined_count(n->strikes);
+	strikes_clear(n->strikes);
+	hs_response_json(res, 200, json_pack("{s:i,s:I}", "lifted", lifted,
+	    "clears", (json_int_t)strikes_clears(n->strikes)));
+}
+
 void
 api_metrics_handle(void *ctx, const hs_request *req, hs_response *res)
 {
@@ -600,6 +766,11 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	n->requests++;
 	if (route(n, req, res, req->path))
 		return;
+	if (strcmp(req->path, "/v1/strikes/clear") == 0) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		post_strikes_clear(n, req, res);
+		return;
+	}
 	if (strncmp(req->path, "/v1/probe/", 10) == 0) {
 		meter(n, res, req, PEERS_KIND_OTHER);
 		pb_handle(n, req, res, req->path + 10);

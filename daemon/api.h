@@ -18,5 +18,7 @@ void api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
 void api_metrics_handle(void *ctx, const hs_request *req, hs_response *res);
 /* The status as JSON text (malloc'd), for /v1/status and the log. */
 char *api_status_json(node *n, size_t *len);
+/* The Prometheus text of /metrics (malloc'd). */
+char *api_metrics_text(node *n, size_t *len);
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "daemon/conf.h"
+#include "daemon/strikes.h"
 #include "kernels/error.h"
 
 /* No blank, control byte, bracket or comment character in a host:
@@ -197,6 +198,11 @@ const pr_key cf_keys[] = {
 	{ .section = "", .name = "checkpoint_every", .type = PR_KEY_INT,
 	  FIELD(checkpoint_every), .min = 1, .max = 1 << 30, .def = 100,
 	  .doc = "steps between checkpoints of a block of one replica" },
+	{ .section = "", .name = "strikes_quarantine", .type = PR_KEY_INT,
+	  FIELD(strikes_quarantine), .min = 0, .max = STRIKES_MAX_THRESHOLD,
+	  .def = 5,
+	  .doc = "refused updates, checkpoints and claims of one peer after "
+	  "which it is quarantined until the operator clears it; 0: never" },
 	{ .section = "", .name = "overlap_rounds", .type = PR_KEY_CHOICE,
 	  FIELD(overlap_rounds), .def_str = "no", .choices = yes_no,
 	  .doc = "yes: with replicas, train on while a round's average is in "

@@ -31,6 +31,7 @@ typedef struct {
 	int eval_every;                 /* steps between held-out shares */
 	int eval_windows;
 	int checkpoint_every;           /* steps, for a block of one replica */
+	int strikes_quarantine;         /* refusals of a peer; 0: never */
 	char overlap_rounds[4];         /* no | yes: rounds one round late */
 	char update_encoding[8];        /* f32 | f16 | bf16 | int8 */
 	char update_compression[8];     /* none | zstd */

@@ -283,6 +283,29 @@ on_round_ready(node *n, wk_event *ev)
 	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
 }
 
+/* The trainer rolled back to the last good checkpoint instead of going
+ * down: counted and named (status, log, journal).  ev->round is the last
+ * round whose outcome the weights held, the suspect: the rounds code
+ * leaves out of its next averages what it can tie to that round. */
+static void
+on_rolled_back(node *n, const wk_event *ev)
+{
+	n->rollbacks++;
+	n->rolled_back_step = ev->step;
+	n->rolled_back_round = ev->round;
+	snprintf(n->error, sizeof(n->error), "step %lld: %.200s",
+	    (long long)ev->step, ev->msg);
+	log_warnx("step %lld: %s (step %lld, round %lld); training goes on",
+	    (long long)ev->step, ev->msg, (long long)ev->ckpt_step,
+	    (long long)ev->ckpt_round);
+	node_journal(n, "rolled back at step %lld after round %lld to the "
+	    "checkpoint of step %lld round %lld: %s", (long long)ev->step,
+	    (long long)ev->round, (long long)ev->ckpt_step,
+	    (long long)ev->ckpt_round, ev->msg);
+	if (n->on_rollback != NULL)
+		n->on_rollback(n, ev->round, ev->step);
+}
+
 static void node_refused(node *n, int peer, int kind, const char *why);
 
 static void
@@ -382,6 +405,9 @@ on_event(void *ctx, wk_event *ev)
 	case WK_ERROR:
 		on_worker_error(n, ev->msg);
 		break;
+	case WK_ROLLED_BACK:
+		on_rolled_back(n, ev);
+		break;
 	case WK_HELDOUT:
 		free(n->heldout);
 		n->heldout = ev->buf;
@@ -475,6 +501,26 @@ peers_acceptable(node *n, const peers_list *fresh, int *i)
 	return 1;
 }
 
+/* Whether a list names the same daemons and operators as ours: a SIGHUP
+ * that leaves the list as it was is the operator's clear of strikes. */
+static int
+same_identities(const peers_list *a, const peers_list *b)
+{
+	int i;
+
+	if (a->n != b->n || a->nclients != b->nclients)
+		return 0;
+	for (i = 0; i < a->n; i++)
+		if (peers_find(b, a->v[i].addr) < 0 ||
+		    strcmp(a->v[i].id_text, b->v[peers_find(b,
+		    a->v[i].addr)].id_text) != 0)
+			return 0;
+	for (i = 0; i < a->nclients; i++)
+		if (peers_client_find(b, a->clients[i].id) < 0)
+			return 0;
+	return 1;
+}
+
 static void
 on_hup(uv_signal_t *h, int sig)
 {
@@ -487,6 +533,11 @@ on_hup(uv_signal_t *h, int sig)
 	if (peers_load(&fresh, n->cfg.peers, err) != 0) {
 		log_warnx("SIGHUP: keeping the old peer list: %s", err);
 		return;
+	}
+	if (same_identities(&n->peers, &fresh)) {
+		log_info("SIGHUP with the peer list's identities unchanged: "
+		    "the operator's clear of strikes");
+		strikes_clear(n->strikes);
 	}
 	if (!peers_acceptable(n, &fresh, &i)) {
 		peers_free(&fresh);
@@ -583,6 +634,10 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
+	if ((rc = strikes_new(&n->strikes, n->cfg.strikes_quarantine,
+	    err)) != 0)
+		return rc;
+	strikes_on_quarantine(n->strikes, node_trust_quarantined, n);
 	if ((rc = node_trust_setup(n, err)) != 0)
 		return rc;
 	n->peers.v[n->self].self = 1;
@@ -607,20 +662,40 @@ node_setup(node *n, char *err)
 
 /* A peer's update, checkpoint or claim was refused (by the rounds, or
  * by the trainer's check): named in the log and the journal of rounds,
- * and counted against it. */
+ * and counted against it (strikes.h), which past the threshold
+ * quarantines it. */
+_Static_assert(ROUNDS_REFUSED_UPDATE == (int)STRIKES_UPDATE &&
+    ROUNDS_REFUSED_CHECKPOINT == (int)STRIKES_CHECKPOINT &&
+    ROUNDS_REFUSED_CLAIM == (int)STRIKES_CLAIM &&
+    WK_REFUSED_UPDATE == (int)STRIKES_UPDATE &&
+    WK_REFUSED_CHECKPOINT == (int)STRIKES_CHECKPOINT &&
+    WK_REFUSED_CLAIM == (int)STRIKES_CLAIM,
+    "refusal kinds follow the strikes' kinds");
+
 static void
 node_refused(node *n, int peer, int kind, const char *why)
 {
-	const char *addr = peer >= 0 && peer < n->peers.n ?
-	    n->peers.v[peer].addr : "?";
+	const peers_entry *p;
 
 	if (peer == n->self) {
 		/* our own update, left out by our own check as by the others' */
 		log_warnx("%s (our own update)", why);
 		return;
 	}
-	log_warnx("refused from peer %s: %s", addr, why);
-	node_journal(n, "refused %s kind %d: %s", addr, kind, why);
+	if (peer < 0 || peer >= n->peers.n || kind < 0 ||
+	    kind >= STRIKES_KINDS) {
+		log_warnx("refused: %s", why);
+		return;
+	}
+	p = &n->peers.v[peer];
+	node_journal(n, "refused %s kind %d: %s", p->addr, kind, why);
+	if (!p->has_id) {
+		/* insecure = yes: no identity to count against */
+		log_warnx("refused from peer %s: %s", p->addr, why);
+		return;
+	}
+	/* strikes logs it, with the count and a quarantine */
+	strikes_note(n->strikes, p->id_text, (strikes_kind)kind, why);
 }
 
 /* The rounds' view of the node. */
@@ -652,9 +727,10 @@ rounds_refused(void *arg, int peer, int kind, const char *why)
 static int
 rounds_quarantined(void *arg, int peer)
 {
-	(void)arg;
-	(void)peer;
-	return 0;
+	node *n = arg;
+
+	return peer >= 0 && peer < n->peers.n && n->peers.v[peer].has_id &&
+	    strikes_quarantined(n->strikes, n->peers.v[peer].id_text);
 }
 
 static void
@@ -888,6 +964,8 @@ node_free(node *n)
 	peers_free(&n->peers);
 	tls_ctx_free(n->tls);
 	n->tls = NULL;
+	strikes_free(n->strikes);
+	n->strikes = NULL;
 	n->ckpt = NULL;
 	n->spec_body = NULL;
 }

@@ -14,6 +14,7 @@
 #include "daemon/http_server.h"
 #include "daemon/peers.h"
 #include "daemon/rounds.h"
+#include "daemon/strikes.h"
 #include "daemon/worker.h"
 #include "kernels/backend.h"
 #include "proto/spec.h"
@@ -40,6 +41,9 @@ typedef struct node {
 	tls_ctx *tls;                   /* NULL with insecure = yes */
 	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
+	/* refusals of what each peer sent, and its quarantine: made by
+	 * node_setup, noted by the rounds, cleared by the operator */
+	strikes *strikes;
 	struct pb_state *probe;         /* probe.c */
 	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
 	/* our update is out and the round's outcome not back: probes wait */
@@ -91,6 +95,13 @@ typedef struct node {
 	/* bytes with callers that are not peers (tools, clients) */
 	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
 	uint64_t requests, client_errors;
+	/* roll-backs of the trainer to its last good checkpoint (a
+	 * non-finite loss, unhealthy weights), the latest's step and the
+	 * last round whose outcome it undid (-1: none, one replica) */
+	int64_t rollbacks, rolled_back_step, rolled_back_round;
+	/* called at each roll-back with that round and step: where the
+	 * rounds learn which round's outcome to exclude; NULL: nobody */
+	void (*on_rollback)(struct node *n, int64_t round, int64_t step);
 	int stopping;
 	int worker_done;                /* the trainer thread has ended */
 	int exit_code;
@@ -132,6 +143,12 @@ int node_trust_check(const node *n, const peers_list *pl, int self,
     char *err);
 /* The peer list changed: connections of ids no longer in it end now. */
 void node_trust_reloaded(node *n);
+/* What the TLS layer asks in every handshake: whether id is a listed
+ * daemon or operator that is not quarantined. */
+int node_trust_allows(node *n, const uint8_t id[ID_BYTES]);
+/* strikes' hook: peer_id (printed) is quarantined, its connections end
+ * now and new ones are refused in the handshake. */
+void node_trust_quarantined(void *arg, const char *peer_id);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */

@@ -10,14 +10,39 @@
 #include "daemon/node.h"
 #include "kernels/error.h"
 
-/* A listed daemon or operator. */
+/* A quarantined identity (strikes.h), whose connections are refused:
+ * named in the log at its first refusal and every hundredth. */
+static int
+quarantined(node *n, const char *id_text)
+{
+	uint64_t k;
+
+	if (!strikes_quarantined(n->strikes, id_text))
+		return 0;
+	k = strikes_refused(n->strikes, id_text);
+	if (k == 1 || k % 100 == 0)
+		log_warnx("refused a connection of quarantined peer %s (%llu "
+		    "so far); 'shardmeter strikes --clear' or SIGHUP lifts it",
+		    id_text, (unsigned long long)k);
+	return 1;
+}
+
+int
+node_trust_allows(node *n, const uint8_t id[ID_BYTES])
+{
+	int i;
+
+	if ((i = peers_find_id(&n->peers, id)) >= 0)
+		return !quarantined(n, n->peers.v[i].id_text);
+	if ((i = peers_client_find(&n->peers, id)) >= 0)
+		return !quarantined(n, n->peers.clients[i].id_text);
+	return 0;
+}
+
 static int
 node_allows(void *arg, const uint8_t id[ID_BYTES])
 {
-	const node *n = arg;
-
-	return peers_find_id(&n->peers, id) >= 0 ||
-	    peers_client_find(&n->peers, id) >= 0;
+	return node_trust_allows(arg, id);
 }
 
 int
@@ -71,4 +96,16 @@ node_trust_reloaded(node *n)
 		return;
 	log_info("SIGHUP: cut off %d connection(s) of peers no longer "
 	    "listed", cut);
+}
+
+void
+node_trust_quarantined(void *arg, const char *peer_id)
+{
+	node *n = arg;
+	int cut;
+
+	if (n->http == NULL || (cut = hs_server_recheck(n->http)) == 0)
+		return;
+	log_warnx("peer %s quarantined: cut off %d of its connection(s)",
+	    peer_id, cut);
 }

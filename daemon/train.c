@@ -57,6 +57,11 @@ struct tr_trainer {
 	int64_t step0;          /* step at open, for positions per second */
 	int removed;            /* leftover temporary files removed at open */
 	char removed_names[200];        /* their names, cut short */
+	/* the step and round of the checkpoint on disk (on_disk): a save
+	 * of another step or round first keeps it as the previous good one */
+	int on_disk;
+	int64_t disk_step, disk_round;
+	char recovered[KN_ERR_LEN + 128];       /* open's fallback, or "" */
 };
 
 static void
@@ -69,6 +74,117 @@ fill_meta(pr_ckpt_meta *meta, const tr_opts *o, int64_t step,
 	snprintf(meta->kind, sizeof(meta->kind), "%s", bt_kind_name(o->kind));
 	meta->step = step;
 	meta->round = round;
+}
+
+/* The health share: a few fixed windows of the training text, enough to
+ * see weights that no longer give a finite loss, cheap beside a round. */
+#define HEALTH_WINDOWS 4
+
+/* Health of the weights in host (as the model holds them): every value
+ * finite, and a finite share of the objective on HEALTH_WINDOWS windows.
+ * KN_ENUM with the reason when not. */
+static int
+health(tr_trainer *t, const float *host, char *err)
+{
+	const tr_opts *o = &t->o;
+	bt_eval_set set = { HEALTH_WINDOWS, BT_EVAL_STRATA };
+	long bad = kn_first_nonfinite(host, kn_model_num_params(t->m));
+	double lo, hi, share = 0;
+	int rc;
+
+	if (bad >= 0)
+		return kn_error(err, KN_ENUM, "parameter %ld is %g, not finite",
+		    bad, host[bad]);
+	if (o->kind == BT_CAUSAL)
+		rc = bt_eval_causal(t->m, o->spec, &t->c, &set, &share, err);
+	else {
+		bt_interval(o->spec, o->kind, o->block - 1, &lo, &hi);
+		rc = bt_eval_share(t->m, o->spec, &t->c, &set, lo, hi, &share,
+		    err);
+	}
+	if (rc != 0)
+		return rc;
+	if (!isfinite(share))
+		return kn_error(err, KN_ENUM, "the share on %d health windows "
+		    "is %g, not finite", HEALTH_WINDOWS, share);
+	return KN_OK;
+}
+
+int
+tr_trainer_health(tr_trainer *t, char *err)
+{
+	size_t np = kn_model_num_params(t->m);
+	float *host = malloc(np * 4);
+	int rc;
+
+	if (host == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	kn_model_get_params(t->m, host);
+	rc = health(t, host, err);
+	free(host);
+	return rc;
+}
+
+/* to (absent) becomes a hard link to from, or a copy of it where the
+ * file system has no links. */
+static int
+link_or_copy(const char *from, const char *to, char *err)
+{
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (link(from, to) == 0)
+		return KN_OK;
+	if ((rc = pr_ckpt_read_file(from, TR_CKPT_MAX_BYTES, &buf, &len,
+	    err)) != 0)
+		return rc;
+	rc = pr_ckpt_write_file(to, buf, len, err);
+	free(buf);
+	return rc;
+}
+
+/* The optimizer's moments back to zero, as at a first start. */
+static void
+zero_moments(tr_trainer *t)
+{
+	size_t np = kn_model_num_params(t->m);
+	float *z = calloc(np, 4);
+
+	if (z != NULL)
+		kn_model_set_opt_state(t->m, z, z, 0);
+	free(z);
+}
+
+/* path.prev becomes what path is now, atomically (a hard link renamed
+ * over it; a copy where the file system has no links): the previous good
+ * file stays while path is replaced.  Nothing when path is missing. */
+static int
+keep_prev(const char *path, char *err)
+{
+	char prev[PR_PATH_LEN + 48], tmp[PR_PATH_LEN + 80], *buf;
+	size_t len;
+	int rc;
+
+	if (access(path, F_OK) != 0)
+		return KN_OK;
+	snprintf(prev, sizeof(prev), "%s.prev", path);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", prev, (long)getpid());
+	unlink(tmp);
+	if (link(path, tmp) == 0) {
+		if (rename(tmp, prev) == 0)
+			return KN_OK;
+		unlink(tmp);
+		return kn_error(err, KN_EIO, "cannot rename %s to %s: %s", tmp,
+		    prev, strerror(errno));
+	}
+	/* pr_ckpt_write_file replaces prev atomically itself */
+	if ((rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &buf, &len,
+	    err)) != 0)
+		return rc;
+	rc = pr_ckpt_write_file(prev, buf, len, err);
+	free(buf);
+	return rc;
 }
 
 int
@@ -89,6 +205,28 @@ tr_trainer_save(tr_trainer *t, char *err)
 	}
 	if (t->csv != NULL)
 		fflush(t->csv);
+	/* nothing is written for weights that fail their health check:
+	 * the last good pair stays */
+	kn_model_get_params(m, host);
+	if ((rc = health(t, host, err)) != 0) {
+		char why[KN_ERR_LEN];
+
+		snprintf(why, sizeof(why), "%s", err);
+		rc = kn_error(err, rc, "unhealthy weights at step %lld, not "
+		    "written: %.180s", (long long)t->step, why);
+		goto out;
+	}
+	/* the pair on disk, of another step or round, is kept as the
+	 * previous good one: optimizer state first, as it is written */
+	if (t->on_disk && (t->disk_step != t->step ||
+	    t->disk_round != t->round)) {
+		if (tr_model_path(path, sizeof(path), o->dir, o->kind, o->block,
+		    "optim") == 0 && (rc = keep_prev(path, err)) != 0)
+			goto out;
+		if (tr_model_path(path, sizeof(path), o->dir, o->kind, o->block,
+		    "ckpt") == 0 && (rc = keep_prev(path, err)) != 0)
+			goto out;
+	}
 	fill_meta(&meta, o, t->step, t->round);
 	kn_model_get_opt_state(m, mm, vv, &topt);
 	rc = pr_ckpt_encode_optim(&meta, np, mm, vv, topt, &buf, &len, err);
@@ -99,12 +237,16 @@ tr_trainer_save(tr_trainer *t, char *err)
 	buf = NULL;
 	if (rc != 0)
 		goto out;
-	kn_model_get_params(m, host);
 	tab = kn_model_tensors(m, &count);
 	rc = pr_ckpt_encode(&meta, tab, count, host, &buf, &len, err);
 	if (rc == 0 && tr_model_path(path, sizeof(path), o->dir, o->kind,
 	    o->block, "ckpt") == 0)
 		rc = pr_ckpt_write_file(path, buf, len, err);
+	if (rc == 0) {
+		t->on_disk = 1;
+		t->disk_step = t->step;
+		t->disk_round = t->round;
+	}
 out:
 	free(buf); free(host); free(mm); free(vv);
 	return rc;
@@ -176,29 +318,38 @@ tr_load_model(kn_model **out, const pr_spec *s, const char *run_id,
 	return rc;
 }
 
-/* Restores parameters and, when it matches, the optimizer state, from the
- * checkpoint in dir if there is one. */
-static int
-resume(tr_trainer *t, char *err)
+/* The paths of this model's checkpoint and optimizer state, with suffix
+ * ("" or ".prev"). */
+static void
+pair_paths(const tr_trainer *t, const char *suffix, char *ckpt, char *optim,
+    size_t len)
 {
 	const tr_opts *o = &t->o;
+	char base[PR_PATH_LEN + 32];
+
+	tr_model_path(base, sizeof(base), o->dir, o->kind, o->block, "ckpt");
+	snprintf(ckpt, len, "%s%s", base, suffix);
+	tr_model_path(base, sizeof(base), o->dir, o->kind, o->block, "optim");
+	snprintf(optim, len, "%s%s", base, suffix);
+}
+
+/* Loads the checkpoint at ckpt into the model, and the optimizer state
+ * at optim when it is of the same step; else the moments start afresh
+ * (zero), loudly when say.  The checkpoint's step and round in *got. */
+static int
+load_pair(tr_trainer *t, const char *ckpt, const char *optim, int say,
+    pr_ckpt_meta *got, char *err)
+{
 	kn_model *m = t->m;
-	char path[PR_PATH_LEN + 32], *buf = NULL;
-	pr_ckpt_meta expect, got, gopt;
+	pr_ckpt_meta expect, gopt;
 	size_t np = kn_model_num_params(m), len;
+	char *buf = NULL;
 	float *mm, *vv;
 	int rc, topt;
 
-	t->step = t->round = 0;
-	tr_model_path(path, sizeof(path), o->dir, o->kind, o->block, "ckpt");
-	if (access(path, F_OK) != 0)
-		return KN_OK;
-	fill_meta(&expect, o, 0, 0);
-	if ((rc = load_params(m, path, &expect, &got, err)) != 0)
+	fill_meta(&expect, &t->o, 0, 0);
+	if ((rc = load_params(m, ckpt, &expect, got, err)) != 0)
 		return rc;
-	t->step = got.step;
-	t->round = got.round;
-	tr_model_path(path, sizeof(path), o->dir, o->kind, o->block, "optim");
 	mm = malloc(np * 4);
 	vv = malloc(np * 4);
 	if (mm == NULL || vv == NULL) {
@@ -206,19 +357,136 @@ resume(tr_trainer *t, char *err)
 		free(vv);
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
-	rc = pr_ckpt_read_file(path, TR_CKPT_MAX_BYTES, &buf, &len, err);
+	rc = pr_ckpt_read_file(optim, TR_CKPT_MAX_BYTES, &buf, &len, err);
 	if (rc == 0)
 		rc = pr_ckpt_decode_optim(buf, len, &expect, np, mm, vv, &topt,
 		    &gopt, err);
-	if (rc == 0 && gopt.step == got.step)
+	if (rc == 0 && gopt.step == got->step)
 		kn_model_set_opt_state(m, mm, vv, topt);
-	else
-		fprintf(stderr, "shardmeter: %s: optimizer state %s; its "
-		    "moments start afresh at step %lld\n", path,
-		    rc != 0 ? "unreadable" : "from another step",
-		    (long long)got.step);
+	else {
+		if (say)
+			fprintf(stderr, "shardmeter: %s: optimizer state %s; "
+			    "its moments start afresh at step %lld\n", optim,
+			    rc != 0 ? "unreadable" : "from another step",
+			    (long long)got->step);
+		memset(mm, 0, np * 4);
+		memset(vv, 0, np * 4);
+		kn_model_set_opt_state(m, mm, vv, 0);
+	}
 	free(buf); free(mm); free(vv);
 	return KN_OK;
+}
+
+/* Loads a pair and checks its weights' health: KN_ENUM when a value is
+ * not finite, in the file or as a share. */
+static int
+load_healthy(tr_trainer *t, const char *suffix, int say, pr_ckpt_meta *got,
+    char *err)
+{
+	char ckpt[PR_PATH_LEN + 48], optim[PR_PATH_LEN + 48], why[KN_ERR_LEN];
+	int rc;
+
+	pair_paths(t, suffix, ckpt, optim, sizeof(ckpt));
+	if (access(ckpt, F_OK) != 0)
+		return kn_error(err, KN_EIO, "no checkpoint %.200s", ckpt);
+	if ((rc = load_pair(t, ckpt, optim, say, got, err)) != 0)
+		return rc;
+	if ((rc = tr_trainer_health(t, why)) != 0)
+		return kn_error(err, rc, "%.120s: %.120s", ckpt, why);
+	return KN_OK;
+}
+
+/* The newest pair is unhealthy (why): it is moved aside to .bad, and the
+ * previous good pair, if healthy, becomes the newest; else the model
+ * starts from its initialization.  Said in t->recovered. */
+static int
+fall_back(tr_trainer *t, const char *why, pr_ckpt_meta *got, char *err)
+{
+	const tr_opts *o = &t->o;
+	char ckpt[PR_PATH_LEN + 48], optim[PR_PATH_LEN + 48];
+	char pckpt[PR_PATH_LEN + 48], poptim[PR_PATH_LEN + 48];
+	char bad[PR_PATH_LEN + 64], pwhy[KN_ERR_LEN];
+	int rc;
+
+	pair_paths(t, "", ckpt, optim, sizeof(ckpt));
+	pair_paths(t, ".prev", pckpt, poptim, sizeof(pckpt));
+	snprintf(bad, sizeof(bad), "%s.bad", ckpt);
+	if (rename(ckpt, bad) != 0)
+		return kn_error(err, KN_EIO, "%.200s, and it cannot be moved "
+		    "aside: %s", why, strerror(errno));
+	if ((rc = load_healthy(t, ".prev", 0, got, pwhy)) == 0) {
+		/* the previous pair becomes the newest, and stays the
+		 * previous too until the next checkpoint */
+		if ((rc = link_or_copy(pckpt, ckpt, err)) != 0)
+			return rc;
+		/* a missing or mismatched state only restarts the moments */
+		unlink(optim);
+		(void)link_or_copy(poptim, optim, pwhy);
+		snprintf(t->recovered, sizeof(t->recovered), "%.150s (moved to "
+		    ".bad); resumed from the previous good checkpoint, step "
+		    "%lld round %lld", why, (long long)got->step,
+		    (long long)got->round);
+		return KN_OK;
+	}
+	/* no good pair left: a fresh start refuses nothing more */
+	kn_model_init(t->m, kn_rng_stream(o->spec->seed, o->kind,
+	    (uint64_t)o->block, 0x1417));
+	memset(got, 0, sizeof(*got));
+	snprintf(t->recovered, sizeof(t->recovered), "%.150s (moved to .bad), "
+	    "and no previous good checkpoint (%.100s): starting from step 0",
+	    why, pwhy);
+	zero_moments(t);
+	return KN_OK;
+}
+
+/* Restores parameters and, when it matches, the optimizer state, from the
+ * checkpoint in dir if there is one; an unhealthy one gives way to the
+ * previous good one (fall_back). */
+static int
+resume(tr_trainer *t, char *err)
+{
+	char ckpt[PR_PATH_LEN + 48], optim[PR_PATH_LEN + 48], why[KN_ERR_LEN];
+	pr_ckpt_meta got;
+	int rc;
+
+	t->step = t->round = 0;
+	pair_paths(t, "", ckpt, optim, sizeof(ckpt));
+	if (access(ckpt, F_OK) != 0)
+		return KN_OK;
+	rc = load_healthy(t, "", 1, &got, why);
+	if (rc == KN_ENUM)
+		rc = fall_back(t, why, &got, err);
+	else if (rc != 0)
+		return kn_error(err, rc, "%s", why);
+	if (rc != 0)
+		return rc;
+	t->step = got.step;
+	t->round = got.round;
+	t->on_disk = access(ckpt, F_OK) == 0;
+	t->disk_step = got.step;
+	t->disk_round = got.round;
+	return KN_OK;
+}
+
+int
+tr_trainer_restore(tr_trainer *t, int prev, int64_t *step, int64_t *round,
+    char *err)
+{
+	pr_ckpt_meta got;
+	int rc;
+
+	if ((rc = load_healthy(t, prev ? ".prev" : "", 0, &got, err)) != 0)
+		return rc;
+	*step = got.step;
+	*round = got.round;
+	return KN_OK;
+}
+
+int
+tr_trainer_recovered(const tr_trainer *t, const char **what)
+{
+	*what = t->recovered;
+	return t->recovered[0] != '\0';
 }
 
 /* Whether name is "<base>.tmp.<pid>" with a pid other than ours: what
@@ -248,7 +516,8 @@ is_leftover(const char *name, const char *base)
 static void
 remove_leftovers(tr_trainer *t)
 {
-	static const char *const exts[] = { "ckpt", "optim", "csv" };
+	static const char *const exts[] = { "ckpt", "optim", "csv",
+		"ckpt.prev", "optim.prev" };
 	enum { NEXTS = sizeof(exts) / sizeof(exts[0]) };
 	const tr_opts *o = &t->o;
 	char path[NEXTS][PR_PATH_LEN + 32];

@@ -55,10 +55,29 @@ int tr_trainer_removed(const tr_trainer *t, const char **names);
 void tr_trainer_close(tr_trainer *t);
 /* One step at the spec's learning-rate schedule; a line in the CSV log. */
 int tr_trainer_step(tr_trainer *t, float *loss, char *err);
-/* Writes the optimizer state, then the checkpoint, atomically.
- * KN_ENOSPC when the disk is full: the last checkpoint stays whole, and
- * a later call may succeed once space is freed. */
+/* Writes the optimizer state, then the checkpoint, atomically, after a
+ * health check of the weights (every value finite, and a finite share of
+ * the objective on a few fixed windows): KN_ENUM for weights that fail
+ * it, and nothing is written.  The pair on disk, when of another step or
+ * round, is kept first as "<name>.ckpt.prev" and "<name>.optim.prev":
+ * the previous good checkpoint.  KN_ENOSPC when the disk is full: the
+ * last checkpoint stays whole, and a later call may succeed once space is
+ * freed. */
 int tr_trainer_save(tr_trainer *t, char *err);
+/* The health check of save on the weights the model holds now. */
+int tr_trainer_health(tr_trainer *t, char *err);
+/* Roll back: the model's weights and optimizer state become the newest
+ * checkpoint on disk (prev = 0) or the previous good one (prev = 1), if
+ * healthy; the trainer's step and round stay (training goes on from
+ * there with the next batches).  The checkpoint's step and round in
+ * *step and *round.  KN_ENUM when it is unhealthy, KN_EIO when missing. */
+int tr_trainer_restore(tr_trainer *t, int prev, int64_t *step,
+    int64_t *round, char *err);
+/* open() found the newest checkpoint unhealthy (a value not finite, in
+ * the file or as a share): it moved it to "<name>.ckpt.bad" and resumed
+ * from the previous good one, or from step 0 when none was healthy.  1
+ * and what it did in *what, or 0. */
+int tr_trainer_recovered(const tr_trainer *t, const char **what);
 double tr_trainer_positions_per_s(const tr_trainer *t);
 int64_t tr_trainer_steps(const tr_trainer *t);
 int64_t tr_trainer_round(const tr_trainer *t);

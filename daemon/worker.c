@@ -175,6 +175,10 @@ struct training {
 	struct overlap ov;
 	float loss;             /* of the last step */
 	double last_progress;
+	/* roll-backs since the last checkpoint written: the first takes
+	 * the newest checkpoint, the second the previous good one, a third
+	 * gives up */
+	int rollbacks;
 };
 
 static void post_progress(wk_worker *w, struct training *tg);
@@ -504,6 +508,9 @@ training_open(wk_worker *w, struct training *tg)
 	if (tr_trainer_removed(tg->t, &removed) > 0)
 		wk__post_message(w, WK_WARNING, "removed the leftovers of an "
 		    "interrupted write", removed);
+	if (tr_trainer_recovered(tg->t, &removed))
+		wk__post_message(w, WK_WARNING, "unhealthy checkpoint refused",
+		    removed);
 	if (tr_trainer_steps(tg->t) == 0 && save_or_pause(w, tg, err) != 0)
 		return wk__post_error(w, "cannot write the first checkpoint", err);
 	if (post_checkpoint(w, WK_STARTED, tr_trainer_steps(tg->t),
@@ -624,17 +631,82 @@ save_consensus(wk_worker *w, struct training *tg, char *err)
 	return rc;
 }
 
+/* The last round whose outcome the weights hold: the round before the
+ * trainer's (blocking) or the consensus's (overlapped); -1 alone. */
+static int64_t
+last_round(const wk_worker *w, const struct training *tg)
+{
+	if (w->o.replicas <= 1)
+		return -1;
+	return (overlapping(&w->o) ? tg->start_round :
+	    tr_trainer_round(tg->t)) - 1;
+}
+
+/* Roll back (DESIGN section 5): a non-finite loss, or weights that failed
+ * the health check of a checkpoint (why), and the weights and optimizer
+ * state go back to the newest checkpoint on disk, or after a second
+ * failure without a checkpoint written between, to the previous good
+ * one; step and round go on.  With replicas the round's starting point
+ * becomes those weights, so that the next update is measured from them,
+ * and the loop learns which round's outcome was undone (WK_ROLLED_BACK).
+ * 0 when rolled back, -1 once the error is posted (nothing good left). */
+static int
+roll_back(wk_worker *w, struct training *tg, const char *why)
+{
+	kn_model *m = tr_trainer_model(tg->t);
+	char err[KN_ERR_LEN], msg[2 * KN_ERR_LEN + 64];
+	int64_t step, round;
+	wk_event *ev;
+	int prev, rc = KN_EIO;
+
+	for (prev = tg->rollbacks; prev < 2 && rc != 0; prev++)
+		rc = tr_trainer_restore(tg->t, prev, &step, &round, err);
+	if (rc != 0) {
+		snprintf(msg, sizeof(msg), "%s; no good checkpoint left to roll "
+		    "back to (%s)", why, err);
+		return wk__post_error(w, "training", msg);
+	}
+	tg->rollbacks = prev;
+	if (tg->start != NULL) {
+		kn_model_get_params(m, tg->start);
+		if (overlapping(&w->o) && tg->ov.round >= 0)
+			memcpy(tg->ov.sent, tg->start,
+			    kn_model_num_params(m) * sizeof(float));
+	}
+	ev = wk__event(WK_ROLLED_BACK);
+	ev->step = tr_trainer_steps(tg->t);
+	ev->round = last_round(w, tg);
+	ev->ckpt_step = step;
+	ev->ckpt_round = round;
+	snprintf(ev->msg, sizeof(ev->msg), "%.200s; rolled back to the %s "
+	    "checkpoint", why, prev > 1 ? "previous good" : "last");
+	wk__post(w, ev);
+	return 0;
+}
+
+/* Saves and publishes the checkpoint; weights that fail its health check
+ * roll back instead, and the checkpoint is then the weights rolled back
+ * to, with the step and round of now.  -1 once an error is posted. */
 static int
 training_checkpoint(wk_worker *w, struct training *tg)
 {
 	char err[KN_ERR_LEN];
-	int rc;
+	int rc, tries;
 
-	if (overlapping(&w->o))
-		rc = save_consensus(w, tg, err);
-	else if ((rc = save_or_pause(w, tg, err)) == 0)
-		rc = post_checkpoint(w, WK_CHECKPOINT, tr_trainer_steps(tg->t),
-		    tr_trainer_round(tg->t), err);
+	for (tries = 0; tries < 3; tries++) {
+		if (overlapping(&w->o))
+			rc = save_consensus(w, tg, err);
+		else if ((rc = save_or_pause(w, tg, err)) == 0)
+			rc = post_checkpoint(w, WK_CHECKPOINT,
+			    tr_trainer_steps(tg->t), tr_trainer_round(tg->t),
+			    err);
+		if (rc != KN_ENUM)
+			break;
+		if (roll_back(w, tg, err) != 0)
+			return -1;
+	}
+	if (rc == 0)
+		tg->rollbacks = 0;
 	return rc != 0 ? wk__post_error(w, "checkpoint", err) : 0;
 }
 
@@ -650,7 +722,11 @@ training_step(wk_worker *w, struct training *tg)
 	int64_t step;
 	int round_due, rc;
 
-	if (tr_trainer_step(tg->t, &loss, err) != 0)
+	/* a non-finite loss rolls back, and the same batch is tried again
+	 * from the weights rolled back to */
+	if ((rc = tr_trainer_step(tg->t, &loss, err)) == KN_ENUM)
+		return roll_back(w, tg, err);
+	if (rc != 0)
 		return wk__post_error(w, "training step", err);
 	step = tr_trainer_steps(tg->t);
 	if (tg->ov.round >= 0)
@@ -661,7 +737,14 @@ training_step(wk_worker *w, struct training *tg)
 	if (round_due) {
 		rc = overlapping(o) ? overlap_round(w, tg, err) :
 		    run_round(w, tg->t, tg->start, err);
-		if (rc != 0)
+		/* an outcome that does not give finite weights: the round is
+		 * over for the others, so ours goes on past it, from the last
+		 * good checkpoint */
+		if (rc == KN_ENUM && !overlapping(o))
+			tr_trainer_set_round(tg->t, tr_trainer_round(tg->t) + 1);
+		if (rc == KN_ENUM && roll_back(w, tg, err) != 0)
+			return -1;
+		if (rc != 0 && rc != KN_ENUM)
 			return wk__post_error(w, "round", err);
 		if (lt_stopping(w->lt))
 			return 1;

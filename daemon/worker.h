@@ -30,6 +30,15 @@ typedef enum {
 	WK_ERROR,               /* msg; the thread has ended */
 	WK_HELDOUT,             /* SOMA: step, buf/len: the held-out
 	                         * message (proto/heldout.h) */
+	WK_ROLLED_BACK,         /* a non-finite loss, or weights that failed
+	                         * the health check of a checkpoint: the
+	                         * weights went back to the last good
+	                         * checkpoint and training goes on.  step:
+	                         * where; round: the last round whose outcome
+	                         * (an average, an adopted checkpoint) the
+	                         * weights held, -1 with one replica;
+	                         * ckpt_step, ckpt_round: the checkpoint
+	                         * taken; msg: why */
 	WK_CHECKED,             /* round, count, msg: what the check of a
 	                         * round's updates found, for the log */
 	WK_REFUSED              /* round, peer, refusal, msg: the check of
@@ -57,6 +66,7 @@ typedef struct wk_event {
 	int64_t val_step;
 	uint64_t positions;
 	int64_t overlapped;     /* steps trained with a round in flight */
+	int64_t ckpt_step, ckpt_round;  /* WK_ROLLED_BACK: the one taken */
 	char *buf;              /* owned by the event */
 	size_t len;
 	char etag[65];

@@ -10,7 +10,7 @@ extern const struct cmd_entry cmd_spec_entry, cmd_train_entry,
     cmd_eval_entry, cmd_generate_entry, cmd_status_entry,
     cmd_assemble_entry, cmd_demo_entry, cmd_init_entry, cmd_id_entry,
     cmd_cluster_entry, cmd_probe_entry, cmd_plan_entry,
-    cmd_dashboard_entry;
+    cmd_dashboard_entry, cmd_strikes_entry;
 extern const struct cmd_entry cmd_export_entry, cmd_import_entry;
 extern const struct cmd_entry cmd_cuts_entry;
 
@@ -21,6 +21,7 @@ const struct cmd_entry *const cmd_table[] = {
 	&cmd_generate_entry,
 	&cmd_status_entry,
 	&cmd_dashboard_entry,
+	&cmd_strikes_entry,
 	&cmd_assemble_entry,
 	&cmd_export_entry,
 	&cmd_import_entry,

@@ -158,6 +158,38 @@ status_print_run(const struct status_sum *sum)
 		    "held-out share yet)\n");
 }
 
+/* Each daemon's refusals of its peers (daemon/strikes.h), when any: one
+ * line per peer it holds a record of, and QUARANTINED past its threshold;
+ * nothing when no daemon refused anything. */
+static void
+status_strikes(const peers_list *pl, json_t *const *status)
+{
+	int i, header = 0;
+
+	for (i = 0; i < pl->n; i++) {
+		json_t *st = json_object_get(status[i], "strikes"), *e;
+		size_t k;
+
+		json_array_foreach(json_object_get(st, "peers"), k, e) {
+			const char *addr = json_string_value(json_object_get(e,
+			    "addr"));
+
+			if (!header++)
+				printf("\nstrikes (what a daemon refused of a "
+				    "peer)\n  %-22s    %-22s %4s %4s %4s\n",
+				    "daemon", "peer", "upd", "ckpt", "claim");
+			printf("  %-22s of %-22s %4lld %4lld %4lld%s\n",
+			    pl->v[i].addr, addr != NULL ? addr :
+			    json_string_value(json_object_get(e, "id")),
+			    (long long)integer(e, "update"),
+			    (long long)integer(e, "checkpoint"),
+			    (long long)integer(e, "claim"),
+			    json_is_true(json_object_get(e, "quarantined")) ?
+			    "  QUARANTINED" : "");
+		}
+	}
+}
+
 /* One screen of status; returns the number of peers that answered. */
 static int
 status_once(const peers_list *pl)
@@ -175,6 +207,7 @@ status_once(const peers_list *pl)
 	for (i = 0; i < pl->n; i++)
 		status[i] = status_peer(pl, i, &sum);
 	status_print_run(&sum);
+	status_strikes(pl, status);
 	cli_status_predicted(pl, status);
 	for (i = 0; i < pl->n; i++)
 		json_decref(status[i]);
@@ -260,7 +293,9 @@ const struct cmd_entry cmd_status_entry = {
 	    "[--watch[=SECONDS]] [--json]\nOne line per daemon of the "
 	    "peer list, the run's progress with an ETA, and the\n"
 	    "composed held-out bound: the sum of every block's "
-	    "latest share.\nWhen the daemons run from a plan (their plan "
+	    "latest share.\nThen what each daemon refused of each peer "
+	    "(updates, checkpoints, claims)\nand who is quarantined, when "
+	    "any (shardmeter strikes has the details).\nWhen the daemons run from a plan (their plan "
 	    "key): each block's predicted and\nmeasured round time, "
 	    "positions/s and bytes per hour per link, with the\nerror "
 	    "(measured - predicted) / predicted.\nOn a SOMA run (expert=E lines): each expert's "
