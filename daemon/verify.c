@@ -64,8 +64,16 @@ score(const vf_scorer *sc, const bt_eval_set *set, uint64_t key,
 	}
 	if (rc != 0)
 		return rc;
-	return bt_eval_cases(sc->m, sc->spec, sc->valid, set, key, sc->lo,
-	    sc->hi, v, cases, err);
+	if ((rc = bt_eval_cases(sc->m, sc->spec, sc->valid, set, key, sc->lo,
+	    sc->hi, v, cases, err)) != 0)
+		return rc;
+	/* finite weights that overflow in the forward pass: as bad as
+	 * weights that are not finite, never a NaN that would compare as
+	 * neither better nor worse */
+	for (e = 0; e < *cases; e++)
+		if (!isfinite(v[e]))
+			v[e] = INFINITY;
+	return KN_OK;
 }
 
 /* Compares the cases of a candidate (with) to those of the reference
