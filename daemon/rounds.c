@@ -153,13 +153,6 @@ commit_none(rounds *r, int64_t round)
 }
 
 int
-rounds_replica_peer(const rounds *r, int replica)
-{
-	return replica >= 0 && replica < r->cfg.replicas ?
-	    r->rep_peer[replica] : -1;
-}
-
-int
 rounds__quarantined(const rounds *r, int replica)
 {
 	return replica != r->cfg.replica && r->cfg.ops.quarantined != NULL &&

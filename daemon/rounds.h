@@ -123,8 +123,6 @@ void rounds_on_checkpoint(rounds *r, int64_t step, int64_t round,
  * answered, 0 if rest names nothing. */
 int rounds_handle(rounds *r, const hs_request *req, hs_response *res,
     int64_t round, const char *rest);
-/* The line in the peer list of replica k of our block, or -1. */
-int rounds_replica_peer(const rounds *r, int replica);
 /* Bytes of the others' updates being put together from parts now. */
 size_t rounds_assembling(const rounds *r);
 /* Housekeeping tick (the daemon's cron). */

@@ -141,7 +141,7 @@ handle_part(rounds *r, const hs_request *req, hs_response *res,
 	if (rc != 0) {
 		hs_response_text(res, hs_status_of_error(rc), "update refused: "
 		    "%s", err);
-		if (rc != KN_ENOMEM)
+		if (rc == KN_ENUM)
 			rounds__refused(r, p->replica, ROUNDS_REFUSED_UPDATE,
 			    "round %" PRId64 ": update refused: %s", round, err);
 		return;
@@ -195,7 +195,7 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 		    round, sender, &rep, err)) != 0) {
 			hs_response_text(res, hs_status_of_error(rc), "update "
 			    "refused: %s", err);
-			if (rc != KN_ENOMEM)
+			if (rc == KN_ENUM)
 				rounds__refused(r, sender, ROUNDS_REFUSED_UPDATE,
 				    "round %" PRId64 ": update refused: %s", round,
 				    err);
@@ -220,7 +220,7 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 	    sender, &rep, err)) != 0) {
 		hs_response_text(res, hs_status_of_error(rc), "update refused: "
 		    "%s", err);
-		if (rc != KN_ENOMEM)
+		if (rc == KN_ENUM)
 			rounds__refused(r, sender, ROUNDS_REFUSED_UPDATE,
 			    "round %" PRId64 ": update refused: %s", round, err);
 		return;

@@ -493,12 +493,20 @@ START_TEST(test_clean_run_nothing_left_out)
 		start(i);
 	ck_assert(tu_wait_state(base_port, 3, "done", 180));
 	for (i = 0; i < 3; i++) {
+		json_t *j = tu_status(base_port + i);
+		double training_s = json_number_value(json_object_get(j,
+		    "training_s"));
+
+		json_decref(j);
 		rounds = check_times(i, &check_s, &round_s);
 		fprintf(stderr, "# clean: replica %d checked %d rounds, left out "
 		    "%d updates; the check took %.3f s against %.3f s of the "
-		    "rounds' steps (%.1f %%); share %.4f\n", i, rounds,
+		    "rounds' steps (%.1f %%) and %.3f s of training, rounds "
+		    "included (%.1f %%); share %.4f\n", i, rounds,
 		    log_lines(i, "left out", NULL), check_s, round_s,
-		    round_s > 0 ? 100 * check_s / round_s : 0, share_of(i));
+		    round_s > 0 ? 100 * check_s / round_s : 0, training_s,
+		    training_s > 0 ? 100 * check_s / training_s : 0,
+		    share_of(i));
 		ck_assert_int_eq(rounds, STEPS / H);
 		ck_assert_int_eq(log_lines(i, "left out", NULL), 0);
 		ck_assert_int_eq(log_lines(i, "refused", NULL), 0);
