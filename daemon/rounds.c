@@ -323,7 +323,9 @@ rounds_remap(rounds *r)
 			r->rep_peer[k++] = i;
 }
 
-/* The coordinator: the lowest replica index that is up (we count). */
+/* The coordinator: the lowest replica index that is up (we count), and
+ * not quarantined: a replica that quarantined a hostile coordinator
+ * follows the next one. */
 static int
 coordinator(const rounds *r)
 {
@@ -332,7 +334,8 @@ coordinator(const rounds *r)
 	for (k = 0; k < r->cfg.replicas; k++) {
 		const peers_entry *p = replica_peer(r, k);
 
-		if (k == r->cfg.replica || p->state == PEERS_UP)
+		if (k == r->cfg.replica || (p->state == PEERS_UP &&
+		    !rounds__quarantined(r, k)))
 			return k;
 	}
 	return r->cfg.replica;

@@ -79,20 +79,26 @@ start(int i)
 	    "cpu", "-t", "1", (char *)NULL);
 }
 
-/* The run: one block of replicas, STEPS steps, rounds of H. */
+/* The run: one block of replicas, steps steps, rounds of h. */
 static void
-write_run(int replicas)
+write_run_of(int replicas, int steps, int h)
 {
 	char path[128], err[PR_ERR_LEN];
 	kn_model_shape shape;
 
-	tu_write_run(dir, 1, STEPS, H, 2);
+	tu_write_run(dir, 1, steps, h, 2);
 	write_peers(replicas);
 	snprintf(path, sizeof(path), "%s/run.conf", dir);
 	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
 	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
 	shape = pr_spec_block_shape(&spec, 0);
 	count = kn_model_params_for(&shape);
+}
+
+static void
+write_run(int replicas)
+{
+	write_run_of(replicas, STEPS, H);
 }
 
 static void
@@ -482,16 +488,20 @@ START_TEST(test_checkpoint_takeover_refused)
 END_TEST
 
 /* Three honest replicas: nothing left out, the same checkpoint, and the
- * check's time against the round's. */
+ * check's time against the round's.  INSIDERS_STEPS and INSIDERS_H make
+ * the run longer, for a measurement. */
 START_TEST(test_clean_run_nothing_left_out)
 {
+	const char *e = getenv("INSIDERS_STEPS"), *eh = getenv("INSIDERS_H");
+	int steps = e != NULL ? atoi(e) : STEPS, h = eh != NULL ? atoi(eh) : H;
 	double check_s, round_s;
 	int i, rounds;
 
-	write_run(3);
+	ck_assert(steps > 0 && h > 0 && steps % h == 0);
+	write_run_of(3, steps, h);
 	for (i = 0; i < 3; i++)
 		start(i);
-	ck_assert(tu_wait_state(base_port, 3, "done", 180));
+	ck_assert(tu_wait_state(base_port, 3, "done", 180 + steps / 10.0));
 	for (i = 0; i < 3; i++) {
 		json_t *j = tu_status(base_port + i);
 		double training_s = json_number_value(json_object_get(j,
@@ -507,7 +517,7 @@ START_TEST(test_clean_run_nothing_left_out)
 		    round_s > 0 ? 100 * check_s / round_s : 0, training_s,
 		    training_s > 0 ? 100 * check_s / training_s : 0,
 		    share_of(i));
-		ck_assert_int_eq(rounds, STEPS / H);
+		ck_assert_int_eq(rounds, steps / h);
 		ck_assert_int_eq(log_lines(i, "left out", NULL), 0);
 		ck_assert_int_eq(log_lines(i, "refused", NULL), 0);
 	}
