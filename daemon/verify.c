@@ -221,7 +221,7 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	double t0 = kn_now(), scale[VF_MAX];
 	struct scratch s;
 	kn_robust_info info;
-	int i, cases, rc;
+	int i, cases, rc, based = 0;
 
 	memset(v, 0, sizeof(*v));
 	v->count = count;
@@ -243,10 +243,8 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	}
 	v->checked = 1;
 	clip_scales(updates, count, n, scale);
-	rc = score(sc, &set, key, start, s.base, &cases, err);
-	if (rc == 0)
-		rc = candidate(start, updates, count, all, outer_lr, n, avg,
-		    s.theta, &v->robust, err);
+	rc = candidate(start, updates, count, all, outer_lr, n, avg, s.theta,
+	    &v->robust, err);
 	if (rc == 0)
 		rc = score(sc, &set, key, s.theta, s.with, &cases, err);
 	for (i = 0; rc == 0 && i < count; i++) {
@@ -256,6 +254,9 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 			rc = score(sc, &set, key, s.theta, s.without, &cases, err);
 		if (rc == 0)
 			compare(s.with, s.without, cases, &v->of[i]);
+		/* the round's start, scored once, for the first flagged */
+		if (rc == 0 && v->of[i].refused && !based++)
+			rc = score(sc, &set, key, start, s.base, &cases, err);
 		if (rc == 0 && v->of[i].refused) {
 			/* "without" is free again: the update alone */
 			solo_candidate(start, updates[i], scale[i], outer_lr, n,

@@ -29,7 +29,8 @@
 #define VF_FLOOR 0.01
 #define VF_SOLO_Z 1.0
 /* The check's share of a round: the cases are chosen so that scoring
- * them all (2 r + 2 scores with r replicas) costs about this fraction
+ * them all costs at most this fraction (r + 1 scores with r replicas,
+ * and at most r + 1 more for updates that fail the first test)
  * of the round's training (a case is a forward pass of one window, a
  * training window about three). */
 #define VF_BUDGET 0.04
