@@ -278,7 +278,11 @@ rounds_diverged(rounds *r, int peer, int64_t step, int64_t round,
 	int k = peers_replica_index(r->cfg.peers, peer);
 
 	/* only the same step after the same (real) round can be compared,
-	 * and only the replica of higher index gives way */
+	 * and only the replica of higher index gives way.  Besides two
+	 * coordinators, this heals the rare round where two members' checks
+	 * of the updates (daemon/verify.c) decided differently: scores that
+	 * differ in their last bits on different hardware, for an update at
+	 * the threshold.  The checkpoint it then adopts is checked too. */
 	if (r->cfg.peers->v[peer].block != r->cfg.block || k < 0 ||
 	    k >= r->cfg.replica || r->diverged_from >= 0 ||
 	    r->ckpt_sha256[0] == '\0' || r->ckpt_round <= 0 ||
