@@ -294,10 +294,19 @@ bt_train_batch(const pr_spec *s, const corpus *c, bt_kind kind, int block,
 	}
 }
 
-/* Offsets of the held-out windows: evenly spaced over the file. */
+/* Offsets of the held-out windows: evenly spaced over the file, or
+ * drawn with key. */
 static size_t
-eval_offset(const corpus *c, const bt_eval_set *set, int n, int k)
+eval_offset(const corpus *c, const bt_eval_set *set, uint64_t key, int n,
+    int k)
 {
+	kn_rng r;
+
+	if (key != 0) {
+		kn_rng_init(&r, key, kn_rng_stream(TAG_EVAL, (uint64_t)k,
+		    0xffffffffULL, 0));
+		return kn_rng_below(&r, c->len - n - 1);
+	}
 	return (size_t)((double)k * (double)(c->len - n - 1) / set->windows);
 }
 
@@ -313,6 +322,7 @@ struct eval_job {
 	/* with position blocks: the masked count's distribution (below) */
 	const double *cdf;      /* (L) P(k' <= k), k = 1..L */
 	double z;               /* the weight of every masked byte, x n */
+	uint64_t key;           /* 0: the set's own cases (eval_offset) */
 };
 
 /* P[Bin(L, p) = k] */
@@ -442,7 +452,7 @@ eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
 	int one = job->causal || job->next_byte;
 	int k = one ? e : e / job->set->strata;
 	int j = one ? 0 : e % job->set->strata;
-	size_t off = eval_offset(job->c, job->set, n, k);
+	size_t off = eval_offset(job->c, job->set, job->key, n, k);
 	const unsigned char *x = job->c->data + off;
 	kn_rng r;
 	double t;
@@ -461,7 +471,8 @@ eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
 	}
 	/* the same key for every model and interval: the draws are paired
 	 * across the models compared */
-	kn_rng_init(&r, 0x5eedULL, kn_rng_stream(TAG_EVAL, (uint64_t)k,
+	kn_rng_init(&r, job->key ? job->key : 0x5eedULL,
+	    kn_rng_stream(TAG_EVAL, (uint64_t)k,
 	    (uint64_t)j, 0));
 	if (job->cdf != NULL) {
 		eval_fill_blocks(job, &r, x, j, in, tg, w);
@@ -480,10 +491,11 @@ eval_fill(const struct eval_job *job, int e, int32_t *in, int32_t *tg,
 	}
 }
 
-/* Sum of the window losses over the cases, in batches the model takes. */
+/* Sum of the window losses over the cases, in batches the model takes;
+ * each case's loss also in value[e] unless value is NULL. */
 static int
-eval_sum(kn_model *m, const struct eval_job *job, int cases, double *sum,
-    char *err)
+eval_cases(kn_model *m, const struct eval_job *job, int cases, double *sum,
+    double *value, char *err)
 {
 	int n = kn_model_row_len(kn_model_get_shape(m)), e, b, rc = KN_OK;
 	int B = kn_model_max_batch(m) < 32 ? kn_model_max_batch(m) : 32;
@@ -503,11 +515,50 @@ eval_sum(kn_model *m, const struct eval_job *job, int cases, double *sum,
 			eval_fill(job, e + b, in + (size_t)b * n, tg + (size_t)b * n,
 			    w + (size_t)b * n);
 		rc = kn_model_eval(m, &batch, wl, err);
-		for (b = 0; b < nb && rc == 0; b++)
+		for (b = 0; b < nb && rc == 0; b++) {
 			*sum += wl[b];
+			if (value != NULL)
+				value[e + b] = wl[b];
+		}
 	}
 out:
 	free(in); free(tg); free(w); free(wl);
+	return rc;
+}
+
+static int
+eval_sum(kn_model *m, const struct eval_job *job, int cases, double *sum,
+    char *err)
+{
+	return eval_cases(m, job, cases, sum, NULL, err);
+}
+
+int
+bt_eval_cases(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, uint64_t key, double lo, double hi,
+    double *value, int *cases, char *err)
+{
+	struct eval_job job = { s, c, set, lo, hi, 0, 0, NULL, 0.0, key };
+	double sum, scale = hi - lo, *cdf = NULL;
+	int e, rc;
+
+	*cases = set->windows * set->strata;
+	if (bt_next_byte(s, BT_BLOCK)) {
+		job.next_byte = 1;
+		*cases = set->windows;
+		scale = 1.0;
+	} else if (bt_row_len(s, BT_BLOCK) > s->window) {
+		if ((cdf = malloc((size_t)s->position_block *
+		    sizeof(double))) == NULL)
+			return kn_error(err, KN_ENOMEM, "out of memory");
+		job.z = block_weights(s->position_block, lo, hi, cdf);
+		job.cdf = cdf;
+		scale = 1.0;
+	}
+	rc = eval_cases(m, &job, *cases, &sum, value, err);
+	for (e = 0; rc == 0 && e < *cases; e++)
+		value[e] *= scale;
+	free(cdf);
 	return rc;
 }
 
@@ -515,7 +566,7 @@ int
 bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double lo, double hi, double *share, char *err)
 {
-	struct eval_job job = { s, c, set, lo, hi, 0, 0, NULL, 0.0 };
+	struct eval_job job = { s, c, set, lo, hi, 0, 0, NULL, 0.0, 0 };
 	int cases = set->windows * set->strata, rc;
 	double sum, *cdf = NULL;
 
@@ -545,7 +596,7 @@ int
 bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err)
 {
-	struct eval_job job = { s, c, set, 0.0, 1.0, 1, 0, NULL, 0.0 };
+	struct eval_job job = { s, c, set, 0.0, 1.0, 1, 0, NULL, 0.0, 0 };
 	double sum;
 	int rc;
 

@@ -67,6 +67,16 @@ typedef struct {
  * per block the shares of (0, 1] sum to the next-byte cross-entropy. */
 int bt_eval_share(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double lo, double hi, double *share, char *err);
+/* bt_eval_share case by case: value[e] (room for windows * strata, or
+ * windows with position blocks of one byte; *cases says how many) is
+ * case e's contribution, scaled so that their mean is the share, for
+ * paired comparisons of two models on the same cases.  key 0 scores the
+ * set's cases; any other, windows at offsets drawn with key and noise
+ * drawn with it: a round's check (daemon/verify.c) keys them by the run
+ * and the round, so every replica scores the same cases. */
+int bt_eval_cases(kn_model *m, const pr_spec *s, const corpus *c,
+    const bt_eval_set *set, uint64_t key, double lo, double hi,
+    double *value, int *cases, char *err);
 /* Cross-entropy of the causal LM per predicted byte on the same windows. */
 int bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
     const bt_eval_set *set, double *nats, char *err);

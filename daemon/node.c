@@ -275,7 +275,7 @@ on_round_ready(node *n, wk_event *ev)
 		note_round_time(n);
 	if (n->rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
-		wk_commit_round(n->worker, ev->round, NULL, 0, NULL, 0);
+		wk_commit_none(n->worker, ev->round);
 		n->state = "training";
 		return;
 	}
@@ -306,6 +306,8 @@ on_rolled_back(node *n, const wk_event *ev)
 	if (n->on_rollback != NULL)
 		n->on_rollback(n, ev->round, ev->step);
 }
+
+static void node_refused(node *n, int peer, int kind, const char *why);
 
 static void
 on_event(void *ctx, wk_event *ev)
@@ -364,6 +366,12 @@ on_event(void *ctx, wk_event *ev)
 		break;
 	case WK_ROUND_READY:
 		on_round_ready(n, ev);
+		break;
+	case WK_CHECKED:
+		log_info("%s", ev->msg);
+		break;
+	case WK_REFUSED:
+		node_refused(n, ev->peer, (int)ev->refusal, ev->msg);
 		break;
 	case WK_DONE:
 		n->state = "done";
@@ -675,6 +683,44 @@ node_setup(node *n, char *err)
 	return setup_plan(n, err);
 }
 
+/* A peer's update, checkpoint or claim was refused (by the rounds, or
+ * by the trainer's check): named in the log and the journal of rounds,
+ * and counted against it (strikes.h), which past the threshold
+ * quarantines it. */
+_Static_assert(ROUNDS_REFUSED_UPDATE == (int)STRIKES_UPDATE &&
+    ROUNDS_REFUSED_CHECKPOINT == (int)STRIKES_CHECKPOINT &&
+    ROUNDS_REFUSED_CLAIM == (int)STRIKES_CLAIM &&
+    WK_REFUSED_UPDATE == (int)STRIKES_UPDATE &&
+    WK_REFUSED_CHECKPOINT == (int)STRIKES_CHECKPOINT &&
+    WK_REFUSED_CLAIM == (int)STRIKES_CLAIM,
+    "refusal kinds follow the strikes' kinds");
+
+static void
+node_refused(node *n, int peer, int kind, const char *why)
+{
+	const peers_entry *p;
+
+	if (peer == n->self) {
+		/* our own update, left out by our own check as by the others' */
+		log_warnx("%s (our own update)", why);
+		return;
+	}
+	if (peer < 0 || peer >= n->peers.n || kind < 0 ||
+	    kind >= STRIKES_KINDS) {
+		log_warnx("refused: %s", why);
+		return;
+	}
+	p = &n->peers.v[peer];
+	node_journal(n, "refused %s kind %d: %s", p->addr, kind, why);
+	if (!p->has_id) {
+		/* insecure = yes: no identity to count against */
+		log_warnx("refused from peer %s: %s", p->addr, why);
+		return;
+	}
+	/* strikes logs it, with the count and a quarantine */
+	strikes_note(n->strikes, p->id_text, (strikes_kind)kind, why);
+}
+
 /* The rounds' view of the node. */
 static double
 rounds_now(void *arg)
@@ -696,16 +742,45 @@ rounds_journal(void *arg, const char *line)
 }
 
 static void
-rounds_commit(void *arg, int64_t round, float *avg, float outer_lr,
-    char *ckpt, size_t len)
+rounds_refused(void *arg, int peer, int kind, const char *why)
+{
+	node_refused(arg, peer, kind, why);
+}
+
+static int
+rounds_quarantined(void *arg, int peer)
 {
 	node *n = arg;
 
+	return peer >= 0 && peer < n->peers.n && n->peers.v[peer].has_id &&
+	    strikes_quarantined(n->strikes, n->peers.v[peer].id_text);
+}
+
+static void
+rounds_commit(void *arg, rounds_outcome *ro)
+{
+	node *n = arg;
+	wk_outcome o = { 0 };
+	int i;
+
+	o.round = ro->round;
+	o.count = ro->count;
+	for (i = 0; i < ro->count && i < WK_MAX_MEMBERS; i++) {
+		o.update[i] = ro->update[i];
+		o.replica[i] = ro->replica[i];
+		o.peer[i] = ro->peer[i];
+	}
+	o.outer_lr = ro->outer_lr;
+	o.ckpt = ro->ckpt;
+	o.len = ro->len;
+	o.ckpt_replica = ro->ckpt_replica;
+	o.ckpt_peer = ro->ckpt_peer;
 	if (n->worker != NULL)
-		wk_commit_round(n->worker, round, avg, outer_lr, ckpt, len);
+		wk_commit_round(n->worker, &o);
 	else {
-		free(avg);
-		free(ckpt);
+		for (i = 0; i < o.count; i++)
+			free(o.update[i]);
+		free(o.ckpt);
 	}
 	if (!n->overlap)
 		note_round_time(n);
@@ -732,7 +807,7 @@ start_rounds(node *n, char *err)
 		.chunk = n->cfg.update_chunk,
 		.max_assembly = n->cfg.max_buffered,
 		.ops = { rounds_now, rounds_meter, rounds_journal,
-		    rounds_commit },
+		    rounds_commit, rounds_refused, rounds_quarantined },
 		.arg = n,
 	};
 

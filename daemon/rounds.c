@@ -19,6 +19,17 @@
  * With a lossy encoding, each replica adds to its update what the
  * encoding dropped from the last one it sent (error feedback), until it
  * adopts a checkpoint.
+ * The protocol hands the members' updates to the trainer as they came:
+ * the trainer checks each on the block's held-out cases, leaves out what
+ * makes the share worse, and combines the rest robustly (daemon/verify.h,
+ * kernels/robust.h); it checks a checkpoint before adopting it too.  So a
+ * listed replica that lies (an "over" that is not, a commit that includes
+ * a poisoned update) is caught by each member's own check.  A replica's
+ * "over" is acted on only when it comes from the coordinator, or when we
+ * coordinate; from another member it only means that member has our
+ * update, and the coordinator's answer tells whether the round is over.
+ * A quarantined replica (rounds_ops.quarantined) is neither a member nor
+ * a source of checkpoints.
  * This file keeps the round's state and the requests a replica sends;
  * rounds_serve.c answers the other replicas' requests. */
 #include "config.h"
@@ -32,7 +43,6 @@
 
 #include "daemon/log.h"
 #include "daemon/rounds_private.h"
-#include "kernels/average.h"
 #include "kernels/error.h"
 #include "kernels/feedback.h"
 #include "proto/checkpoint.h"
@@ -129,11 +139,41 @@ meter(rounds *r, int replica, int kind, const hc_result *res)
 	    res->bytes_out);
 }
 
+static const char *peer_addr(const rounds *r, int replica);
+
+/* Neither updates nor a checkpoint: the trainer keeps its weights. */
 static void
-commit(rounds *r, int64_t round, float *avg, char *ckpt, size_t len)
+commit_none(rounds *r, int64_t round)
 {
-	r->cfg.ops.commit(r->cfg.arg, round, avg, avg ? (float)r->cfg.outer_lr :
-	    0.0f, ckpt, len);
+	rounds_outcome o = { 0 };
+
+	o.round = round;
+	o.ckpt_replica = o.ckpt_peer = -1;
+	r->cfg.ops.commit(r->cfg.arg, &o);
+}
+
+int
+rounds__quarantined(const rounds *r, int replica)
+{
+	return replica != r->cfg.replica && r->cfg.ops.quarantined != NULL &&
+	    replica >= 0 && replica < r->cfg.replicas &&
+	    r->cfg.ops.quarantined(r->cfg.arg, r->rep_peer[replica]);
+}
+
+void
+rounds__refused(rounds *r, int replica, int kind, const char *fmt, ...)
+{
+	char why[384];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	log_warnx("round: replica %d (%s): %s", replica, replica >= 0 &&
+	    replica < r->cfg.replicas ? peer_addr(r, replica) : "?", why);
+	if (r->cfg.ops.refused != NULL && replica >= 0 &&
+	    replica < r->cfg.replicas && replica != r->cfg.replica)
+		r->cfg.ops.refused(r->cfg.arg, r->rep_peer[replica], kind, why);
 }
 
 static peers_entry *
@@ -238,7 +278,11 @@ rounds_diverged(rounds *r, int peer, int64_t step, int64_t round,
 	int k = peers_replica_index(r->cfg.peers, peer);
 
 	/* only the same step after the same (real) round can be compared,
-	 * and only the replica of higher index gives way */
+	 * and only the replica of higher index gives way.  Besides two
+	 * coordinators, this heals the rare round where two members' checks
+	 * of the updates (daemon/verify.c) decided differently: scores that
+	 * differ in their last bits on different hardware, for an update at
+	 * the threshold.  The checkpoint it then adopts is checked too. */
 	if (r->cfg.peers->v[peer].block != r->cfg.block || k < 0 ||
 	    k >= r->cfg.replica || r->diverged_from >= 0 ||
 	    r->ckpt_sha256[0] == '\0' || r->ckpt_round <= 0 ||
@@ -283,7 +327,9 @@ rounds_remap(rounds *r)
 			r->rep_peer[k++] = i;
 }
 
-/* The coordinator: the lowest replica index that is up (we count). */
+/* The coordinator: the lowest replica index that is up (we count), and
+ * not quarantined: a replica that quarantined a hostile coordinator
+ * follows the next one. */
 static int
 coordinator(const rounds *r)
 {
@@ -292,7 +338,8 @@ coordinator(const rounds *r)
 	for (k = 0; k < r->cfg.replicas; k++) {
 		const peers_entry *p = replica_peer(r, k);
 
-		if (k == r->cfg.replica || p->state == PEERS_UP)
+		if (k == r->cfg.replica || (p->state == PEERS_UP &&
+		    !rounds__quarantined(r, k)))
 			return k;
 	}
 	return r->cfg.replica;
@@ -448,22 +495,32 @@ end_round(rounds *r)
 	take_early(r);
 }
 
-/* Members' updates in replica order, averaged, to the trainer. */
+/* Members' updates in replica order, as they came, to the trainer,
+ * which checks and combines them. */
 static void
 apply(rounds *r, uint64_t members)
 {
-	const float *list[MAX_REPLICAS];
-	float *avg = malloc(r->count * sizeof(float));
+	rounds_outcome o = { 0 };
 	int k, m = 0;
 
-	if (avg == NULL) {
-		log_warnx("round %" PRId64 ": out of memory", r->round);
-		return;
+	o.round = r->round;
+	o.outer_lr = (float)r->cfg.outer_lr;
+	o.ckpt_replica = o.ckpt_peer = -1;
+	for (k = 0; k < r->cfg.replicas; k++) {
+		if (!(members & (1ULL << k)) || r->delta[k] == NULL)
+			continue;
+		if (rounds__quarantined(r, k)) {
+			log_warnx("round %" PRId64 ": replica %d (%s) is "
+			    "quarantined: its update is left out", r->round, k,
+			    peer_addr(r, k));
+			continue;
+		}
+		o.update[m] = r->delta[k];
+		o.replica[m] = k;
+		o.peer[m++] = r->rep_peer[k];
+		r->delta[k] = NULL;
 	}
-	for (k = 0; k < r->cfg.replicas; k++)
-		if (members & (1ULL << k))
-			list[m++] = r->delta[k];
-	kn_average(avg, list, m, r->count);
+	o.count = m;
 	/* keep this round's updates for followers that lack one */
 	for (k = 0; k < MAX_REPLICAS; k++) {
 		free(r->kept[k]);
@@ -473,11 +530,11 @@ apply(rounds *r, uint64_t members)
 	}
 	r->committed_round = r->round;
 	r->members = members;
-	log_info("round %" PRId64 ": averaged %d of %d replicas", r->round, m,
-	    r->cfg.replicas);
+	log_info("round %" PRId64 ": %d of %d replicas' updates to check and "
+	    "average", r->round, m, r->cfg.replicas);
 	journal(r, "round %" PRId64 " members 0x%llx coordinator %d",
 	    r->round, (unsigned long long)members, coordinator(r));
-	commit(r, r->round, avg, NULL, 0);
+	r->cfg.ops.commit(r->cfg.arg, &o);
 	end_round(r);
 }
 
@@ -521,7 +578,7 @@ on_checkpoint(void *ctx, hc_result *res)
 {
 	struct call c;
 	rounds *r = call_end(ctx, &c);
-	char *body;
+	rounds_outcome o = { 0 };
 
 	if (r == NULL)
 		return;
@@ -535,14 +592,18 @@ on_checkpoint(void *ctx, hc_result *res)
 	}
 	if (r->round < 0 || !r->active)
 		return;
-	body = hc_result_take_body(res);
-	log_info("round %" PRId64 ": left out or behind; adopting the "
-	    "checkpoint of %s (%zu bytes)", r->round,
+	log_info("round %" PRId64 ": left out or behind; the checkpoint of %s "
+	    "(%zu bytes) goes to the trainer to check and adopt", r->round,
 	    peer_addr(r, c.replica), res->body_len);
-	journal(r, "round %" PRId64 " left out: adopted the checkpoint of %s",
+	journal(r, "round %" PRId64 " left out: the checkpoint of %s to adopt",
 	    r->round, peer_addr(r, c.replica));
 	clear_residual(r);
-	commit(r, r->round, NULL, body, res->body_len);
+	o.round = r->round;
+	o.len = res->body_len;
+	o.ckpt = hc_result_take_body(res);
+	o.ckpt_replica = c.replica;
+	o.ckpt_peer = r->rep_peer[c.replica];
+	r->cfg.ops.commit(r->cfg.arg, &o);
 	end_round(r);
 }
 
@@ -555,6 +616,11 @@ catch_up(rounds *r, int k)
 
 	if (r->catching_up || k == r->cfg.replica)
 		return;
+	if (rounds__quarantined(r, k)) {
+		log_warnx("round %" PRId64 ": replica %d (%s) is quarantined: its "
+		    "checkpoint is not fetched", r->round, k, peer_addr(r, k));
+		return;
+	}
 	url_for(r, k, url, sizeof(url), "/v1/blocks/%d/checkpoint",
 	    r->cfg.block);
 	if (send_request(r, k, r->round, "GET", url, NULL, 0, (size_t)1 << 32,
@@ -670,8 +736,21 @@ on_pushed(void *ctx, hc_result *res)
 			if (r->pushed[c.replica] == 2)
 				return;         /* another part said so */
 			log_ahead(r, c.replica, c.round, res);
-			catch_up(r, c.replica);
 			r->pushed[c.replica] = 2;
+			if (rounds__quarantined(r, c.replica))
+				return;
+			/* only the coordinator's word ends our round; when we
+			 * coordinate, a member's, if its status agrees */
+			if (c.replica == coordinator(r))
+				catch_up(r, c.replica);
+			else if (coordinator(r) == r->cfg.replica &&
+			    replica_peer(r, c.replica)->round <= c.round)
+				rounds__refused(r, c.replica, ROUNDS_REFUSED_CLAIM,
+				    "round %" PRId64 ": says the round is over, but "
+				    "its status gives round %" PRId64 ": not taken",
+				    c.round, replica_peer(r, c.replica)->round);
+			else if (coordinator(r) == r->cfg.replica)
+				catch_up(r, c.replica);
 		} else if (c.part >= 0 && now(r) < r->push_at[c.replica]) {
 			/* another part was told so first: one backoff */
 			r->part_state[c.replica][c.part] = 0;
@@ -867,6 +946,8 @@ coordinate(rounds *r, double t)
 	for (i = 0; i < r->cfg.replicas; i++) {
 		const peers_entry *p = replica_peer(r, i);
 
+		if (rounds__quarantined(r, i))
+			continue;       /* neither a member nor waited for */
 		if (r->delta[i] != NULL)
 			members |= 1ULL << i;
 		else if (p->state == PEERS_UP ||
@@ -973,7 +1054,7 @@ rounds_on_update(rounds *r, int64_t round, int64_t step, const float *delta,
 		/* the weights stay our own: the residual corrects nothing */
 		free(sent);
 		clear_residual(r);
-		commit(r, round, NULL, NULL, 0);
+		commit_none(r, round);
 		return;
 	}
 	if (sent != NULL) {

@@ -28,6 +28,29 @@
  * holds that part; it counts as delivered */
 #define ROUNDS_STATE_HAVE "have"
 
+/* What rounds_ops.refused refused, in the order of the strikes' kinds
+ * (daemon/strikes.h) and of the trainer's (wk_refusal). */
+enum {
+	ROUNDS_REFUSED_UPDATE,          /* an update, or a part of one */
+	ROUNDS_REFUSED_CHECKPOINT,      /* a checkpoint to adopt */
+	ROUNDS_REFUSED_CLAIM            /* a step, round or state claimed */
+};
+
+/* A round's outcome, handed on as it came: the protocol does no
+ * arithmetic on the updates (the trainer checks and combines them,
+ * daemon/verify.h). */
+typedef struct rounds_outcome {
+	int64_t round;
+	int count;                              /* the members' updates */
+	float *update[ROUNDS_MAX_REPLICAS];     /* in replica order */
+	int replica[ROUNDS_MAX_REPLICAS];
+	int peer[ROUNDS_MAX_REPLICAS];          /* lines in the peer list */
+	float outer_lr;
+	char *ckpt;                             /* a published checkpoint */
+	size_t len;
+	int ckpt_replica, ckpt_peer;            /* who served it */
+} rounds_outcome;
+
 typedef struct rounds_ops {
 	/* monotonic seconds: deadlines and polls are measured with it */
 	double (*now)(void *arg);
@@ -36,12 +59,18 @@ typedef struct rounds_ops {
 	    uint64_t out);
 	/* one line for the journal of rounds */
 	void (*journal)(void *arg, const char *line);
-	/* The round's outcome, for the trainer (ownership passes): avg, the
-	 * members' averaged update (count floats) to apply with outer_lr;
-	 * or ckpt, a published checkpoint (len bytes) to adopt; or neither,
-	 * keep the local weights. */
-	void (*commit)(void *arg, int64_t round, float *avg, float outer_lr,
-	    char *ckpt, size_t len);
+	/* The round's outcome, for the trainer (the buffers' ownership
+	 * passes): the members' updates (count floats each) to check,
+	 * combine and apply with outer_lr; or ckpt, a published checkpoint
+	 * (len bytes) to check and adopt; or neither, keep the local
+	 * weights. */
+	void (*commit)(void *arg, rounds_outcome *o);
+	/* The peer at index peer refused something (kind ROUNDS_REFUSED_*),
+	 * why for the log; may be NULL. */
+	void (*refused)(void *arg, int peer, int kind, const char *why);
+	/* Whether the peer at index peer is quarantined: its updates are
+	 * refused, its answers not acted on; may be NULL (none is). */
+	int (*quarantined)(void *arg, int peer);
 } rounds_ops;
 
 typedef struct rounds_config {

@@ -83,6 +83,11 @@ int rounds__hold_update(rounds *r, const char *buf, size_t len,
 uint64_t rounds__commit_members(const rounds *r, const hc_result *res);
 /* Drops the updates held for the round after ours. */
 void rounds__drop_early(rounds *r);
+/* Whether replica k is quarantined (rounds_ops.quarantined). */
+int rounds__quarantined(const rounds *r, int replica);
+/* Reports a refusal of replica k's (rounds_ops.refused) and logs it. */
+void rounds__refused(rounds *r, int replica, int kind, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 /* Moves the round on: pushes, polls or commits as the state allows. */
 void rounds__progress(rounds *r);
 

@@ -141,6 +141,9 @@ handle_part(rounds *r, const hs_request *req, hs_response *res,
 	if (rc != 0) {
 		hs_response_text(res, hs_status_of_error(rc), "update refused: "
 		    "%s", err);
+		if (rc == KN_ENUM)
+			rounds__refused(r, p->replica, ROUNDS_REFUSED_UPDATE,
+			    "round %" PRId64 ": update refused: %s", round, err);
 		return;
 	}
 	rp_done(&r->asm_, rep, p->sha256);
@@ -171,6 +174,11 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 		    "it updates", r->cfg.block);
 		return;
 	}
+	if (rounds__quarantined(r, sender)) {
+		hs_response_text(res, 403, "replica %d is quarantined here: its "
+		    "updates are refused until the operator clears it", sender);
+		return;
+	}
 	if ((in_parts = rp_parse(req, &part, err)) < 0) {
 		hs_response_text(res, 400, "part refused: %s", err);
 		return;
@@ -184,10 +192,14 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 	}
 	if (round == current + 1 && !in_parts) {
 		if ((rc = rounds__hold_update(r, req->body, req->body_len,
-		    round, sender, &rep, err)) != 0)
+		    round, sender, &rep, err)) != 0) {
 			hs_response_text(res, hs_status_of_error(rc), "update "
 			    "refused: %s", err);
-		else
+			if (rc == KN_ENUM)
+				rounds__refused(r, sender, ROUNDS_REFUSED_UPDATE,
+				    "round %" PRId64 ": update refused: %s", round,
+				    err);
+		} else
 			hs_response_text(res, 202, "update of replica %d for round "
 			    "%" PRId64 " held: this replica is at round %" PRId64,
 			    rep, round, current);
@@ -208,6 +220,9 @@ handle_post_update(rounds *r, const hs_request *req, hs_response *res,
 	    sender, &rep, err)) != 0) {
 		hs_response_text(res, hs_status_of_error(rc), "update refused: "
 		    "%s", err);
+		if (rc == KN_ENUM)
+			rounds__refused(r, sender, ROUNDS_REFUSED_UPDATE,
+			    "round %" PRId64 ": update refused: %s", round, err);
 		return;
 	}
 	if (r->round < 0)

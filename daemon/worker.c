@@ -19,11 +19,7 @@
 
 /* The loop's answer to WK_ROUND_READY, queued to the thread. */
 struct commit {
-	int64_t round;
-	float *avg;             /* owned */
-	float lr;
-	char *ckpt;             /* owned */
-	size_t len;
+	wk_outcome o;           /* its buffers owned */
 	lt_item link;
 };
 
@@ -40,8 +36,11 @@ wk_event_free(wk_event *ev)
 static void
 commit_free(struct commit *cm)
 {
-	free(cm->avg);
-	free(cm->ckpt);
+	int i;
+
+	for (i = 0; i < cm->o.count; i++)
+		free(cm->o.update[i]);
+	free(cm->o.ckpt);
 	free(cm);
 }
 
@@ -115,35 +114,6 @@ post_checkpoint(wk_worker *w, wk_event_kind kind, int64_t step,
 	return wk__post_file(w, kind, path, step, round, err);
 }
 
-/* Adopts a published checkpoint: its weights, step and round. */
-static int
-adopt_checkpoint(wk_worker *w, tr_trainer *t, const char *buf, size_t len,
-    char *err)
-{
-	kn_model *m = tr_trainer_model(t);
-	size_t n = kn_model_num_params(m);
-	float *params = malloc(n * sizeof(float));
-	pr_ckpt_meta expect = { 0 }, got;
-	const kn_tensor *tab;
-	int count, rc;
-
-	if (params == NULL)
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	snprintf(expect.run_id, sizeof(expect.run_id), "%s", w->o.train.run_id);
-	expect.block = w->o.train.block;
-	snprintf(expect.kind, sizeof(expect.kind), "block");
-	tab = kn_model_tensors(m, &count);
-	rc = pr_ckpt_decode(buf, len, &expect, tab, count, params, &got, err);
-	if (rc == 0)
-		rc = kn_model_set_params(m, params, err);
-	if (rc == 0) {
-		tr_trainer_set_step(t, got.step);
-		tr_trainer_set_round(t, got.round);
-	}
-	free(params);
-	return rc;
-}
-
 /* The loop's answer for round: the last one queued, or NULL when a stop
  * comes first.  Answers for other rounds are stale and dropped. */
 static struct commit *
@@ -158,7 +128,7 @@ wait_commit(wk_worker *w, int64_t round)
 		for (; item != NULL; item = next) {
 			next = item->next;
 			cm = LT_CONTAINER(item, struct commit, link);
-			if (cm->round != round)
+			if (cm->o.round != round)
 				commit_free(cm);
 			else {
 				if (found != NULL)
@@ -230,9 +200,9 @@ take_commits(struct overlap *ov, lt_item *item)
 	for (; item != NULL; item = next) {
 		next = item->next;
 		cm = LT_CONTAINER(item, struct commit, link);
-		if (cm->round == CLOSING_ROUND)
+		if (cm->o.round == CLOSING_ROUND)
 			ov->closing = 1;
-		if (ov->round < 0 || cm->round != ov->round) {
+		if (ov->round < 0 || cm->o.round != ov->round) {
 			commit_free(cm);
 			continue;
 		}
@@ -353,11 +323,25 @@ overlap_apply(wk_worker *w, struct training *tg, struct commit *cm,
 	size_t n = kn_model_num_params(m);
 	struct overlap *ov = &tg->ov;
 	int64_t round = ov->round;
+	float *avg = NULL;
 	int rc = 1;
 
 	ov->round = -1;
-	if (cm != NULL && cm->avg != NULL) {
-		kn_outer_step(tg->start, cm->avg, cm->lr, n);
+	if (cm != NULL && cm->o.count > 0 &&
+	    (avg = malloc(n * sizeof(float))) == NULL) {
+		commit_free(cm);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	if (avg != NULL &&
+	    (rc = wk__check_round(w, m, tg->start, &cm->o, avg, err)) != 0) {
+		free(avg);
+		commit_free(cm);
+		return rc;
+	}
+	if (avg != NULL) {
+		kn_outer_step(tg->start, avg, cm->o.outer_lr, n);
+		free(avg);
+		wk__round_synced(w);
 		tg->start_step = ov->sent_step;
 		tg->start_round = round + 1;
 		if (tr_trainer_steps(tg->t) == ov->sent_step)
@@ -367,14 +351,16 @@ overlap_apply(wk_worker *w, struct training *tg, struct commit *cm,
 			kn_outer_rebase(ov->local, tg->start, ov->sent, n);
 			rc = kn_model_set_params(m, ov->local, err);
 		}
-	} else if (cm != NULL && cm->ckpt != NULL) {
-		if ((rc = adopt_checkpoint(w, tg->t, cm->ckpt, cm->len,
-		    err)) == 0)
+	} else if (cm != NULL && cm->o.ckpt != NULL) {
+		/* adopted or refused, this boundary sends nothing */
+		if ((rc = wk__adopt(w, tg->t, &cm->o, err)) == 0)
 			rc = 1;
+		else if (rc == 1)
+			tr_trainer_set_round(tg->t, round);
 	} else if (cm != NULL) {
 		tr_trainer_set_round(tg->t, round);
 	}
-	if (cm != NULL && cm->avg == NULL && rc == 1) {
+	if (cm != NULL && cm->o.count == 0 && rc == 1) {
 		kn_model_get_params(m, tg->start);
 		tg->start_step = tr_trainer_steps(tg->t);
 		tg->start_round = tr_trainer_round(tg->t);
@@ -403,7 +389,12 @@ round_update(tr_trainer *t, const float *start, const float *local,
 	return ev;
 }
 
-/* Hands our update to the loop and waits for the round's outcome. */
+/* Hands our update to the loop and waits for the round's outcome: the
+ * members' updates, checked and combined (worker_check.c), or a
+ * checkpoint to adopt.  A checkpoint refused leaves the local weights
+ * and the round as they were, as a round without outcome does: the next
+ * boundary offers the same round again, and a replica that really is
+ * behind then hears so from the others. */
 static int
 run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 {
@@ -419,18 +410,28 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	kn_model_get_params(m, local);
 	ev = round_update(t, start, local, n);
-	free(local);
-	if (ev == NULL)
+	wk__round_trained(w);
+	if (ev == NULL) {
+		free(local);
 		return kn_error(err, KN_ENOMEM, "out of memory");
-	wk__post(w, ev);
-	if ((cm = wait_commit(w, round)) != NULL && cm->avg != NULL) {
-		kn_outer_step(start, cm->avg, cm->lr, n);
-		rc = kn_model_set_params(m, start, err);
-		if (rc == 0)
-			tr_trainer_set_round(t, round + 1);
-	} else if (cm != NULL && cm->ckpt != NULL) {
-		rc = adopt_checkpoint(w, t, cm->ckpt, cm->len, err);
 	}
+	wk__post(w, ev);
+	if ((cm = wait_commit(w, round)) != NULL && cm->o.count > 0) {
+		/* local is the combination's room now */
+		rc = wk__check_round(w, m, start, &cm->o, local, err);
+		if (rc == 0) {
+			kn_outer_step(start, local, cm->o.outer_lr, n);
+			rc = kn_model_set_params(m, start, err);
+		}
+		if (rc == 0) {
+			tr_trainer_set_round(t, round + 1);
+			wk__round_synced(w);
+		}
+	} else if (cm != NULL && cm->o.ckpt != NULL) {
+		if ((rc = wk__adopt(w, t, &cm->o, err)) == 1)
+			rc = KN_OK;
+	}
+	free(local);
 	if (cm != NULL)
 		commit_free(cm);
 	kn_model_get_params(m, start);
@@ -454,6 +455,7 @@ overlap_round(wk_worker *w, struct training *tg, char *err)
 	 * blocking round */
 	if (ov->round >= 0 && ov->held == NULL)
 		post_progress(w, tg);
+	wk__round_trained(w);
 	if (ov->round >= 0 &&
 	    (rc = overlap_apply(w, tg, await_round(w, ov), err)) != 0)
 		return rc < 0 ? rc : KN_OK;
@@ -495,7 +497,7 @@ static int
 training_open(wk_worker *w, struct training *tg)
 {
 	const wk_opts *o = &w->o;
-	char err[KN_ERR_LEN];
+	char err[KN_ERR_LEN], path[PR_PATH_LEN + 32];
 	const char *removed;
 	size_t n;
 
@@ -534,6 +536,13 @@ training_open(wk_worker *w, struct training *tg)
 	kn_model_get_params(tr_trainer_model(tg->t), tg->start);
 	tg->start_step = tr_trainer_steps(tg->t);
 	tg->start_round = tr_trainer_round(tg->t);
+	/* the peers' updates and checkpoints are checked on the held-out
+	 * split; without it, only combined robustly */
+	tr_model_path(path, sizeof(path), o->train.dir, o->train.kind,
+	    o->train.block, "ckpt");
+	if (wk__check_open(w, tr_trainer_model(tg->t), tg->have_valid ?
+	    &tg->valid : NULL, tg->lo, tg->hi, path, err) != 0)
+		return wk__post_error(w, "training", err);
 	return 0;
 }
 
@@ -852,6 +861,7 @@ run_then_end(lt_thread *lt, void *arg)
 		wk__run_soma(lt, arg);
 	else
 		run(lt, arg);
+	wk__check_close(w);
 	pthread_mutex_lock(&w->hold_lock);
 	w->ended = 1;
 	pthread_cond_broadcast(&w->hold_moved);
@@ -916,19 +926,25 @@ wk_stop(wk_worker *w)
 }
 
 void
-wk_commit_round(wk_worker *w, int64_t round, float *avg, float outer_lr,
-    char *ckpt, size_t len)
+wk_commit_round(wk_worker *w, wk_outcome *o)
 {
 	struct commit *cm = calloc(1, sizeof(*cm));
 
 	if (cm == NULL)
-		abort();	/* a few dozen bytes: nothing to recover */
-	cm->round = round;
-	cm->avg = avg;
-	cm->lr = outer_lr;
-	cm->ckpt = ckpt;
-	cm->len = len;
+		abort();	/* a kilobyte: nothing to recover */
+	cm->o = *o;
+	if (cm->o.count < 0 || cm->o.count > WK_MAX_MEMBERS)
+		cm->o.count = 0;
 	lt_submit(w->lt, &cm->link);
+}
+
+void
+wk_commit_none(wk_worker *w, int64_t round)
+{
+	wk_outcome o = { 0 };
+
+	o.round = round;
+	wk_commit_round(w, &o);
 }
 
 static void
@@ -949,6 +965,6 @@ wk_close(wk_worker *w, void (*done)(void *arg), void *arg)
 	w->closed = done;
 	w->closed_arg = arg;
 	/* for a thread that waits for its round in flight after a stop */
-	wk_commit_round(w, CLOSING_ROUND, NULL, 0, NULL, 0);
+	wk_commit_none(w, CLOSING_ROUND);
 	lt_close(w->lt, on_closed, w);
 }

@@ -30,7 +30,7 @@ typedef enum {
 	WK_ERROR,               /* msg; the thread has ended */
 	WK_HELDOUT,             /* SOMA: step, buf/len: the held-out
 	                         * message (proto/heldout.h) */
-	WK_ROLLED_BACK          /* a non-finite loss, or weights that failed
+	WK_ROLLED_BACK,         /* a non-finite loss, or weights that failed
 	                         * the health check of a checkpoint: the
 	                         * weights went back to the last good
 	                         * checkpoint and training goes on.  step:
@@ -39,7 +39,23 @@ typedef enum {
 	                         * weights held, -1 with one replica;
 	                         * ckpt_step, ckpt_round: the checkpoint
 	                         * taken; msg: why */
+	WK_CHECKED,             /* round, count, msg: what the check of a
+	                         * round's updates found, for the log */
+	WK_REFUSED              /* round, peer, refusal, msg: the check of
+	                         * a round left out a peer's update, or a
+	                         * peer's checkpoint was refused */
 } wk_event_kind;
+
+/* What WK_REFUSED refused, in the order of the strikes' kinds
+ * (daemon/strikes.h) and of rounds_ops.refused. */
+typedef enum {
+	WK_REFUSED_UPDATE,      /* its update made the share worse */
+	WK_REFUSED_CHECKPOINT,  /* its checkpoint was worse than ours */
+	WK_REFUSED_CLAIM        /* its checkpoint's step or round is not
+	                         * one the rounds so far allow */
+} wk_refusal;
+
+#define WK_MAX_MEMBERS 64
 
 typedef struct wk_event {
 	wk_event_kind kind;
@@ -57,8 +73,26 @@ typedef struct wk_event {
 	float *delta;           /* owned by the event */
 	size_t count;
 	char msg[256];
+	int peer;               /* WK_REFUSED: the peer's line in the list */
+	wk_refusal refusal;
 	lt_item link;           /* in the queue to the loop */
 } wk_event;
+
+/* A round's outcome for the trainer: the members' updates, to check
+ * (daemon/verify.h), combine robustly and apply with outer_lr; or ckpt,
+ * a checkpoint published by a peer, to check and adopt; or neither,
+ * keep the local weights. */
+typedef struct wk_outcome {
+	int64_t round;
+	int count;                              /* members' updates */
+	float *update[WK_MAX_MEMBERS];          /* owned; replica order */
+	int replica[WK_MAX_MEMBERS];
+	int peer[WK_MAX_MEMBERS];               /* lines in the peer list */
+	float outer_lr;
+	char *ckpt;                             /* owned */
+	size_t len;
+	int ckpt_replica, ckpt_peer;            /* who served it */
+} wk_outcome;
 
 typedef struct {
 	tr_opts train;    /* spec, run id, dir, block, replica, steps */
@@ -92,13 +126,17 @@ int wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
 /* Asks the thread to stop at the next step boundary; it writes the
  * checkpoint and sends WK_STOPPED. */
 void wk_stop(wk_worker *w);
-/* After WK_ROUND_READY: the round's outcome, taken over by the thread.
- * Either avg, the members' averaged update (count floats), applied as
- * theta = theta_start - outer_lr * avg; or ckpt, a published checkpoint
- * (len bytes) to adopt with its step and round, for a replica that was
- * left out of the round or is behind. */
-void wk_commit_round(wk_worker *w, int64_t round, float *avg,
-    float outer_lr, char *ckpt, size_t len);
+/* After WK_ROUND_READY: the round's outcome (o is copied, its buffers
+ * taken over by the thread).  The members' updates are checked on the
+ * block's held-out cases and those kept combined robustly, applied as
+ * theta = theta_start - outer_lr * combination; a checkpoint (for a
+ * replica left out of the round or behind) is adopted with its step
+ * and round only if they are ones the rounds so far allow and its share
+ * is not worse than ours.  Each refusal comes back as WK_REFUSED. */
+void wk_commit_round(wk_worker *w, wk_outcome *o);
+/* The same with neither updates nor checkpoint: keep the local
+ * weights. */
+void wk_commit_none(wk_worker *w, int64_t round);
 /* A compute probe (probe.h) measures the device alone, so training
  * waits meanwhile.  On the probe's thread, never the loop's: wk_hold asks
  * the trainer to wait at its next step boundary, wk_wait_held blocks

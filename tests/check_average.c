@@ -2,7 +2,11 @@
  * thread or several, the sum taken in index order (checked bit for bit
  * against a plain loop and within float rounding of a double sum), and
  * the outer-step and update arithmetic, and the rebase of overlapped
- * rounds. */
+ * rounds.  The robust combination (kernels/robust.h): honest updates
+ * come out as their mean, a poisoned one (noise of sigma 100, every
+ * value 1e30, a real update's sign flipped and times 10) moves the
+ * result no further than an honest one could, and the bits do not
+ * depend on the thread count. */
 #include "config.h"
 
 #include <check.h>
@@ -12,7 +16,9 @@
 #include <string.h>
 
 #include "kernels/average.h"
+#include "kernels/error.h"
 #include "kernels/pool.h"
+#include "kernels/robust.h"
 #include "tests/testutil.h"
 
 /* Several pool tasks of 16384 elements and a ragged end. */
@@ -309,6 +315,205 @@ START_TEST(test_outer_rebase)
 }
 END_TEST
 
+/* Robust combination.  Honest updates: a shared direction plus each
+ * replica's own noise, as replicas of one round are. */
+#define RN (2 * 16384 + 333)
+#define RMAX 6
+
+static float *honest[RMAX], *poison;
+
+static void
+robust_setup(void)
+{
+	float *base = tu_alloc_fill(RN, -1.0f, 1.0f, 41);
+	size_t i;
+	int k;
+
+	ck_assert_ptr_nonnull(base);
+	for (k = 0; k < RMAX; k++) {
+		honest[k] = tu_alloc_fill(RN, -0.5f, 0.5f, 50 + (uint64_t)k);
+		ck_assert_ptr_nonnull(honest[k]);
+		for (i = 0; i < RN; i++)
+			honest[k][i] = 1e-3f * (base[i] + honest[k][i]);
+	}
+	free(base);
+	poison = alloc_floats(RN);
+}
+
+static void
+robust_teardown(void)
+{
+	int k;
+
+	for (k = 0; k < RMAX; k++)
+		free(honest[k]);
+	free(poison);
+	ck_assert_int_eq(kn_pool_init(0, NULL), 0);
+}
+
+/* |a - b| */
+static double
+distance(const float *a, const float *b, size_t n)
+{
+	double s = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+	return sqrt(s);
+}
+
+static void
+plain_mean(float *out, const float *const *u, int m)
+{
+	size_t i;
+	int k;
+
+	for (i = 0; i < RN; i++) {
+		double s = 0;
+
+		for (k = 0; k < m; k++)
+			s += u[k][i];
+		out[i] = (float)(s / m);
+	}
+}
+
+/* Honest updates alone come out as their mean, none clipped for its
+ * norm: to float rounding with one or two, within 0.2 % with three or
+ * more, where CenteredClip pulls the farthest in a little. */
+START_TEST(test_robust_honest_is_mean)
+{
+	float *out = alloc_floats(RN), *mean = alloc_floats(RN);
+	char err[KN_ERR_LEN];
+	kn_robust_info info;
+	int m;
+
+	for (m = 1; m <= RMAX; m++) {
+		ck_assert_int_eq(kn_robust_combine(out, (const float *const *)
+		    honest, m, RN, &info, err), 0);
+		ck_assert_int_eq(info.clipped, 0);
+		ck_assert_int_eq(info.centered, m >= 3);
+		plain_mean(mean, (const float *const *)honest, m);
+		if (m < 3)
+			ck_assert_double_le(tu_max_rel_err(out, mean, RN, 1e-6),
+			    1e-6);
+		else
+			/* CenteredClip pulls the farthest in a little */
+			ck_assert_double_le(distance(out, mean, RN), 2e-3 *
+			    kn_robust_norm(mean, RN));
+	}
+	free(out);
+	free(mean);
+}
+END_TEST
+
+enum { SIGMA100, HUGE, FLIPPED, POISONS };
+
+static void
+make_poison(int kind, const float *real)
+{
+	size_t i;
+	float *g = tu_alloc_fill(RN, -1.0f, 1.0f, 99);
+
+	ck_assert_ptr_nonnull(g);
+	for (i = 0; i < RN; i++)
+		/* uniform of sigma 100: as far as a Gaussian's norm goes */
+		poison[i] = kind == SIGMA100 ? 173.2f * g[i] :
+		    kind == HUGE ? 1e30f : -10.0f * real[i];
+	free(g);
+}
+
+/* One poisoned update among m - 1 honest ones moves the result from the
+ * honest updates' mean by no more than an honest update's norm times
+ * KN_ROBUST_CLIP over m (the clipped poison's share of a mean), and with
+ * three or more, by less than a quarter of an honest norm. */
+START_TEST(test_robust_poison_bounded)
+{
+	const float *u[RMAX];
+	float *out = alloc_floats(RN), *mean = alloc_floats(RN);
+	char err[KN_ERR_LEN];
+	kn_robust_info info;
+	double hn = 0, d, plain;
+	int kind, m, k;
+
+	for (k = 0; k < RMAX; k++)
+		if (kn_robust_norm(honest[k], RN) > hn)
+			hn = kn_robust_norm(honest[k], RN);
+	for (kind = 0; kind < POISONS; kind++) {
+		for (m = 2; m <= RMAX; m++) {
+			make_poison(kind, honest[0]);
+			for (k = 0; k < m - 1; k++)
+				u[k] = honest[k];
+			u[m - 1] = poison;
+			plain_mean(mean, u, m - 1);
+			ck_assert_int_eq(kn_robust_combine(out, u, m, RN, &info,
+			    err), 0);
+			ck_assert_int_eq(info.clipped, 1);
+			d = distance(out, mean, RN);
+			plain = kind == HUGE ? 1e30 * sqrt(RN) / m :
+			    distance(poison, mean, RN) / m;
+			ck_assert_msg(d <= (KN_ROBUST_CLIP + 1) * hn / m * 1.0001,
+			    "poison %d, %d updates: moved %g, an honest norm is %g",
+			    kind, m, d, hn);
+			if (m >= 3)
+				ck_assert_msg(d < 0.25 * hn, "poison %d, %d updates: "
+				    "moved %g, an honest norm is %g", kind, m, d, hn);
+			ck_assert_double_lt(d, plain);
+		}
+	}
+	free(out);
+	free(mean);
+}
+END_TEST
+
+/* The same bits with one thread or several, poison included. */
+START_TEST(test_robust_thread_count_independent)
+{
+	const float *u[4] = { honest[0], honest[1], honest[2], poison };
+	float *out[4];
+	char err[KN_ERR_LEN];
+	int threads, m, k;
+
+	make_poison(SIGMA100, honest[0]);
+	for (m = 2; m <= 4; m++) {
+		for (threads = 1; threads <= 4; threads++) {
+			ck_assert_int_eq(kn_pool_init(threads, NULL), 0);
+			out[threads - 1] = alloc_floats(RN);
+			ck_assert_int_eq(kn_robust_combine(out[threads - 1],
+			    u + 4 - m, m, RN, NULL, err), 0);
+		}
+		for (k = 1; k < 4; k++)
+			ck_assert_int_eq(memcmp(out[0], out[k], RN *
+			    sizeof(float)), 0);
+		for (k = 0; k < 4; k++)
+			free(out[k]);
+	}
+}
+END_TEST
+
+START_TEST(test_robust_refuses)
+{
+	const float *u[2] = { honest[0], poison };
+	float *out = alloc_floats(RN);
+	char err[KN_ERR_LEN];
+
+	memcpy(poison, honest[1], RN * sizeof(float));
+	poison[RN / 2] = NAN;
+	ck_assert_int_eq(kn_robust_combine(out, u, 2, RN, NULL, err),
+	    KN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "not finite"));
+	ck_assert_int_eq(kn_robust_combine(out, u, 0, RN, NULL, err),
+	    KN_EINVAL);
+	ck_assert_int_eq(kn_robust_combine(out, u, KN_ROBUST_MAX + 1, RN, NULL,
+	    err), KN_EINVAL);
+	/* a zero update alone is its own result */
+	memset(poison, 0, RN * sizeof(float));
+	ck_assert_int_eq(kn_robust_combine(out, u + 1, 1, RN, NULL, err), 0);
+	ck_assert_double_eq(kn_robust_norm(out, RN), 0);
+	free(out);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -323,6 +528,14 @@ main(void)
 	tcase_add_test(tc, test_edges);
 	tcase_add_test(tc, test_outer_step);
 	tcase_add_test(tc, test_outer_rebase);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("robust");
+	tcase_add_checked_fixture(tc, robust_setup, robust_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_robust_honest_is_mean);
+	tcase_add_test(tc, test_robust_poison_bounded);
+	tcase_add_test(tc, test_robust_thread_count_independent);
+	tcase_add_test(tc, test_robust_refuses);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -72,6 +72,9 @@ struct replica {
 	int parts_from[NREP];           /* of them, parts */
 	int fetches_from[NREP];         /* GETs of an update it answered */
 	int refuse_from[NREP];          /* a partition: 503 to these */
+	int quarantined[NREP];          /* rounds_ops.quarantined says so */
+	int lies_over;                  /* answers every update "over" */
+	int refused[NREP];              /* rounds_ops.refused, by replica */
 };
 
 static uv_loop_t loop;
@@ -112,6 +115,28 @@ on_meter(void *arg, int peer, int kind, uint64_t in, uint64_t out)
 }
 
 static void
+on_refused(void *arg, int peer, int kind, const char *why)
+{
+	struct replica *x = arg;
+	int k = replica_of_peer(x, peer);
+
+	(void)why;
+	ck_assert_int_ge(k, 0);
+	ck_assert_int_ge(kind, ROUNDS_REFUSED_UPDATE);
+	ck_assert_int_le(kind, ROUNDS_REFUSED_CLAIM);
+	x->refused[k]++;
+}
+
+static int
+on_quarantined(void *arg, int peer)
+{
+	struct replica *x = arg;
+	int k = replica_of_peer(x, peer);
+
+	return k >= 0 && x->quarantined[k];
+}
+
+static void
 on_journal(void *arg, const char *line)
 {
 	struct replica *x = arg;
@@ -128,21 +153,39 @@ sha_of(const struct replica *x, char hex[65])
 	    sizeof(x->theta), hex, err), 0);
 }
 
-/* What the trainer does with the outcome: the outer step, or the adopted
- * checkpoint; then it reports its new checkpoint to the rounds. */
+/* What the trainer does with the outcome: the outer step with the plain
+ * mean of the members' updates (the protocol's part ends at handing
+ * them on: the checks and the robust combination are the trainer's,
+ * tests/check_verify.c), or the adopted checkpoint; then it reports its
+ * new checkpoint to the rounds. */
 static void
-on_commit(void *arg, int64_t round, float *avg, float lr, char *ckpt,
-    size_t len)
+on_commit(void *arg, rounds_outcome *o)
 {
 	struct replica *x = arg;
-	char hex[65];
+	const float *list[NREP];
+	float *avg = NULL, lr = o->outer_lr;
+	char hex[65], *ckpt = o->ckpt;
+	size_t len = o->len;
 	int i;
 
+	ck_assert_int_le(o->count, NREP);
 	x->commits++;
+	if (o->count > 0) {
+		avg = malloc(sizeof(x->theta));
+		ck_assert_ptr_nonnull(avg);
+		for (i = 0; i < o->count; i++) {
+			list[i] = o->update[i];
+			ck_assert_int_eq(replica_of_peer(x, o->peer[i]),
+			    o->replica[i]);
+		}
+		kn_average(avg, list, o->count, COUNT);
+		for (i = 0; i < o->count; i++)
+			free(o->update[i]);
+	}
 	if (avg != NULL) {
 		for (i = 0; i < COUNT; i++)
 			x->theta[i] -= lr * avg[i];
-		x->round = round + 1;
+		x->round = o->round + 1;
 		x->avg_commits++;
 	} else if (ckpt != NULL) {
 		ck_assert_uint_eq(len, CKPT_HEAD + sizeof(x->theta));
@@ -151,7 +194,7 @@ on_commit(void *arg, int64_t round, float *avg, float lr, char *ckpt,
 		memcpy(x->theta, ckpt + CKPT_HEAD, sizeof(x->theta));
 		x->ckpt_commits++;
 	} else {
-		x->round = round + 1;
+		x->round = o->round + 1;
 		x->none_commits++;
 	}
 	free(avg);
@@ -191,6 +234,11 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 	if (from >= 0 && strcmp(req->method, "GET") == 0 &&
 	    strstr(req->path, "/updates/") != NULL)
 		x->fetches_from[from]++;
+	if (x->lies_over && strcmp(req->method, "POST") == 0) {
+		hs_response_text(res, 409, "round is over; fetch the checkpoint");
+		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_OVER);
+		return;
+	}
 	if (strcmp(req->path, "/v1/blocks/1/checkpoint") == 0) {
 		char *body = malloc(CKPT_HEAD + sizeof(x->theta));
 
@@ -321,7 +369,8 @@ setup(void)
 			.outer_lr = OUTER_LR, .peer_timeout_ms = 2000,
 			.streams = setup_streams, .chunk = setup_chunk,
 			.max_assembly = setup_max_assembly,
-			.ops = { fake_now, on_meter, on_journal, on_commit },
+			.ops = { fake_now, on_meter, on_journal, on_commit, on_refused,
+		    on_quarantined },
 			.arg = &rep[k],
 		};
 
@@ -550,7 +599,7 @@ START_TEST(test_deadline_and_catch_up)
 	ck_assert_int_eq(rep[2].ckpt_commits, 1);
 	ck_assert_int_eq(rep[2].round, 1);
 	assert_same_weights(0, 2);
-	ck_assert_msg(strstr(rep[2].journal, "round 0 left out: adopted the "
+	ck_assert_msg(strstr(rep[2].journal, "round 0 left out: the "
 	    "checkpoint of ") == rep[2].journal &&
 	    strstr(rep[2].journal, rep[0].addr) != NULL, "journal: %s",
 	    rep[2].journal);
@@ -887,7 +936,8 @@ START_TEST(test_out_of_memory_is_503)
 		.count = (size_t)1 << 61, .enc = PR_ENC_F32,
 		.round_deadline = DEADLINE, .outer_lr = OUTER_LR,
 		.peer_timeout_ms = 2000,
-		.ops = { fake_now, on_meter, on_journal, on_commit },
+		.ops = { fake_now, on_meter, on_journal, on_commit, on_refused,
+		    on_quarantined },
 		.arg = &rep[2],
 	};
 	struct answer a;
@@ -1088,7 +1138,8 @@ START_TEST(test_assembly_budget)
 		.run_id = RUN_ID, .advertise = rep[2].addr, .count = COUNT,
 		.enc = PR_ENC_F32, .round_deadline = DEADLINE,
 		.outer_lr = OUTER_LR, .peer_timeout_ms = 2000,
-		.ops = { fake_now, on_meter, on_journal, on_commit },
+		.ops = { fake_now, on_meter, on_journal, on_commit, on_refused,
+		    on_quarantined },
 		.arg = &rep[2],
 	};
 	char err[KN_ERR_LEN], sha0[65], sha1[65], *u0, *u1;
@@ -1113,6 +1164,71 @@ START_TEST(test_assembly_budget)
 END_TEST
 
 /* ---- lossy encodings and error feedback ---- */
+
+/* A member that answers every update "over" and serves an all-zero
+ * checkpoint stamped step 200000 takes over no one: the follower waits
+ * for the coordinator's word, and the coordinator, whose view of the
+ * liar's status says it is not ahead, refuses the claim and names it.
+ * Both average the round; neither adopts the checkpoint. */
+static int
+liar_was_told(void)
+{
+	return rep[2].posts_from[0] > 0 && rep[2].posts_from[1] > 0 &&
+	    rep[0].refused[2] > 0;
+}
+
+START_TEST(test_false_over_not_taken)
+{
+	float theta0[COUNT], want[COUNT];
+	int k;
+
+	rep[2].lies_over = 1;
+	memset(rep[2].theta, 0, sizeof(rep[2].theta));
+	rep[2].step = 200000;
+	rep[2].round = 4000;
+	memcpy(theta0, rep[0].theta, sizeof(theta0));
+	send_update(0);
+	send_update(1);
+	ck_assert(run_until(liar_was_told));
+	/* the liar sends no update: the round closes at its deadline */
+	skew += DEADLINE + 1;
+	wait_commits(1, 1, 0);
+	expected_after(theta0, 3, 0, want);
+	for (k = 0; k < 2; k++) {
+		ck_assert_int_eq(rep[k].ckpt_commits, 0);
+		ck_assert_int_eq(rep[k].avg_commits, 1);
+		ck_assert_int_eq(rep[k].round, 1);
+		ck_assert(memcmp(rep[k].theta, want, sizeof(want)) == 0);
+	}
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
+}
+END_TEST
+
+/* A quarantined replica is neither waited for nor a member, and its
+ * updates are refused with 403. */
+START_TEST(test_quarantined_left_out)
+{
+	float theta0[COUNT], want[COUNT];
+	int k;
+
+	for (k = 0; k < 2; k++)
+		rep[k].quarantined[2] = 1;
+	memcpy(theta0, rep[0].theta, sizeof(theta0));
+	for (k = 0; k < NREP; k++)
+		send_update(k);
+	/* no deadline to wait out: the coordinator does not wait for 2 */
+	wait_commits(1, 1, 1);
+	expected_after(theta0, 3, 0, want);
+	for (k = 0; k < 2; k++) {
+		ck_assert_int_eq(rep[k].avg_commits, 1);
+		ck_assert(memcmp(rep[k].theta, want, sizeof(want)) == 0);
+	}
+	ck_assert_str_eq(rep[0].journal, "round 0 members 0x3 coordinator 0");
+	/* left out, replica 2 adopts the coordinator's checkpoint */
+	ck_assert_int_eq(rep[2].ckpt_commits, 1);
+	assert_same_weights(0, 2);
+}
+END_TEST
 
 static void
 setup_with(pr_encoding enc, pr_compression comp, int streams, size_t chunk)
@@ -1300,6 +1416,8 @@ main(void)
 	tcase_add_test(tc, test_behind_then_member);
 	tcase_add_test(tc, test_slow_link_sent_once);
 	tcase_add_test(tc, test_assembly_budget);
+	tcase_add_test(tc, test_false_over_not_taken);
+	tcase_add_test(tc, test_quarantined_left_out);
 	suite_add_tcase(s, tc);
 	/* the same rounds with updates in parts end on the same weights */
 	tcase_add_checked_fixture(streams, setup_streams4, teardown);
