@@ -136,12 +136,13 @@ solo_candidate(const float *start, const float *u, double scale, float lr,
 }
 
 /* Each update's clipping factor in the combination of all of them
- * (kernels/robust.h: KN_ROBUST_CLIP times the lower median norm). */
+ * (kernels/robust.h: KN_ROBUST_CLIP times the lower median norm), and
+ * its norm over that lower median (ratio). */
 static void
 clip_scales(const float *const *updates, int count, size_t n,
-    double *scale)
+    double *scale, double *ratio)
 {
-	double norm[VF_MAX], sorted[VF_MAX], x, bound;
+	double norm[VF_MAX], sorted[VF_MAX], x, bound, median;
 	int i, k;
 
 	for (i = 0; i < count; i++) {
@@ -151,9 +152,35 @@ clip_scales(const float *const *updates, int count, size_t n,
 			sorted[k] = sorted[k - 1];
 		sorted[k] = x;
 	}
-	bound = KN_ROBUST_CLIP * sorted[(count - 1) / 2];
-	for (i = 0; i < count; i++)
+	median = sorted[(count - 1) / 2];
+	bound = KN_ROBUST_CLIP * median;
+	for (i = 0; i < count; i++) {
 		scale[i] = norm[i] > bound ? bound / norm[i] : 1.0;
+		ratio[i] = median > 0 ? norm[i] / median : 0;
+	}
+}
+
+/* With VF_OUTLIER_MIN updates or more, the lower median norm is an
+ * honest one's, so an update VF_OUTLIER times beyond it is nobody's
+ * honest work: it is left out before any scoring (clipping alone would
+ * bound it, but its sender is named).  With two, either may be the
+ * outlier, and the scores decide.  Returns the mask of those kept. */
+static uint64_t
+outliers(const double *ratio, int count, vf_verdict *v)
+{
+	uint64_t keep = count >= 64 ? ~0ULL : (1ULL << count) - 1;
+	int i;
+
+	if (count < VF_OUTLIER_MIN)
+		return keep;
+	for (i = 0; i < count; i++)
+		if (ratio[i] > VF_OUTLIER) {
+			v->of[i].refused = 1;
+			v->of[i].outlier = ratio[i];
+			v->left_out |= 1ULL << i;
+			keep &= ~(1ULL << i);
+		}
+	return keep;
 }
 
 /* theta = start - lr * (robust combination of the updates whose bit is
@@ -218,7 +245,7 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	bt_eval_set set = { sc->windows, BT_EVAL_STRATA };
 	uint64_t key = vf_case_key(sc->run_id, sc->block, round);
 	uint64_t all = count >= 64 ? ~0ULL : (1ULL << count) - 1, keep;
-	double t0 = kn_now(), scale[VF_MAX];
+	double t0 = kn_now(), scale[VF_MAX], ratio[VF_MAX];
 	struct scratch s;
 	kn_robust_info info;
 	int i, cases, rc, based = 0;
@@ -232,8 +259,16 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 		memset(avg, 0, n * sizeof(float));
 		return KN_OK;
 	}
+	clip_scales(updates, count, n, scale, ratio);
+	all = outliers(ratio, count, v);
 	if (sc->valid == NULL || sc->windows <= 0) {
-		rc = kn_robust_combine(avg, updates, count, n, &v->robust, err);
+		const float *list[VF_MAX];
+		int m = 0;
+
+		for (i = 0; i < count; i++)
+			if (all & (1ULL << i))
+				list[m++] = updates[i];
+		rc = kn_robust_combine(avg, list, m, n, &v->robust, err);
 		v->seconds = kn_now() - t0;
 		return rc;
 	}
@@ -242,12 +277,13 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 		return kn_error(err, KN_ENOMEM, "out of memory for the check");
 	}
 	v->checked = 1;
-	clip_scales(updates, count, n, scale);
 	rc = candidate(start, updates, count, all, outer_lr, n, avg, s.theta,
 	    &v->robust, err);
 	if (rc == 0)
 		rc = score(sc, &set, key, s.theta, s.with, &cases, err);
 	for (i = 0; rc == 0 && i < count; i++) {
+		if (!(all & (1ULL << i)))
+			continue;
 		rc = candidate(start, updates, count, all & ~(1ULL << i),
 		    outer_lr, n, s.comb, s.theta, &info, err);
 		if (rc == 0)

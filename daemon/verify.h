@@ -28,6 +28,12 @@
 #define VF_Z 2.0
 #define VF_FLOOR 0.01
 #define VF_SOLO_Z 1.0
+/* With VF_OUTLIER_MIN updates or more, one whose norm is more than
+ * VF_OUTLIER times their lower median is left out unscored: honest
+ * updates of one round, H steps each from the same weights, differ in
+ * norm by well under KN_ROBUST_CLIP. */
+#define VF_OUTLIER 10.0
+#define VF_OUTLIER_MIN 3
 /* The check's share of a round: the cases are chosen so that scoring
  * them all costs at most this fraction (r + 1 scores with r replicas,
  * and at most r + 1 more for updates that fail the first test)
@@ -53,6 +59,8 @@ typedef struct vf_score {
 	double rise, se;        /* mean paired difference and its error */
 	/* vf_round: the update alone against the round's start */
 	double solo_rise, solo_se;
+	double outlier;         /* > 0: left out for its norm, this many
+				 * times the lower median's */
 	int refused;
 } vf_score;
 

@@ -121,12 +121,18 @@ wk__check_round(wk_worker *w, kn_model *m, const float *start,
 	for (i = 0; i < o->count; i++) {
 		if (!(v.left_out & (1ULL << i)))
 			continue;
-		post_refused(w, o->round, o->peer[i], WK_REFUSED_UPDATE,
-		    "round %" PRId64 ": the update of replica %d raised the "
-		    "block's share on the round's held-out cases by %.4g "
-		    "nats/byte (%.4g to %.4g, standard error %.3g): left out",
-		    o->round, o->replica[i], v.of[i].rise, v.of[i].without,
-		    v.of[i].with, v.of[i].se);
+		if (v.of[i].outlier > 0)
+			post_refused(w, o->round, o->peer[i], WK_REFUSED_UPDATE,
+			    "round %" PRId64 ": the update of replica %d is %.3g "
+			    "times the norm of the round's lower median: left out",
+			    o->round, o->replica[i], v.of[i].outlier);
+		else
+			post_refused(w, o->round, o->peer[i], WK_REFUSED_UPDATE,
+			    "round %" PRId64 ": the update of replica %d raised "
+			    "the block's share on the round's held-out cases by "
+			    "%.4g nats/byte (%.4g to %.4g, standard error %.3g): "
+			    "left out", o->round, o->replica[i], v.of[i].rise,
+			    v.of[i].without, v.of[i].with, v.of[i].se);
 		if (at < sizeof(left) - 8)
 			at += (size_t)snprintf(left + at, sizeof(left) - at, "%s%d",
 			    at ? "," : "", o->replica[i]);

@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <jansson.h>
+#include <math.h>
 #include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -416,6 +417,7 @@ START_TEST(test_poisoned_average_rolls_back)
 	size_t i, count = kn_model_params_for(&shape), len;
 	float *delta = malloc(count * sizeof(float));
 	long long rollbacks, strikes = 0;
+	double share;
 	json_t *j, *e;
 	tu_body b;
 	long st;
@@ -459,8 +461,15 @@ START_TEST(test_poisoned_average_rolls_back)
 		strikes = json_integer_value(json_object_get(e, "update"));
 	fprintf(stderr, "# poisoned average: %lld roll-back(s), %lld "
 	    "update(s) refused\n", rollbacks, strikes);
-	ck_assert_msg(rollbacks + strikes >= 1, "neither rolled back nor "
-	    "refused: see %s/log0", dir);
+	/* Since updates are checked and clipped before averaging, the
+	 * update may also go in clipped to the norm of an honest one: then
+	 * the block's share must stay where honest training takes it (a
+	 * byte costs at most ln 256 = 5.55 nats unmodelled). */
+	share = json_real_value(json_object_get(j, "heldout_share"));
+	ck_assert_msg(rollbacks + strikes >= 1 || (log_has("round 0: "
+	    "averaged 2 of 2 updates (checked; 1 clipped") && isfinite(share)
+	    && share < 5.55), "neither rolled back, refused nor bounded "
+	    "(share %g): see %s/log0", share, dir);
 	json_decref(j);
 	ck_assert(!log_has("loss is not finite") || rollbacks >= 1);
 	if (rollbacks > 0) {

@@ -253,6 +253,14 @@ START_TEST(test_poison_left_out)
 			ck_assert_msg(isfinite(got) && got <= honest * 1.02,
 			    "%s among %d: share %g, honest %g", poison_name[kind],
 			    m, got, honest);
+			/* among three or more, noise of sigma 100 and 1e30
+			 * everywhere are far beyond an honest norm: left out
+			 * for it, and so named, though clipping bounds them */
+			if (kind != FLIPPED && m >= VF_OUTLIER_MIN)
+				ck_assert_msg(v.left_out == 1ULL << (m - 1) &&
+				    v.of[m - 1].outlier > VF_OUTLIER, "%s among %d: "
+				    "not left out for its norm (%g)",
+				    poison_name[kind], m, v.of[m - 1].outlier);
 			/* a flipped update is a step up, the huge one's clipped
 			 * direction too: both left out */
 			if (kind == FLIPPED)
