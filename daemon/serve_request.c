@@ -28,6 +28,7 @@ on_message_begin(http_parser *p)
 	q->url_len = 0;
 	q->header_bytes = 0;
 	q->body_len = 0;
+	q->in_field = 0;
 	q->begun = 1;
 	return 0;
 }
@@ -37,24 +38,52 @@ on_url(http_parser *p, const char *at, size_t len)
 {
 	sr_request *q = p->data;
 
-	if (len >= sizeof(q->url) - q->url_len)
+	if (len >= sizeof(q->url) - q->url_len) {
+		q->too_large = 1;
 		return -1;
+	}
 	memcpy(q->url + q->url_len, at, len);
 	q->url_len += len;
 	q->url[q->url_len] = '\0';
 	return 0;
 }
 
+/* Header bytes are counted as the lines had them (name, ": ", value,
+ * CRLF), however the bytes came in pieces: a callback may carry part of
+ * a name or a value. */
 static int
-on_header_bytes(http_parser *p, const char *at, size_t len)
+header_bytes(sr_request *q, size_t len)
+{
+	if (len > SR_MAX_HEADER - q->header_bytes) {
+		q->too_large = 1;
+		return -1;
+	}
+	q->header_bytes += len;
+	return 0;
+}
+
+static int
+on_header_field(http_parser *p, const char *at, size_t len)
 {
 	sr_request *q = p->data;
 
 	(void)at;
-	if (len > SR_MAX_HEADER)
-		return -1;
-	q->header_bytes += len + 2;
-	return q->header_bytes > SR_MAX_HEADER ? -1 : 0;
+	if (!q->in_field) {
+		q->in_field = 1;
+		if (header_bytes(q, 4) != 0)
+			return -1;
+	}
+	return header_bytes(q, len);
+}
+
+static int
+on_header_value(http_parser *p, const char *at, size_t len)
+{
+	sr_request *q = p->data;
+
+	(void)at;
+	q->in_field = 0;
+	return header_bytes(q, len);
 }
 
 static int
@@ -64,8 +93,10 @@ on_headers_complete(http_parser *p)
 
 	q->close_after = !http_should_keep_alive(p);
 	/* bounded before a byte of the body is kept */
-	if ((p->flags & F_CONTENTLENGTH) && p->content_length > SR_MAX_BODY)
+	if ((p->flags & F_CONTENTLENGTH) && p->content_length > SR_MAX_BODY) {
+		q->too_large = 1;
 		return -1;
+	}
 	return 0;
 }
 
@@ -75,8 +106,11 @@ on_body(http_parser *p, const char *at, size_t len)
 	sr_request *q = p->data;
 	char *b;
 
-	if (len > SR_MAX_BODY - q->body_len ||
-	    (b = realloc(q->body, q->body_len + len + 1)) == NULL)
+	if (len > SR_MAX_BODY - q->body_len) {
+		q->too_large = 1;
+		return -1;
+	}
+	if ((b = realloc(q->body, q->body_len + len + 1)) == NULL)
 		return -1;
 	q->body = b;
 	memcpy(b + q->body_len, at, len);
@@ -106,8 +140,8 @@ sr_init(sr_request *q)
 		http_parser_settings_init(&settings);
 		settings.on_message_begin = on_message_begin;
 		settings.on_url = on_url;
-		settings.on_header_field = on_header_bytes;
-		settings.on_header_value = on_header_bytes;
+		settings.on_header_field = on_header_field;
+		settings.on_header_value = on_header_value;
 		settings.on_headers_complete = on_headers_complete;
 		settings.on_body = on_body;
 		settings.on_message_complete = on_message_complete;
@@ -121,18 +155,14 @@ sr_execute(sr_request *q, const char *p, size_t n, size_t *used, char *msg,
     size_t len)
 {
 	enum http_errno e;
-	int big;
 
 	*used = http_parser_execute(&q->parser, &settings, p, n);
 	e = HTTP_PARSER_ERRNO(&q->parser);
 	if (e == HPE_OK || e == HPE_PAUSED)
 		return 0;
-	big = q->header_bytes > SR_MAX_HEADER || q->body_len >= SR_MAX_BODY ||
-	    ((q->parser.flags & F_CONTENTLENGTH) &&
-	    q->parser.content_length > SR_MAX_BODY);
-	snprintf(msg, len, "%s", big ? "the request is too large" :
+	snprintf(msg, len, "%s", q->too_large ? "the request is too large" :
 	    http_errno_description(e));
-	return big ? 413 : 400;
+	return q->too_large ? 413 : 400;
 }
 
 void
@@ -228,7 +258,11 @@ completion_ints(json_t *o, const pr_spec *spec, pl_frame *f, char *msg,
 			    "with the prompt (%zu bytes) fit the window of %d "
 			    "bytes", v, f->data_len, spec->window);
 		f->length = (int)v;
-	} else if (room > 0 && f->length > room)
+	} else if (room < 1)
+		return refuse(msg, len, 400, "the prompt (%zu bytes) leaves no "
+		    "room for output in the window of %d bytes", f->data_len,
+		    spec->window);
+	else if (f->length > room)
 		/* what the window leaves after the prompt, when less */
 		f->length = (int)room;
 	if ((rc = field(o, "steps", JSON_INTEGER, &j, msg, len)) < 0)
@@ -265,9 +299,11 @@ sr_completion(const char *body, size_t len, const pr_spec *spec,
 	f->temperature = 1.0;
 	f->seed = 1;
 	if ((o = json_loadb(body != NULL ? body : "", len, JSON_ALLOW_NUL,
-	    &jerr)) == NULL)
+	    &jerr)) == NULL) {
+		pl_frame_clear(f);
 		return refuse(msg, msglen, 400, "invalid JSON at line %d column "
 		    "%d: %s", jerr.line, jerr.column, jerr.text);
+	}
 	if (!json_is_object(o)) {
 		refuse(msg, msglen, 400, "the body must be a JSON object");
 		goto out;

@@ -29,6 +29,8 @@ typedef struct {
 	int begun;              /* a request's first byte has come */
 	int complete;           /* a whole request waits to be answered */
 	int close_after;        /* Connection: close, or HTTP/1.0 */
+	int in_field;           /* within a header's name */
+	int too_large;          /* past a bound: 413 */
 } sr_request;
 
 void sr_init(sr_request *q);

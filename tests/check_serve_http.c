@@ -496,6 +496,8 @@ START_TEST(test_bad_input)
 		    "max_tokens must be an integer" },
 		{ "{\"prompt\": \"a\", \"max_tokens\": 0}", "at least 1" },
 		{ "{\"prompt\": \"abcd\", \"max_tokens\": 61}", "window of 64" },
+		{ "{\"prompt\": \"" "0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef\"}", "no room" },
 		{ "{\"prompt\": \"a\", \"mode\": \"gpt\"}", "blocktrain or ar" },
 		{ "{\"prompt\": \"a\", \"stream\": 1}", "true or false" },
 		{ "{\"prompt\": \"a\", \"temperature\": -1}", "temperature" },
