@@ -15,6 +15,12 @@ pr_int_in(int64_t v, int64_t lo, int64_t hi)
 	return v >= lo && v <= hi;
 }
 
+int64_t
+pr_int_or(int64_t v, int64_t lo, int64_t hi, int64_t dflt)
+{
+	return pr_int_in(v, lo, hi) ? v : dflt;
+}
+
 int
 pr_int_sum_le(int64_t a, int64_t b, int64_t limit)
 {

@@ -12,6 +12,10 @@
 /* 1 when lo <= v <= hi. */
 int pr_int_in(int64_t v, int64_t lo, int64_t hi);
 
+/* v when lo <= v <= hi, else dflt: for a value that only informs (a
+ * peer's count in a report), where a bad one is ignored, not refused. */
+int64_t pr_int_or(int64_t v, int64_t lo, int64_t hi, int64_t dflt);
+
 /* 1 when a + b <= limit, computed exactly for every int64 a, b, limit
  * (no sum is ever formed that could wrap). */
 int pr_int_sum_le(int64_t a, int64_t b, int64_t limit);

@@ -72,6 +72,9 @@ START_TEST(test_conversions)
 	ck_assert(w == INT64_MAX);
 	ck_assert_int_eq(pr_int_from_u64(0, 1, 10, &w), KN_EINVAL);
 	ck_assert_int_eq(pr_int_from_u64(3, -1, 10, &w), KN_EINVAL);
+	ck_assert(pr_int_or(-1, 0, 100, 0) == 0);
+	ck_assert(pr_int_or(INT64_MAX, 0, 100, 7) == 7);
+	ck_assert(pr_int_or(100, 0, 100, 7) == 100);
 }
 END_TEST
 
