@@ -4,7 +4,8 @@
  * method's capital letter speaks HTTP (no frame length starts with one),
  * so TLS, peer kinds and an open entry's limits are serve_conn.c's; the
  * answer of a completion comes later from the ring, which the synchronous
- * handler of http_server.c cannot wait for. */
+ * handler of http_server.c cannot wait for.  The bytes of a request and a
+ * completion's JSON are read, and bounded, by serve_request.c. */
 #include "config.h"
 
 #include <inttypes.h>
