@@ -654,6 +654,38 @@ START_TEST(test_client_gone_cancels)
 }
 END_TEST
 
+/* A request that times out at the entry (the middle host stopped) is
+ * cancelled round the ring: the middle host, once it runs again, drops
+ * the work its end frame overtook instead of computing it for no one. */
+START_TEST(test_timeout_cancels_ring)
+{
+	char body[128];
+	unsigned char *answer;
+	long long before, dropped;
+	size_t len;
+	long status;
+	double t;
+
+	before = tu_status_int(base_port, "cancelled");
+	dropped = tu_status_int(base_port + 1, "jobs_cancelled");
+	snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":60,"
+	    "\"steps\":%d}", PL_STEPS_MAX);
+	kill(host_pid[1], SIGSTOP);
+	/* answered when pipeline_timeout_ms (5 s) has passed */
+	status = curl_post(base_port, NULL, body, &answer, &len);
+	kill(host_pid[1], SIGCONT);
+	ck_assert_int_eq(status, 504);
+	free(answer);
+	ck_assert_int_gt(tu_status_int(base_port, "cancelled"), before);
+	for (t = 0; t < 10 && tu_status_int(base_port + 1, "jobs_cancelled") ==
+	    dropped; t += 0.05)
+		usleep(50000);
+	ck_assert_msg(tu_status_int(base_port + 1, "jobs_cancelled") > dropped,
+	    "the middle host computed a request the entry had cancelled");
+	still_serves();
+}
+END_TEST
+
 /* Status and metrics -------------------------------------------------------- */
 
 static long long
@@ -946,6 +978,7 @@ main(void)
 	tcase_add_test(tc, test_hostile_integers);
 	tcase_add_test(tc, test_expensive_refused);
 	tcase_add_test(tc, test_client_gone_cancels);
+	tcase_add_test(tc, test_timeout_cancels_ring);
 	tcase_add_test(tc, test_status_counts);
 	tcase_add_test(tc, test_cli_status);
 	tcase_add_test(tc, test_promtool);
