@@ -228,8 +228,8 @@ ended_add(sv *s, uint64_t id)
 	s->ended_count += s->ended_count < SV_ENDED;
 }
 
-int
-sv_ended(const sv *s, uint64_t id)
+static int
+ended_has(const sv *s, uint64_t id)
 {
 	int i;
 
@@ -573,7 +573,7 @@ route(sv *s, pl_frame *f)
 		}
 		/* the request ended while this host computed: no further */
 		if (s->entry ? (r = request_find(s, f->id)) == NULL :
-		    sv_ended(s, f->id))
+		    ended_has(s, f->id))
 			break;
 		if (s->entry && r->client == NULL) {
 			request_fail(s, r, SV_ERR_CLIENT_GONE, "the client has "
@@ -593,7 +593,7 @@ route(sv *s, pl_frame *f)
 		break;
 	case PL_AR:
 		if (s->entry ? request_find(s, f->id) != NULL :
-		    !sv_ended(s, f->id))
+		    !ended_has(s, f->id))
 			link_send_frame(s, f);
 		break;
 	case PL_TOK:
@@ -651,7 +651,7 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 		return;
 	case PL_BT:
 	case PL_AR:
-		if (!s->entry && sv_ended(s, f->id)) {
+		if (!s->entry && ended_has(s, f->id)) {
 			/* its end frame overtook it: nothing to compute */
 			pl_frame_clear(f);
 			return;

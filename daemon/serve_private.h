@@ -190,8 +190,6 @@ void sv_link_up(sv *s);
 void sv_conn_gone(sv *s, conn *c, const char *why);
 /* Fails what is in flight, closes every handle; the loop then ends. */
 void sv_shutdown(sv *s);
-/* Whether the end frame of request id came lately (past the entry). */
-int sv_ended(const sv *s, uint64_t id);
 
 /* The error kind of an answer, counted (sv_stats.errors). */
 void sv_count_error(sv *s, sv_err kind);
