@@ -22,6 +22,7 @@
 #include "daemon/probe_compute.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
+#include "proto/intcheck.h"
 
 /* A compute probe, handed to the probe thread and back. */
 struct pb_job {
@@ -653,7 +654,7 @@ peer_cpu(struct pb_links *L, struct pb_target *t, const hc_result *r)
 	char *end;
 	double v = r->header ? strtod(r->header, &end) : -1;
 
-	if (r->header == NULL || end == r->header || !(v >= 0)) {
+	if (r->header == NULL || end == r->header || !(v >= 0 && isfinite(v))) {
 		if (L->phase == PH_SINGLE || L->phase == PH_MULTI)
 			t->take_cpu_s = -1;     /* a daemon of before it */
 		return;
@@ -679,8 +680,8 @@ count_sink(struct pb_target *t, const hc_result *r)
 {
 	json_t *o = json_loadb(r->body, r->body_len, 0, NULL);
 
-	t->sink_bytes += (uint64_t)json_integer_value(json_object_get(o,
-	    "bytes"));
+	t->sink_bytes += (uint64_t)pr_int_or(json_integer_value(
+	    json_object_get(o, "bytes")), 0, (int64_t)PB_MAX_BYTES, 0);
 	json_decref(o);
 }
 

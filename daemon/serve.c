@@ -21,6 +21,7 @@
 #include "daemon/serve_private.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
+#include "proto/intcheck.h"
 #include "proto/pipeline.h"
 
 #define LINK_QUEUE 65536
@@ -51,14 +52,19 @@ request_find(sv *s, uint64_t id)
 
 static void link_send_frame(sv *s, const pl_frame *f);
 
-/* The KV caches of an autoregressive request go, here and on the ring. */
+/* The KV caches of an autoregressive request go, here and on the ring;
+ * with cancel (the request failed or its client went before its answer)
+ * any request's work in progress goes too, so that the ring stops
+ * computing what no one will read.  A BlockTrain request answered in
+ * one traversal has nothing left on the ring: its frames stay as they
+ * always were. */
 static void
-request_end_ring(sv *s, request *r)
+request_end_ring(sv *s, request *r, int cancel)
 {
 	pl_frame f = { .type = PL_END, .id = r->id };
 	sc_job *job;
 
-	if (r->mode != PL_MODE_AR && r->pos_block == 0)
+	if (!cancel && r->mode != PL_MODE_AR && r->pos_block == 0)
 		return;
 	job = sc_job_new(SC_END);
 	job->in.id = r->id;
@@ -101,7 +107,11 @@ request_fail(sv *s, request *r, sv_err kind, const char *msg)
 	    (unsigned long long)r->id, msg);
 	s->failed++;
 	sv_count_error(s, kind);
-	request_end_ring(s, r);
+	/* work that may still run for no one: its client went, or it
+	 * timed out */
+	if (kind == SV_ERR_CLIENT_GONE || kind == SV_ERR_TIMEOUT)
+		s->st.cancelled++;
+	request_end_ring(s, r, 1);
 	request_remove(s, r);
 }
 
@@ -122,7 +132,7 @@ request_answer(sv *s, request *r, const unsigned char *data, size_t len)
 		sv_conn_send(r->client, &f);
 	s->served++;
 	sv_stats_answered(s, r);
-	request_end_ring(s, r);
+	request_end_ring(s, r, 0);
 	request_remove(s, r);
 }
 
@@ -205,6 +215,30 @@ link_send_frame(sv *s, const pl_frame *f)
 
 static void route(sv *s, pl_frame *f);
 
+/* The ids whose end frame came lately, on a host past the entry: a
+ * request cancelled at the entry may have a frame still on its way
+ * here, or one this host's compute is about to finish; neither goes on.
+ * The entry's ids start from its pid and clock, so a restarted entry
+ * does not meet its old ones. */
+static void
+ended_add(sv *s, uint64_t id)
+{
+	s->ended[s->ended_at] = id;
+	s->ended_at = (s->ended_at + 1) % SV_ENDED;
+	s->ended_count += s->ended_count < SV_ENDED;
+}
+
+static int
+ended_has(const sv *s, uint64_t id)
+{
+	int i;
+
+	for (i = 0; i < s->ended_count; i++)
+		if (s->ended[i] == id)
+			return 1;
+	return 0;
+}
+
 void
 sv_on_compute_done(void *ctx, sc_job *job)
 {
@@ -223,7 +257,10 @@ static int
 gen_refused(sv *s, conn *c, const pl_frame *f, char *msg, size_t len,
     sv_err *kind)
 {
-	int n = s->spec.window, plen = (int)f->data_len;
+	/* data_len is bounded by the frame's or the body's size; it is
+	 * compared as it is, before it is ever narrowed */
+	int n = s->spec.window, plen = f->data_len > (size_t)n ? n + 1 :
+	    (int)f->data_len;
 
 	*kind = SV_ERR_REFUSED;
 	if (!s->entry)
@@ -245,11 +282,17 @@ gen_refused(sv *s, conn *c, const pl_frame *f, char *msg, size_t len,
 		    "bytes; this run has %d (position_block in its spec; the "
 		    "window when it has none)", f->pos_block,
 		    bg_pos_block(&s->spec));
-	} else if (plen + f->length > n || (f->mode == PL_MODE_AR &&
-	    plen < 1)) {
+	} else if (f->steps < 1 || f->steps > PL_STEPS_MAX) {
+		/* a request's cost grows with its steps */
 		*kind = SV_ERR_INVALID;
-		snprintf(msg, len, "the prompt (%d bytes) and the output (%d) "
-		    "must fit the window of %d bytes%s", plen, f->length, n,
+		snprintf(msg, len, "the request asks for %d steps; a host takes "
+		    "1 to %d (the default is %d)", f->steps, PL_STEPS_MAX,
+		    PL_STEPS_DEFAULT);
+	} else if (f->length < 1 || !pr_int_sum_le((int64_t)f->data_len,
+	    f->length, n) || (f->mode == PL_MODE_AR && plen < 1)) {
+		*kind = SV_ERR_INVALID;
+		snprintf(msg, len, "the prompt (%zu bytes) and the output (%d) "
+		    "must fit the window of %d bytes%s", f->data_len, f->length, n,
 		    f->mode == PL_MODE_AR ? ", with a prompt of at least one "
 		    "byte in ar mode" : "");
 	} else
@@ -528,19 +571,30 @@ route(sv *s, pl_frame *f)
 			handle_bt_next(s, f);
 			break;
 		}
+		/* the request ended while this host computed: no further */
+		if (s->entry ? (r = request_find(s, f->id)) == NULL :
+		    ended_has(s, f->id))
+			break;
+		if (s->entry && r->client == NULL) {
+			request_fail(s, r, SV_ERR_CLIENT_GONE, "the client has "
+			    "gone");
+			break;
+		}
 		/* at the entry: its own blocks' result, on its way on */
-		if (s->entry && (r = request_find(s, f->id)) != NULL) {
+		if (s->entry) {
 			r->parts = 1;
 			if (r->client != NULL && r->client->http != NULL)
 				sh_partial(r->client, r, f->data, f->mask,
 				    f->block, 1);
-		} else if (!s->entry && f->stream && f->block < s->spec.blocks)
+		} else if (f->stream && f->block < s->spec.blocks)
 			/* not the exit's frame for the next position block */
 			send_part(s, f);
 		link_send_frame(s, f);
 		break;
 	case PL_AR:
-		link_send_frame(s, f);
+		if (s->entry ? request_find(s, f->id) != NULL :
+		    !ended_has(s, f->id))
+			link_send_frame(s, f);
 		break;
 	case PL_TOK:
 	case PL_PART:
@@ -597,6 +651,11 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 		return;
 	case PL_BT:
 	case PL_AR:
+		if (!s->entry && ended_has(s, f->id)) {
+			/* its end frame overtook it: nothing to compute */
+			pl_frame_clear(f);
+			return;
+		}
 		if (s->entry && f->type == PL_BT && f->pos_block > 0) {
 			handle_bt_next(s, f);
 			pl_frame_clear(f);
@@ -615,6 +674,8 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 		sc_submit(s->compute, job);
 		return;
 	case PL_END:
+		if (!s->entry)
+			ended_add(s, f->id);
 		job = sc_job_new(SC_END);
 		job->in.id = f->id;
 		sc_submit(s->compute, job);
@@ -648,6 +709,8 @@ sv_conn_gone(sv *s, conn *c, const char *why)
 {
 	request *r;
 
+	/* a client's requests end with it, at the next housekeeping: c may
+	 * be closing from inside an answer to one of them */
 	for (r = s->requests; r != NULL; r = r->next)
 		if (r->client == c)
 			r->client = NULL;
@@ -676,6 +739,12 @@ sv_on_cron(uv_timer_t *t)
 
 	for (r = s->requests; r != NULL; r = next) {
 		next = r->next;
+		/* its work stops here and round the ring */
+		if (r->client == NULL) {
+			request_fail(s, r, SV_ERR_CLIENT_GONE, "the client has "
+			    "gone");
+			continue;
+		}
 		if (tnow > r->deadline) {
 			char msg[PL_MSG_LEN];
 

@@ -360,6 +360,22 @@ sc__bt_round(sc *c)
 	free(in); free(rows); free(picked); free(u);
 }
 
+int
+sc__bt_drop(sc *c, uint64_t id)
+{
+	struct bt_state **prev, *st;
+
+	/* between rounds: no state is half-way through a pass */
+	for (prev = &c->active; (st = *prev) != NULL; prev = &st->next_active)
+		if (st->job->in.id == id) {
+			*prev = st->next_active;
+			sc_job_free(st->job);
+			bt_free(st);
+			return 1;
+		}
+	return 0;
+}
+
 void
 sc__bt_free_all(sc *c)
 {

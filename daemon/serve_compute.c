@@ -80,6 +80,8 @@ take_jobs(sc *c, lt_item *item)
 			if (c->causal != NULL)
 				sc__ar_drop(c, j->in.id);
 			sc__pb_drop(c, j->in.id);
+			if (sc__bt_drop(c, j->in.id))
+				atomic_fetch_add(&c->cancelled, 1);
 			sc_job_free(j);
 			break;
 		case SC_BT:
@@ -271,6 +273,12 @@ void
 sc_submit(sc *c, sc_job *job)
 {
 	lt_submit(c->lt, &job->link);
+}
+
+uint64_t
+sc_jobs_cancelled(sc *c)
+{
+	return (uint64_t)atomic_load(&c->cancelled);
 }
 
 void

@@ -20,7 +20,7 @@
 typedef enum {
 	SC_BT,          /* in: a PL_BT frame; out: PL_BT on, or PL_OUT */
 	SC_AR,          /* in: PL_AR (hidden states) or sym; out: PL_AR / PL_TOK */
-	SC_END          /* in: the id whose KV cache goes */
+	SC_END          /* in: the id whose KV cache and work in progress go */
 } sc_kind;
 
 typedef struct sc_job {
@@ -60,6 +60,9 @@ int sc_start(sc **out, uv_loop_t *loop, const sc_opts *o,
     size_t notelen, char *err);
 int sc_serves(const sc *c, pl_mode mode);
 void sc_submit(sc *c, sc_job *job);
+/* Jobs dropped unfinished because their request ended (an end frame
+ * came while they ran): for the status. */
+uint64_t sc_jobs_cancelled(sc *c);
 /* KV caches held now and their bytes, for the status line and tests. */
 void sc_cache_usage(sc *c, int *count, size_t *bytes);
 /* Stops and joins the thread, frees jobs not done and the models; the

@@ -32,6 +32,7 @@ struct sc {
 	struct cache *caches;
 	struct pb_cache *pb_caches;             /* position blocks' */
 	atomic_int ncaches;                     /* the loop reads it too */
+	atomic_uint_fast64_t cancelled;         /* jobs dropped unfinished */
 	float *ar_scratch;                      /* window floats */
 };
 
@@ -47,6 +48,9 @@ int sc__bt_begin(sc *c, sc_job *job);
 void sc__bt_round(sc *c);
 /* At close: the active requests and their jobs. */
 void sc__bt_free_all(sc *c);
+/* The request id ended: its work here goes unfinished, unanswered; 1
+ * when it had some. */
+int sc__bt_drop(sc *c, uint64_t id);
 
 /* serve_pb.c: the caches of requests of position blocks.  begin finds
  * or makes the request's caches for position block p and adds the

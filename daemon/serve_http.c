@@ -4,7 +4,8 @@
  * method's capital letter speaks HTTP (no frame length starts with one),
  * so TLS, peer kinds and an open entry's limits are serve_conn.c's; the
  * answer of a completion comes later from the ring, which the synchronous
- * handler of http_server.c cannot wait for. */
+ * handler of http_server.c cannot wait for.  The bytes of a request and a
+ * completion's JSON are read, and bounded, by serve_request.c. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -19,23 +20,14 @@
 
 #include "daemon/log.h"
 #include "daemon/serve_private.h"
+#include "daemon/serve_request.h"
 #include "kernels/clock.h"
 
-#define SH_MAX_HEADER ((size_t)16 * 1024)   /* target and header lines */
-#define SH_MAX_BODY ((size_t)1 << 20)       /* a completion's JSON */
 #define SH_MAX_HELD ((size_t)64 * 1024)     /* pipelined while busy */
-#define SH_MAX_TOKENS_DEFAULT 64            /* as shardmeter generate */
 
 struct sh_conn {
-	http_parser parser;
-	size_t header_bytes;
-	char url[1024];
-	size_t url_len;
-	char *body;
-	size_t body_len;
-	int complete;           /* a whole request waits to be answered */
+	sr_request req;         /* the request read, then answered */
 	int busy;               /* its completion is in flight */
-	int close_after;        /* Connection: close, or HTTP/1.0 */
 	char *held;             /* bytes after the request, while busy */
 	size_t held_len;
 	/* the completion in flight */
@@ -48,8 +40,6 @@ struct sh_conn {
 	uint64_t id;
 	long long created;
 };
-
-static http_parser_settings settings;
 
 int
 sh_is_http(unsigned char first)
@@ -182,7 +172,7 @@ respond_body(conn *c, int status, const char *reason, char *body)
 	blen = strlen(body);
 	hl = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: "
 	    "application/json\r\nContent-Length: %zu\r\n%s\r\n", status, reason,
-	    blen + 1, c->http->close_after ? "Connection: close\r\n" : "");
+	    blen + 1, c->http->req.close_after ? "Connection: close\r\n" : "");
 	write_copy(c, head, (size_t)hl);
 	if (!c->http->head_only) {
 		body[blen] = '\n';      /* one line for a person at a terminal */
@@ -387,7 +377,7 @@ sh_partial(conn *c, request *r, const unsigned char *data,
 	json_t *o, *partial, *masked;
 
 	if (c->closing || h == NULL || !h->busy || !h->head_sent ||
-	    (out = malloc(n + 1)) == NULL)
+	    r->end < r->fixed || (out = malloc(n + 1)) == NULL)
 		return;
 	/* decided positions stay decided: the prefix decided so far is
 	 * the output's, the rest of the window is shown as it stands */
@@ -425,107 +415,6 @@ sh_partial_byte(conn *c, request *r, int pos)
 	    NULL)));
 }
 
-/* A field of the request body: absent (0), of its type (1), or not (-1,
- * answered). */
-static int
-field(conn *c, json_t *o, const char *key, json_type type, json_t **out)
-{
-	static const char *names[] = { "an object", "an array", "a string",
-	    "an integer", "a number", "true or false", "true or false",
-	    "null" };
-
-	*out = json_object_get(o, key);
-	if (*out == NULL || json_is_null(*out))
-		return 0;
-	if (json_typeof(*out) == type || (type == JSON_REAL &&
-	    json_is_integer(*out)) || (type == JSON_TRUE &&
-	    json_is_boolean(*out)))
-		return 1;
-	respond_error(c, 400, "%s must be %s", key, names[type]);
-	return -1;
-}
-
-/* The request body as a gen frame, or an answer. */
-static int
-parse_completion(conn *c, json_t *o, pl_frame *f, int *stream)
-{
-	sv *s = c->s;
-	json_t *v;
-	int rc;
-
-	f->type = PL_GEN;
-	f->mode = PL_MODE_BT;
-	f->length = SH_MAX_TOKENS_DEFAULT;
-	f->steps = 64;
-	f->temperature = 1.0;
-	f->seed = 1;
-	if ((rc = field(c, o, "prompt", JSON_STRING, &v)) <= 0) {
-		if (rc == 0)
-			respond_error(c, 400, "prompt (a string) is required");
-		return -1;
-	}
-	f->data_len = json_string_length(v);
-	if ((f->data = malloc(f->data_len + 1)) == NULL) {
-		respond_error(c, 503, "out of memory");
-		return -1;
-	}
-	memcpy(f->data, json_string_value(v), f->data_len);
-	if ((rc = field(c, o, "mode", JSON_STRING, &v)) < 0)
-		return -1;
-	if (rc > 0 && pl_mode_parse(json_string_value(v), &f->mode) != 0) {
-		respond_error(c, 400, "mode is blocktrain or ar, not '%.40s'",
-		    json_string_value(v));
-		return -1;
-	}
-	if ((rc = field(c, o, "max_tokens", JSON_INTEGER, &v)) < 0)
-		return -1;
-	if (rc > 0 && (json_integer_value(v) < 1 || json_integer_value(v) +
-	    (json_int_t)f->data_len > s->spec.window)) {
-		respond_error(c, 400, "max_tokens is %" JSON_INTEGER_FORMAT
-		    ": it must be at least 1, and with the prompt (%zu bytes) fit "
-		    "the window of %d bytes", json_integer_value(v), f->data_len,
-		    s->spec.window);
-		return -1;
-	}
-	if (rc > 0)
-		f->length = (int)json_integer_value(v);
-	else if ((size_t)s->spec.window > f->data_len && f->length >
-	    s->spec.window - (int)f->data_len)
-		/* what the window leaves after the prompt, when less */
-		f->length = s->spec.window - (int)f->data_len;
-	if ((rc = field(c, o, "steps", JSON_INTEGER, &v)) < 0)
-		return -1;
-	if (rc > 0 && (json_integer_value(v) < 1 ||
-	    json_integer_value(v) > 1 << 20)) {
-		respond_error(c, 400, "steps must be 1 to %d", 1 << 20);
-		return -1;
-	}
-	if (rc > 0)
-		f->steps = (int)json_integer_value(v);
-	if ((rc = field(c, o, "temperature", JSON_REAL, &v)) < 0)
-		return -1;
-	if (rc > 0 && !(json_number_value(v) >= 0 &&
-	    json_number_value(v) <= 100)) {
-		respond_error(c, 400, "temperature must be 0 to 100 (0 is "
-		    "argmax)");
-		return -1;
-	}
-	if (rc > 0)
-		f->temperature = json_number_value(v);
-	if ((rc = field(c, o, "seed", JSON_INTEGER, &v)) < 0)
-		return -1;
-	if (rc > 0 && json_integer_value(v) < 0) {
-		respond_error(c, 400, "seed must not be negative");
-		return -1;
-	}
-	if (rc > 0)
-		f->seed = (uint64_t)json_integer_value(v);
-	if ((rc = field(c, o, "stream", JSON_TRUE, &v)) < 0)
-		return -1;
-	*stream = rc > 0 && json_is_true(v);
-	return 0;
-}
-
 static int
 status_of_kind(sv_err kind)
 {
@@ -543,11 +432,9 @@ post_completions(conn *c)
 	sv *s = c->s;
 	sh_conn *h = c->http;
 	pl_frame f = { .type = PL_GEN };
-	json_error_t jerr;
-	json_t *o;
 	char msg[PL_MSG_LEN];
 	sv_err kind;
-	int stream = 0;
+	int stream = 0, status;
 
 	if (c->kind == SV_PEER_PREV || c->kind == SV_PEER_HOST) {
 		sv_count_error(s, SV_ERR_REFUSED);
@@ -568,24 +455,12 @@ post_completions(conn *c)
 		    "completions to %s", s->hosts.v[0].addr);
 		return;
 	}
-	if ((o = json_loadb(h->body ? h->body : "", h->body_len,
-	    JSON_ALLOW_NUL, &jerr)) == NULL || !json_is_object(o)) {
-		sv_count_error(s, SV_ERR_INVALID);
-		if (o == NULL)
-			respond_error(c, 400, "invalid JSON at line %d column %d: "
-			    "%s", jerr.line, jerr.column, jerr.text);
-		else
-			respond_error(c, 400, "the body must be a JSON object");
-		json_decref(o);
+	if ((status = sr_completion(h->req.body, h->req.body_len, &s->spec,
+	    &f, &stream, msg, sizeof(msg))) != 0) {
+		sv_count_error(s, status == 400 ? SV_ERR_INVALID : SV_ERR_MEMORY);
+		respond_error(c, status, "%s", msg);
 		return;
 	}
-	if (parse_completion(c, o, &f, &stream) != 0) {
-		sv_count_error(s, SV_ERR_INVALID);
-		json_decref(o);
-		pl_frame_clear(&f);
-		return;
-	}
-	json_decref(o);
 	h->stream = stream;
 	h->sent = h->text_sent = 0;
 	h->plen = (int)f.data_len;
@@ -601,7 +476,7 @@ post_completions(conn *c)
 		char head[160];
 		int hl = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\n"
 		    "Content-Type: text/event-stream\r\nCache-Control: no-cache"
-		    "\r\nTransfer-Encoding: chunked\r\n%s\r\n", h->close_after ?
+		    "\r\nTransfer-Encoding: chunked\r\n%s\r\n", h->req.close_after ?
 		    "Connection: close\r\n" : "");
 
 		write_copy(c, head, (size_t)hl);
@@ -623,13 +498,13 @@ static void
 handle(conn *c)
 {
 	sh_conn *h = c->http;
-	int method = h->parser.method;
-	char *q = memchr(h->url, '?', h->url_len);
-	size_t plen = q ? (size_t)(q - h->url) : h->url_len;
+	int method = sr_method(&h->req);
+	size_t plen = sr_path_len(&h->req);
+	const char *url = h->req.url;
 
 	c->s->st.http_requests++;
 	h->head_only = method == HTTP_HEAD;
-	if (plen == 10 && memcmp(h->url, "/v1/status", 10) == 0) {
+	if (plen == 10 && memcmp(url, "/v1/status", 10) == 0) {
 		if (method != HTTP_GET && method != HTTP_HEAD) {
 			sv_count_error(c->s, SV_ERR_INVALID);
 			respond_error(c, 405, "%s is not allowed on /v1/status "
@@ -642,7 +517,7 @@ handle(conn *c)
 			get_status(c);
 		return;
 	}
-	if (plen == 15 && memcmp(h->url, "/v1/completions", 15) == 0) {
+	if (plen == 15 && memcmp(url, "/v1/completions", 15) == 0) {
 		if (method != HTTP_POST) {
 			sv_count_error(c->s, SV_ERR_INVALID);
 			respond_error(c, 405, "%s is not allowed on "
@@ -654,7 +529,7 @@ handle(conn *c)
 	sv_count_error(c->s, SV_ERR_INVALID);
 	respond_error(c, 404, "no such resource: %s %.*s (a pipeline host "
 	    "serves GET /v1/status and, at the entry, POST /v1/completions)",
-	    http_method_str(method), (int)plen, h->url);
+	    http_method_str(method), (int)plen, url);
 }
 
 /* The request is answered: the connection closes or takes the next. */
@@ -666,17 +541,14 @@ request_done(conn *c)
 	size_t n;
 
 	h->busy = 0;
-	h->complete = 0;
 	h->stream = h->head_sent = 0;
-	free(h->body);
-	h->body = NULL;
-	h->body_len = 0;
-	if (h->close_after) {
+	if (h->req.close_after) {
+		sr_free(&h->req);
 		sv_conn_finish(c);
 		return;
 	}
 	c->partial_since = 0;
-	http_parser_pause(&h->parser, 0);
+	sr_next(&h->req);
 	held = h->held;
 	n = h->held_len;
 	h->held = NULL;
@@ -686,89 +558,14 @@ request_done(conn *c)
 	free(held);
 }
 
-/* Parser callbacks ------------------------------------------------------- */
-
-static int
-on_message_begin(http_parser *p)
-{
-	conn *c = p->data;
-	sh_conn *h = c->http;
-
-	h->url_len = 0;
-	h->header_bytes = 0;
-	h->body_len = 0;
-	c->partial_since = kn_now();
-	return 0;
-}
-
-static int
-on_url(http_parser *p, const char *at, size_t len)
-{
-	sh_conn *h = ((conn *)p->data)->http;
-
-	if (h->url_len + len >= sizeof(h->url))
-		return -1;
-	memcpy(h->url + h->url_len, at, len);
-	h->url_len += len;
-	h->url[h->url_len] = '\0';
-	return 0;
-}
-
-static int
-on_header_bytes(http_parser *p, const char *at, size_t len)
-{
-	sh_conn *h = ((conn *)p->data)->http;
-
-	(void)at;
-	h->header_bytes += len + 2;
-	return h->header_bytes > SH_MAX_HEADER ? -1 : 0;
-}
-
-static int
-on_headers_complete(http_parser *p)
-{
-	sh_conn *h = ((conn *)p->data)->http;
-
-	h->close_after = !http_should_keep_alive(p);
-	/* bounded before a byte of the body is kept */
-	if ((p->flags & F_CONTENTLENGTH) && p->content_length > SH_MAX_BODY)
-		return -1;
-	return 0;
-}
-
-static int
-on_body(http_parser *p, const char *at, size_t len)
-{
-	sh_conn *h = ((conn *)p->data)->http;
-	char *b;
-
-	if (h->body_len + len > SH_MAX_BODY ||
-	    (b = realloc(h->body, h->body_len + len + 1)) == NULL)
-		return -1;
-	h->body = b;
-	memcpy(b + h->body_len, at, len);
-	h->body_len += len;
-	b[h->body_len] = '\0';
-	return 0;
-}
-
-static int
-on_message_complete(http_parser *p)
-{
-	sh_conn *h = ((conn *)p->data)->http;
-
-	h->complete = 1;
-	/* one request at a time: the rest waits for its answer */
-	http_parser_pause(p, 1);
-	return 0;
-}
-
 /* Parses n bytes at p (counted already), answering a whole request. */
 static int
 feed(conn *c, const char *p, size_t n)
 {
 	sh_conn *h = c->http;
+	char msg[PL_MSG_LEN];
 	size_t used;
+	int status;
 
 	if (h == NULL) {
 		if ((h = calloc(1, sizeof(*h))) == NULL) {
@@ -776,20 +573,9 @@ feed(conn *c, const char *p, size_t n)
 			return -1;
 		}
 		c->http = h;
-		if (settings.on_message_complete == NULL) {
-			http_parser_settings_init(&settings);
-			settings.on_message_begin = on_message_begin;
-			settings.on_url = on_url;
-			settings.on_header_field = on_header_bytes;
-			settings.on_header_value = on_header_bytes;
-			settings.on_headers_complete = on_headers_complete;
-			settings.on_body = on_body;
-			settings.on_message_complete = on_message_complete;
-		}
-		http_parser_init(&h->parser, HTTP_REQUEST);
-		h->parser.data = c;
+		sr_init(&h->req);
 	}
-	if (h->busy || h->complete) {
+	if (h->busy || h->req.complete) {
 		char *grown;
 
 		if (h->held_len + n > SH_MAX_HELD ||
@@ -802,23 +588,20 @@ feed(conn *c, const char *p, size_t n)
 		h->held_len += n;
 		return 0;
 	}
-	used = http_parser_execute(&h->parser, &settings, p, n);
-	if (HTTP_PARSER_ERRNO(&h->parser) != HPE_OK &&
-	    HTTP_PARSER_ERRNO(&h->parser) != HPE_PAUSED) {
-		int big = h->header_bytes > SH_MAX_HEADER ||
-		    h->body_len + 1 > SH_MAX_BODY ||
-		    h->parser.content_length > SH_MAX_BODY;
-
+	status = sr_execute(&h->req, p, n, &used, msg, sizeof(msg));
+	/* a request under way since its first byte: serve_conn.c's stall
+	 * check */
+	if (h->req.begun && c->partial_since == 0)
+		c->partial_since = kn_now();
+	if (status != 0) {
 		sv_count_error(c->s, SV_ERR_INVALID);
-		h->close_after = 1;
+		h->req.close_after = 1;
 		h->head_only = 0;
-		h->complete = h->busy = 1;
-		respond_error(c, big ? 413 : 400, "%s",
-		    big ? "the request is too large" : http_errno_description(
-		    HTTP_PARSER_ERRNO(&h->parser)));
+		h->req.complete = h->busy = 1;
+		respond_error(c, status, "%s", msg);
 		return -1;
 	}
-	if (!h->complete)
+	if (!h->req.complete)
 		return 0;
 	/* the bytes after this request wait for its answer; they were
 	 * counted already */
@@ -848,7 +631,7 @@ sh_conn_free(conn *c)
 {
 	if (c->http == NULL)
 		return;
-	free(c->http->body);
+	sr_free(&c->http->req);
 	free(c->http->held);
 	free(c->http);
 	c->http = NULL;

@@ -16,6 +16,9 @@
 
 /* Housekeeping runs this often (deadlines, stalled frames, the link). */
 #define SV_CRON_MS 100
+/* The ids of requests ended lately that a host past the entry keeps, so
+ * that a frame overtaken by its end frame is dropped. */
+#define SV_ENDED 256
 
 typedef struct sv sv;
 typedef struct ss_host ss_host;         /* serve_soma.c */
@@ -65,6 +68,9 @@ typedef struct {
 	/* compute jobs done on this host, and their compute */
 	uint64_t jobs;
 	double job_compute_s;
+	/* requests at the entry whose work was stopped before their answer
+	 * (their client went, or they timed out): here and round the ring */
+	uint64_t cancelled;
 } sv_stats;
 
 /* Who is at the other end of a connection, from its peer id once the TLS
@@ -168,6 +174,8 @@ struct sv {
 	uint64_t served, failed;
 	double started;
 	sv_stats st;
+	uint64_t ended[SV_ENDED];       /* past the entry: lately ended ids */
+	int ended_at, ended_count;
 	struct hs_server *metrics;      /* the plain /metrics listener */
 	char metrics_addr[CF_HOST_LEN + 8];
 };

@@ -197,6 +197,10 @@ sv_status_json(sv *s, size_t *len)
 	json_object_set_new(o, "request_compute_s", json_real(s->st.compute_s));
 	json_object_set_new(o, "jobs", json_integer((json_int_t)s->st.jobs));
 	json_object_set_new(o, "job_compute_s", json_real(s->st.job_compute_s));
+	json_object_set_new(o, "cancelled", json_integer(
+	    (json_int_t)s->st.cancelled));
+	json_object_set_new(o, "jobs_cancelled", json_integer(s->compute !=
+	    NULL ? (json_int_t)sc_jobs_cancelled(s->compute) : 0));
 	text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
 	json_decref(o);
 	*len = text != NULL ? strlen(text) : 0;
@@ -295,6 +299,15 @@ sv_metrics_text(sv *s, size_t *len)
 	    "this host ran.");
 	fprintf(f, "blocktrain_serve_compute_seconds_total %.6f\n",
 	    s->st.job_compute_s);
+	head(f, "cancelled_total", "counter", "Requests at the entry whose "
+	    "work was stopped before their answer: the client went or the "
+	    "request timed out.");
+	fprintf(f, "blocktrain_serve_cancelled_total %" PRIu64 "\n",
+	    s->st.cancelled);
+	head(f, "jobs_cancelled_total", "counter", "Compute jobs this host "
+	    "dropped unfinished because their request ended.");
+	fprintf(f, "blocktrain_serve_jobs_cancelled_total %" PRIu64 "\n",
+	    s->compute != NULL ? sc_jobs_cancelled(s->compute) : 0);
 	head(f, "uptime_seconds", "gauge", "Seconds since the host started.");
 	fprintf(f, "blocktrain_serve_uptime_seconds %.3f\n", kn_now() -
 	    s->started);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/error.h"
+#include "proto/intcheck.h"
 #include "proto/keys.h"
 
 #define MIB_SHIFT 20
@@ -166,17 +167,17 @@ not_a_choice(const pr_key *k, const char *v, char *msg)
 static int
 set_int(const pr_key *k, void *obj, const char *v, char *msg)
 {
-	char need[96], *end;
-	long n;
+	char need[96];
+	int64_t n;
 
 	range_text(k, need, sizeof(need));
-	errno = 0;
-	n = strtol(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || n < -INT_MAX ||
-	    n > INT_MAX)
+	if (pr_int_parse_str(v, -INT_MAX, INT_MAX, &n) != 0)
 		return bad(k, msg, "'%.64s' is not an integer (need %s)", v,
 		    need);
 	if (!in_range(k, (double)n))
+		return out_of_range(k, (double)n, msg);
+	if (k->type == PR_KEY_MIB && (n < 0 || !pr_int_product_le(
+	    (uint64_t)n, (uint64_t)1 << MIB_SHIFT, SIZE_MAX)))
 		return out_of_range(k, (double)n, msg);
 	if (k->type == PR_KEY_MIB)
 		*(size_t *)field(k, obj) = (size_t)n << MIB_SHIFT;
@@ -193,7 +194,8 @@ set_u64(const pr_key *k, void *obj, const char *v, char *msg)
 
 	errno = 0;
 	n = strtoull(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || v[0] == '-')
+	if (errno != 0 || end == v || *end != '\0' ||
+	    !isdigit((unsigned char)v[0]))
 		return bad(k, msg, "'%.64s' is not a non-negative integer", v);
 	*(uint64_t *)field(k, obj) = n;
 	return KN_OK;
@@ -240,15 +242,20 @@ set_sha256(const pr_key *k, void *obj, const char *v, char *msg)
 static int
 set_size(const pr_key *k, void *obj, const char *v, char *msg)
 {
-	unsigned long long n;
-	char *end;
+	size_t digits = strspn(v, "0123456789");
+	const char *end = v + digits;
+	int shift = *end == 'M' ? MIB_SHIFT : *end == 'G' ? GIB_SHIFT : 0;
+	int64_t n;
 
-	n = strtoull(v, &end, 10);
-	if (end == v || (*end && strcmp(end, "M") && strcmp(end, "G")))
+	if (pr_int_parse(v, digits, 0, INT64_MAX, &n) != 0 ||
+	    (*end && strcmp(end, "M") && strcmp(end, "G")))
 		return bad(k, msg, "'%.64s' is not a size (bytes, or with M or "
 		    "G)", v);
-	*(size_t *)field(k, obj) = (size_t)n << (*end == 'M' ? MIB_SHIFT :
-	    *end == 'G' ? GIB_SHIFT : 0);
+	/* the shift checked before it is made: 2^60 G once wrapped */
+	if (!pr_int_product_le((uint64_t)n, (uint64_t)1 << shift, SIZE_MAX))
+		return bad(k, msg, "'%.64s' is larger than this host can hold",
+		    v);
+	*(size_t *)field(k, obj) = (size_t)n << shift;
 	return KN_OK;
 }
 

@@ -386,9 +386,10 @@ check_frame(const pl_frame *f, char *err)
 		if (check_window(f, err) != 0)
 			return KN_EINVAL;
 		if (f->fixed > f->end || (size_t)f->end > f->data_len ||
-		    f->steps < 1)
+		    f->steps < 1 || f->steps > PL_STEPS_MAX)
 			return kn_error(err, KN_EINVAL, "a BlockTrain frame needs "
-			    "fixed <= end <= window and steps >= 1");
+			    "fixed <= end <= window and steps 1 to %d",
+			    PL_STEPS_MAX);
 		if (f->pos_block > 0)
 			return check_pos_block(f, err);
 		break;

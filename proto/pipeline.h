@@ -16,6 +16,11 @@
 #define PL_FRAME_DEFAULT ((size_t)16 << 20)
 #define PL_FRAME_MAX ((size_t)1 << 30)
 #define PL_MSG_LEN 256
+/* A request's denoising steps: the default of shardmeter generate and of
+ * a completion, and the most a host takes (its cost grows with them:
+ * proto/PROTOCOL.md, "Pipeline"). */
+#define PL_STEPS_DEFAULT 64
+#define PL_STEPS_MAX (4 * PL_STEPS_DEFAULT)
 
 typedef enum {
 	PL_GEN = 0,     /* client -> entry host: a request */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/error.h"
+#include "proto/intcheck.h"
 #include "proto/spec.h"
 
 struct parse_ctx {
@@ -117,13 +118,10 @@ set_position_block(const pr_key *k, void *obj, void *ctx, const char *v,
     char *msg)
 {
 	pr_spec *s = obj;
-	char *end;
-	long x;
+	int64_t x;
 
 	(void)ctx;
-	errno = 0;
-	x = strtol(v, &end, 10);
-	if (end == v || *end != '\0' || errno != 0 || x < 1 || x > 65536)
+	if (pr_int_parse_str(v, 1, 65536, &x) != 0)
 		return kn_error(msg, KN_EINVAL, "[%s] %s: '%s' is not a whole "
 		    "number from 1 to the window", k->section, k->name, v);
 	s->position_block = (int)x;

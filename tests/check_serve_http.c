@@ -22,6 +22,7 @@
 
 #include "daemon/identity.h"
 #include "daemon/pipeline_client.h"
+#include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 #include "tests/testutil.h"
@@ -495,6 +496,8 @@ START_TEST(test_bad_input)
 		    "max_tokens must be an integer" },
 		{ "{\"prompt\": \"a\", \"max_tokens\": 0}", "at least 1" },
 		{ "{\"prompt\": \"abcd\", \"max_tokens\": 61}", "window of 64" },
+		{ "{\"prompt\": \"" "0123456789abcdef0123456789abcdef"
+		    "0123456789abcdef0123456789abcdef\"}", "no room" },
 		{ "{\"prompt\": \"a\", \"mode\": \"gpt\"}", "blocktrain or ar" },
 		{ "{\"prompt\": \"a\", \"stream\": 1}", "true or false" },
 		{ "{\"prompt\": \"a\", \"temperature\": -1}", "temperature" },
@@ -518,6 +521,168 @@ START_TEST(test_bad_input)
 	    NULL, "{\"prompt\":\"a\"}", 14, &b), 421);
 	ck_assert_ptr_nonnull(strstr(b.data, "not the entry"));
 	free(b.data);
+}
+END_TEST
+
+/* Integers from outside ---------------------------------------------------- */
+
+/* A completion of the ring still answered whole: the entry and its
+ * links survived what came before. */
+static void
+still_serves(void)
+{
+	unsigned char *answer, got[WINDOW];
+	size_t len;
+	int h;
+
+	ck_assert_int_eq(curl_post(base_port, NULL, "{\"prompt\":\"ab\","
+	    "\"max_tokens\":5,\"steps\":4}", &answer, &len), 200);
+	ck_assert_uint_eq(completion_bytes(answer, got, 2), 5);
+	free(answer);
+	for (h = 0; h < HOSTS; h++)
+		ck_assert_int_eq(tu_status_int(base_port + h, "in_flight"), 0);
+}
+
+/* max_tokens, steps and seed past every bound an int or the window
+ * has, whole and streamed: each a 400 that names the field, and the
+ * ring goes on serving.  max_tokens near 2^63 once wrapped the window
+ * check to an output of -1 byte: a 502 and a dropped link whole, a heap
+ * overflow streamed. */
+START_TEST(test_hostile_integers)
+{
+	static const char *const tokens[] = { "9223372036854775807",
+	    "9223372036854775806", "9223372036854775746",
+	    "-9223372036854775808", "4294967297", "4294967296",
+	    "2147483648", "2147483647", "-2147483648", "-1", "63" };
+	static const struct {
+		const char *body, *says;
+	} others[] = {
+		{ "{\"prompt\":\"ab\",\"steps\":9223372036854775807}", "steps" },
+		{ "{\"prompt\":\"ab\",\"steps\":4294967297}", "steps" },
+		{ "{\"prompt\":\"ab\",\"steps\":-9223372036854775808}",
+		    "steps" },
+		{ "{\"prompt\":\"ab\",\"seed\":-9223372036854775808}", "seed" },
+		{ "{\"prompt\":\"ab\",\"max_tokens\":99999999999999999999}",
+		    "invalid JSON" },
+		{ "{\"prompt\":\"ab\",\"max_tokens\":1e300}",
+		    "max_tokens must be an integer" },
+	};
+	char body[160];
+	size_t i;
+	int stream;
+
+	for (stream = 0; stream < 2; stream++)
+		for (i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
+			snprintf(body, sizeof(body), "{\"prompt\":\"ab\","
+			    "\"max_tokens\":%s%s}", tokens[i], stream ?
+			    ",\"stream\":true" : "");
+			bad(body, 400, "max_tokens");
+		}
+	for (i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+		bad(others[i].body, 400, others[i].says);
+	still_serves();
+}
+END_TEST
+
+/* A completion's cost is capped: steps past PL_STEPS_MAX are refused,
+ * over HTTP and in a client's gen frame, and the cap itself is served. */
+START_TEST(test_expensive_refused)
+{
+	pc_request r = { .mode = PL_MODE_BT, .prompt = "ab", .prompt_len = 2,
+	    .length = 4, .steps = 1048576, .temperature = 1, .seed = 1 };
+	char body[128], addr[32], err[KN_ERR_LEN];
+	unsigned char *answer;
+	pc_result res;
+	size_t len;
+
+	bad("{\"prompt\":\"ab\",\"steps\":1048576}", 400, "steps");
+	snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"steps\":%d,"
+	    "\"stream\":true}", PL_STEPS_MAX + 1);
+	bad(body, 400, "steps");
+	snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":4,"
+	    "\"steps\":%d}", PL_STEPS_MAX);
+	ck_assert_int_eq(curl_post(base_port, NULL, body, &answer, &len), 200);
+	free(answer);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", base_port);
+	ck_assert_msg(pc_generate(addr, operator_tls, tu_port_pin(base_port),
+	    &r, &res, 5000, err) == 0, "%s", err);
+	ck_assert_msg(!res.ok && strstr(res.error, "steps") != NULL, "a gen "
+	    "frame of 2^20 steps: ok %d, '%s'", res.ok, res.error);
+	pc_result_clear(&res);
+	still_serves();
+}
+END_TEST
+
+/* Clients that send a costly completion and close at once: their work
+ * is cancelled at the entry and round the ring (the entry counts it),
+ * and a completion after them is answered. */
+START_TEST(test_client_gone_cancels)
+{
+	char body[128], req[512];
+	long long before, after = 0, dropped = 0;
+	double t0, t;
+	int i, h;
+
+	before = tu_status_int(base_port, "cancelled");
+	snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":60,"
+	    "\"steps\":%d}", PL_STEPS_MAX);
+	snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+	    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+	    strlen(body), body);
+	for (i = 0; i < 4; i++) {
+		tu_tls *c = tu_tls_connect(base_port);
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(tu_tls_write(c, req, strlen(req)), 0);
+		tu_tls_close(c);
+	}
+	/* bounded: the requests end, cancelled or (had they finished
+	 * first) answered */
+	for (t = 0; t < 30 && tu_status_int(base_port, "in_flight") > 0;
+	    t += 0.05)
+		usleep(50000);
+	after = tu_status_int(base_port, "cancelled");
+	for (h = 0; h < HOSTS; h++)
+		dropped += tu_status_int(base_port + h, "jobs_cancelled");
+	ck_assert_msg(after > before, "no request was cancelled when its "
+	    "client closed");
+	t0 = kn_now();
+	still_serves();
+	fprintf(stderr, "check_serve_http: %lld of 4 closed requests "
+	    "cancelled, %lld jobs dropped on the hosts; the next completion "
+	    "took %.3f s\n", after - before, dropped, kn_now() - t0);
+}
+END_TEST
+
+/* A request that times out at the entry (the middle host stopped) is
+ * cancelled round the ring: the middle host, once it runs again, drops
+ * the work its end frame overtook instead of computing it for no one. */
+START_TEST(test_timeout_cancels_ring)
+{
+	char body[128];
+	unsigned char *answer;
+	long long before, dropped;
+	size_t len;
+	long status;
+	double t;
+
+	before = tu_status_int(base_port, "cancelled");
+	dropped = tu_status_int(base_port + 1, "jobs_cancelled");
+	snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":60,"
+	    "\"steps\":%d}", PL_STEPS_MAX);
+	kill(host_pid[1], SIGSTOP);
+	/* answered when pipeline_timeout_ms (5 s) has passed */
+	status = curl_post(base_port, NULL, body, &answer, &len);
+	kill(host_pid[1], SIGCONT);
+	ck_assert_int_eq(status, 504);
+	free(answer);
+	ck_assert_int_gt(tu_status_int(base_port, "cancelled"), before);
+	for (t = 0; t < 10 && tu_status_int(base_port + 1, "jobs_cancelled") ==
+	    dropped; t += 0.05)
+		usleep(50000);
+	ck_assert_msg(tu_status_int(base_port + 1, "jobs_cancelled") > dropped,
+	    "the middle host computed a request the entry had cancelled");
+	still_serves();
 }
 END_TEST
 
@@ -810,6 +975,10 @@ main(void)
 	tcase_add_test(tc, test_same_as_generate);
 	tcase_add_test(tc, test_ring_bytes);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_hostile_integers);
+	tcase_add_test(tc, test_expensive_refused);
+	tcase_add_test(tc, test_client_gone_cancels);
+	tcase_add_test(tc, test_timeout_cancels_ring);
 	tcase_add_test(tc, test_status_counts);
 	tcase_add_test(tc, test_cli_status);
 	tcase_add_test(tc, test_promtool);

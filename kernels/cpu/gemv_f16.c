@@ -18,6 +18,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define GEMV_TARGET \
@@ -238,6 +239,17 @@ rows_task(void *ctx, int task, int thread)
 	}
 }
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 has no "f16c"
+ * for __builtin_cpu_supports.  Asked only once AVX-512 is known usable,
+ * so the OS saves the vector state the conversions use. */
+static int
+has_f16c(void)
+{
+	unsigned int a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 int
 kn_cpu_gemv_f16_usable(int N)
 {
@@ -247,8 +259,7 @@ kn_cpu_gemv_f16_usable(int N)
 		cpu = __builtin_cpu_supports("avx512f") &&
 		    __builtin_cpu_supports("avx512bw") &&
 		    __builtin_cpu_supports("avx512vl") &&
-		    __builtin_cpu_supports("f16c") &&
-		    __builtin_cpu_supports("fma");
+		    __builtin_cpu_supports("fma") && has_f16c();
 	return cpu && N >= 1 && N <= KN_GEMV_F16_MAX_ROWS;
 }
 

@@ -1,7 +1,8 @@
 /* Fuzz target: the peer list (daemon/peers.c), read from a file as
  * blocktraind and shardmeter read it.  A list that loads must name each
  * daemon by one address and each peer id once, with blocks in range and
- * replica indexes that count the block's lines. */
+ * replica indexes that count the block's lines (a SOMA run's list: expert
+ * lines, block 0, each expert in range). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -16,14 +17,21 @@ static void
 check_daemons(const peers_list *pl)
 {
 	int i, missing = 0, seen[PR_MAX_BLOCKS + 1] = { 0 };
+	int experts[PR_MAX_BLOCKS] = { 0 };
 
 	for (i = 0; i < pl->n; i++) {
 		const peers_entry *p = &pl->v[i];
 
-		if (p->block < 1 || p->block > PR_MAX_BLOCKS ||
+		/* a SOMA run's list: expert lines only, block 0, each
+		 * expert once; a BlockTrain run's: block lines only */
+		if ((pl->experts ? p->block != 0 || p->expert < 0 ||
+		    p->expert >= PR_MAX_BLOCKS : p->expert != -1 ||
+		    p->block < 1 || p->block > PR_MAX_BLOCKS) ||
 		    p->port < 1 || p->port > 65535)
-			fz_fail("line %d: block %d or port %d out of range", i,
-			    p->block, p->port);
+			fz_fail("line %d: block %d, expert %d or port %d out of "
+			    "range", i, p->block, p->expert, p->port);
+		if (pl->experts && experts[p->expert]++)
+			fz_fail("expert %d on two lines", p->expert);
 		if (peers_find(pl, p->addr) != i)
 			fz_fail("address %s is not found at its line", p->addr);
 		if (peers_replica_index(pl, i) != seen[p->block]++)

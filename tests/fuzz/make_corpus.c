@@ -342,6 +342,56 @@ requests(void)
 	free(http_update);
 }
 
+/* The pipeline port's inputs: HTTP requests as clients send them to the
+ * entry (completions whole, streamed, kept alive, chunked; a status; one
+ * too large), and completion bodies by themselves, among them the
+ * integers that once wrapped the window check. */
+static void
+completions(void)
+{
+	static const char *const body[][2] = {
+		{ "json-full", "{\"prompt\":\"The \",\"max_tokens\":24,"
+		    "\"temperature\":0.9,\"seed\":3,\"mode\":\"blocktrain\","
+		    "\"steps\":8,\"stream\":false,\"model\":\"x\"}" },
+		{ "json-ar", "{\"prompt\":\"ab\\u0000\\u00e9\",\"mode\":\"ar\","
+		    "\"max_tokens\":9,\"temperature\":0,\"stream\":true}" },
+		{ "json-huge", "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "9223372036854775807,\"stream\":true}" },
+		{ "json-negative", "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "-9223372036854775808,\"seed\":-1}" },
+		{ "json-steps", "{\"prompt\":\"ab\",\"steps\":1048576,"
+		    "\"max_tokens\":4294967297}" },
+		{ "json-types", "{\"prompt\":7,\"max_tokens\":1e300,"
+		    "\"temperature\":\"hot\",\"stream\":null}" },
+		{ "json-bad", "{\"prompt\": \"a\", " },
+	};
+	static const char *const http[][2] = {
+		{ "post", "POST /v1/completions HTTP/1.1\r\nHost: e\r\n"
+		    "Content-Type: application/json\r\nContent-Length: 43\r\n"
+		    "\r\n{\"prompt\":\"The \",\"max_tokens\":24,\"steps\":8}" },
+		{ "post-stream-close", "POST /v1/completions?x=1 HTTP/1.1\r\n"
+		    "Connection: close\r\nContent-Length: 47\r\n\r\n"
+		    "{\"prompt\":\"ab\",\"max_tokens\":9,\"stream\":true}   " },
+		{ "kept-alive", "POST /v1/completions HTTP/1.1\r\n"
+		    "Content-Length: 14\r\n\r\n{\"prompt\":\"a\"}"
+		    "GET /v1/status HTTP/1.1\r\n\r\n"
+		    "POST /v1/completions HTTP/1.0\r\nContent-Length: 2\r\n\r\n"
+		    "[]" },
+		{ "chunked", "POST /v1/completions HTTP/1.1\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n7\r\n{\"promp\r\n"
+		    "8\r\nt\":\"ab\"}\r\n0\r\n\r\n" },
+		{ "status", "HEAD /v1/status HTTP/1.1\r\nHost: e\r\n\r\n" },
+		{ "too-large", "POST /v1/completions HTTP/1.1\r\n"
+		    "Content-Length: 2000000\r\n\r\n{" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(body) / sizeof(body[0]); i++)
+		put_text("completions", body[i][0], body[i][1]);
+	for (i = 0; i < sizeof(http) / sizeof(http[0]); i++)
+		put_text("completions", http[i][0], http[i][1]);
+}
+
 /* The TLS target's inputs: a mode byte, a piece size, then records.  A
  * real ClientHello of a fresh identity (mode 0), the same with the
  * pieces one byte long, plain HTTP at a TLS port, and records that claim
@@ -400,6 +450,7 @@ main(int argc, char **argv)
 	frames();
 	texts();
 	requests();
+	completions();
 	records();
 	return 0;
 }
