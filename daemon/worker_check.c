@@ -151,13 +151,15 @@ wk__check_round(wk_worker *w, kn_model *m, const float *start,
 }
 
 /* Whether the step and round a checkpoint claims are ones the rounds so
- * far allow: a round is H steps, so its step is at most (round + 1) H;
- * its round at most the run's last, not before the round before ours,
- * and not further ahead of ours than the time we were out of step
- * allows.  Else the reason in why. */
+ * far allow: within the run; its round not before the round before
+ * ours, and not further ahead of ours than the time we were out of step
+ * allows; its step no further ahead of ours than as many rounds again
+ * of H steps.  A replica's step can run ahead of its rounds' H each (one
+ * that refused a checkpoint trains on alone), so the step is held to
+ * ours, not to its own round.  Else the reason in why. */
 static int
-claim_allowed(const wk_worker *w, int64_t ours, const pr_ckpt_meta *got,
-    char *why, size_t len)
+claim_allowed(const wk_worker *w, int64_t ours, int64_t our_step,
+    const pr_ckpt_meta *got, char *why, size_t len)
 {
 	const struct wk_check *c = &w->check;
 	int64_t H = w->o.local_steps, last = w->o.train.steps / H;
@@ -170,10 +172,6 @@ claim_allowed(const wk_worker *w, int64_t ours, const pr_ckpt_meta *got,
 		snprintf(why, len, "step %" PRId64 " round %" PRId64 " is not in "
 		    "the run (%d steps, %" PRId64 " rounds)", got->step,
 		    got->round, w->o.train.steps, last);
-	else if (got->step > (got->round + 1) * H)
-		snprintf(why, len, "step %" PRId64 " is beyond what %" PRId64
-		    " rounds of %" PRId64 " steps allow", got->step, got->round,
-		    H);
 	else if (got->round < ours - 1)
 		snprintf(why, len, "round %" PRId64 " is behind ours (%" PRId64
 		    ")", got->round, ours);
@@ -182,6 +180,11 @@ claim_allowed(const wk_worker *w, int64_t ours, const pr_ckpt_meta *got,
 		    "of ours (%" PRId64 "); the rounds since we were last in "
 		    "step allow %.0f", got->round, got->round - ours, ours,
 		    ahead);
+	else if ((double)(got->step - our_step) > (ahead + 1) * (double)H)
+		snprintf(why, len, "step %" PRId64 " is %" PRId64 " steps ahead "
+		    "of ours (%" PRId64 "); the rounds since we were last in "
+		    "step allow %.0f", got->step, got->step - our_step, our_step,
+		    (ahead + 1) * (double)H);
 	else
 		return 1;
 	return 0;
@@ -215,7 +218,8 @@ wk__adopt(wk_worker *w, tr_trainer *t, const wk_outcome *o, char *err)
 		free(params);
 		return 1;
 	}
-	if (!claim_allowed(w, tr_trainer_round(t), &got, why, sizeof(why))) {
+	if (!claim_allowed(w, tr_trainer_round(t), tr_trainer_steps(t), &got,
+	    why, sizeof(why))) {
 		post_refused(w, o->round, o->ckpt_peer, WK_REFUSED_CLAIM,
 		    "round %" PRId64 ": the checkpoint of replica %d is refused: "
 		    "%s", o->round, o->ckpt_replica, why);
