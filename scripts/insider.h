@@ -101,8 +101,11 @@ typedef struct {
 	long updates_received, checkpoints_served, over_answers, commits;
 	char first_refusal[200];
 	in_flood *flood;
-	int completion_status;          /* -1: not sent */
-	char completion_error[320];
+	/* -1: not sent; 0: the entry answered its status afterwards; 1 not */
+	int completion_status;
+	int completion_sent;
+	uint8_t entry_pin[ID_BYTES];
+	char completion_error[320];     /* the answers, or why none */
 	int done;
 } insider;
 
@@ -115,8 +118,11 @@ int in_flood_start(insider *in);
 void in_flood_summary(const in_flood *f, char *buf, size_t len);
 void in_flood_stop(in_flood *f);
 
-/* POSTs the completion with huge integers to in->entry (pinned to
- * in->entry_id); the answer lands in in->completion_status. */
+/* POSTs the completions with huge integers to in->entry (pinned to
+ * in->entry_id), one after another, then asks the entry's status: the
+ * answers land in in->completion_error, whether it still answered in
+ * in->completion_status.  -1 (the reason in completion_error) when there
+ * is no entry to send them to. */
 int in_completion_start(insider *in);
 
 #endif

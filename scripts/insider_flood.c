@@ -283,56 +283,116 @@ in_flood_summary(const in_flood *f, char *buf, size_t len)
 
 /* ---- the completion ---- */
 
+/* The integers of issue 35, one request each, in this order: max_tokens
+ * that overflows the window check, streamed and not; its negative twin;
+ * steps beyond int32 and beyond any cap; a seed beyond int64; and last
+ * the most expensive request the cap allows, given up after 2 s (its
+ * work should stop with it).  Then GET /v1/status: is the entry alive? */
+static const char *const completions[] = {
+	"{\"prompt\": \"The \", \"max_tokens\": 9223372036854775807, "
+	    "\"stream\": true}",
+	"{\"prompt\": \"The \", \"max_tokens\": 9223372036854775807}",
+	"{\"prompt\": \"The \", \"max_tokens\": -9223372036854775808, "
+	    "\"stream\": true}",
+	"{\"prompt\": \"The \", \"steps\": 9223372036854775807}",
+	"{\"prompt\": \"The \", \"seed\": 18446744073709551616}",
+	"{\"prompt\": \"The \", \"steps\": 1048576}",
+	NULL
+};
+
+static void send_completion(insider *in);
+
+static void
+on_entry_status(void *ctx, hc_result *res)
+{
+	insider *in = ctx;
+	size_t n = strlen(in->completion_error);
+
+	snprintf(in->completion_error + n, sizeof(in->completion_error) - n,
+	    " entry_alive=%s", res->status == 200 ? "yes" : "no");
+	in->completion_status = res->status == 200 ? 0 : 1;
+	printf("insider: completion: afterwards GET /v1/status of the entry: "
+	    "%ld%s%s\n", res->status, res->error ? " " : "",
+	    res->error ? res->error : "");
+	fflush(stdout);
+}
+
 static void
 on_completion(void *ctx, hc_result *res)
 {
 	insider *in = ctx;
+	size_t n = strlen(in->completion_error);
 
-	in->completion_status = (int)res->status;
-	snprintf(in->completion_error, sizeof(in->completion_error),
-	    "answered %ld: %.*s", res->status, res->body != NULL ?
+	snprintf(in->completion_error + n, sizeof(in->completion_error) - n,
+	    "%s%ld", n > 0 ? "," : "answers=", res->status);
+	printf("insider: completion %d answered %ld: %.*s\n",
+	    in->completion_sent, res->status, res->body != NULL ?
+	    (int)strcspn(res->body, "\n") > 160 ? 160 :
 	    (int)strcspn(res->body, "\n") : 0, res->body != NULL ? res->body :
-	    res->error != NULL ? res->error : "");
-	printf("insider: completion %s\n", in->completion_error);
+	    "");
+	if (res->error != NULL)
+		printf("insider:   (%s)\n", res->error);
 	fflush(stdout);
+	send_completion(in);
+}
+
+static int
+entry_request(insider *in, const char *method, const char *path,
+    const char *body, long timeout_ms, hc_done_fn done)
+{
+	hc_request_opts o = { 0 };
+	char url[512], err[KN_ERR_LEN];
+
+	snprintf(url, sizeof(url), "%s://%s%s", hc_scheme(in->client),
+	    in->entry, path);
+	o.method = method;
+	o.url = url;
+	o.pin = in->entry_pin;
+	o.content_type = body != NULL ? "application/json" : NULL;
+	o.body = body;
+	o.body_len = body != NULL ? strlen(body) : 0;
+	o.timeout_ms = timeout_ms;
+	o.connect_timeout_ms = 2000;
+	if (hc_request(in->client, &o, done, in, err) != 0) {
+		printf("insider: completion: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+send_completion(insider *in)
+{
+	const char *body = completions[in->completion_sent];
+
+	if (body == NULL) {
+		entry_request(in, "GET", "/v1/status", NULL, 5000,
+		    on_entry_status);
+		return;
+	}
+	in->completion_sent++;
+	/* the last, the expensive one, is given up early on purpose */
+	if (entry_request(in, "POST", "/v1/completions", body,
+	    completions[in->completion_sent] == NULL ? 2000 : 10000,
+	    on_completion) != 0)
+		send_completion(in);
 }
 
 int
 in_completion_start(insider *in)
 {
-	/* the integers of issue 35: max_tokens that overflows the window
-	 * check, steps far beyond any cap, a seed at the top of int64 */
-	static const char body[] =
-	    "{\"prompt\": \"The \", \"max_tokens\": 9223372036854775807, "
-	    "\"steps\": 9223372036854775807, \"seed\": 9223372036854775807, "
-	    "\"stream\": true}";
-	hc_request_opts o = { 0 };
-	uint8_t id[ID_BYTES];
-	char url[512], err[KN_ERR_LEN];
+	char err[KN_ERR_LEN];
 
 	if (in->entry == NULL || in->entry_id == NULL) {
 		snprintf(in->completion_error, sizeof(in->completion_error),
 		    "this run has no pipeline entry (--entry and --entry-id)");
 		return -1;
 	}
-	if (id_parse(in->entry_id, id, err) != 0) {
+	if (id_parse(in->entry_id, in->entry_pin, err) != 0) {
 		snprintf(in->completion_error, sizeof(in->completion_error),
 		    "--entry-id: %s", err);
 		return -1;
 	}
-	snprintf(url, sizeof(url), "%s://%s/v1/completions",
-	    hc_scheme(in->client), in->entry);
-	o.method = "POST";
-	o.url = url;
-	o.pin = id;
-	o.content_type = "application/json";
-	o.body = body;
-	o.body_len = sizeof(body) - 1;
-	o.timeout_ms = 10000;
-	if (hc_request(in->client, &o, on_completion, in, err) != 0) {
-		snprintf(in->completion_error, sizeof(in->completion_error),
-		    "%s", err);
-		return -1;
-	}
+	send_completion(in);
 	return 0;
 }
