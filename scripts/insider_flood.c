@@ -311,6 +311,7 @@ on_entry_status(void *ctx, hc_result *res)
 	snprintf(in->completion_error + n, sizeof(in->completion_error) - n,
 	    " entry_alive=%s", res->status == 200 ? "yes" : "no");
 	in->completion_status = res->status == 200 ? 0 : 1;
+	in->seconds = in_elapsed(in);   /* nothing more to do: stop */
 	printf("insider: completion: afterwards GET /v1/status of the entry: "
 	    "%ld%s%s\n", res->status, res->error ? " " : "",
 	    res->error ? res->error : "");
