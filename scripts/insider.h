@@ -1,13 +1,15 @@
 /* The hostile replica of scripts/chaos --insiders (scripts/insider.c): one
  * listed replica's identity, port and peer list in the hands of an
  * attacker.  insider.c plays the round protocol badly; insider_flood.c
- * holds slow connections and sends the pipeline entry a completion with
- * huge integers.  Shared state and the calls between the two files. */
+ * holds slow connections and sends the pipeline entry completions with
+ * huge integers; insider_read.c reads the daemons for the script.  Shared
+ * state and the calls between the files. */
 #ifndef SM_INSIDER_H
 #define SM_INSIDER_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <uv.h>
 
@@ -108,6 +110,13 @@ typedef struct {
 	char completion_error[320];     /* the answers, or why none */
 	int done;
 } insider;
+
+/* The usage text, to f; returns 2. */
+int in_usage(FILE *f);
+/* The subcommands of insider_read.c: argv[0] is the subcommand's name;
+ * they return the process's exit status. */
+int in_get(int argc, char **argv);
+int in_strikes(int argc, char **argv);
 
 /* Wall seconds since the insider started. */
 double in_elapsed(const insider *in);
