@@ -248,20 +248,17 @@ on_checkpoint(void *ctx, hc_result *res)
 	pr_ckpt_sha256_hex(in->honest, in->honest_len, in->honest_sha, NULL);
 	/* the two newest of different rounds: their difference is what
 	 * the rounds between them moved, a plausible update for flip */
-	if (in->prev_params == NULL &&
-	    (in->prev_params = calloc(in->count, sizeof(float))) == NULL)
-		return;
-	if (in->cur_params == NULL &&
-	    (in->cur_params = calloc(in->count, sizeof(float))) == NULL)
-		return;
-	if (ckpt_params(in, in->honest, in->honest_len, in->prev_params,
-	    &meta) == 0 && meta.round > in->cur_round) {
-		p = in->prev_params;
+	if ((p = malloc(in->count * sizeof(float))) != NULL &&
+	    ckpt_params(in, in->honest, in->honest_len, p, &meta) == 0 &&
+	    meta.round > in->cur_round) {
+		free(in->prev_params);
 		in->prev_params = in->cur_params;
 		in->cur_params = p;
 		in->prev_round = in->cur_round;
 		in->cur_round = meta.round;
+		p = NULL;
 	}
+	free(p);
 	make_served(in);
 }
 
@@ -366,7 +363,8 @@ make_update(insider *in, int64_t round, float *delta, const char **what)
 		}
 		if (waited < FLIP_WAIT_ROUNDS * in->spec.round_deadline)
 			return 1;
-		if (in->cur_round > in->prev_round && in->prev_round > 0) {
+		if (in->prev_params != NULL && in->cur_params != NULL &&
+		    in->cur_round > in->prev_round) {
 			double per = (double)(in->cur_round - in->prev_round) *
 			    in->spec.outer_lr;
 
