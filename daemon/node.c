@@ -775,11 +775,19 @@ rounds_commit(void *arg, rounds_outcome *ro)
 	o.len = ro->len;
 	o.ckpt_replica = ro->ckpt_replica;
 	o.ckpt_peer = ro->ckpt_peer;
+	for (i = 0; i < ro->extras && i < WK_MAX_MEMBERS; i++) {
+		o.extra[i] = ro->extra[i];
+		o.extra_replica[i] = ro->extra_replica[i];
+		o.extra_peer[i] = ro->extra_peer[i];
+	}
+	o.extras = i;
 	if (n->worker != NULL)
 		wk_commit_round(n->worker, &o);
 	else {
 		for (i = 0; i < o.count; i++)
 			free(o.update[i]);
+		for (i = 0; i < o.extras; i++)
+			free(o.extra[i]);
 		free(o.ckpt);
 	}
 	if (!n->overlap)

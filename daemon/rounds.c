@@ -521,6 +521,16 @@ apply(rounds *r, uint64_t members)
 		r->delta[k] = NULL;
 	}
 	o.count = m;
+	for (k = 0, m = 0; k < r->cfg.replicas; k++) {
+		if ((members & (1ULL << k)) || k == r->cfg.replica ||
+		    r->delta[k] == NULL || rounds__quarantined(r, k))
+			continue;
+		o.extra[m] = r->delta[k];
+		o.extra_replica[m] = k;
+		o.extra_peer[m++] = r->rep_peer[k];
+		r->delta[k] = NULL;
+	}
+	o.extras = m;
 	/* keep this round's updates for followers that lack one */
 	for (k = 0; k < MAX_REPLICAS; k++) {
 		free(r->kept[k]);

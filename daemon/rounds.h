@@ -49,6 +49,15 @@ typedef struct rounds_outcome {
 	char *ckpt;                             /* a published checkpoint */
 	size_t len;
 	int ckpt_replica, ckpt_peer;            /* who served it */
+	/* updates of the round from replicas that are not members (late,
+	 * or left out by the coordinator): never combined, only looked at
+	 * for a norm no honest replica sends (daemon/verify.h), so that a
+	 * hostile replica the coordinator already keeps out is named by
+	 * every replica it sends to */
+	int extras;
+	float *extra[ROUNDS_MAX_REPLICAS];
+	int extra_replica[ROUNDS_MAX_REPLICAS];
+	int extra_peer[ROUNDS_MAX_REPLICAS];
 } rounds_outcome;
 
 typedef struct rounds_ops {

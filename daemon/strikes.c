@@ -12,6 +12,7 @@
 
 #include "daemon/log.h"
 #include "daemon/strikes.h"
+#include "kernels/clock.h"
 #include "proto/checkpoint.h"
 
 struct strikes {
@@ -133,6 +134,22 @@ strikes_note(strikes *s, const char *peer_id, strikes_kind kind,
 		return 0;
 	}
 	p->total[kind]++;
+	/* The same refusal again (a checkpoint polled every 100 ms, the
+	 * same "over" to every push of a round) is one offence, not one a
+	 * poll: an honest replica that is behind for a moment must not
+	 * reach the threshold in a second.  It counts again once it has
+	 * not recurred for STRIKES_REPEAT_S. */
+	if (p->why_at > 0 && p->why_kind == (int)kind &&
+	    strncmp(p->why, why, sizeof(p->why) - 1) == 0 &&
+	    kn_now() - p->why_at < STRIKES_REPEAT_S) {
+		p->why_at = kn_now();
+		p->repeats++;
+		log_debug("peer %s: %s refused again (not a new strike): %s",
+		    peer_id, kind_names[kind], why);
+		return p->quarantined;
+	}
+	p->why_kind = (int)kind;
+	p->why_at = kn_now();
 	p->current++;
 	snprintf(p->why, sizeof(p->why), "%s", why);
 	if (p->quarantined) {

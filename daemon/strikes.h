@@ -28,6 +28,10 @@ typedef enum strikes_kind {
  * refusal is still logged but not counted. */
 #define STRIKES_MAX_PEERS 4096
 #define STRIKES_WHY_LEN 160
+/* A refusal of the same kind and reason as the peer's latest, within
+ * this many seconds of it, is counted in the totals but is no new
+ * strike (strikes.c). */
+#define STRIKES_REPEAT_S 30.0
 
 typedef struct strikes strikes;
 
@@ -43,6 +47,9 @@ typedef struct strikes_peer {
 	int quarantined;
 	uint64_t refused;               /* connections refused in quarantine */
 	char why[STRIKES_WHY_LEN];      /* the latest refusal */
+	int why_kind;                   /* its kind */
+	double why_at;                  /* when it was last refused (kn_now) */
+	uint64_t repeats;               /* refusals that repeated it */
 } strikes_peer;
 
 /* threshold: refusals after which a peer is quarantined (0: never).  0 or

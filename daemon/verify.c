@@ -261,7 +261,11 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	}
 	clip_scales(updates, count, n, scale, ratio);
 	all = outliers(ratio, count, v);
-	if (sc->valid == NULL || sc->windows <= 0) {
+	/* one update left has nothing to be compared with: a replica alone
+	 * would otherwise drop its own training whenever a few windows'
+	 * noise goes against it (non-finite weights still roll back) */
+	if (sc->valid == NULL || sc->windows <= 0 ||
+	    __builtin_popcountll(all) < 2) {
 		const float *list[VF_MAX];
 		int m = 0;
 
@@ -311,6 +315,27 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	scratch_free(&s);
 	v->seconds = kn_now() - t0;
 	return rc;
+}
+
+double
+vf_norm_ratio(const float *const *members, int count, const float *x,
+    size_t n)
+{
+	double norm[VF_MAX], v, ref;
+	int i, k;
+
+	if (count <= 0 || count > VF_MAX)
+		return 0;
+	for (i = 0; i < count; i++) {
+		v = kn_robust_norm(members[i], n);
+		for (k = i; k > 0 && norm[k - 1] > v; k--)
+			norm[k] = norm[k - 1];
+		norm[k] = v;
+	}
+	ref = count >= VF_OUTLIER_MIN ? norm[(count - 1) / 2] : norm[count - 1];
+	if (!(ref > 0))
+		return 0;
+	return kn_robust_norm(x, n) / ref;
 }
 
 int

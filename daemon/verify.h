@@ -91,6 +91,14 @@ int vf_round(const vf_scorer *sc, int64_t round, const float *start,
     const float *const *updates, int count, float outer_lr, float *avg,
     vf_verdict *v, char *err);
 
+/* The norm of x (n floats), an update of the round from a replica that
+ * is not a member, over the members' (count updates): their lower
+ * median with VF_OUTLIER_MIN or more, else the largest, so that a
+ * member's small update never makes an honest one look large.  0 when
+ * there is nothing to compare with; not finite when x is not. */
+double vf_norm_ratio(const float *const *members, int count, const float *x,
+    size_t n);
+
 /* A checkpoint's weights against ours (n floats each), on the cases of
  * its round: s->refused when it is worse beyond the threshold.  The
  * model's weights are overwritten.  With no held-out split nothing is

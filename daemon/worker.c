@@ -40,6 +40,8 @@ commit_free(struct commit *cm)
 
 	for (i = 0; i < cm->o.count; i++)
 		free(cm->o.update[i]);
+	for (i = 0; i < cm->o.extras; i++)
+		free(cm->o.extra[i]);
 	free(cm->o.ckpt);
 	free(cm);
 }
@@ -935,6 +937,8 @@ wk_commit_round(wk_worker *w, wk_outcome *o)
 	cm->o = *o;
 	if (cm->o.count < 0 || cm->o.count > WK_MAX_MEMBERS)
 		cm->o.count = 0;
+	if (cm->o.extras < 0 || cm->o.extras > WK_MAX_MEMBERS)
+		cm->o.extras = 0;
 	lt_submit(w->lt, &cm->link);
 }
 

@@ -92,6 +92,10 @@ typedef struct wk_outcome {
 	char *ckpt;                             /* owned */
 	size_t len;
 	int ckpt_replica, ckpt_peer;            /* who served it */
+	int extras;                             /* rounds_outcome's */
+	float *extra[WK_MAX_MEMBERS];           /* owned */
+	int extra_replica[WK_MAX_MEMBERS];
+	int extra_peer[WK_MAX_MEMBERS];
 } wk_outcome;
 
 typedef struct {

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <math.h>
+
 #include "daemon/worker_private.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
@@ -137,6 +139,17 @@ wk__check_round(wk_worker *w, kn_model *m, const float *start,
 			at += (size_t)snprintf(left + at, sizeof(left) - at, "%s%d",
 			    at ? "," : "", o->replica[i]);
 	}
+	for (i = 0; i < o->extras; i++) {
+		double ratio = vf_norm_ratio((const float *const *)o->update,
+		    o->count, o->extra[i], kn_model_num_params(m));
+
+		if (ratio > VF_OUTLIER || !isfinite(ratio))
+			post_refused(w, o->round, o->extra_peer[i],
+			    WK_REFUSED_UPDATE, "round %" PRId64 ": the update of "
+			    "replica %d, not a member, is %.3g times the norm of "
+			    "the members': refused", o->round,
+			    o->extra_replica[i], ratio);
+	}
 	ev = wk__event(WK_CHECKED);
 	ev->round = o->round;
 	ev->count = (size_t)o->count;
@@ -144,7 +157,8 @@ wk__check_round(wk_worker *w, kn_model *m, const float *start,
 	    "updates%s%s (%s; %d clipped; check %.3f s, the round's steps "
 	    "%.3f s)", o->round, o->count - __builtin_popcountll(v.left_out),
 	    o->count, at ? ", left out replica " : "", left,
-	    v.checked ? "checked" : "no held-out split, unchecked",
+	    v.checked ? "checked" : w->check.sc.valid == NULL ?
+	    "no held-out split, unchecked" : "one update, unchecked",
 	    v.robust.clipped, v.seconds, w->check.round_s);
 	wk__post(w, ev);
 	return KN_OK;
@@ -156,7 +170,11 @@ wk__check_round(wk_worker *w, kn_model *m, const float *start,
  * allows; its step no further ahead of ours than as many rounds again
  * of H steps.  A replica's step can run ahead of its rounds' H each (one
  * that refused a checkpoint trains on alone), so the step is held to
- * ours, not to its own round.  Else the reason in why. */
+ * ours, not to its own round.  1: allowed; 0: refused, the reason in
+ * why; -1: too far ahead for the one round we may be behind, but no
+ * round of ours has been timed yet (just started, from an older
+ * checkpoint), so the time we were out of step cannot be judged: not
+ * taken, and no strike, until our first round is timed. */
 static int
 claim_allowed(const wk_worker *w, int64_t ours, int64_t our_step,
     const pr_ckpt_meta *got, char *why, size_t len)
@@ -175,11 +193,16 @@ claim_allowed(const wk_worker *w, int64_t ours, int64_t our_step,
 	else if (got->round < ours - 1)
 		snprintf(why, len, "round %" PRId64 " is behind ours (%" PRId64
 		    ")", got->round, ours);
+	else if ((double)(got->round - ours) > ahead && !(c->round_s > 0))
+		goto not_yet;
 	else if ((double)(got->round - ours) > ahead)
 		snprintf(why, len, "round %" PRId64 " is %" PRId64 " rounds ahead "
 		    "of ours (%" PRId64 "); the rounds since we were last in "
 		    "step allow %.0f", got->round, got->round - ours, ours,
 		    ahead);
+	else if ((double)(got->step - our_step) > (ahead + 1) * (double)H &&
+	    !(c->round_s > 0))
+		goto not_yet;
 	else if ((double)(got->step - our_step) > (ahead + 1) * (double)H)
 		snprintf(why, len, "step %" PRId64 " is %" PRId64 " steps ahead "
 		    "of ours (%" PRId64 "); the rounds since we were last in "
@@ -188,6 +211,12 @@ claim_allowed(const wk_worker *w, int64_t ours, int64_t our_step,
 	else
 		return 1;
 	return 0;
+not_yet:
+	snprintf(why, len, "step %" PRId64 " round %" PRId64 " is ahead of "
+	    "ours (step %" PRId64 ", round %" PRId64 ") by more than a round, "
+	    "and no round of ours is timed yet to judge how far peers may "
+	    "have gone", got->step, got->round, our_step, ours);
+	return -1;
 }
 
 int
@@ -218,8 +247,18 @@ wk__adopt(wk_worker *w, tr_trainer *t, const wk_outcome *o, char *err)
 		free(params);
 		return 1;
 	}
-	if (!claim_allowed(w, tr_trainer_round(t), tr_trainer_steps(t), &got,
-	    why, sizeof(why))) {
+	rc = claim_allowed(w, tr_trainer_round(t), tr_trainer_steps(t), &got,
+	    why, sizeof(why));
+	if (rc < 0) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "round %" PRId64 ": the checkpoint "
+		    "of replica %d is not taken yet", o->round, o->ckpt_replica);
+		wk__post_message(w, WK_WARNING, what, why);
+		free(params);
+		return 1;
+	}
+	if (rc == 0) {
 		post_refused(w, o->round, o->ckpt_peer, WK_REFUSED_CLAIM,
 		    "round %" PRId64 ": the checkpoint of replica %d is refused: "
 		    "%s", o->round, o->ckpt_replica, why);

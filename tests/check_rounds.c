@@ -182,6 +182,8 @@ on_commit(void *arg, rounds_outcome *o)
 		for (i = 0; i < o->count; i++)
 			free(o->update[i]);
 	}
+	for (i = 0; i < o->extras; i++)
+		free(o->extra[i]);
 	if (avg != NULL) {
 		for (i = 0; i < COUNT; i++)
 			x->theta[i] -= lr * avg[i];

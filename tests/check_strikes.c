@@ -97,7 +97,12 @@ START_TEST(test_clear)
 	ck_assert_uint_eq(p->total[STRIKES_UPDATE], 2);
 	ck_assert_uint_eq(p->current, 0);
 	ck_assert_int_eq(strikes_note(s, PEER_A, STRIKES_UPDATE, "z"), 0);
-	ck_assert_int_eq(strikes_note(s, PEER_A, STRIKES_UPDATE, "z"), 1);
+	/* the same refusal again at once is no new strike */
+	ck_assert_int_eq(strikes_note(s, PEER_A, STRIKES_UPDATE, "z"), 0);
+	ck_assert_uint_eq(p->current, 1);
+	ck_assert_uint_eq(p->repeats, 1);
+	ck_assert_uint_eq(p->total[STRIKES_UPDATE], 4);
+	ck_assert_int_eq(strikes_note(s, PEER_A, STRIKES_UPDATE, "z2"), 1);
 	strikes_free(s);
 	/* threshold 0: counted, never quarantined */
 	ck_assert_int_eq(strikes_new(&s, 0, err), 0);

@@ -170,7 +170,8 @@ check_twice(const float *const *u, int m, vf_verdict *v)
 	    "%s", err);
 	ck_assert_msg(vf_round(&b, 7, start, u, m, OUTER_LR, avg2, &w,
 	    err) == 0, "%s", err);
-	ck_assert_int_eq(v->checked, 1);
+	/* one update alone has nothing to be compared with */
+	ck_assert_int_eq(v->checked, m > 1);
 	ck_assert(v->left_out == w.left_out);
 	ck_assert_int_eq(memcmp(avg, avg2, n * sizeof(float)), 0);
 }

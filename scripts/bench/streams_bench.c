@@ -73,18 +73,18 @@ on_journal(void *arg, const char *line)
 }
 
 static void
-on_commit(void *arg, int64_t round, float *avg, float lr, char *ckpt,
-    size_t len)
+on_commit(void *arg, rounds_outcome *o)
 {
 	struct replica *x = arg;
+	int i;
 
-	(void)round;
-	(void)lr;
-	(void)len;
-	free(avg);
-	free(ckpt);
+	for (i = 0; i < o->count; i++)
+		free(o->update[i]);
+	for (i = 0; i < o->extras; i++)
+		free(o->extra[i]);
+	free(o->ckpt);
 	x->commits++;
-	rounds_on_checkpoint(x->r, 0, round + 1, "");
+	rounds_on_checkpoint(x->r, 0, o->round + 1, "");
 }
 
 static void
