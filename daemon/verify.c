@@ -140,9 +140,9 @@ solo_candidate(const float *start, const float *u, double scale, float lr,
  * its norm over that lower median (ratio). */
 static void
 clip_scales(const float *const *updates, int count, size_t n,
-    double *scale, double *ratio)
+    double *norm, double *scale, double *ratio)
 {
-	double norm[VF_MAX], sorted[VF_MAX], x, bound, median;
+	double sorted[VF_MAX], x, bound, median;
 	int i, k;
 
 	for (i = 0; i < count; i++) {
@@ -186,20 +186,24 @@ outliers(const double *ratio, int count, vf_verdict *v)
 /* theta = start - lr * (robust combination of the updates whose bit is
  * in keep; none: start itself). */
 static int
-candidate(const float *start, const float *const *updates, int count,
-    uint64_t keep, float lr, size_t n, float *comb, float *theta,
-    kn_robust_info *info, char *err)
+candidate(const float *start, const float *const *updates,
+    const double *norm, int count, uint64_t keep, float lr, size_t n,
+    float *comb, float *theta, kn_robust_info *info, char *err)
 {
 	const float *list[VF_MAX];
+	double norms[VF_MAX];
 	int i, m = 0, rc;
 
 	for (i = 0; i < count; i++)
-		if (keep & (1ULL << i))
+		if (keep & (1ULL << i)) {
+			norms[m] = norm[i];
 			list[m++] = updates[i];
+		}
 	if (m == 0) {
 		memset(comb, 0, n * sizeof(float));
 		memset(info, 0, sizeof(*info));
-	} else if ((rc = kn_robust_combine(comb, list, m, n, info, err)) != 0)
+	} else if ((rc = kn_robust_combine_normed(comb, list, norms, m, n,
+	    info, err)) != 0)
 		return rc;
 	memcpy(theta, start, n * sizeof(float));
 	kn_outer_step(theta, comb, lr, n);
@@ -245,7 +249,7 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	bt_eval_set set = { sc->windows, BT_EVAL_STRATA };
 	uint64_t key = vf_case_key(sc->run_id, sc->block, round);
 	uint64_t all = count >= 64 ? ~0ULL : (1ULL << count) - 1, keep;
-	double t0 = kn_now(), scale[VF_MAX], ratio[VF_MAX];
+	double t0 = kn_now(), norm[VF_MAX], scale[VF_MAX], ratio[VF_MAX];
 	struct scratch s;
 	kn_robust_info info;
 	int i, cases, rc, based = 0;
@@ -259,7 +263,7 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 		memset(avg, 0, n * sizeof(float));
 		return KN_OK;
 	}
-	clip_scales(updates, count, n, scale, ratio);
+	clip_scales(updates, count, n, norm, scale, ratio);
 	all = outliers(ratio, count, v);
 	/* one update left has nothing to be compared with: a replica alone
 	 * would otherwise drop its own training whenever a few windows'
@@ -267,12 +271,16 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	if (sc->valid == NULL || sc->windows <= 0 ||
 	    __builtin_popcountll(all) < 2) {
 		const float *list[VF_MAX];
+		double norms[VF_MAX];
 		int m = 0;
 
 		for (i = 0; i < count; i++)
-			if (all & (1ULL << i))
+			if (all & (1ULL << i)) {
+				norms[m] = norm[i];
 				list[m++] = updates[i];
-		rc = kn_robust_combine(avg, list, m, n, &v->robust, err);
+			}
+		rc = kn_robust_combine_normed(avg, list, norms, m, n, &v->robust,
+		    err);
 		v->seconds = kn_now() - t0;
 		return rc;
 	}
@@ -281,14 +289,14 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 		return kn_error(err, KN_ENOMEM, "out of memory for the check");
 	}
 	v->checked = 1;
-	rc = candidate(start, updates, count, all, outer_lr, n, avg, s.theta,
-	    &v->robust, err);
+	rc = candidate(start, updates, norm, count, all, outer_lr, n, avg,
+	    s.theta, &v->robust, err);
 	if (rc == 0)
 		rc = score(sc, &set, key, s.theta, s.with, &cases, err);
 	for (i = 0; rc == 0 && i < count; i++) {
 		if (!(all & (1ULL << i)))
 			continue;
-		rc = candidate(start, updates, count, all & ~(1ULL << i),
+		rc = candidate(start, updates, norm, count, all & ~(1ULL << i),
 		    outer_lr, n, s.comb, s.theta, &info, err);
 		if (rc == 0)
 			rc = score(sc, &set, key, s.theta, s.without, &cases, err);
@@ -310,8 +318,8 @@ vf_round(const vf_scorer *sc, int64_t round, const float *start,
 	}
 	keep = all & ~v->left_out;
 	if (rc == 0 && keep != all)
-		rc = candidate(start, updates, count, keep, outer_lr, n, avg,
-		    s.theta, &v->robust, err);
+		rc = candidate(start, updates, norm, count, keep, outer_lr, n,
+		    avg, s.theta, &v->robust, err);
 	scratch_free(&s);
 	v->seconds = kn_now() - t0;
 	return rc;

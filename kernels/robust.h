@@ -49,5 +49,12 @@ double kn_robust_norm(const float *x, size_t n);
  * with the reason in err; info may be NULL. */
 int kn_robust_combine(float *out, const float *const *updates, int count,
     size_t n, kn_robust_info *info, char *err);
+/* The same with each update's kn_robust_norm given in norms (count
+ * values), for a caller that combines several subsets of one set and
+ * so computes each norm once; norms NULL: computed here.  The result is
+ * the same bits as kn_robust_combine's. */
+int kn_robust_combine_normed(float *out, const float *const *updates,
+    const double *norms, int count, size_t n, kn_robust_info *info,
+    char *err);
 
 #endif
