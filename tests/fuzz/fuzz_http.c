@@ -82,15 +82,16 @@ journal(void *arg, const char *line)
 /* Updates arrive for a round no trainer takes part in: nothing is ever
  * committed. */
 static void
-commit(void *arg, int64_t round, float *avg, float outer_lr, char *ckpt,
-    size_t len)
+commit(void *arg, rounds_outcome *o)
 {
+	int i;
+
 	(void)arg;
-	(void)round;
-	(void)outer_lr;
-	(void)len;
-	free(avg);
-	free(ckpt);
+	for (i = 0; i < o->count; i++)
+		free(o->update[i]);
+	for (i = 0; i < o->extras; i++)
+		free(o->extra[i]);
+	free(o->ckpt);
 }
 
 static void
@@ -173,7 +174,8 @@ setup(void)
 	rc.round_deadline = 30;
 	rc.outer_lr = 0.7;
 	rc.peer_timeout_ms = 1000;
-	rc.ops = (rounds_ops){ now, meter, journal, commit };
+	rc.ops = (rounds_ops){ .now = now, .meter = meter, .journal = journal,
+	    .commit = commit };
 	rc.arg = n;
 	if (rounds_new(&n->rounds, &rc, err) != 0)
 		setup_fail("rounds", err);
