@@ -343,7 +343,7 @@ overlap_apply(wk_worker *w, struct training *tg, struct commit *cm,
 	if (avg != NULL) {
 		kn_outer_step(tg->start, avg, cm->o.outer_lr, n);
 		free(avg);
-		wk__round_synced(w);
+		wk__round_synced(w, cm->o.count);
 		tg->start_step = ov->sent_step;
 		tg->start_round = round + 1;
 		if (tr_trainer_steps(tg->t) == ov->sent_step)
@@ -427,7 +427,7 @@ run_round(wk_worker *w, tr_trainer *t, float *start, char *err)
 		}
 		if (rc == 0) {
 			tr_trainer_set_round(t, round + 1);
-			wk__round_synced(w);
+			wk__round_synced(w, cm->o.count);
 		}
 	} else if (cm != NULL && cm->o.ckpt != NULL) {
 		if ((rc = wk__adopt(w, t, &cm->o, err)) == 1)

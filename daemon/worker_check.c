@@ -29,6 +29,7 @@
  * not in step (a restart from an older checkpoint, a slow round). */
 #define ADOPT_SLACK 1
 #define ADOPT_SPEEDUP 2.0
+#define ADOPT_RESTART_ROUNDS 8
 
 static void
 post_refused(wk_worker *w, int64_t round, int peer, wk_refusal kind,
@@ -58,6 +59,7 @@ wk__check_open(wk_worker *w, kn_model *m, const corpus *valid, double lo,
 	struct wk_check *c = &w->check;
 	const wk_opts *o = &w->o;
 	struct stat st;
+	struct timespec now;
 	double age = 0;
 
 	c->sc.m = m;
@@ -71,9 +73,13 @@ wk__check_open(wk_worker *w, kn_model *m, const corpus *valid, double lo,
 	    o->replicas);
 	c->round_began = kn_now();
 	/* our weights ended a round when the checkpoint was written */
-	if (stat(ckpt_path, &st) == 0 && time(NULL) > st.st_mtime)
-		age = (double)(time(NULL) - st.st_mtime);
-	c->synced_at = c->round_began - age;
+	if (stat(ckpt_path, &st) == 0 && clock_gettime(CLOCK_REALTIME, &now) == 0)
+		age = (double)(now.tv_sec - st.st_mtim.tv_sec) +
+		    (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+	if (!(age > 0))
+		age = 0;
+	c->synced_at = c->started_at = c->round_began - age;
+	c->rounds_since_start = 0;
 	if ((c->keep = malloc(kn_model_num_params(m) * sizeof(float))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	return KN_OK;
@@ -93,9 +99,16 @@ wk__round_trained(wk_worker *w)
 }
 
 void
-wk__round_synced(wk_worker *w)
+wk__round_synced(wk_worker *w, int members)
 {
-	w->check.round_began = w->check.synced_at = kn_now();
+	w->check.round_began = kn_now();
+	w->check.rounds_since_start++;
+	/* a round of our own update alone (the others late, or gone) is
+	 * no sign that we are in step with them: a replica just restarted
+	 * from an older checkpoint averages its first round alone, and must
+	 * still be allowed to catch up with the peers that went on */
+	if (members >= 2 || w->o.replicas <= 1)
+		w->check.synced_at = w->check.round_began;
 }
 
 int
@@ -181,7 +194,13 @@ claim_allowed(const wk_worker *w, int64_t ours, int64_t our_step,
 {
 	const struct wk_check *c = &w->check;
 	int64_t H = w->o.local_steps, last = w->o.train.steps / H;
-	double gap = kn_now() - c->synced_at - c->round_s, ahead = ADOPT_SLACK;
+	/* Just restarted, our first rounds may pair with updates the others
+	 * sent long ago (held as early, or behind): the time since the start's
+	 * checkpoint still counts for ADOPT_RESTART_ROUNDS rounds, so that a
+	 * replica back from an older checkpoint can catch up. */
+	double since = c->rounds_since_start < ADOPT_RESTART_ROUNDS &&
+	    c->started_at < c->synced_at ? c->started_at : c->synced_at;
+	double gap = kn_now() - since - c->round_s, ahead = ADOPT_SLACK;
 
 	if (gap > 0 && c->round_s > 0)
 		ahead += ADOPT_SPEEDUP * gap / c->round_s;
@@ -286,7 +305,8 @@ wk__adopt(wk_worker *w, tr_trainer *t, const wk_outcome *o, char *err)
 	if (rc == 0) {
 		tr_trainer_set_step(t, got.step);
 		tr_trainer_set_round(t, got.round);
-		wk__round_synced(w);
+		/* a peer's checkpoint: in step with it */
+		wk__round_synced(w, 2);
 	}
 	free(params);
 	return rc;

@@ -17,6 +17,9 @@ struct wk_check {
 	double round_began;     /* when this round's local steps began */
 	double round_s;         /* the last round's local steps, seconds */
 	double synced_at;       /* when our weights last ended a round */
+	double started_at;      /* when our weights at start ended a round
+				 * (the checkpoint's age before the start) */
+	int rounds_since_start; /* rounds ended since */
 };
 
 struct wk_worker {
@@ -53,9 +56,11 @@ int wk__check_open(wk_worker *w, kn_model *m, const corpus *valid,
 void wk__check_close(wk_worker *w);
 /* The round's local steps are done: their time is the round's. */
 void wk__round_trained(wk_worker *w);
-/* Our weights end a round now (an average applied, a checkpoint
- * adopted); the next round's steps begin. */
-void wk__round_synced(wk_worker *w);
+/* Our weights end a round now (an average of members' updates
+ * applied, a checkpoint adopted: members 2, or more); the next round's
+ * steps begin.  Only a round shared with another replica counts as
+ * being in step with the others (claim_allowed's time out of step). */
+void wk__round_synced(wk_worker *w, int members);
 /* The members' updates of o checked and combined into avg (n floats)
  * from the round-start weights start; the model keeps its weights.
  * WK_REFUSED for each update left out, WK_CHECKED for the log.  0 or

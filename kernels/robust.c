@@ -143,6 +143,20 @@ lower_median(const double *v, int count)
 	return s[(count - 1) / 2];
 }
 
+/* Whether no update of the job is clipped: then clipped(j, i, e) is
+ * (double)u[i][e] exactly, and the loops below can skip the product
+ * and its rounding (the same bits, a loop the compiler vectorises). */
+static int
+unclipped(const struct rob_job *j)
+{
+	int i;
+
+	for (i = 0; i < j->count; i++)
+		if (j->scale[i] != 1.0)
+			return 0;
+	return 1;
+}
+
 static void
 mean_task(void *ctx, int task, int thread)
 {
@@ -153,6 +167,16 @@ mean_task(void *ctx, int task, int thread)
 
 	(void)thread;
 	task_range(j, task, &lo, &hi);
+	if (j->count == 2 && unclipped(j)) {
+		const float *a = j->u[0], *b = j->u[1];
+
+		/* 0.0 + a as the general loop's first sum: -0.0 becomes +0.0
+		 * there too */
+		for (e = lo; e < hi; e++)
+			j->out[e] = (float)(((0.0 + (double)a[e]) + (double)b[e]) /
+			    2.0);
+		return;
+	}
 	for (e = lo; e < hi; e++) {
 		sum = 0.0;
 		for (i = 0; i < j->count; i++)
@@ -173,6 +197,22 @@ median_task(void *ctx, int task, int thread)
 
 	(void)thread;
 	task_range(j, task, &lo, &hi);
+	if (m == 3 && unclipped(j)) {
+		const float *a = j->u[0], *b = j->u[1], *c = j->u[2];
+		double x0, x1, x2, l, h;
+
+		/* the insertion below, written out for three: the same
+		 * comparisons, so the same value, ties and zeros included */
+		for (e = lo; e < hi; e++) {
+			x0 = (double)a[e];
+			x1 = (double)b[e];
+			x2 = (double)c[e];
+			l = x0 > x1 ? x1 : x0;
+			h = x0 > x1 ? x0 : x1;
+			j->out[e] = (float)(h > x2 ? (l > x2 ? l : x2) : h);
+		}
+		return;
+	}
 	for (e = lo; e < hi; e++) {
 		for (i = 0; i < m; i++) {
 			x = clipped(j, i, e);
@@ -196,6 +236,20 @@ centered_task(void *ctx, int task, int thread)
 
 	(void)thread;
 	task_range(j, task, &lo, &hi);
+	if (j->count == 3 && unclipped(j)) {
+		const float *a = j->u[0], *b = j->u[1], *c = j->u[2];
+		double w0 = j->weight[0], w1 = j->weight[1], w2 = j->weight[2];
+
+		/* the general loop's sums in its order, written out */
+		for (e = lo; e < hi; e++) {
+			v = (double)j->out[e];
+			sum = 0.0 + w0 * ((double)a[e] - v);
+			sum += w1 * ((double)b[e] - v);
+			sum += w2 * ((double)c[e] - v);
+			j->out[e] = (float)(v + sum / 3);
+		}
+		return;
+	}
 	for (e = lo; e < hi; e++) {
 		v = (double)j->out[e];
 		sum = 0.0;
