@@ -29,6 +29,7 @@
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "proto/checkpoint.h"
+#include "proto/intcheck.h"
 #include "proto/update.h"
 #include "scripts/insider.h"
 
@@ -277,8 +278,12 @@ on_status(void *ctx, hc_result *res)
 	if (res->status != 200 || (root = json_loadb(res->body, res->body_len,
 	    0, &jerr)) == NULL)
 		return;
-	round = json_integer_value(json_object_get(root, "round"));
-	step = json_integer_value(json_object_get(root, "step"));
+	/* the rounds it posts for are (round + 1) H: a status far out of
+	 * any run is read as none */
+	round = pr_int_or(json_integer_value(json_object_get(root, "round")),
+	    0, INT32_MAX, -1);
+	step = pr_int_or(json_integer_value(json_object_get(root, "step")), 0,
+	    INT32_MAX, -1);
 	ck = json_object_get(root, "checkpoint");
 	sha = json_string_value(json_object_get(ck, "sha256"));
 	if (round > in->round) {
