@@ -1,6 +1,6 @@
 /* Error feedback for lossy update encodings (f16, bf16, int8): what a
  * replica's encoding dropped in one round is added to its next round's
- * update, so the rounding does not pile up over rounds.  daemon/rounds.c
+ * update, so the rounding does not pile up over rounds.  daemon/rounds/rounds.c
  * keeps the residual and calls these around pr_update_encode(). */
 #ifndef KN_FEEDBACK_H
 #define KN_FEEDBACK_H

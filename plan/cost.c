@@ -1,8 +1,8 @@
-/* The cost model of shardmeter plan.  A round (daemon/rounds.c): every
+/* The cost model of shardmeter plan.  A round (daemon/rounds/rounds.c): every
  * replica runs H steps, POSTs its encoded update to every other replica
  * (one way: half a round trip and the bytes over the link's rate), the
  * coordinator (replica 0) commits as the last update reaches it, and a
- * follower learns of the commit by the poll it sends every PL_POLL_S
+ * follower learns of the commit by the poll it sends every PN_POLL_S
  * (or every round trip, when that is longer): half a poll period and
  * half a round trip on average.  Overlapped rounds run the next H steps
  * while the exchange is in flight, so a round costs the larger of the
@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/blocktrain.h"
 #include "kernels/error.h"
 #include "plan/cost.h"
 #include "proto/update.h"
@@ -39,12 +38,12 @@ update_head_bytes(pr_encoding enc)
 }
 
 void
-pl_model_defaults(pl_model *m)
+pn_model_defaults(pn_model *m)
 {
 	int e;
 
 	memset(m, 0, sizeof(*m));
-	for (e = 0; e < PL_ENCS; e++) {
+	for (e = 0; e < PN_ENCS; e++) {
 		m->zstd_ratio[e] = 1.0;
 		m->update_head[e] = update_head_bytes((pr_encoding)e);
 	}
@@ -67,7 +66,7 @@ mp_bin_head_bytes(double n)
 }
 
 size_t
-pl_block_params(const pr_spec *s, int layers)
+pn_block_params(const pr_spec *s, int layers)
 {
 	kn_model_shape shape = pr_spec_block_shape(s, 0);
 
@@ -76,7 +75,7 @@ pl_block_params(const pr_spec *s, int layers)
 }
 
 double
-pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc, int zstd)
+pn_update_bytes(const pn_model *m, size_t count, pr_encoding enc, int zstd)
 {
 	double raw = (double)pr_update_payload_bytes(enc, count), payload;
 	int comp = zstd && m->zstd_ratio[enc] < 1;
@@ -93,7 +92,7 @@ pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc, int zstd)
 }
 
 double
-pl_link_rate(const topo_link *l, int streams)
+pn_link_rate(const topo_link *l, int streams)
 {
 	if (streams <= 1 || l->streams <= 1)
 		return l->stream_bytes_per_s;
@@ -131,7 +130,7 @@ scaled_rate(const topo_topology *t, const pr_spec *s, double rate, int layers,
 
 /* Whether candidate c trains a block on host. */
 static int
-trains_on(const pl_candidate *c, int host)
+trains_on(const pn_candidate *c, int host)
 {
 	int b, r;
 
@@ -143,7 +142,7 @@ trains_on(const pl_candidate *c, int host)
 }
 
 double
-pl_shared_rate(const topo_topology *t, const pl_candidate *c, int host)
+pn_shared_rate(const topo_topology *t, const pn_candidate *c, int host)
 {
 	const topo_host *h = &t->hosts[host];
 	int j, m = 0, a = 0;
@@ -165,21 +164,21 @@ pl_shared_rate(const topo_topology *t, const pl_candidate *c, int host)
 }
 
 double
-pl_train_rate(const topo_topology *t, const pr_spec *s,
-    const pl_candidate *c, int host, int layers)
+pn_train_rate(const topo_topology *t, const pr_spec *s,
+    const pn_candidate *c, int host, int layers)
 {
-	return scaled_rate(t, s, pl_shared_rate(t, c, host), layers, 0);
+	return scaled_rate(t, s, pn_shared_rate(t, c, host), layers, 0);
 }
 
 double
-pl_forward_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
+pn_forward_rate(const topo_topology *t, const pr_spec *s, int host, int layers)
 {
 	return scaled_rate(t, s, t->hosts[host].forward_positions_per_s,
 	    layers, 0);
 }
 
 double
-pl_exchange_cpu_s(const topo_topology *t, int host, double update_bytes,
+pn_exchange_cpu_s(const topo_topology *t, int host, double update_bytes,
     double params, int replicas)
 {
 	const topo_host *h = &t->hosts[host];
@@ -206,7 +205,7 @@ static struct path
 one_way(const topo_topology *t, int a, int b, double bytes, int streams)
 {
 	const topo_link *l = topo_link_at(t, a, b);
-	struct path p = { bytes / pl_link_rate(l, streams), l->rtt_ms / 2000 };
+	struct path p = { bytes / pn_link_rate(l, streams), l->rtt_ms / 2000 };
 
 	return p;
 }
@@ -214,22 +213,22 @@ one_way(const topo_topology *t, int a, int b, double bytes, int streams)
 /* Block b's round: the exchange's critical path, from the round's start,
  * with the compute of the sender it starts from. */
 static void
-predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
-    int b, double U, pl_block_pred *bp, struct path *crit)
+predict_round(const topo_topology *t, const pr_spec *s, const pn_candidate *c,
+    int b, double U, pn_block_pred *bp, struct path *crit)
 {
 	const int *h = c->host[b];
 	int R = c->nrep[b], H = c->local_steps, i, f;
-	double step[PL_MAX_REPLICAS], smin = INFINITY, smax = 0, work;
+	double step[PN_MAX_REPLICAS], smin = INFINITY, smax = 0, work;
 	double commit = 0, end = 0, ready_c = 0, ready_end = 0, X, exposed;
 	struct path commit_p = { 0, 0 }, end_p = { 0, 0 };
 
 	for (i = 0; i < R; i++) {
 		/* the loop's work on the exchange comes out of the same CPU
 		 * as the steps, whenever in the round it falls */
-		work = pl_exchange_cpu_s(t, h[i], U,
-		    (double)pl_block_params(s, c->layers[b]), R);
+		work = pn_exchange_cpu_s(t, h[i], U,
+		    (double)pn_block_params(s, c->layers[b]), R);
 		step[i] = (double)s->batch * s->window /
-		    pl_train_rate(t, s, c, h[i], c->layers[b]) + work / H;
+		    pn_train_rate(t, s, c, h[i], c->layers[b]) + work / H;
 		smin = fmin(smin, step[i]);
 		if (step[i] > smax) {
 			smax = step[i];
@@ -252,7 +251,7 @@ predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
 	for (f = 1; f < R; f++) {
 		const topo_link *back = topo_link_at(t, h[f], h[0]);
 		double rtt = back->rtt_ms / 1000;
-		double period = PL_POLL_S * fmax(1, ceil(rtt / PL_POLL_S - 1e-9));
+		double period = PN_POLL_S * fmax(1, ceil(rtt / PN_POLL_S - 1e-9));
 		struct path wait = { commit_p.bw, commit_p.lat + period / 2 +
 		    rtt / 2 };
 
@@ -299,7 +298,7 @@ predict_round(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
 }
 
 static void
-scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
+scale_breakdown(pn_breakdown *out, const pn_breakdown *in, double k)
 {
 	out->compute = in->compute * k;
 	out->straggler = in->straggler * k;
@@ -308,18 +307,18 @@ scale_breakdown(pl_breakdown *out, const pl_breakdown *in, double k)
 }
 
 void
-pl_predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
-    const pl_candidate *c, int b, pl_block_pred *bp)
+pn_predict_block(const topo_topology *t, const pr_spec *s, const pn_model *m,
+    const pn_candidate *c, int b, pn_block_pred *bp)
 {
 	double positions = (double)s->batch * s->window, rounds, tail;
 	struct path crit;
 	int H = c->local_steps;
 
 	memset(bp, 0, sizeof(*bp));
-	bp->update_bytes = pl_update_bytes(m, pl_block_params(s,
+	bp->update_bytes = pn_update_bytes(m, pn_block_params(s,
 	    c->layers[b]), c->enc, c->zstd);
 	if (c->nrep[b] <= 1) {
-		bp->step_s = positions / pl_train_rate(t, s, c,
+		bp->step_s = positions / pn_train_rate(t, s, c,
 		    c->host[b][0], c->layers[b]);
 		bp->round_s = H * bp->step_s;
 		bp->round.compute = bp->round_s;
@@ -343,22 +342,22 @@ pl_predict_block(const topo_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 static int
-check_candidate(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
+check_candidate(const topo_topology *t, const pr_spec *s, const pn_candidate *c,
     char *err)
 {
-	unsigned char used[PL_MAX_HOSTS] = { 0 };
+	unsigned char used[PN_MAX_HOSTS] = { 0 };
 	int b, r, replicated = 0;
 
 	if (c->blocks != s->blocks)
 		return kn_error(err, KN_EINVAL, "the candidate has %d blocks, "
 		    "the spec %d", c->blocks, s->blocks);
 	if (c->steps < 1 || c->local_steps < 1 || c->streams < 1 ||
-	    (unsigned)c->enc >= PL_ENCS)
+	    (unsigned)c->enc >= PN_ENCS)
 		return kn_error(err, KN_EINVAL, "steps, local steps and streams "
 		    "must be positive");
 	for (b = 0; b < c->blocks; b++) {
 		if (c->layers[b] < 1 || c->nrep[b] < 1 ||
-		    c->nrep[b] > PL_MAX_REPLICAS)
+		    c->nrep[b] > PN_MAX_REPLICAS)
 			return kn_error(err, KN_EINVAL, "block %d: %d layers, %d "
 			    "replicas", b + 1, c->layers[b], c->nrep[b]);
 		replicated |= c->nrep[b] > 1;
@@ -383,7 +382,7 @@ check_candidate(const topo_topology *t, const pr_spec *s, const pl_candidate *c,
 
 /* One hop of the ring: frame bytes from a to b, nothing when a is b. */
 static void
-hop(const topo_topology *t, int a, int b, double bytes, pl_breakdown *part)
+hop(const topo_topology *t, int a, int b, double bytes, pn_breakdown *part)
 {
 	struct path p;
 
@@ -395,17 +394,17 @@ hop(const topo_topology *t, int a, int b, double bytes, pl_breakdown *part)
 }
 
 double
-pl_bt_passes(const pr_spec *s, int steps, int block, int outputs)
+pn_bt_passes(const pr_spec *s, int steps, int block, int outputs)
 {
-	int j, count = bt_steps_of(s, steps, block);
+	int j, count = pr_spec_steps_of(s, steps, block);
 	double sum = 0;
 
 	/* a position is still masked at level t with probability t (all
 	 * are at 1), and a step from t to next unmasks it with probability
 	 * (t - next) / t: t - next in all, independently of the others */
 	for (j = 0; j < count; j++)
-		sum += 1 - pow(1 - (bt_time_of(s, steps, block, j) -
-		    bt_time_of(s, steps, block, j + 1)), outputs);
+		sum += 1 - pow(1 - (pr_spec_time_of(s, steps, block, j) -
+		    pr_spec_time_of(s, steps, block, j + 1)), outputs);
 	return sum;
 }
 
@@ -450,7 +449,7 @@ served_pass_s(const topo_topology *t, const pr_spec *s, int host,
 	double n = mine.window, f;
 
 	if (!(h->serve_pass_one_s > 0 && h->serve_pass_window_s > 0))
-		return n / pl_forward_rate(t, s, host, layers) *
+		return n / pn_forward_rate(t, s, host, layers) *
 		    served_pass_share(t, host, s, layers, r);
 	r = fmin(fmax(r, 1.0), n);
 	f = n > 1 ? (r - 1) / (n - 1) : 1.0;
@@ -461,20 +460,20 @@ served_pass_s(const topo_topology *t, const pr_spec *s, int host,
 
 /* The BlockTrain traversal: the host of block T first, down to block 1,
  * whose host sends the output back to the entry; each block runs those
- * of its share of PL_SERVE_STEPS denoising steps that unmask a position,
+ * of its share of PN_SERVE_STEPS denoising steps that unmask a position,
  * a forward pass over the window each (bt_denoise_block skips the
  * others). */
 static void
 predict_serve_bt(const topo_topology *t, const pr_spec *s,
-    const pl_candidate *c, pl_prediction *p)
+    const pn_candidate *c, pn_prediction *p)
 {
-	double busy[PL_MAX_HOSTS] = { 0 }, frame = 2.0 * s->window +
-	    PL_FRAME_BYTES, worst = 0;
+	double busy[PN_MAX_HOSTS] = { 0 }, frame = 2.0 * s->window +
+	    PN_FRAME_BYTES, worst = 0;
 	int b, T = c->blocks;
 
 	memset(&p->bt, 0, sizeof(p->bt));
 	for (b = T - 1; b >= 0; b--) {
-		double passes = pl_bt_passes(s, PL_SERVE_STEPS, b,
+		double passes = pn_bt_passes(s, PN_SERVE_STEPS, b,
 		    p->output_bytes);
 		/* the block unmasks its interval's share of the output */
 		double picked = p->output_bytes * (s->cuts[b + 1] - s->cuts[b]);
@@ -498,12 +497,12 @@ predict_serve_bt(const topo_topology *t, const pr_spec *s,
  * each host's layers, hidden states (d floats) between hosts. */
 static void
 predict_serve_ar(const topo_topology *t, const pr_spec *s,
-    const pl_candidate *c, pl_prediction *p)
+    const pn_candidate *c, pn_prediction *p)
 {
 	int order[PR_MAX_BLOCKS], nh = 0, b, i, total = 0;
 	double per_byte_cap = INFINITY, hidden = 4.0 * s->width +
-	    PL_FRAME_BYTES;
-	pl_breakdown one = { 0 };
+	    PN_FRAME_BYTES;
+	pn_breakdown one = { 0 };
 
 	memset(&p->ar, 0, sizeof(p->ar));
 	for (b = c->blocks - 1; b >= 0; b--) {
@@ -525,7 +524,7 @@ predict_serve_ar(const topo_topology *t, const pr_spec *s,
 		if (nh > 1) {
 			const topo_link *l = topo_link_at(t, order[i],
 			    order[(i + 1) % nh]);
-			double bytes = i + 1 < nh ? hidden : PL_FRAME_BYTES;
+			double bytes = i + 1 < nh ? hidden : PN_FRAME_BYTES;
 
 			hop(t, order[i], order[(i + 1) % nh], bytes, &one);
 			per_byte_cap = fmin(per_byte_cap, l->stream_bytes_per_s / bytes);
@@ -538,8 +537,8 @@ predict_serve_ar(const topo_topology *t, const pr_spec *s,
 }
 
 int
-pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
-    const pl_candidate *c, pl_prediction *p, char *err)
+pn_predict(const topo_topology *t, const pr_spec *s, const pn_model *m,
+    const pn_candidate *c, pn_prediction *p, char *err)
 {
 	int b, rc;
 
@@ -547,9 +546,9 @@ pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
 	if ((rc = check_candidate(t, s, c, err)) != 0)
 		return rc;
 	for (b = 0; b < c->blocks; b++) {
-		pl_block_pred *bp = &p->block[b];
+		pn_block_pred *bp = &p->block[b];
 
-		pl_predict_block(t, s, m, c, b, bp);
+		pn_predict_block(t, s, m, c, b, bp);
 		p->positions_per_s += bp->positions_per_s;
 		if (bp->train_s > p->train_s) {
 			p->train_s = bp->train_s;
@@ -572,14 +571,14 @@ pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 void
-pl_link_bytes(const topo_topology *t, const pl_candidate *c,
-    const pl_prediction *p, double *bytes_per_h)
+pn_link_bytes(const topo_topology *t, const pn_candidate *c,
+    const pn_prediction *p, double *bytes_per_h)
 {
 	int b, i, j;
 
 	memset(bytes_per_h, 0, (size_t)t->nhosts * t->nhosts * sizeof(double));
 	for (b = 0; b < c->blocks; b++) {
-		const pl_block_pred *bp = &p->block[b];
+		const pn_block_pred *bp = &p->block[b];
 
 		if (c->nrep[b] <= 1)
 			continue;

@@ -2,29 +2,29 @@
  * network options) on a topology, the predicted step and round time of
  * each block, positions/s, bytes per link per hour, time to the run's
  * steps, and the inference pipeline's latency and output rate, each with
- * its breakdown.  It mirrors what the daemon does (daemon/rounds.c,
- * daemon/worker.c, the pipeline in proto/PROTOCOL.md); shardmeter(1)
+ * its breakdown.  It mirrors what the daemon does (daemon/rounds/rounds.c,
+ * daemon/node/worker.c, the pipeline in proto/PROTOCOL.md); shardmeter(1)
  * states every assumption.  Pure arithmetic: no I/O, no clock. */
-#ifndef PL_COST_H
-#define PL_COST_H
+#ifndef PN_COST_H
+#define PN_COST_H
 
 #include "proto/topology.h"
 #include "proto/spec.h"
 #include "proto/update.h"
 
 /* the topology's bound: search.c sizes its per-host arrays by it */
-#define PL_MAX_HOSTS TOPO_MAX_HOSTS
-#define PL_MAX_REPLICAS 64      /* rounds.c's ROUNDS_MAX_REPLICAS */
+#define PN_MAX_HOSTS TOPO_MAX_HOSTS
+#define PN_MAX_REPLICAS 64      /* rounds.c's ROUNDS_MAX_REPLICAS */
 /* rounds.c polls the coordinator for the commit every POLL_MS */
-#define PL_POLL_S 0.1
+#define PN_POLL_S 0.1
 /* the pipeline's denoising steps per request (shardmeter generate's default) */
-#define PL_SERVE_STEPS 64
+#define PN_SERVE_STEPS 64
 /* a pipeline frame's fixed bytes beside its payload (PROTOCOL.md) */
-#define PL_FRAME_BYTES 150
+#define PN_FRAME_BYTES 150
 
 /* The update encodings (proto/update.h's pr_encoding, which the daemon's
- * update_encoding names) are 0 .. PL_ENCS - 1. */
-#define PL_ENCS (PR_ENC_INT8 + 1)
+ * update_encoding names) are 0 .. PN_ENCS - 1. */
+#define PN_ENCS (PR_ENC_INT8 + 1)
 
 /* One way to run the spec. */
 typedef struct {
@@ -32,7 +32,7 @@ typedef struct {
 	int layers[PR_MAX_BLOCKS];              /* L_b, block b (0-based) */
 	int nrep[PR_MAX_BLOCKS];                /* replicas of block b */
 	/* host indices; [b][0] is replica 0, the round's coordinator */
-	int host[PR_MAX_BLOCKS][PL_MAX_REPLICAS];
+	int host[PR_MAX_BLOCKS][PN_MAX_REPLICAS];
 	int steps;                              /* each replica's steps */
 	int local_steps;                        /* H */
 	int overlap;                            /* rounds overlap compute */
@@ -41,7 +41,7 @@ typedef struct {
 	int streams;                            /* TCP streams per transfer */
 	/* serving: the host of each block in the pipeline ring, -1: none */
 	int ring[PR_MAX_BLOCKS];
-} pl_candidate;
+} pn_candidate;
 
 /* Where time goes, in seconds; the parts add up to the whole. */
 typedef struct {
@@ -49,77 +49,77 @@ typedef struct {
 	double straggler;       /* waiting for the slowest replica */
 	double transfer;        /* bytes over the links' rates */
 	double latency;         /* round trips and the commit poll */
-} pl_breakdown;
+} pn_breakdown;
 
 typedef struct {
 	double step_s;          /* the slowest replica's step */
 	double exchange_s;      /* a round's exchange, after the last step */
 	double round_cpu_s;     /* the slowest replica's own round work
-	                         * (pl_exchange_cpu_s), in its steps */
+	                         * (pn_exchange_cpu_s), in its steps */
 	double round_s;         /* one round's period (H steps and what
 	                         * of the exchange is not hidden); one
 	                         * replica: H steps */
-	pl_breakdown round;     /* round_s in parts */
+	pn_breakdown round;     /* round_s in parts */
 	double update_bytes;    /* one replica's encoded update */
 	double positions_per_s; /* all replicas together */
 	double train_s;         /* to the candidate's steps */
-	pl_breakdown train;     /* train_s in parts */
-} pl_block_pred;
+	pn_breakdown train;     /* train_s in parts */
+} pn_block_pred;
 
 typedef struct {
 	double latency_s;       /* one request, one output */
-	pl_breakdown part;      /* latency_s: compute and network */
+	pn_breakdown part;      /* latency_s: compute and network */
 	double bytes_per_s;     /* output bytes/s with the ring saturated */
-} pl_serve_mode;
+} pn_serve_mode;
 
 typedef struct {
-	pl_block_pred block[PR_MAX_BLOCKS];
+	pn_block_pred block[PR_MAX_BLOCKS];
 	int slowest;                    /* the block that decides train_s */
 	double train_s;                 /* to every block's steps */
 	double positions_per_s;         /* all blocks together */
 	double max_link_bytes_per_h;    /* the busiest link */
 	int serve;                      /* the ring was set: below is valid */
-	pl_serve_mode bt;               /* blocktrain: one traversal */
-	pl_serve_mode ar;               /* causal LM: one traversal per byte */
+	pn_serve_mode bt;               /* blocktrain: one traversal */
+	pn_serve_mode ar;               /* causal LM: one traversal per byte */
 	int output_bytes;               /* of the serve predictions */
-} pl_prediction;
+} pn_prediction;
 
 /* What the model needs beyond the topology and the spec. */
 typedef struct {
 	/* zstd's size ratio (compressed/raw) per encoding; 1: none */
-	double zstd_ratio[PL_ENCS];
+	double zstd_ratio[PN_ENCS];
 	/* an update message's bytes beside its payload, for one value of
 	 * each encoding uncompressed in a long run's round and step,
 	 * measured with proto/update.c's encoder */
-	double update_head[PL_ENCS];
-} pl_model;
+	double update_head[PN_ENCS];
+} pn_model;
 
-void pl_model_defaults(pl_model *m);
+void pn_model_defaults(pn_model *m);
 
 /* Parameters of a block of the spec's shape with layers layers (kernels'
  * count); every block differs from another only in its layers. */
-size_t pl_block_params(const pr_spec *s, int layers);
+size_t pn_block_params(const pr_spec *s, int layers);
 /* Bytes of one encoded update of count parameters: the payload as
  * pr_update_payload_bytes counts it, times zstd's ratio when compressed
  * (the encoder sends it uncompressed when the ratio is not below 1),
  * and the message's head for that count, payload and compression. */
-double pl_update_bytes(const pl_model *m, size_t count, pr_encoding enc,
+double pn_update_bytes(const pn_model *m, size_t count, pr_encoding enc,
     int zstd);
 /* Bytes/s of a link with n parallel streams: the measured single and
  * multi figures, linear between 1 and the measured count, flat beyond. */
-double pl_link_rate(const topo_link *l, int streams);
+double pn_link_rate(const topo_link *l, int streams);
 /* A host's training positions/s on a block of layers layers in
  * candidate c: its measured rate scaled by FLOPs per position against
  * the topology's measured shape; where hosts share its machine and the
  * topology has their shared rates, slowed by those c trains too
- * (pl_shared_rate).  c may be NULL: the rate alone. */
-double pl_train_rate(const topo_topology *t, const pr_spec *s,
-    const pl_candidate *c, int host, int layers);
+ * (pn_shared_rate).  c may be NULL: the rate alone. */
+double pn_train_rate(const topo_topology *t, const pr_spec *s,
+    const pn_candidate *c, int host, int layers);
 /* A host's measured training rate in candidate c (NULL: alone): with a
  * of the m hosts of its machine that have a shared rate training in c,
  * alone - (alone - shared) (a - 1) / (m - 1); alone where it has no
  * shared rate or its machine no other such host. */
-double pl_shared_rate(const topo_topology *t, const pl_candidate *c,
+double pn_shared_rate(const topo_topology *t, const pn_candidate *c,
     int host);
 /* Seconds of a round a replica on host loses to its own round work, the
  * CPU its steps would have had: sending its update of update_bytes to
@@ -129,31 +129,31 @@ double pl_shared_rate(const topo_topology *t, const pl_candidate *c,
  * with one replica, or where the topology gives no cpu_share (a GPU
  * host, whose steps do not wait on the CPU, or a file without it).  The
  * model spreads it over the round's steps. */
-double pl_exchange_cpu_s(const topo_topology *t, int host,
+double pn_exchange_cpu_s(const topo_topology *t, int host,
     double update_bytes, double params, int replicas);
 /* A host's forward positions/s on a block of layers layers: its
- * measured rate, scaled as pl_train_rate's. */
-double pl_forward_rate(const topo_topology *t, const pr_spec *s, int host,
+ * measured rate, scaled as pn_train_rate's. */
+double pn_forward_rate(const topo_topology *t, const pr_spec *s, int host,
     int layers);
 
 /* The forward passes block (0-based) is expected to run in one
  * traversal of steps denoising steps that generates outputs positions:
  * its steps that unmask at least one of them (the others are skipped). */
-double pl_bt_passes(const pr_spec *s, int steps, int block, int outputs);
+double pn_bt_passes(const pr_spec *s, int steps, int block, int outputs);
 
 /* Predicts c.  0, or KN_EINVAL with the reason (a host used twice, a
  * host out of range, steps not a multiple of H with replicas). */
-int pl_predict(const topo_topology *t, const pr_spec *s, const pl_model *m,
-    const pl_candidate *c, pl_prediction *p, char *err);
+int pn_predict(const topo_topology *t, const pr_spec *s, const pn_model *m,
+    const pn_candidate *c, pn_prediction *p, char *err);
 
 /* Block b of c alone, its c->layers[b] layers on its hosts (which
- * pl_predict checks first): what pl_predict gives as p->block[b]. */
-void pl_predict_block(const topo_topology *t, const pr_spec *s,
-    const pl_model *m, const pl_candidate *c, int b, pl_block_pred *bp);
+ * pn_predict checks first): what pn_predict gives as p->block[b]. */
+void pn_predict_block(const topo_topology *t, const pr_spec *s,
+    const pn_model *m, const pn_candidate *c, int b, pn_block_pred *bp);
 
 /* Bytes per hour each link carries in training, [from * n + to]
  * (t->n x t->n doubles, written whole). */
-void pl_link_bytes(const topo_topology *t, const pl_candidate *c,
-    const pl_prediction *p, double *bytes_per_h);
+void pn_link_bytes(const topo_topology *t, const pn_candidate *c,
+    const pn_prediction *p, double *bytes_per_h);
 
 #endif

@@ -12,24 +12,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/conf.h"
 #include "kernels/error.h"
 #include "plan/output.h"
 
 #define DEFAULT_PORT 7300
 
-static const pr_key *
-conf_key(const char *name)
-{
-	return pr_key_find(cf_keys, cf_nkeys, "", name);
-}
-
 /* Whether this build's daemon has the key name and, for a key of
  * choices, value among them. */
 static int
-conf_has(const char *name, const char *value)
+conf_has(const pr_key *keys, int n, const char *name, const char *value)
 {
-	const pr_key *k = conf_key(name);
+	const pr_key *k = keys == NULL ? NULL : pr_key_find(keys, n, "", name);
 	int i;
 
 	if (k == NULL || value == NULL || k->type != PR_KEY_CHOICE ||
@@ -42,17 +35,17 @@ conf_has(const char *name, const char *value)
 }
 
 void
-pl_support_detect(pl_support *sup)
+pn_support_detect(pn_support *sup, const pr_key *keys, int n)
 {
 	memset(sup, 0, sizeof(*sup));
-	sup->int8 = conf_has(PL_KEY_ENCODING, "int8");
-	sup->zstd = conf_has(PL_KEY_COMPRESSION, "zstd");
-	sup->streams = conf_has(PL_KEY_STREAMS, NULL);
-	sup->overlap = conf_has(PL_KEY_OVERLAP, "yes");
+	sup->int8 = conf_has(keys, n, PN_KEY_ENCODING, "int8");
+	sup->zstd = conf_has(keys, n, PN_KEY_COMPRESSION, "zstd");
+	sup->streams = conf_has(keys, n, PN_KEY_STREAMS, NULL);
+	sup->overlap = conf_has(keys, n, PN_KEY_OVERLAP, "yes");
 }
 
 void
-pl_host_addr(const topo_topology *t, int h, char *buf, size_t len)
+pn_host_addr(const topo_topology *t, int h, char *buf, size_t len)
 {
 	const topo_host *host = &t->hosts[h];
 
@@ -65,7 +58,7 @@ pl_host_addr(const topo_topology *t, int h, char *buf, size_t len)
 }
 
 int
-pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
+pn_candidate_spec(const pr_spec *s, const pn_candidate *c, pr_spec *out,
     char *err)
 {
 	char cwd[PATH_MAX];
@@ -97,7 +90,7 @@ pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
 }
 
 static json_t *
-breakdown_json(const pl_breakdown *b)
+breakdown_json(const pn_breakdown *b)
 {
 	return json_pack("{s:f,s:f,s:f,s:f}", "compute", b->compute,
 	    "straggler", b->straggler, "transfer", b->transfer, "latency",
@@ -105,7 +98,7 @@ breakdown_json(const pl_breakdown *b)
 }
 
 static json_t *
-serve_json(const pl_serve_mode *m)
+serve_json(const pn_serve_mode *m)
 {
 	return json_pack("{s:f,s:o,s:f}", "latency_s", m->latency_s,
 	    "breakdown", breakdown_json(&m->part), "output_bytes_per_s",
@@ -113,7 +106,7 @@ serve_json(const pl_serve_mode *m)
 }
 
 static json_t *
-links_json(const topo_topology *t, const pl_result *r)
+links_json(const topo_topology *t, const pn_result *r)
 {
 	size_t n = (size_t)t->nhosts * t->nhosts, k;
 	double *bytes = malloc(n * sizeof(double));
@@ -121,7 +114,7 @@ links_json(const topo_topology *t, const pl_result *r)
 
 	if (bytes == NULL)
 		return arr;
-	pl_link_bytes(t, &r->c, &r->p, bytes);
+	pn_link_bytes(t, &r->c, &r->p, bytes);
 	for (k = 0; k < n; k++)
 		if (bytes[k] > 0)
 			json_array_append_new(arr, json_pack("{s:s,s:s,s:f}",
@@ -133,15 +126,15 @@ links_json(const topo_topology *t, const pl_result *r)
 }
 
 json_t *
-pl_result_json(const topo_topology *t, const pl_result *r, const pl_result *def)
+pn_result_json(const topo_topology *t, const pn_result *r, const pn_result *def)
 {
-	const pl_candidate *c = &r->c;
-	const pl_prediction *p = &r->p;
+	const pn_candidate *c = &r->c;
+	const pn_prediction *p = &r->p;
 	json_t *blocks = json_array(), *o;
 	int b, k;
 
 	for (b = 0; b < c->blocks; b++) {
-		const pl_block_pred *bp = &p->block[b];
+		const pn_block_pred *bp = &p->block[b];
 		json_t *hosts = json_array();
 
 		for (k = 0; k < c->nrep[b]; k++)
@@ -176,22 +169,22 @@ pl_result_json(const topo_topology *t, const pl_result *r, const pl_result *def)
 			    json_string(t->hosts[c->ring[b]].name));
 		json_object_set_new(o, "serve", json_pack("{s:o,s:i,s:i,s:o,"
 		    "s:o}", "ring", ring, "output_bytes", p->output_bytes,
-		    "denoising_steps", PL_SERVE_STEPS, "blocktrain",
+		    "denoising_steps", PN_SERVE_STEPS, "blocktrain",
 		    serve_json(&p->bt), "ar", serve_json(&p->ar)));
 	}
 	return o;
 }
 
 static const char *
-goal_name(pl_goal g)
+goal_name(pn_goal g)
 {
-	return g == PL_GOAL_SERVE ? "serve" : g == PL_GOAL_BOTH ? "both" :
+	return g == PN_GOAL_SERVE ? "serve" : g == PN_GOAL_BOTH ? "both" :
 	    "train";
 }
 
 json_t *
-pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
-    const pl_plan *plan)
+pn_plan_json(const topo_topology *t, const pr_spec *s, const pn_options *o,
+    const pn_plan *plan)
 {
 	json_t *cands = json_array(), *root;
 	char run_id[PR_RUN_ID_LEN] = "", chosen_id[PR_RUN_ID_LEN] = "";
@@ -202,14 +195,14 @@ pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
 	pr_spec_run_id(s, run_id, NULL);
 	/* the run of the written spec.conf, which daemons started from the
 	 * plan check it against */
-	if (pl_candidate_spec(s, &plan->v[plan->chosen].c, &written, err) == 0)
+	if (pn_candidate_spec(s, &plan->v[plan->chosen].c, &written, err) == 0)
 		pr_spec_run_id(&written, chosen_id, NULL);
 	for (i = 0; i < plan->nall; i++) {
 		json_t *r;
 
 		if (i >= plan->n && i != plan->chosen)
 			continue;
-		r = pl_result_json(t, &plan->v[i], &plan->def);
+		r = pn_result_json(t, &plan->v[i], &plan->def);
 
 		json_object_set_new(r, "rank", json_integer(i + 1));
 		json_array_append_new(cands, r);
@@ -219,7 +212,7 @@ pl_plan_json(const topo_topology *t, const pr_spec *s, const pl_options *o,
 	    t->measured_at, "spec_run_id", run_id, "search", "method",
 	    plan->exhaustive ? "exhaustive" : "greedy and swaps",
 	    "evaluated", plan->evaluated, "placements_per_option_set",
-	    plan->placements, "default", pl_result_json(t, &plan->def, NULL),
+	    plan->placements, "default", pn_result_json(t, &plan->def, NULL),
 	    "candidates", cands, "chosen", plan->chosen + 1);
 	if (chosen_id[0])
 		json_object_set_new(root, "run_id", json_string(chosen_id));
@@ -252,7 +245,7 @@ close_out(FILE *f, const char *path, char *err)
 }
 
 static int
-write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
+write_spec(const char *dir, const pr_spec *s, const pn_candidate *c,
     const char *what, char *err)
 {
 	char path[PR_PATH_LEN];
@@ -260,7 +253,7 @@ write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
 	FILE *f;
 	int rc;
 
-	if ((rc = pl_candidate_spec(s, c, &out, err)) != 0)
+	if ((rc = pn_candidate_spec(s, c, &out, err)) != 0)
 		return rc;
 	if ((f = open_out(dir, "spec.conf", path, sizeof(path), err)) == NULL)
 		return KN_EIO;
@@ -270,7 +263,7 @@ write_spec(const char *dir, const pr_spec *s, const pl_candidate *c,
 }
 
 static int
-write_peers(const char *dir, const topo_topology *t, const pl_candidate *c,
+write_peers(const char *dir, const topo_topology *t, const pn_candidate *c,
     char *err)
 {
 	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
@@ -287,7 +280,7 @@ write_peers(const char *dir, const topo_topology *t, const pl_candidate *c,
 		for (r = 0; r < c->nrep[b]; r++) {
 			int h = c->host[b][r];
 
-			pl_host_addr(t, h, addr, sizeof(addr));
+			pn_host_addr(t, h, addr, sizeof(addr));
 			fprintf(f, "%s %d%s%s\n", addr, b + 1,
 			    t->hosts[h].id[0] ? " " : "", t->hosts[h].id);
 		}
@@ -295,7 +288,7 @@ write_peers(const char *dir, const topo_topology *t, const pl_candidate *c,
 }
 
 static int
-write_pipeline(const char *dir, const topo_topology *t, const pl_candidate *c,
+write_pipeline(const char *dir, const topo_topology *t, const pn_candidate *c,
     char *err)
 {
 	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
@@ -309,7 +302,7 @@ write_pipeline(const char *dir, const topo_topology *t, const pl_candidate *c,
 	for (b = c->blocks - 1; b >= 0; b--) {
 		int h = c->ring[b];
 
-		pl_host_addr(t, h, addr, sizeof(addr));
+		pn_host_addr(t, h, addr, sizeof(addr));
 		fprintf(f, "%s %d%s%s\n", addr, b + 1, t->hosts[h].id[0] ?
 		    " " : "", t->hosts[h].id);
 	}
@@ -319,9 +312,10 @@ write_pipeline(const char *dir, const topo_topology *t, const pl_candidate *c,
 /* One daemon's line; a key (or value) this build's daemon lacks is
  * written commented out. */
 static void
-conf_line(FILE *f, const char *name, const char *value)
+conf_line(FILE *f, const pn_options *o, const char *name,
+    const char *value)
 {
-	if (conf_has(name, value))
+	if (conf_has(o->daemon_keys, o->daemon_nkeys, name, value))
 		fprintf(f, "%s = %s\n", name, value);
 	else
 		fprintf(f, "# %s = %s   (not in this build's blocktraind)\n",
@@ -329,8 +323,8 @@ conf_line(FILE *f, const char *name, const char *value)
 }
 
 static int
-write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
-    char *err)
+write_confs(const char *dir, const topo_topology *t, const pn_candidate *c,
+    const pn_options *o, char *err)
 {
 	char sub[PR_PATH_LEN], path[PR_PATH_LEN], name[TOPO_NAME_LEN + 8];
 	char addr[TOPO_NAME_LEN + 8], v[32];
@@ -354,22 +348,22 @@ write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
 			if ((f = open_out(sub, name, path, sizeof(path),
 			    err)) == NULL)
 				return KN_EIO;
-			pl_host_addr(t, h, addr, sizeof(addr));
+			pn_host_addr(t, h, addr, sizeof(addr));
 			fprintf(f, "# %s: merge into its blocktrain.conf (spec, "
 			    "peers and state_dir as on that host)\n",
 			    t->hosts[h].name);
 			snprintf(v, sizeof(v), "%d", b + 1);
-			conf_line(f, "block", v);
-			conf_line(f, "advertise", addr);
-			conf_line(f, PL_KEY_ENCODING, pr_encoding_name(c->enc));
-			conf_line(f, PL_KEY_COMPRESSION, pr_compression_name(
+			conf_line(f, o, "block", v);
+			conf_line(f, o, "advertise", addr);
+			conf_line(f, o, PN_KEY_ENCODING, pr_encoding_name(c->enc));
+			conf_line(f, o, PN_KEY_COMPRESSION, pr_compression_name(
 			    c->zstd ? PR_COMP_ZSTD : PR_COMP_NONE));
 			snprintf(v, sizeof(v), "%d", c->streams);
-			conf_line(f, PL_KEY_STREAMS, v);
-			conf_line(f, PL_KEY_OVERLAP, c->overlap ? "yes" : "no");
+			conf_line(f, o, PN_KEY_STREAMS, v);
+			conf_line(f, o, PN_KEY_OVERLAP, c->overlap ? "yes" : "no");
 			fprintf(f, "# the predictions, reported beside the "
 			    "measured figures; relative to this file\n");
-			conf_line(f, "plan", "../plan.json");
+			conf_line(f, o, "plan", "../plan.json");
 			rc = close_out(f, path, err);
 		}
 	return rc;
@@ -377,10 +371,10 @@ write_confs(const char *dir, const topo_topology *t, const pl_candidate *c,
 
 static int
 write_json(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, int pick, char *err)
+    const pn_options *o, const pn_plan *plan, int pick, char *err)
 {
 	char path[PR_PATH_LEN], id[PR_RUN_ID_LEN];
-	json_t *j = pl_plan_json(t, s, o, plan);
+	json_t *j = pn_plan_json(t, s, o, plan);
 	pr_spec written;
 	int rc;
 
@@ -388,7 +382,7 @@ write_json(const char *dir, const topo_topology *t, const pr_spec *s,
 	 * run id of its spec.conf: daemons take that row's predictions */
 	if (pick != plan->chosen + 1) {
 		json_object_set_new(j, "written", json_integer(pick));
-		if (pl_candidate_spec(s, pick == 0 ? &plan->def.c :
+		if (pn_candidate_spec(s, pick == 0 ? &plan->def.c :
 		    &plan->v[pick - 1].c, &written, err) != 0 ||
 		    pr_spec_run_id(&written, id, err) != 0) {
 			json_decref(j);
@@ -405,10 +399,10 @@ write_json(const char *dir, const topo_topology *t, const pr_spec *s,
 }
 
 int
-pl_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, int pick, char *err)
+pn_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pn_options *o, const pn_plan *plan, int pick, char *err)
 {
-	const pl_candidate *c;
+	const pn_candidate *c;
 	char what[64];
 	int rc;
 
@@ -429,14 +423,14 @@ pl_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
 	if ((rc = write_spec(dir, s, c, what, err)) != 0 ||
 	    (rc = write_peers(dir, t, c, err)) != 0 ||
 	    (c->ring[0] >= 0 && (rc = write_pipeline(dir, t, c, err)) != 0) ||
-	    (rc = write_confs(dir, t, c, err)) != 0)
+	    (rc = write_confs(dir, t, c, o, err)) != 0)
 		return rc;
 	return write_json(dir, t, s, o, plan, pick, err);
 }
 
 int
-pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, char *err)
+pn_write(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pn_options *o, const pn_plan *plan, char *err)
 {
-	return pl_write_pick(dir, t, s, o, plan, plan->chosen + 1, err);
+	return pn_write_pick(dir, t, s, o, plan, plan->chosen + 1, err);
 }

@@ -2,8 +2,8 @@
  * peer list, the pipeline's host list, each host's daemon configuration
  * lines for the network options, and every prediction as JSON
  * (plan.json) so that a run can report predicted beside measured. */
-#ifndef PL_OUTPUT_H
-#define PL_OUTPUT_H
+#ifndef PN_OUTPUT_H
+#define PN_OUTPUT_H
 
 #include <jansson.h>
 
@@ -11,50 +11,50 @@
 
 /* The daemon configuration keys (blocktrain.conf(5)) of the network
  * options a plan sets in conf/HOST.conf. */
-#define PL_KEY_ENCODING "update_encoding"       /* f32|f16|bf16|int8 */
-#define PL_KEY_COMPRESSION "update_compression" /* none|zstd */
-#define PL_KEY_STREAMS "update_streams"         /* N */
-#define PL_KEY_OVERLAP "overlap_rounds"         /* no|yes */
+#define PN_KEY_ENCODING "update_encoding"       /* f32|f16|bf16|int8 */
+#define PN_KEY_COMPRESSION "update_compression" /* none|zstd */
+#define PN_KEY_STREAMS "update_streams"         /* N */
+#define PN_KEY_OVERLAP "overlap_rounds"         /* no|yes */
 
 /* The options of the issue that this build's daemon has keys (and
- * values) for, found in its key table (daemon/conf.c); the planner
- * tries only these unless told otherwise. */
+ * values) for, found in its key table (keys, n: the caller hands in the
+ * daemon's); the planner tries only these unless told otherwise. */
 typedef struct {
 	int int8;       /* update_encoding = int8 */
 	int zstd;       /* update_compression = zstd */
 	int streams;    /* update_streams = N */
 	int overlap;    /* overlap_rounds = yes */
-} pl_support;
+} pn_support;
 
-void pl_support_detect(pl_support *sup);
+void pn_support_detect(pn_support *sup, const pr_key *keys, int n);
 
 /* host:port of host h: its address, else its name when that is one,
  * else NAME:7300 (the daemon's default port), a placeholder. */
-void pl_host_addr(const topo_topology *t, int h, char *buf, size_t len);
+void pn_host_addr(const topo_topology *t, int h, char *buf, size_t len);
 
 /* The spec that runs c: s with c's steps, replicas, local steps and
  * layers of each block (equal ones as layers_per_block), data
  * paths made absolute (the other options are daemon keys, in
  * conf/HOST.conf). */
-int pl_candidate_spec(const pr_spec *s, const pl_candidate *c, pr_spec *out,
+int pn_candidate_spec(const pr_spec *s, const pn_candidate *c, pr_spec *out,
     char *err);
 
 /* The predictions of r as JSON (the caller's reference); def, when not
  * NULL, gives the speedup. */
-json_t *pl_result_json(const topo_topology *t, const pl_result *r,
-    const pl_result *def);
-json_t *pl_plan_json(const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan);
+json_t *pn_result_json(const topo_topology *t, const pn_result *r,
+    const pn_result *def);
+json_t *pn_plan_json(const topo_topology *t, const pr_spec *s,
+    const pn_options *o, const pn_plan *plan);
 
 /* Writes dir/spec.conf, dir/peers, dir/pipeline, dir/conf/HOST.conf and
  * dir/plan.json for plan->v[plan->chosen] (dir is made if missing).  0,
  * or a negative KN_E* code with the path at fault in err. */
-int pl_write(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, char *err);
+int pn_write(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pn_options *o, const pn_plan *plan, char *err);
 /* The same for another row: pick 0 the default configuration (plan->def),
  * K the K-th of the ranked table (plan->v[K - 1]); plan.json then says
  * "written": K.  KN_EINVAL for a row the table does not show. */
-int pl_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
-    const pl_options *o, const pl_plan *plan, int pick, char *err);
+int pn_write_pick(const char *dir, const topo_topology *t, const pr_spec *s,
+    const pn_options *o, const pn_plan *plan, int pick, char *err);
 
 #endif

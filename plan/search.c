@@ -22,21 +22,21 @@
 struct ctx {
 	const topo_topology *t;
 	const pr_spec *s;
-	const pl_model *m;
-	const pl_options *o;
-	int usable[PL_MAX_HOSTS];       /* hosts that can hold a block */
+	const pn_model *m;
+	const pn_options *o;
+	int usable[PN_MAX_HOSTS];       /* hosts that can hold a block */
 	int nusable;
 	double evaluated;
 	int total_layers;               /* the spec's, which splits share */
-	/* pl_train_bytes(s, L) = bytes0 + L * bytes_per_layer */
+	/* pn_train_bytes(s, L) = bytes0 + L * bytes_per_layer */
 	double bytes0, bytes_per_layer;
 };
 
 void
-pl_options_defaults(pl_options *o)
+pn_options_defaults(pn_options *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->goal = PL_GOAL_TRAIN;
+	o->goal = PN_GOAL_TRAIN;
 	/* what a replica learns from a shorter share is not predicted, so
 	 * by default no plan trades it for speed */
 	o->same_steps = 1;
@@ -47,13 +47,13 @@ pl_options_defaults(pl_options *o)
 }
 
 double
-pl_train_bytes(const pr_spec *s, int layers)
+pn_train_bytes(const pr_spec *s, int layers)
 {
-	return 16.0 * (double)pl_block_params(s, layers);
+	return 16.0 * (double)pn_block_params(s, layers);
 }
 
 int
-pl_steps_for(const pr_spec *s, int R, int H, int same_steps)
+pn_steps_for(const pr_spec *s, int R, int H, int same_steps)
 {
 	long long base = (long long)s->steps * s->replicas;
 	long long steps = same_steps ? s->steps : (base + R - 1) / R;
@@ -64,7 +64,7 @@ pl_steps_for(const pr_spec *s, int R, int H, int same_steps)
 }
 
 static void
-base_candidate(const pr_spec *s, pl_candidate *c)
+base_candidate(const pr_spec *s, pn_candidate *c)
 {
 	int b;
 
@@ -77,7 +77,7 @@ base_candidate(const pr_spec *s, pl_candidate *c)
 	c->local_steps = s->local_steps;
 	c->enc = PR_ENC_F32;
 	c->streams = 1;
-	c->steps = pl_steps_for(s, 1, s->local_steps, 0);
+	c->steps = pn_steps_for(s, 1, s->local_steps, 0);
 }
 
 /* The fewest layers of a block: the split's floor, one layer, or the
@@ -108,12 +108,12 @@ check_hostable(const topo_topology *t, const pr_spec *s, int usable,
 		return kn_error(err, KN_EINVAL, "the spec has %d blocks but only "
 		    "%d hosts have the memory to train one (at least %.3g "
 		    "bytes each)", s->blocks, usable,
-		    pl_train_bytes(s, min_layers(s, split)));
+		    pn_train_bytes(s, min_layers(s, split)));
 	return KN_OK;
 }
 
 int
-pl_default_candidate(const topo_topology *t, const pr_spec *s, pl_candidate *c,
+pn_default_candidate(const topo_topology *t, const pr_spec *s, pn_candidate *c,
     char *err)
 {
 	int b, rc;
@@ -132,7 +132,7 @@ pl_default_candidate(const topo_topology *t, const pr_spec *s, pl_candidate *c,
 /* Options changed from the default, for the first choice among near
  * ties: each may cost quality or needs more of the daemon. */
 static int
-simplicity(const pr_spec *s, const pl_candidate *c)
+simplicity(const pr_spec *s, const pn_candidate *c)
 {
 	int b, resized = 0;
 
@@ -146,7 +146,7 @@ simplicity(const pr_spec *s, const pl_candidate *c)
 
 /* The most layers block b's hosts have the memory to train, or 0. */
 static int
-layers_cap(struct ctx *x, const pl_candidate *c, int b)
+layers_cap(struct ctx *x, const pn_candidate *c, int b)
 {
 	double mem = INFINITY, L;
 	int r;
@@ -160,14 +160,14 @@ layers_cap(struct ctx *x, const pl_candidate *c, int b)
 /* Block b's time to its steps with one layer more than it has, or
  * INFINITY past what its hosts can hold. */
 static double
-time_with_one_more(struct ctx *x, pl_candidate *c, int b, int cap)
+time_with_one_more(struct ctx *x, pn_candidate *c, int b, int cap)
 {
-	pl_block_pred bp;
+	pn_block_pred bp;
 
 	if (c->layers[b] >= cap)
 		return INFINITY;
 	c->layers[b]++;
-	pl_predict_block(x->t, x->s, x->m, c, b, &bp);
+	pn_predict_block(x->t, x->s, x->m, c, b, &bp);
 	c->layers[b]--;
 	return bp.train_s;
 }
@@ -179,7 +179,7 @@ time_with_one_more(struct ctx *x, pl_candidate *c, int b, int cap)
  * reaches the smallest maximum.  Equal hosts get equal blocks.  0, or
  * -1 when the hosts cannot hold the layers. */
 static int
-split_layers(struct ctx *x, pl_candidate *c)
+split_layers(struct ctx *x, pn_candidate *c)
 {
 	double next[PR_MAX_BLOCKS];
 	int cap[PR_MAX_BLOCKS], b, left = x->total_layers - c->blocks;
@@ -209,13 +209,13 @@ split_layers(struct ctx *x, pl_candidate *c)
 /* Time to the run's positions, and a little of every block's own time,
  * so that blocks off the critical path are placed well too. */
 static double
-objective(struct ctx *x, const pl_candidate *c, pl_prediction *p)
+objective(struct ctx *x, const pn_candidate *c, pn_prediction *p)
 {
 	double sum = 0;
 	int b;
 
 	x->evaluated++;
-	if (pl_predict(x->t, x->s, x->m, c, p, NULL) != 0)
+	if (pn_predict(x->t, x->s, x->m, c, p, NULL) != 0)
 		return INFINITY;
 	for (b = 0; b < c->blocks; b++)
 		sum += p->block[b].train_s;
@@ -223,7 +223,7 @@ objective(struct ctx *x, const pl_candidate *c, pl_prediction *p)
 }
 
 static void
-slots_to_candidate(const int *slot, int T, int R, pl_candidate *c)
+slots_to_candidate(const int *slot, int T, int R, pn_candidate *c)
 {
 	int b, r;
 
@@ -237,7 +237,7 @@ slots_to_candidate(const int *slot, int T, int R, pl_candidate *c)
 /* A training placement with its split of the layers, when the search
  * splits them; -1 when its hosts cannot hold them. */
 static int
-train_candidate(struct ctx *x, const int *slot, int T, int R, pl_candidate *c)
+train_candidate(struct ctx *x, const int *slot, int T, int R, pn_candidate *c)
 {
 	int b;
 
@@ -251,9 +251,9 @@ train_candidate(struct ctx *x, const int *slot, int T, int R, pl_candidate *c)
 }
 
 static double
-slots_value(struct ctx *x, const int *slot, int T, int R, pl_candidate *c)
+slots_value(struct ctx *x, const int *slot, int T, int R, pn_candidate *c)
 {
-	pl_prediction p;
+	pn_prediction p;
 
 	if (train_candidate(x, slot, T, R, c) != 0)
 		return INFINITY;
@@ -277,11 +277,11 @@ placements(int n, int T, int R)
 
 struct enumerate {
 	struct ctx *x;
-	pl_candidate *c;
+	pn_candidate *c;
 	int T, R, nslots;
-	int slot[PL_MAX_HOSTS];
-	unsigned char used[PL_MAX_HOSTS];
-	int best[PL_MAX_HOSTS];
+	int slot[PN_MAX_HOSTS];
+	unsigned char used[PN_MAX_HOSTS];
+	int best[PN_MAX_HOSTS];
 	double best_value;
 };
 
@@ -332,29 +332,29 @@ by_speed(struct ctx *x, int *order)
 
 /* Seconds for an update from a to b and back the other way. */
 static double
-pair_cost(struct ctx *x, const pl_candidate *c, int a, int b, double U)
+pair_cost(struct ctx *x, const pn_candidate *c, int a, int b, double U)
 {
 	const topo_link *ab = topo_link_at(x->t, a, b);
 	const topo_link *ba = topo_link_at(x->t, b, a);
 
-	return fmax(ab->rtt_ms / 2000 + U / pl_link_rate(ab, c->streams),
-	    ba->rtt_ms / 2000 + U / pl_link_rate(ba, c->streams));
+	return fmax(ab->rtt_ms / 2000 + U / pn_link_rate(ab, c->streams),
+	    ba->rtt_ms / 2000 + U / pn_link_rate(ba, c->streams));
 }
 
 /* Greedy start: each block seeded with the fastest free host, its other
  * replicas the free hosts whose links to the seed are quickest. */
 static void
-greedy(struct ctx *x, const pl_candidate *c, int T, int R, int *slot)
+greedy(struct ctx *x, const pn_candidate *c, int T, int R, int *slot)
 {
-	unsigned char taken[PL_MAX_HOSTS] = { 0 };
-	int order[PL_MAX_HOSTS], b, r, i, k = 0;
+	unsigned char taken[PN_MAX_HOSTS] = { 0 };
+	int order[PN_MAX_HOSTS], b, r, i, k = 0;
 	double U;
 
 	by_speed(x, order);
 	for (b = 0; b < T; b++) {
 		int seed = -1;
 
-		U = pl_update_bytes(x->m, pl_block_params(x->s, c->layers[b]),
+		U = pn_update_bytes(x->m, pn_block_params(x->s, c->layers[b]),
 		    c->enc, c->zstd);
 
 		for (i = 0; i < x->nusable && seed < 0; i++)
@@ -390,7 +390,7 @@ greedy(struct ctx *x, const pl_candidate *c, int T, int R, int *slot)
 /* Swaps of two slots (the first T x R are placed, the rest idle) while
  * one helps.  Returns the value reached. */
 static double
-swap_search(struct ctx *x, pl_candidate *c, int T, int R, int *slot)
+swap_search(struct ctx *x, pn_candidate *c, int T, int R, int *slot)
 {
 	int used = T * R, pass, i, j, improved = 1;
 	double best = slots_value(x, slot, T, R, c);
@@ -422,10 +422,10 @@ swap_search(struct ctx *x, pl_candidate *c, int T, int R, int *slot)
 
 /* The best placement of T x R replicas for c's options, into c. */
 static void
-place(struct ctx *x, pl_candidate *c, int R, int *warm, int *have_warm,
+place(struct ctx *x, pn_candidate *c, int R, int *warm, int *have_warm,
     int *exhaustive)
 {
-	int T = c->blocks, slot[PL_MAX_HOSTS], i;
+	int T = c->blocks, slot[PN_MAX_HOSTS], i;
 	double v, w;
 
 	if (placements(x->nusable, T, R) <= x->o->exhaustive_limit) {
@@ -463,15 +463,15 @@ place(struct ctx *x, pl_candidate *c, int R, int *warm, int *have_warm,
 /* The serving ring among c's replicas: each block's host, one block at a
  * time, while the traversal gets faster. */
 static void
-choose_ring(struct ctx *x, pl_candidate *c)
+choose_ring(struct ctx *x, pn_candidate *c)
 {
-	pl_prediction p;
+	pn_prediction p;
 	int b, r, pass, improved = 1;
 	double best;
 
 	for (b = 0; b < c->blocks; b++)
 		c->ring[b] = c->host[b][0];
-	pl_predict(x->t, x->s, x->m, c, &p, NULL);
+	pn_predict(x->t, x->s, x->m, c, &p, NULL);
 	best = p.bt.latency_s;
 	for (pass = 0; pass < 4 && improved; pass++) {
 		improved = 0;
@@ -480,7 +480,7 @@ choose_ring(struct ctx *x, pl_candidate *c)
 				int old = c->ring[b];
 
 				c->ring[b] = c->host[b][r];
-				if (pl_predict(x->t, x->s, x->m, c, &p,
+				if (pn_predict(x->t, x->s, x->m, c, &p,
 				    NULL) == 0 && p.bt.latency_s < best *
 				    (1 - 1e-12)) {
 					best = p.bt.latency_s;
@@ -493,21 +493,21 @@ choose_ring(struct ctx *x, pl_candidate *c)
 }
 
 struct results {
-	pl_result *v;
+	pn_result *v;
 	int n, cap;
 };
 
 static int
-add_result(struct ctx *x, struct results *rs, pl_candidate *c, char *err)
+add_result(struct ctx *x, struct results *rs, pn_candidate *c, char *err)
 {
-	pl_result *r;
+	pn_result *r;
 	int rc;
 
-	if (x->o->goal != PL_GOAL_TRAIN && c->ring[0] < 0)
+	if (x->o->goal != PN_GOAL_TRAIN && c->ring[0] < 0)
 		choose_ring(x, c);
 	if (rs->n == rs->cap) {
 		int cap = rs->cap ? 2 * rs->cap : 64;
-		pl_result *v = realloc(rs->v, (size_t)cap * sizeof(*v));
+		pn_result *v = realloc(rs->v, (size_t)cap * sizeof(*v));
 
 		if (v == NULL)
 			return kn_error(err, KN_ENOMEM, "out of memory");
@@ -516,9 +516,9 @@ add_result(struct ctx *x, struct results *rs, pl_candidate *c, char *err)
 	}
 	r = &rs->v[rs->n];
 	r->c = *c;
-	if ((rc = pl_predict(x->t, x->s, x->m, c, &r->p, err)) != 0)
+	if ((rc = pn_predict(x->t, x->s, x->m, c, &r->p, err)) != 0)
 		return rc;
-	r->score = x->o->goal == PL_GOAL_SERVE ? r->p.bt.latency_s :
+	r->score = x->o->goal == PN_GOAL_SERVE ? r->p.bt.latency_s :
 	    r->p.train_s;
 	r->simplicity = simplicity(x->s, c);
 	rs->n++;
@@ -527,17 +527,17 @@ add_result(struct ctx *x, struct results *rs, pl_candidate *c, char *err)
 
 /* Training: one best placement per option set. */
 static int
-search_train(struct ctx *x, struct results *rs, pl_plan *plan, char *err)
+search_train(struct ctx *x, struct results *rs, pn_plan *plan, char *err)
 {
-	const pl_options *o = x->o;
+	const pn_options *o = x->o;
 	const pr_spec *s = x->s;
-	int T = s->blocks, R, Rmax = x->nusable / T, hs[PL_MAX_H], nh, i;
-	int rc, warm[PL_MAX_HOSTS], have_warm;
+	int T = s->blocks, R, Rmax = x->nusable / T, hs[PN_MAX_H], nh, i;
+	int rc, warm[PN_MAX_HOSTS], have_warm;
 
 	if (o->max_replicas > 0 && Rmax > o->max_replicas)
 		Rmax = o->max_replicas;
-	if (Rmax > PL_MAX_REPLICAS)
-		Rmax = PL_MAX_REPLICAS;
+	if (Rmax > PN_MAX_REPLICAS)
+		Rmax = PN_MAX_REPLICAS;
 	if (o->nh > 0) {
 		nh = o->nh;
 		memcpy(hs, o->h, sizeof(int) * nh);
@@ -561,13 +561,13 @@ search_train(struct ctx *x, struct results *rs, pl_plan *plan, char *err)
 		    placements(x->nusable, T, R));
 		have_warm = 0;
 		for (ih = 0; ih < (R > 1 ? nh : 1); ih++)
-		for (enc = 0; enc < (R > 1 ? PL_ENCS : 1); enc++)
+		for (enc = 0; enc < (R > 1 ? PN_ENCS : 1); enc++)
 		for (z = 0; z <= (R > 1 && o->zstd &&
 		    x->m->zstd_ratio[enc] < 1); z++)
 		for (st = 1; st <= (R > 1 ? o->max_streams : 1);
 		    st = st < o->max_streams ? o->max_streams : st + 1)
 		for (ov = 0; ov <= (R > 1 && o->overlap); ov++) {
-			pl_candidate c;
+			pn_candidate c;
 
 			/* bf16 moves the bytes of f16 and keeps f32's range */
 			if (enc == PR_ENC_F16 ||
@@ -576,7 +576,7 @@ search_train(struct ctx *x, struct results *rs, pl_plan *plan, char *err)
 			base_candidate(s, &c);
 			if (R > 1)
 				c.local_steps = hs[ih];
-			c.steps = pl_steps_for(s, R, c.local_steps,
+			c.steps = pn_steps_for(s, R, c.local_steps,
 			    o->same_steps);
 			c.enc = (pr_encoding)enc;
 			c.zstd = z;
@@ -609,18 +609,18 @@ by_latency(const void *a, const void *b)
 /* Every ordered choice of T hosts, by odometer; the top best become
  * results. */
 static int
-serve_all(struct ctx *x, struct results *rs, pl_candidate *c, int top,
+serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
     char *err)
 {
 	int T = x->s->blocks, idx[PR_MAX_BLOCKS] = { 0 }, b, k, n = 0, rc = 0;
 	size_t cap = (size_t)x->o->exhaustive_limit + 1;
 	struct ring *all = malloc(cap * sizeof(*all));
-	pl_prediction p;
+	pn_prediction p;
 
 	if (all == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	for (;;) {
-		unsigned char seen[PL_MAX_HOSTS] = { 0 };
+		unsigned char seen[PN_MAX_HOSTS] = { 0 };
 		int ok = 1;
 
 		for (b = 0; b < T && ok; b++) {
@@ -628,7 +628,7 @@ serve_all(struct ctx *x, struct results *rs, pl_candidate *c, int top,
 			seen[x->usable[idx[b]]] = 1;
 			c->host[b][0] = c->ring[b] = x->usable[idx[b]];
 		}
-		if (ok && (size_t)n < cap && pl_predict(x->t, x->s, x->m, c, &p,
+		if (ok && (size_t)n < cap && pn_predict(x->t, x->s, x->m, c, &p,
 		    NULL) == 0) {
 			x->evaluated++;
 			all[n].latency = p.bt.latency_s;
@@ -650,11 +650,11 @@ serve_all(struct ctx *x, struct results *rs, pl_candidate *c, int top,
 }
 
 static int
-search_serve(struct ctx *x, struct results *rs, pl_plan *plan, int top,
+search_serve(struct ctx *x, struct results *rs, pn_plan *plan, int top,
     char *err)
 {
-	int T = x->s->blocks, slot[PL_MAX_HOSTS], b, rc;
-	pl_candidate c;
+	int T = x->s->blocks, slot[PN_MAX_HOSTS], b, rc;
+	pn_candidate c;
 
 	plan->placements = placements(x->nusable, T, 1);
 	base_candidate(x->s, &c);
@@ -679,12 +679,12 @@ search_serve(struct ctx *x, struct results *rs, pl_plan *plan, int top,
 	}
 	{
 		int i, j, pass, improved = 1;
-		pl_prediction p;
+		pn_prediction p;
 		double best;
 
 		slots_to_candidate(slot, T, 1, &c);
 		memcpy(c.ring, slot, sizeof(int) * T);
-		pl_predict(x->t, x->s, x->m, &c, &p, NULL);
+		pn_predict(x->t, x->s, x->m, &c, &p, NULL);
 		best = p.bt.latency_s;
 		for (pass = 0; pass < MAX_PASSES && improved; pass++) {
 			improved = 0;
@@ -697,7 +697,7 @@ search_serve(struct ctx *x, struct results *rs, pl_plan *plan, int top,
 					slots_to_candidate(slot, T, 1, &c);
 					memcpy(c.ring, slot, sizeof(int) * T);
 					x->evaluated++;
-					if (pl_predict(x->t, x->s, x->m, &c, &p,
+					if (pn_predict(x->t, x->s, x->m, &c, &p,
 					    NULL) == 0 && p.bt.latency_s <
 					    best * (1 - 1e-12)) {
 						best = p.bt.latency_s;
@@ -720,7 +720,7 @@ search_serve(struct ctx *x, struct results *rs, pl_plan *plan, int top,
 static int
 by_score(const void *a, const void *b)
 {
-	const pl_result *x = a, *y = b;
+	const pn_result *x = a, *y = b;
 
 	if (x->score != y->score)
 		return x->score < y->score ? -1 : 1;
@@ -729,38 +729,38 @@ by_score(const void *a, const void *b)
 
 /* Drops rows that repeat an earlier one's candidate. */
 static int
-same_candidate(const pl_candidate *a, const pl_candidate *b)
+same_candidate(const pn_candidate *a, const pn_candidate *b)
 {
 	return memcmp(a, b, sizeof(*a)) == 0;
 }
 
 int
-pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
-    const pl_options *o, int top, pl_plan *plan, char *err)
+pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
+    const pn_options *o, int top, pn_plan *plan, char *err)
 {
 	struct ctx x = { t, s, m, o, { 0 }, 0, 0, pr_spec_total_layers(s), 0, 0 };
-	int split = o->split && o->goal != PL_GOAL_SERVE;
+	int split = o->split && o->goal != PN_GOAL_SERVE;
 	struct results rs = { NULL, 0, 0 };
 	int i, n, rc;
 
 	memset(plan, 0, sizeof(*plan));
 	plan->exhaustive = 1;
-	x.bytes_per_layer = pl_train_bytes(s, 2) - pl_train_bytes(s, 1);
-	x.bytes0 = pl_train_bytes(s, 1) - x.bytes_per_layer;
+	x.bytes_per_layer = pn_train_bytes(s, 2) - pn_train_bytes(s, 1);
+	x.bytes0 = pn_train_bytes(s, 1) - x.bytes_per_layer;
 	for (i = 0; i < t->nhosts; i++)
-		if (t->hosts[i].memory_bytes >= pl_train_bytes(s,
+		if (t->hosts[i].memory_bytes >= pn_train_bytes(s,
 		    min_layers(s, split)))
 			x.usable[x.nusable++] = i;
 	if ((rc = check_hostable(t, s, x.nusable, split, err)) != 0 ||
-	    (rc = pl_default_candidate(t, s, &plan->def.c, err)) != 0)
+	    (rc = pn_default_candidate(t, s, &plan->def.c, err)) != 0)
 		return rc;
 	if (o->same_steps)
-		plan->def.c.steps = pl_steps_for(s, 1, s->local_steps, 1);
-	if ((rc = pl_predict(t, s, m, &plan->def.c, &plan->def.p, err)) != 0)
+		plan->def.c.steps = pn_steps_for(s, 1, s->local_steps, 1);
+	if ((rc = pn_predict(t, s, m, &plan->def.c, &plan->def.p, err)) != 0)
 		return rc;
-	plan->def.score = o->goal == PL_GOAL_SERVE ? plan->def.p.bt.latency_s :
+	plan->def.score = o->goal == PN_GOAL_SERVE ? plan->def.p.bt.latency_s :
 	    plan->def.p.train_s;
-	rc = o->goal == PL_GOAL_SERVE ? search_serve(&x, &rs, plan, top, err) :
+	rc = o->goal == PN_GOAL_SERVE ? search_serve(&x, &rs, plan, top, err) :
 	    search_train(&x, &rs, plan, err);
 	if (rc != 0) {
 		free(rs.v);
@@ -783,7 +783,7 @@ pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
 }
 
 void
-pl_plan_free(pl_plan *plan)
+pn_plan_free(pn_plan *plan)
 {
 	free(plan->v);
 	plan->v = NULL;

@@ -4,20 +4,20 @@
  * by a greedy start and pairwise swaps when they are many; for serving,
  * the host of each block in the pipeline ring.  shardmeter plan calls it;
  * tests/check_plan.c checks its choices on constructed topologies. */
-#ifndef PL_SEARCH_H
-#define PL_SEARCH_H
+#ifndef PN_SEARCH_H
+#define PN_SEARCH_H
 
 #include "plan/cost.h"
 
-typedef enum { PL_GOAL_TRAIN, PL_GOAL_SERVE, PL_GOAL_BOTH } pl_goal;
+typedef enum { PN_GOAL_TRAIN, PN_GOAL_SERVE, PN_GOAL_BOTH } pn_goal;
 
-#define PL_MAX_H 8
+#define PN_MAX_H 8
 
 typedef struct {
-	pl_goal goal;
+	pn_goal goal;
 	int replicas;           /* 0: search 1 .. hosts / blocks; else that */
 	int max_replicas;       /* 0: no bound but the hosts' */
-	int h[PL_MAX_H], nh;    /* local steps to try; nh 0: the spec's
+	int h[PN_MAX_H], nh;    /* local steps to try; nh 0: the spec's
 	                         * H / 2, H, 2H and 4H */
 	/* options the daemon can run: the search tries only these */
 	int int8, zstd, overlap;
@@ -34,47 +34,52 @@ typedef struct {
 	/* the first choice: the simplest candidate within this fraction of
 	 * the fastest (the model's error is larger than such gains) */
 	double tie;
-} pl_options;
+	/* the daemon's configuration keys, handed in by the caller (the
+	 * CLI gives cf_keys): a line for a key not among them is written
+	 * commented out, with the reason */
+	const pr_key *daemon_keys;
+	int daemon_nkeys;
+} pn_options;
 
 typedef struct {
-	pl_candidate c;
-	pl_prediction p;
+	pn_candidate c;
+	pn_prediction p;
 	double score;           /* seconds, what the goal ranks by */
 	int simplicity;         /* options changed from the default */
-} pl_result;
+} pn_result;
 
 typedef struct {
-	pl_result *v;           /* ranked, fastest first */
+	pn_result *v;           /* ranked, fastest first */
 	int n;                  /* the top rows asked for (or fewer) */
 	int nall;               /* rows in v, n and those below */
 	int chosen;             /* the first choice, an index into v */
-	pl_result def;          /* the default configuration */
+	pn_result def;          /* the default configuration */
 	int exhaustive;         /* every placement was tried */
 	double evaluated;       /* candidates predicted */
 	double placements;      /* placements per option set, largest */
-} pl_plan;
+} pn_plan;
 
-void pl_options_defaults(pl_options *o);
+void pn_options_defaults(pn_options *o);
 
 /* Equal blocks, one replica each on the hosts in list order, the spec's
  * H, f32, one stream, blocking rounds; the ring in the same order. */
-int pl_default_candidate(const topo_topology *t, const pr_spec *s,
-    pl_candidate *c, char *err);
+int pn_default_candidate(const topo_topology *t, const pr_spec *s,
+    pn_candidate *c, char *err);
 
 /* Each replica's steps when every block has R replicas: the spec's
  * positions per block (steps x replicas x batch x window) held, or with
  * same_steps the spec's steps; rounded up to a multiple of H when R > 1. */
-int pl_steps_for(const pr_spec *s, int R, int H, int same_steps);
+int pn_steps_for(const pr_spec *s, int R, int H, int same_steps);
 
 /* Searches; plan->v holds at most top rows.  0, or a negative KN_E* code
  * with the reason (a spec the topology cannot host).  The caller frees
- * plan with pl_plan_free. */
-int pl_search(const topo_topology *t, const pr_spec *s, const pl_model *m,
-    const pl_options *o, int top, pl_plan *plan, char *err);
-void pl_plan_free(pl_plan *plan);
+ * plan with pn_plan_free. */
+int pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
+    const pn_options *o, int top, pn_plan *plan, char *err);
+void pn_plan_free(pn_plan *plan);
 
 /* A lower bound of the device memory that training a block of layers
  * layers needs: parameters, gradients and AdamW's two moments in f32. */
-double pl_train_bytes(const pr_spec *s, int layers);
+double pn_train_bytes(const pr_spec *s, int layers);
 
 #endif

@@ -1,6 +1,6 @@
 /* Definition tables of INI keys, after tmux's options-table.c: one row per
  * key, which parsing, range checks, defaults and printing all read.  The
- * run spec (proto/spec.c) and blocktrain.conf (daemon/conf.c) have one. */
+ * run spec (proto/spec.c) and blocktrain.conf (daemon/core/conf.c) have one. */
 #ifndef PR_KEYS_H
 #define PR_KEYS_H
 

@@ -1,7 +1,7 @@
 /* The safetensors file (the format PyTorch users load weights from):
  * 8 bytes of little-endian header length, a JSON header naming each
  * tensor's dtype, shape and byte range, then the raw values.  Written and
- * read strictly here for `shardmeter export` and `import` (daemon/export.c);
+ * read strictly here for `shardmeter export` and `import` (daemon/cli/export.c);
  * float32 only, since every model of ours is. */
 #ifndef PR_SAFETENSORS_H
 #define PR_SAFETENSORS_H

@@ -984,3 +984,22 @@ pr_spec_print(FILE *f, const pr_spec *s)
 	}
 	return pr_key_print(rows, n, s, f);
 }
+
+int
+pr_spec_steps_of(const pr_spec *s, int k, int block)
+{
+	int steps = (int)lround(k * (s->cuts[block + 1] - s->cuts[block]));
+
+	return steps < 1 ? 1 : steps;
+}
+
+/* The levels run downwards: step j of block b starts at
+ * hi - (hi - lo) j / count. */
+double
+pr_spec_time_of(const pr_spec *s, int k, int block, int j)
+{
+	double lo = s->cuts[block], hi = s->cuts[block + 1];
+	int count = pr_spec_steps_of(s, k, block);
+
+	return j >= count ? lo : hi - (hi - lo) * j / count;
+}

@@ -58,7 +58,7 @@ typedef struct {
 	int equal_cuts;                 /* cuts were not given */
 	double p_prefix;                /* probability of an unmasked prefix */
 	/* [noise]: how a block draws its noise within its interval
-	 * (daemon/blocktrain.c); each key is hashed only when it is not at
+	 * (daemon/blocktrain/blocktrain.c); each key is hashed only when it is not at
 	 * its default, so specs without them keep their run ids */
 	char noise_draw[16];            /* stratified | antithetic | kform */
 	double t_floor;                 /* 0: levels uniform in the interval */
@@ -134,5 +134,13 @@ kn_model_shape pr_spec_reference_shape(const pr_spec *s, int causal);
 /* Learning rate at step (0-based): linear warmup, then cosine decay from
  * lr to lr_min over the remaining steps. */
 double pr_spec_lr(const pr_spec *s, int step);
+
+/* The denoising schedule of k steps over (0, 1]: each block runs
+ * round(k * its interval width) steps (at least one) on an even grid of its
+ * interval.  pr_spec_steps_of() gives block b's count, pr_spec_time_of()
+ * the level at the start of its step j (its end is time_of(j + 1), and
+ * time_of(count) is the block's lower cut). */
+int pr_spec_steps_of(const pr_spec *s, int k, int block);
+double pr_spec_time_of(const pr_spec *s, int k, int block, int j);
 
 #endif

@@ -22,8 +22,8 @@
 
 #include <jansson.h>
 
-#include "daemon/log.h"
-#include "daemon/rounds.h"
+#include "daemon/core/log.h"
+#include "daemon/rounds/rounds.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

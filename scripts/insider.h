@@ -13,10 +13,10 @@
 
 #include <uv.h>
 
-#include "daemon/http_client.h"
-#include "daemon/http_server.h"
-#include "daemon/peers.h"
-#include "daemon/tls.h"
+#include "daemon/net/http_client.h"
+#include "daemon/net/http_server.h"
+#include "daemon/core/peers.h"
+#include "daemon/net/tls.h"
 #include "proto/spec.h"
 
 #define IN_MAX_REPLICAS 64

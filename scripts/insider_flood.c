@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/tls_stream.h"
+#include "daemon/net/tls_stream.h"
 #include "kernels/clock.h"
 #include "scripts/insider.h"
 

@@ -11,9 +11,9 @@
 
 #include <jansson.h>
 
-#include "daemon/http_client.h"
-#include "daemon/peers.h"
-#include "daemon/tls.h"
+#include "daemon/net/http_client.h"
+#include "daemon/core/peers.h"
+#include "daemon/net/tls.h"
 #include "kernels/error.h"
 #include "scripts/insider.h"
 

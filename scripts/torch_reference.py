@@ -6,7 +6,7 @@ torch.frombuffer, builds the BlockTrain blocks and the causal LM as
 kernels/model.c defines them (DESIGN section 2), and either writes or
 compares logits, or generates as 'shardmeter generate' does, with the same
 random draws (Philox4x32-10 and the stream keys of kernels/rng.c and
-daemon/blocktrain.c).  Needs Debian's python3-torch: run it with
+daemon/blocktrain/blocktrain.c).  Needs Debian's python3-torch: run it with
 /usr/bin/python3.
 
   torch_reference.py info MODEL.safetensors
@@ -40,7 +40,7 @@ except ImportError:
 VOCAB_OUT = 256
 MASK = 256
 FORMAT = "shardmeter-safetensors 1"
-TAG_GEN, TAG_AR = 3, 4          # daemon/blocktrain.c
+TAG_GEN, TAG_AR = 3, 4          # daemon/blocktrain/blocktrain.c
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
 
@@ -184,7 +184,7 @@ def sample(logits, u, temp):
     return max(c for c in range(len(p)) if p[c] > 0.0)
 
 
-# Generation (daemon/blocktrain.c: bt_denoise_block, bt_generate_ar)
+# Generation (daemon/blocktrain/blocktrain.c: bt_denoise_block, bt_generate_ar)
 
 def lround(x):
     r = math.floor(x)

@@ -1,7 +1,7 @@
 /* A SOMA expert one byte at a time on the host: the LSTM state of a
  * session kept between bytes, so generation costs O(d^2) per byte and
  * expert instead of a pass over the whole context.  The serving hosts
- * (daemon/serve_soma.c) and the in-process path of `shardmeter generate
+ * (daemon/pipeline/serve_soma.c) and the in-process path of `shardmeter generate
  * --mode soma` both run it, so their outputs agree byte for byte. */
 #ifndef SA_STEP_H
 #define SA_STEP_H

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/corpus.h"
+#include "proto/corpus.h"
 
 /* The share of each file held out for validation, and its cap: enough
  * windows for a steady plateau signal without starving small clusters. */

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/blockgen.h"
-#include "daemon/blocktrain.h"
-#include "daemon/pipeline_client.h"
-#include "daemon/tls.h"
+#include "daemon/blocktrain/blockgen.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/pipeline/pipeline_client.h"
+#include "daemon/net/tls.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

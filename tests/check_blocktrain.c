@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
-#include "daemon/train.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/conf.h"
-#include "daemon/peers.h"
+#include "daemon/core/conf.h"
+#include "daemon/core/peers.h"
 #include "tests/testutil.h"
 
 static char dir[64];

@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
-#include "daemon/export.h"
-#include "daemon/train.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/cli/export.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
 #include "kernels/pool.h"

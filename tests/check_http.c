@@ -17,10 +17,10 @@
 #include <arpa/inet.h>
 #include <uv.h>
 
-#include "daemon/http_client.h"
-#include "daemon/http_server.h"
-#include "daemon/identity.h"
-#include "daemon/tls.h"
+#include "daemon/net/http_client.h"
+#include "daemon/net/http_server.h"
+#include "daemon/core/identity.h"
+#include "daemon/net/tls.h"
 #include "tests/testutil.h"
 
 #define RAW_CAP (1 << 20)

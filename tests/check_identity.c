@@ -17,7 +17,7 @@
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/error.h"
 #include "tests/testutil.h"
 

@@ -21,9 +21,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/http_server.h"
-#include "daemon/identity.h"
-#include "daemon/tls.h"
+#include "daemon/net/http_server.h"
+#include "daemon/core/identity.h"
+#include "daemon/net/tls.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

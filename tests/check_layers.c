@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/train.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "proto/checkpoint.h"

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <uv.h>
 
-#include "daemon/loop_thread.h"
+#include "daemon/core/loop_thread.h"
 #include "kernels/error.h"
 
 #define MANY 20000

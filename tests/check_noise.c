@@ -1,4 +1,4 @@
-/* The noise draws of [noise] (daemon/blocktrain.c): every draw's training
+/* The noise draws of [noise] (daemon/blocktrain/blocktrain.c): every draw's training
  * estimate of a fixed model's share is the plain stratified one's within
  * its standard error, on the same windows, with and without position
  * blocks, and at one byte per block nothing is drawn at all; the
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/blocktrain.h"
-#include "daemon/train.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/model.h"

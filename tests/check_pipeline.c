@@ -1,5 +1,5 @@
 /* Pipeline frames (proto/pipeline.c) and the pipeline host list
- * (daemon/pipeline_hosts.c): round trips, the hosts' peer ids and the
+ * (daemon/pipeline/pipeline_hosts.c): round trips, the hosts' peer ids and the
  * client lines, and every kind of bad frame or list refused with its own
  * message. */
 #include "config.h"
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
-#include "daemon/pipeline_hosts.h"
+#include "daemon/core/identity.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 #include "tests/testutil.h"

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
-#include "daemon/conf.h"
-#include "daemon/peers.h"
-#include "daemon/pipeline_hosts.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/core/conf.h"
+#include "daemon/core/peers.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "plan/cost.h"
 #include "plan/output.h"
@@ -79,24 +79,24 @@ set_pair(topo_topology *t, int a, int b, double bw)
 }
 
 static void
-plan_of(const topo_topology *t, const pr_spec *s, const pl_options *o,
-    pl_plan *plan)
+plan_of(const topo_topology *t, const pr_spec *s, const pn_options *o,
+    pn_plan *plan)
 {
 	char err[KN_ERR_LEN];
-	pl_model m;
+	pn_model m;
 
-	pl_model_defaults(&m);
-	ck_assert_msg(pl_search(t, s, &m, o, 1000, plan, err) == 0, "%s", err);
+	pn_model_defaults(&m);
+	ck_assert_msg(pn_search(t, s, &m, o, 1000, plan, err) == 0, "%s", err);
 }
 
-static const pl_candidate *
-chosen(const pl_plan *plan)
+static const pn_candidate *
+chosen(const pn_plan *plan)
 {
 	return &plan->v[plan->chosen].c;
 }
 
 static int
-uses(const pl_candidate *c, int b, int host)
+uses(const pn_candidate *c, int b, int host)
 {
 	int r;
 
@@ -152,13 +152,13 @@ START_TEST(test_bt_passes_simulated)
 		for (b = 0; b < s.blocks; b++) {
 			double mean = sum[b] / SEEDS;
 			double se = sqrt((sq[b] / SEEDS - mean * mean) / SEEDS);
-			double want = pl_bt_passes(&s, K, b, WINDOW - fixed);
+			double want = pn_bt_passes(&s, K, b, WINDOW - fixed);
 
 			ck_assert_msg(fabs(mean - want) < 5 * se + 1e-9,
 			    "prompt %d block %d: %.3f passes by the draws, %.3f "
 			    "expected (se %.3f)", fixed, b + 1, mean, want, se);
 			/* and not simply every step */
-			ck_assert(want < bt_steps_of(&s, K, b) - 10 * se);
+			ck_assert(want < pr_spec_steps_of(&s, K, b) - 10 * se);
 		}
 	}
 }
@@ -167,38 +167,40 @@ END_TEST
 START_TEST(test_slow_link_moves_replicas)
 {
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
+	pn_options o;
+	pn_plan plan;
 	pr_spec s;
 
 	spec_of(&s, 1, 2, 400, 20);
 	/* an update of ~100k floats over 1e6 B/s: transfer matters */
 	topo_of(&t, &s, 3, 2000, 1e6, 1);
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 2;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert(uses(chosen(&plan), 0, 0) && uses(chosen(&plan), 0, 1));
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 
 	set_pair(&t, 0, 1, 1e5);
 	plan_of(&t, &s, &o, &plan);
 	ck_assert_int_eq(chosen(&plan)->nrep[0], 2);
 	ck_assert(!(uses(chosen(&plan), 0, 0) && uses(chosen(&plan), 0, 1)));
 	ck_assert(uses(chosen(&plan), 0, 2));
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
 
 /* The best f32 and int8 rows of a plan. */
 static void
-best_by_encoding(const pl_plan *plan, double *f32, double *int8)
+best_by_encoding(const pn_plan *plan, double *f32, double *int8)
 {
 	int i;
 
 	*f32 = *int8 = INFINITY;
 	for (i = 0; i < plan->nall; i++) {
-		const pl_result *r = &plan->v[i];
+		const pn_result *r = &plan->v[i];
 
 		if (r->c.enc == PR_ENC_F32)
 			*f32 = fmin(*f32, r->score);
@@ -212,12 +214,14 @@ START_TEST(test_int8_only_when_link_bound)
 {
 	double f32, int8;
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
+	pn_options o;
+	pn_plan plan;
 	pr_spec s;
 
 	spec_of(&s, 1, 2, 400, 20);
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 2;
 	o.int8 = 1;
 	o.nh = 1;
@@ -229,7 +233,7 @@ START_TEST(test_int8_only_when_link_bound)
 	ck_assert_msg(f32 / int8 - 1 < COMPUTE_BOUND_EPS, "int8 gains %g",
 	    f32 / int8 - 1);
 	ck_assert_int_ne(chosen(&plan)->enc, PR_ENC_INT8);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 
 	/* link-bound: the same hosts behind a slow link */
@@ -239,7 +243,7 @@ START_TEST(test_int8_only_when_link_bound)
 	ck_assert_msg(f32 / int8 > 2, "int8 gains only %g", f32 / int8 - 1);
 	ck_assert_int_eq(chosen(&plan)->enc, PR_ENC_INT8);
 	ck_assert_int_eq(plan.v[0].c.enc, PR_ENC_INT8);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
@@ -250,38 +254,40 @@ END_TEST
  * them equal). */
 START_TEST(test_fast_host)
 {
-	pl_candidate c;
-	pl_prediction eq, more, fewer;
+	pn_candidate c;
+	pn_prediction eq, more, fewer;
 	char err[KN_ERR_LEN];
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
-	pl_model m;
+	pn_options o;
+	pn_plan plan;
+	pn_model m;
 	pr_spec s;
 
 	spec_of(&s, 2, 4, 400, 20);
 	topo_of(&t, &s, 4, 1000, 1e9, 1);
 	t.hosts[1].train_positions_per_s = 2000;
 	t.hosts[0].train_positions_per_s = 500;
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 1;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert(uses(chosen(&plan), 0, 1) || uses(chosen(&plan), 1, 1));
 	ck_assert(!uses(chosen(&plan), 0, 0) && !uses(chosen(&plan), 1, 0));
 	ck_assert_double_lt(plan.v[plan.chosen].score, plan.def.score);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 
-	pl_model_defaults(&m);
-	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	pn_model_defaults(&m);
+	ck_assert(pn_default_candidate(&t, &s, &c, err) == 0);
 	c.host[0][0] = 1;       /* the fast host */
 	c.host[1][0] = 2;
-	ck_assert(pl_predict(&t, &s, &m, &c, &eq, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &eq, err) == 0);
 	c.layers[0] = 5;
 	c.layers[1] = 3;
-	ck_assert(pl_predict(&t, &s, &m, &c, &more, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &more, err) == 0);
 	c.layers[0] = 3;
 	c.layers[1] = 5;
-	ck_assert(pl_predict(&t, &s, &m, &c, &fewer, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &fewer, err) == 0);
 	ck_assert_double_lt(more.train_s, eq.train_s);
 	ck_assert_double_lt(eq.train_s, fewer.train_s);
 	topo_free(&t);
@@ -295,13 +301,13 @@ END_TEST
  * two machines rather than one. */
 START_TEST(test_shared_machine)
 {
-	pl_prediction apart, together;
+	pn_prediction apart, together;
 	char err[KN_ERR_LEN];
 	topo_topology t;
-	pl_candidate c;
-	pl_options o;
-	pl_plan plan;
-	pl_model m;
+	pn_candidate c;
+	pn_options o;
+	pn_plan plan;
+	pn_model m;
 	pr_spec s;
 	int i;
 
@@ -311,31 +317,33 @@ START_TEST(test_shared_machine)
 		snprintf(t.hosts[i].machine, sizeof(t.hosts[i].machine), "m1");
 		t.hosts[i].train_shared = 600;
 	}
-	pl_model_defaults(&m);
-	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
-	ck_assert(pl_shared_rate(&t, NULL, 0) == 1000);
+	pn_model_defaults(&m);
+	ck_assert(pn_default_candidate(&t, &s, &c, err) == 0);
+	ck_assert(pn_shared_rate(&t, NULL, 0) == 1000);
 	c.host[0][0] = 0;
 	c.host[1][0] = 3;
-	ck_assert(pl_shared_rate(&t, &c, 0) == 1000);   /* 1 of 3 */
-	ck_assert(pl_shared_rate(&t, &c, 3) == 1000);   /* its own */
-	ck_assert(pl_predict(&t, &s, &m, &c, &apart, err) == 0);
+	ck_assert(pn_shared_rate(&t, &c, 0) == 1000);   /* 1 of 3 */
+	ck_assert(pn_shared_rate(&t, &c, 3) == 1000);   /* its own */
+	ck_assert(pn_predict(&t, &s, &m, &c, &apart, err) == 0);
 	c.host[1][0] = 1;
-	ck_assert(pl_shared_rate(&t, &c, 0) == 800);    /* 2 of 3 */
-	ck_assert(pl_shared_rate(&t, &c, 1) == 800);
-	ck_assert(pl_predict(&t, &s, &m, &c, &together, err) == 0);
+	ck_assert(pn_shared_rate(&t, &c, 0) == 800);    /* 2 of 3 */
+	ck_assert(pn_shared_rate(&t, &c, 1) == 800);
+	ck_assert(pn_predict(&t, &s, &m, &c, &together, err) == 0);
 	ck_assert(fabs(together.train_s / apart.train_s - 1.25) < 1e-9);
 	c.nrep[0] = 2;
 	c.host[0][1] = 2;
-	ck_assert(pl_shared_rate(&t, &c, 0) == 600);    /* 3 of 3 */
+	ck_assert(pn_shared_rate(&t, &c, 0) == 600);    /* 3 of 3 */
 	/* a machine of one host with a shared rate: alone */
 	t.hosts[1].train_shared = t.hosts[2].train_shared = 0;
-	ck_assert(pl_shared_rate(&t, &c, 0) == 1000);
+	ck_assert(pn_shared_rate(&t, &c, 0) == 1000);
 	t.hosts[1].train_shared = t.hosts[2].train_shared = 600;
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 1;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert(uses(chosen(&plan), 0, 3) || uses(chosen(&plan), 1, 3));
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
@@ -347,11 +355,11 @@ END_TEST
  * rate gives it, as before. */
 START_TEST(test_serve_pass_measured)
 {
-	pl_candidate c;
-	pl_prediction rate, meas, slow;
+	pn_candidate c;
+	pn_prediction rate, meas, slow;
 	char err[KN_ERR_LEN];
 	topo_topology t;
-	pl_model m;
+	pn_model m;
 	pr_spec s;
 	double want = 0.0, n;
 	int b, i;
@@ -359,16 +367,16 @@ START_TEST(test_serve_pass_measured)
 	spec_of(&s, 2, 2, 100, 10);
 	topo_of(&t, &s, 2, 1000, 1e9, 1);
 	n = t.shape.window;
-	pl_model_defaults(&m);
-	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
-	ck_assert(pl_predict(&t, &s, &m, &c, &rate, err) == 0);
+	pn_model_defaults(&m);
+	ck_assert(pn_default_candidate(&t, &s, &c, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &rate, err) == 0);
 	for (i = 0; i < 2; i++) {
 		t.hosts[i].serve_pass_one_s = 1e-3;
 		t.hosts[i].serve_pass_window_s = 4e-3;
 	}
-	ck_assert(pl_predict(&t, &s, &m, &c, &meas, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &meas, err) == 0);
 	for (b = 0; b < 2; b++) {
-		double passes = pl_bt_passes(&s, PL_SERVE_STEPS, b,
+		double passes = pn_bt_passes(&s, PN_SERVE_STEPS, b,
 		    meas.output_bytes);
 		double r = meas.output_bytes * (s.cuts[b + 1] - s.cuts[b]) /
 		    passes;
@@ -385,7 +393,7 @@ START_TEST(test_serve_pass_measured)
 		t.hosts[i].serve_pass_one_s *= 2;
 		t.hosts[i].serve_pass_window_s *= 2;
 	}
-	ck_assert(pl_predict(&t, &s, &m, &c, &slow, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &slow, err) == 0);
 	ck_assert_double_eq_tol(slow.bt.part.compute, 2 * want, 1e-12);
 	topo_free(&t);
 }
@@ -396,15 +404,15 @@ END_TEST
 START_TEST(test_round_and_bytes_by_hand)
 {
 	double rate = 4000, bw = 3e6, rtt = 0.004, U, step, end, bph, *out;
-	pl_prediction p;
-	pl_candidate c;
+	pn_prediction p;
+	pn_candidate c;
 	char err[KN_ERR_LEN];
 	/* the round and step of a long run, as the model assumes */
 	pr_update_meta meta = { .block = 1, .round = 100000, .replica = 1,
 	    .step = 10000000, .enc = PR_ENC_F32 };
 	kn_model_shape shape;
 	topo_topology t;
-	pl_model m;
+	pn_model m;
 	pr_spec s;
 	size_t count, len;
 	float *zeros;
@@ -412,12 +420,12 @@ START_TEST(test_round_and_bytes_by_hand)
 
 	spec_of(&s, 1, 2, 400, 20);
 	topo_of(&t, &s, 2, rate, bw, rtt * 1000);
-	pl_model_defaults(&m);
-	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	pn_model_defaults(&m);
+	ck_assert(pn_default_candidate(&t, &s, &c, err) == 0);
 	c.nrep[0] = 2;
 	c.host[0][1] = 1;
 	c.steps = 200;
-	ck_assert(pl_predict(&t, &s, &m, &c, &p, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &p, err) == 0);
 
 	/* the update is exactly as long as a real one of that many
 	 * parameters */
@@ -436,16 +444,16 @@ START_TEST(test_round_and_bytes_by_hand)
 	 * trip and the bytes), the commit is seen by replica 1's poll (half
 	 * the 100 ms poll period and half a round trip) */
 	step = s.batch * s.window / rate;
-	end = 20 * step + rtt / 2 + U / bw + PL_POLL_S / 2 + rtt / 2;
+	end = 20 * step + rtt / 2 + U / bw + PN_POLL_S / 2 + rtt / 2;
 	ck_assert_double_eq_tol(p.block[0].round_s, end, 1e-9 * end);
 	ck_assert_double_eq_tol(p.block[0].round.compute, 20 * step, 1e-9);
 	ck_assert_double_eq_tol(p.block[0].round.transfer, U / bw, 1e-9);
-	ck_assert_double_eq_tol(p.block[0].round.latency, rtt + PL_POLL_S / 2,
+	ck_assert_double_eq_tol(p.block[0].round.latency, rtt + PN_POLL_S / 2,
 	    1e-9);
 	ck_assert_double_eq_tol(p.train_s, 10 * end, 1e-9 * end);
 	bph = U * 3600 / end;
 	out = calloc(4, sizeof(double));
-	pl_link_bytes(&t, &c, &p, out);
+	pn_link_bytes(&t, &c, &p, out);
 	ck_assert_double_eq_tol(out[0 * 2 + 1], bph, 1e-9 * bph);
 	ck_assert_double_eq_tol(out[1 * 2 + 0], bph, 1e-9 * bph);
 	ck_assert_double_eq(out[0], 0);
@@ -463,45 +471,45 @@ END_TEST
 START_TEST(test_exchange_cpu)
 {
 	double U, params, x;
-	pl_prediction base, with;
-	pl_candidate c;
+	pn_prediction base, with;
+	pn_candidate c;
 	char err[KN_ERR_LEN];
 	topo_topology t;
-	pl_model m;
+	pn_model m;
 	pr_spec s;
 	int i;
 
 	spec_of(&s, 1, 2, 400, 20);
 	topo_of(&t, &s, 3, 4000, 3e6, 4);
-	pl_model_defaults(&m);
-	ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+	pn_model_defaults(&m);
+	ck_assert(pn_default_candidate(&t, &s, &c, err) == 0);
 	c.nrep[0] = 3;
 	c.host[0][1] = 1;
 	c.host[0][2] = 2;
-	ck_assert(pl_predict(&t, &s, &m, &c, &base, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &base, err) == 0);
 	for (i = 0; i < 3; i++) {
 		t.hosts[i].exchange_cpu = 10e-9;
 		t.hosts[i].encode_cpu = 1e-9;
 		t.hosts[i].merge_cpu = 2e-9;
 	}
 	U = base.block[0].update_bytes;
-	params = (double)pl_block_params(&s, 2);
+	params = (double)pn_block_params(&s, 2);
 	/* no share: no term */
-	ck_assert_double_eq(pl_exchange_cpu_s(&t, 0, U, params, 3), 0);
+	ck_assert_double_eq(pn_exchange_cpu_s(&t, 0, U, params, 3), 0);
 	for (i = 0; i < 3; i++)
 		t.hosts[i].cpu_share = 0.1;
 	x = (10e-9 * U * 2 + params * (1e-9 + 3 * 2e-9)) / 0.1;
-	ck_assert_double_eq_tol(pl_exchange_cpu_s(&t, 0, U, params, 3), x,
+	ck_assert_double_eq_tol(pn_exchange_cpu_s(&t, 0, U, params, 3), x,
 	    1e-12);
-	ck_assert_double_eq(pl_exchange_cpu_s(&t, 0, U, params, 1), 0);
-	ck_assert(pl_predict(&t, &s, &m, &c, &with, err) == 0);
+	ck_assert_double_eq(pn_exchange_cpu_s(&t, 0, U, params, 1), 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &with, err) == 0);
 	ck_assert_double_eq_tol(with.block[0].round_s - base.block[0].round_s,
 	    x, 1e-9);
 	ck_assert_double_eq_tol(with.block[0].step_s - base.block[0].step_s,
 	    x / 20, 1e-12);
 	/* a block of one exchanges nothing: its steps are the rate's */
 	c.nrep[0] = 1;
-	ck_assert(pl_predict(&t, &s, &m, &c, &with, err) == 0);
+	ck_assert(pn_predict(&t, &s, &m, &c, &with, err) == 0);
 	ck_assert_double_eq_tol(with.block[0].step_s, s.batch * s.window /
 	    4000.0, 1e-12);
 	topo_free(&t);
@@ -532,7 +540,7 @@ payload_bin_bytes(const char *msg, size_t len)
 	return n;
 }
 
-/* pl_update_bytes against real updates of every encoding, of counts on
+/* pn_update_bytes against real updates of every encoding, of counts on
  * both sides of msgpack's integer and bin widths and int8's 256-value
  * scale blocks, uncompressed and zstd-compressed (the ratio set to what
  * zstd made of them). */
@@ -545,27 +553,27 @@ START_TEST(test_update_bytes_real)
 	char err[KN_ERR_LEN], *buf;
 	size_t k, len, zlen;
 	float *x = malloc(300000 * sizeof(float));
-	pl_model m;
+	pn_model m;
 	int e;
 
 	ck_assert_ptr_nonnull(x);
 	for (k = 0; k < 300000; k++)
 		x[k] = (float)((k * 2654435761u) % 1000) * 1e-4f;
 	memset(meta.run_id, 'a', PR_RUN_ID_LEN - 1);
-	for (e = 0; e < PL_ENCS; e++)
+	for (e = 0; e < PN_ENCS; e++)
 		for (k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
-			pl_model_defaults(&m);
+			pn_model_defaults(&m);
 			meta.enc = (pr_encoding)e;
 			meta.count = counts[k];
 			meta.comp = PR_COMP_NONE;
 			ck_assert_msg(pr_update_encode(&meta, x, &buf, &len,
 			    err) == 0, "%s", err);
-			ck_assert_msg(pl_update_bytes(&m, counts[k], meta.enc, 0) ==
+			ck_assert_msg(pn_update_bytes(&m, counts[k], meta.enc, 0) ==
 			    (double)len, "%s, %zu values: %.0f, not %zu",
 			    pr_encoding_name(meta.enc), counts[k],
-			    pl_update_bytes(&m, counts[k], meta.enc, 0), len);
+			    pn_update_bytes(&m, counts[k], meta.enc, 0), len);
 			/* zstd at a ratio of 1 sends it uncompressed */
-			ck_assert(pl_update_bytes(&m, counts[k], meta.enc, 1) ==
+			ck_assert(pn_update_bytes(&m, counts[k], meta.enc, 1) ==
 			    (double)len);
 			free(buf);
 			if (counts[k] < 40000)
@@ -577,10 +585,10 @@ START_TEST(test_update_bytes_real)
 			    counts[k]));
 			m.zstd_ratio[e] = ((double)zlen - 0.5) /
 			    (double)pr_update_payload_bytes(meta.enc, counts[k]);
-			ck_assert_msg(pl_update_bytes(&m, counts[k], meta.enc, 1) ==
+			ck_assert_msg(pn_update_bytes(&m, counts[k], meta.enc, 1) ==
 			    (double)len, "%s zstd, %zu values: %.0f, not %zu",
 			    pr_encoding_name(meta.enc), counts[k],
-			    pl_update_bytes(&m, counts[k], meta.enc, 1), len);
+			    pn_update_bytes(&m, counts[k], meta.enc, 1), len);
 			free(buf);
 		}
 	free(x);
@@ -592,26 +600,26 @@ START_TEST(test_overlap_max_not_sum)
 {
 	double bws[2] = { 1e8, 2e4 };
 	char err[KN_ERR_LEN];
-	pl_prediction blk, ovl;
-	pl_candidate c;
+	pn_prediction blk, ovl;
+	pn_candidate c;
 	topo_topology t;
-	pl_model m;
+	pn_model m;
 	pr_spec s;
 	int k;
 
 	spec_of(&s, 1, 2, 400, 20);
-	pl_model_defaults(&m);
+	pn_model_defaults(&m);
 	for (k = 0; k < 2; k++) {
 		double compute, X;
 
 		topo_of(&t, &s, 2, 4000, bws[k], 2);
-		ck_assert(pl_default_candidate(&t, &s, &c, err) == 0);
+		ck_assert(pn_default_candidate(&t, &s, &c, err) == 0);
 		c.nrep[0] = 2;
 		c.host[0][1] = 1;
 		c.steps = 200;
-		ck_assert(pl_predict(&t, &s, &m, &c, &blk, err) == 0);
+		ck_assert(pn_predict(&t, &s, &m, &c, &blk, err) == 0);
 		c.overlap = 1;
-		ck_assert(pl_predict(&t, &s, &m, &c, &ovl, err) == 0);
+		ck_assert(pn_predict(&t, &s, &m, &c, &ovl, err) == 0);
 		compute = 20 * blk.block[0].step_s;
 		X = blk.block[0].exchange_s;
 		/* the exchange hides under the compute on a fast link and
@@ -638,9 +646,9 @@ END_TEST
  * swaps reach what trying every placement finds. */
 START_TEST(test_greedy_matches_exhaustive)
 {
-	pl_plan all, greedy;
+	pn_plan all, greedy;
 	topo_topology t;
-	pl_options o;
+	pn_options o;
 	pr_spec s;
 	int a, b;
 
@@ -654,7 +662,9 @@ START_TEST(test_greedy_matches_exhaustive)
 				t.links[a * 6 + b].rtt_ms = 80;
 			}
 	t.hosts[5].train_positions_per_s = 1000;
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 2;
 	plan_of(&t, &s, &o, &all);
 	ck_assert_int_eq(all.exhaustive, 1);
@@ -665,13 +675,13 @@ START_TEST(test_greedy_matches_exhaustive)
 	ck_assert_double_le(all.v[0].score, greedy.v[0].score * (1 + 1e-9));
 	/* each block within one site, the slow host left out */
 	for (b = 0; b < 2; b++) {
-		const pl_candidate *c = &greedy.v[0].c;
+		const pn_candidate *c = &greedy.v[0].c;
 
 		ck_assert_int_eq(c->host[b][0] % 2, c->host[b][1] % 2);
 		ck_assert(!uses(c, b, 5));
 	}
-	pl_plan_free(&all);
-	pl_plan_free(&greedy);
+	pn_plan_free(&all);
+	pn_plan_free(&greedy);
 	topo_free(&t);
 }
 END_TEST
@@ -717,10 +727,10 @@ full_topology(int n)
 START_TEST(test_written_plan_loads)
 {
 	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
-	const pl_candidate *c;
+	const pn_candidate *c;
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
+	pn_options o;
+	pn_plan plan;
 	peers_list pl;
 	ph_list hosts;
 	pr_spec s, back;
@@ -733,14 +743,16 @@ START_TEST(test_written_plan_loads)
 	ck_assert_msg(topo_parse(&t, text, strlen(text), "t.json",
 	    err) == 0, "%s", err);
 	free(text);
-	pl_options_defaults(&o);
-	o.goal = PL_GOAL_BOTH;
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
+	o.goal = PN_GOAL_BOTH;
 	o.replicas = 2;
 	o.same_steps = 0;               /* --share-steps */
 	plan_of(&t, &s, &o, &plan);
 	c = chosen(&plan);
 	tu_temp_dir(dir, sizeof(dir), "check_plan");
-	ck_assert_msg(pl_write(dir, &t, &s, &o, &plan, err) == 0, "%s", err);
+	ck_assert_msg(pn_write(dir, &t, &s, &o, &plan, err) == 0, "%s", err);
 
 	snprintf(path, sizeof(path), "%s/spec.conf", dir);
 	ck_assert_msg(pr_spec_load(&back, path, err) == 0, "%s", err);
@@ -757,7 +769,7 @@ START_TEST(test_written_plan_loads)
 	for (b = 0; b < 2; b++) {
 		ck_assert_int_eq(peers_replicas(&pl, b + 1), 2);
 		for (r = 0; r < 2; r++) {
-			pl_host_addr(&t, c->host[b][r], addr, sizeof(addr));
+			pn_host_addr(&t, c->host[b][r], addr, sizeof(addr));
 			i = peers_find(&pl, addr);
 			ck_assert_int_ge(i, 0);
 			ck_assert_int_eq(pl.v[i].block, b + 1);
@@ -769,7 +781,7 @@ START_TEST(test_written_plan_loads)
 	snprintf(path, sizeof(path), "%s/pipeline", dir);
 	ck_assert_msg(ph_load(&hosts, path, err) == 0, "%s", err);
 	ck_assert_int_eq(hosts.n, 2);
-	pl_host_addr(&t, c->ring[1], addr, sizeof(addr));
+	pn_host_addr(&t, c->ring[1], addr, sizeof(addr));
 	ck_assert_str_eq(hosts.v[0].addr, addr);
 	ck_assert_int_eq(hosts.v[0].block_hi, 2);
 	ph_free(&hosts);
@@ -783,7 +795,7 @@ START_TEST(test_written_plan_loads)
 	    "train_s"));
 	json_decref(j);
 	tu_remove_dir(dir);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
@@ -795,14 +807,16 @@ END_TEST
 START_TEST(test_same_steps)
 {
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
+	pn_options o;
+	pn_plan plan;
 	pr_spec s;
 	int i, b;
 
 	spec_of(&s, 2, 2, 410, 20);
 	topo_of(&t, &s, 4, 2000, 1e8, 1);
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.same_steps = 1;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert_int_eq(plan.def.c.steps, 410);
@@ -813,14 +827,14 @@ START_TEST(test_same_steps)
 		ck_assert_int_eq(plan.v[i].c.steps, plan.v[i].c.nrep[0] > 1 ?
 		    (410 + plan.v[i].c.local_steps - 1) /
 		    plan.v[i].c.local_steps * plan.v[i].c.local_steps : 410);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	/* without it, two replicas share the positions out: half the steps */
 	o.same_steps = 0;
 	o.replicas = 2;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert_int_eq(chosen(&plan)->steps, (205 + chosen(&plan)->local_steps
 	    - 1) / chosen(&plan)->local_steps * chosen(&plan)->local_steps);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
@@ -836,10 +850,10 @@ START_TEST(test_written_pick)
 	json_error_t jerr;
 	json_t *j;
 	peers_list pl;
-	pl_plan plan;
-	pl_options o;
+	pn_plan plan;
+	pn_options o;
 	topo_topology t;
-	const pl_candidate *c;
+	const pn_candidate *c;
 	char dir[256], path[512], err[KN_ERR_LEN], addr[128];
 	char id[PR_RUN_ID_LEN];
 
@@ -847,13 +861,15 @@ START_TEST(test_written_pick)
 	ck_assert_msg(topo_parse(&t, text, strlen(text), "t.json",
 	    err) == 0, "%s", err);
 	free(text);
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert_int_ge(plan.n, 2);
 	tu_temp_dir(dir, sizeof(dir), "check_plan");
 	for (k = 0; k <= 2; k++) {
 		c = k == 0 ? &plan.def.c : &plan.v[k - 1].c;
-		ck_assert_msg(pl_write_pick(dir, &t, &s, &o, &plan, k, err) == 0,
+		ck_assert_msg(pn_write_pick(dir, &t, &s, &o, &plan, k, err) == 0,
 		    "%s", err);
 		snprintf(path, sizeof(path), "%s/spec.conf", dir);
 		ck_assert_msg(pr_spec_load(&back, path, err) == 0, "%s", err);
@@ -872,7 +888,7 @@ START_TEST(test_written_pick)
 			for (r = 0; r < c->nrep[b]; r++) {
 				/* the default: block b on host b, in list order */
 				ck_assert(k != 0 || c->host[b][r] == b);
-				pl_host_addr(&t, c->host[b][r], addr, sizeof(addr));
+				pn_host_addr(&t, c->host[b][r], addr, sizeof(addr));
 				i = peers_find(&pl, addr);
 				ck_assert_int_ge(i, 0);
 				ck_assert_int_eq(pl.v[i].block, b + 1);
@@ -892,12 +908,12 @@ START_TEST(test_written_pick)
 			    "written")), k);
 		json_decref(j);
 	}
-	ck_assert_int_eq(pl_write_pick(dir, &t, &s, &o, &plan, plan.nall + 1,
+	ck_assert_int_eq(pn_write_pick(dir, &t, &s, &o, &plan, plan.nall + 1,
 	    err), KN_EINVAL);
-	ck_assert_int_eq(pl_write_pick(dir, &t, &s, &o, &plan, -1, err),
+	ck_assert_int_eq(pn_write_pick(dir, &t, &s, &o, &plan, -1, err),
 	    KN_EINVAL);
 	tu_remove_dir(dir);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
@@ -921,13 +937,13 @@ replaced(const char *text, const char *from, const char *to)
  * there commented out, never set. */
 START_TEST(test_written_confs_load)
 {
-	static const char *const later[] = { PL_KEY_STREAMS, PL_KEY_OVERLAP };
+	static const char *const later[] = { PN_KEY_STREAMS, PN_KEY_OVERLAP };
 	char dir[256], path[512], err[KN_ERR_LEN], *text = full_topology(4);
 	char line[256];
-	pl_candidate *c;
+	pn_candidate *c;
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
+	pn_options o;
+	pn_plan plan;
 	cf_config cf;
 	pr_spec s;
 	FILE *f;
@@ -937,7 +953,9 @@ START_TEST(test_written_confs_load)
 	ck_assert_msg(topo_parse(&t, text, strlen(text), "t.json", err) == 0,
 	    "%s", err);
 	free(text);
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 1;
 	plan_of(&t, &s, &o, &plan);
 	c = &plan.v[plan.chosen].c;
@@ -946,7 +964,7 @@ START_TEST(test_written_confs_load)
 	c->streams = 3;
 	c->overlap = 1;
 	tu_temp_dir(dir, sizeof(dir), "check_plan_conf");
-	ck_assert_msg(pl_write(dir, &t, &s, &o, &plan, err) == 0, "%s", err);
+	ck_assert_msg(pn_write(dir, &t, &s, &o, &plan, err) == 0, "%s", err);
 	for (b = 0; b < 2; b++) {
 		snprintf(path, sizeof(path), "%s/conf/%s.conf", dir,
 		    t.hosts[c->host[b][0]].name);
@@ -967,7 +985,7 @@ START_TEST(test_written_confs_load)
 			    "", later[k]) != NULL);
 	}
 	tu_remove_dir(dir);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST
@@ -979,17 +997,19 @@ START_TEST(test_more_blocks_than_hosts)
 	char *good = full_topology(3);
 	char err[KN_ERR_LEN];
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
-	pl_model m;
+	pn_options o;
+	pn_plan plan;
+	pn_model m;
 	pr_spec s;
 
 	ck_assert_msg(topo_parse(&t, good, strlen(good), "ok.json",
 	    err) == 0, "%s", err);
 	spec_of(&s, 4, 2, 400, 20);
-	pl_options_defaults(&o);
-	pl_model_defaults(&m);
-	ck_assert_int_eq(pl_search(&t, &s, &m, &o, 5, &plan, err), KN_EINVAL);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
+	pn_model_defaults(&m);
+	ck_assert_int_eq(pn_search(&t, &s, &m, &o, 5, &plan, err), KN_EINVAL);
 	ck_assert_msg(strstr(err, "4 blocks") && strstr(err, "3 hosts"), "%s",
 	    err);
 	topo_free(&t);
@@ -1062,10 +1082,10 @@ step_by_hand(const pr_spec *s, int layers, int layers_at, double rate)
 START_TEST(test_split_layers)
 {
 	double r = 1000, eq_round, split_round;
-	const pl_candidate *c;
+	const pn_candidate *c;
 	topo_topology t;
-	pl_options o;
-	pl_plan plan;
+	pn_options o;
+	pn_plan plan;
 	pr_spec s, out;
 	char err[KN_ERR_LEN];
 	int fast, slow;
@@ -1073,7 +1093,9 @@ START_TEST(test_split_layers)
 	spec_of(&s, 2, 2, 400, 20);
 	topo_of(&t, &s, 2, r, 1e9, 1);
 	t.hosts[1].train_positions_per_s = 3 * r;
-	pl_options_defaults(&o);
+	pn_options_defaults(&o);
+	o.daemon_keys = cf_keys;
+	o.daemon_nkeys = cf_nkeys;
 	o.replicas = 1;
 	plan_of(&t, &s, &o, &plan);
 	c = chosen(&plan);
@@ -1099,17 +1121,17 @@ START_TEST(test_split_layers)
 	ck_assert_double_eq_tol(plan.v[plan.chosen].p.block[fast].step_s,
 	    step_by_hand(&s, 3, 2, 3 * r), 1e-12);
 	/* the written spec carries the split, block by block */
-	ck_assert_msg(pl_candidate_spec(&s, c, &out, err) == 0, "%s", err);
+	ck_assert_msg(pn_candidate_spec(&s, c, &out, err) == 0, "%s", err);
 	ck_assert(out.layers_given);
 	ck_assert_int_eq(pr_spec_layers(&out, fast), 3);
 	ck_assert_int_eq(pr_spec_layers(&out, slow), 1);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 
 	o.split = 0;
 	plan_of(&t, &s, &o, &plan);
 	ck_assert_int_eq(chosen(&plan)->layers[0], 2);
 	ck_assert_int_eq(chosen(&plan)->layers[1], 2);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 
 	/* equal hosts: equal blocks, and the spec keeps its run id */
 	o.split = 1;
@@ -1117,20 +1139,20 @@ START_TEST(test_split_layers)
 	plan_of(&t, &s, &o, &plan);
 	ck_assert_int_eq(chosen(&plan)->layers[0], 2);
 	ck_assert_int_eq(chosen(&plan)->layers[1], 2);
-	ck_assert_msg(pl_candidate_spec(&s, chosen(&plan), &out, err) == 0,
+	ck_assert_msg(pn_candidate_spec(&s, chosen(&plan), &out, err) == 0,
 	    "%s", err);
 	ck_assert(!out.layers_given);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 
 	/* a host without the memory for more than one layer keeps one */
 	t.hosts[1].train_positions_per_s = 3 * r;
-	t.hosts[1].memory_bytes = pl_train_bytes(&s, 1) + 1;
+	t.hosts[1].memory_bytes = pn_train_bytes(&s, 1) + 1;
 	plan_of(&t, &s, &o, &plan);
 	c = chosen(&plan);
 	fast = uses(c, 0, 1) ? 0 : 1;
 	ck_assert_int_eq(c->layers[fast], 1);
 	ck_assert_int_eq(c->layers[1 - fast], 3);
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 }
 END_TEST

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/blocktrain.h"
+#include "daemon/blocktrain/blocktrain.h"
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/model.h"

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
-#include "daemon/probe_compute.h"
+#include "daemon/core/identity.h"
+#include "daemon/node/probe_compute.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/topology.h"
@@ -336,37 +336,37 @@ START_TEST(test_one_at_a_time)
 }
 END_TEST
 
-/* pc_median and pc_quantile on values whose answers are known: a
+/* pcm_median and pcm_quantile on values whose answers are known: a
  * permutation of 1..n has median (n + 1) / 2 and q quantile
  * 1 + q (n - 1) whatever its order. */
 START_TEST(test_median)
 {
-	double v[PC_MAX_REPEATS + 2];
+	double v[PCM_MAX_REPEATS + 2];
 	double one = 7.5, two[2] = { 9, -3 }, same[4] = { 2, 2, 2, 2 };
 	int n, i, shift;
 
-	ck_assert(pc_median(&one, 1) == 7.5);
-	ck_assert(pc_median(two, 2) == 3);
+	ck_assert(pcm_median(&one, 1) == 7.5);
+	ck_assert(pcm_median(two, 2) == 3);
 	ck_assert(two[0] == -3 && two[1] == 9);       /* sorted in place */
-	ck_assert(pc_median(same, 4) == 2);
-	for (n = 1; n <= PC_MAX_REPEATS + 2; n++)
+	ck_assert(pcm_median(same, 4) == 2);
+	for (n = 1; n <= PCM_MAX_REPEATS + 2; n++)
 		for (shift = 0; shift < n; shift++) {
 			/* 1..n rotated by shift and reversed when shift is odd */
 			for (i = 0; i < n; i++)
 				v[i] = shift % 2 ? (double)(n - (i + shift) % n) :
 				    (double)(1 + (i + shift) % n);
-			ck_assert_msg(pc_median(v, n) == (n + 1) / 2.0,
+			ck_assert_msg(pcm_median(v, n) == (n + 1) / 2.0,
 			    "n %d shift %d", n, shift);
 			for (i = 0; i < n; i++)
 				ck_assert(v[i] == i + 1);
-			ck_assert(pc_quantile(v, n, 0.25) == 1 + 0.25 * (n - 1));
-			ck_assert(pc_quantile(v, n, 1.0) == n);
-			ck_assert(pc_quantile(v, n, 0.0) == 1);
+			ck_assert(pcm_quantile(v, n, 0.25) == 1 + 0.25 * (n - 1));
+			ck_assert(pcm_quantile(v, n, 1.0) == n);
+			ck_assert(pcm_quantile(v, n, 0.0) == 1);
 		}
 	/* the 6.6k-11k spread of a quota-limited host: one slow or fast
 	 * repetition does not move the median */
 	v[0] = 11000; v[1] = 6600; v[2] = 9100;
-	ck_assert(pc_median(v, 3) == 9100);
+	ck_assert(pcm_median(v, 3) == 9100);
 }
 END_TEST
 
@@ -376,11 +376,11 @@ END_TEST
 START_TEST(test_update_cost)
 {
 	char err[KN_ERR_LEN];
-	pc_update_cost c;
+	pcm_update_cost c;
 
-	ck_assert_msg(pc_measure_update(4099, 0.001, &c, err) == 0, "%s", err);
+	ck_assert_msg(pcm_measure_update(4099, 0.001, &c, err) == 0, "%s", err);
 	ck_assert(c.encode_s > 0 && c.merge_s > 0);
-	ck_assert(pc_measure_update(0, 0.001, &c, err) == KN_EINVAL);
+	ck_assert(pcm_measure_update(0, 0.001, &c, err) == KN_EINVAL);
 	ck_assert(strstr(err, "0 parameters") != NULL);
 	ck_assert(c.encode_s == 0 && c.merge_s == 0);
 }

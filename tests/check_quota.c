@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/error.h"
 #include "tests/testutil.h"
 

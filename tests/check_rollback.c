@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/train.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

@@ -23,12 +23,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/http_client.h"
-#include "daemon/http_server.h"
-#include "daemon/log.h"
-#include "daemon/peers.h"
-#include "daemon/rounds.h"
-#include "daemon/tls.h"
+#include "daemon/net/http_client.h"
+#include "daemon/net/http_server.h"
+#include "daemon/core/log.h"
+#include "daemon/core/peers.h"
+#include "daemon/rounds/rounds.h"
+#include "daemon/net/tls.h"
 #include "kernels/average.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
-#include "daemon/pipeline_client.h"
-#include "daemon/tls.h"
-#include "daemon/train.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/pipeline/pipeline_client.h"
+#include "daemon/net/tls.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

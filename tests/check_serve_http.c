@@ -20,8 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
-#include "daemon/pipeline_client.h"
+#include "daemon/core/identity.h"
+#include "daemon/pipeline/pipeline_client.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "kernels/rng.h"

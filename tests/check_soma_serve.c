@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/pipeline_client.h"
-#include "daemon/soma_client.h"
-#include "daemon/tls.h"
+#include "daemon/pipeline/pipeline_client.h"
+#include "daemon/pipeline/soma_client.h"
+#include "daemon/net/tls.h"
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"

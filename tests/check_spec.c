@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/corpus.h"
+#include "proto/corpus.h"
 #include "proto/spec.h"
 #include "kernels/error.h"
 #include "tests/testutil.h"

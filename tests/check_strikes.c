@@ -1,4 +1,4 @@
-/* Strikes (daemon/strikes.h): refusals counted per peer and kind, the
+/* Strikes (daemon/core/strikes.h): refusals counted per peer and kind, the
  * quarantine past the threshold, and the operator's clear; a node's
  * status, metrics and TLS check with strikes noted; and a real daemon's
  * clear (POST /v1/strikes/clear, shardmeter strikes --clear, SIGHUP). */
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/api.h"
-#include "daemon/node.h"
-#include "daemon/strikes.h"
+#include "daemon/node/api.h"
+#include "daemon/node/node.h"
+#include "daemon/core/strikes.h"
 #include "kernels/clock.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* The TLS engine (daemon/tls.c) on its own: two connections in one
+/* The TLS engine (daemon/net/tls.c) on its own: two connections in one
  * process, their ciphertext carried between them by the test, so each
  * refusal is seen from both sides with its reason.  The same refusals
  * over real sockets against a daemon are in check_trust.c. */
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/identity.h"
-#include "daemon/tls.h"
+#include "daemon/core/identity.h"
+#include "daemon/net/tls.h"
 #include "tests/testutil.h"
 
 static char dir[64];

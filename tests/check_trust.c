@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/clock.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* Verified averaging (daemon/verify.h) with a real block: three replicas
+/* Verified averaging (daemon/blocktrain/verify.h) with a real block: three replicas
  * train H steps each from the same round-start weights on their own
  * shards; their honest updates all go in, while a poisoned one (noise
  * of sigma 100, every value 1e30, a real update's sign flipped and times
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/corpus.h"
-#include "daemon/train.h"
-#include "daemon/verify.h"
+#include "proto/corpus.h"
+#include "daemon/blocktrain/train.h"
+#include "daemon/blocktrain/verify.h"
 #include "kernels/average.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"

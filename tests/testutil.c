@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/clock.h"
 #include "kernels/rng.h"
 #include "tests/testutil.h"

@@ -2,7 +2,7 @@
  * (status, assemble): over mutual TLS with the operator's identity, the
  * daemon pinned to its id in the peer list.  Blocking is fine in a
  * command; the daemon's event loop uses the multi interface instead
- * (daemon/http_client.c). */
+ * (daemon/net/http_client.c). */
 #include "config.h"
 
 #include <curl/curl.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/error.h"
 
 static size_t

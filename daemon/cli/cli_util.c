@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/conf.h"
-#include "daemon/identity.h"
+#include "daemon/core/conf.h"
+#include "daemon/core/identity.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "daemon/peers.h"
-#include "daemon/pipeline_hosts.h"
+#include "daemon/core/peers.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/backend.h"
 #include "proto/spec.h"
 

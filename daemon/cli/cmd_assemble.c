@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
+#include "daemon/blocktrain/blocktrain.h"
 #include "daemon/cli/cmd.h"
-#include "daemon/peers.h"
-#include "daemon/train.h"
+#include "daemon/core/peers.h"
+#include "daemon/blocktrain/train.h"
 #include "proto/checkpoint.h"
 #include "proto/spec.h"
 

@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
+#include "daemon/blocktrain/blocktrain.h"
 #include "daemon/cli/cmd.h"
-#include "daemon/corpus.h"
-#include "daemon/train.h"
+#include "proto/corpus.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 

@@ -21,11 +21,11 @@
 
 #include "daemon/cli/cmd.h"
 #include "daemon/cli/dashboard_history.h"
-#include "daemon/http_client.h"
-#include "daemon/http_server.h"
-#include "daemon/identity.h"
-#include "daemon/pipeline_hosts.h"
-#include "daemon/tls.h"
+#include "daemon/net/http_client.h"
+#include "daemon/net/http_server.h"
+#include "daemon/core/identity.h"
+#include "daemon/pipeline/pipeline_hosts.h"
+#include "daemon/net/tls.h"
 #include "kernels/error.h"
 
 #define DASH_DEFAULT_LISTEN "127.0.0.1:8390"

@@ -14,7 +14,7 @@
 
 #include "daemon/cli/cmd_eval_soma.h"
 #include "daemon/cli/cmd_train_soma.h"
-#include "daemon/corpus.h"
+#include "proto/corpus.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "soma/mixture.h"

@@ -1,13 +1,13 @@
 /* shardmeter export: a run's trained blocks (and the references whose
  * checkpoints are there; SOMA's experts and seed) as one safetensors file
- * for PyTorch, the spec in its metadata.  The work is daemon/export.c's. */
+ * for PyTorch, the spec in its metadata.  The work is daemon/cli/export.c's. */
 #include "config.h"
 
 #include <getopt.h>
 #include <stdio.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/export.h"
+#include "daemon/cli/export.h"
 
 struct export_args {
 	struct cli_run run;

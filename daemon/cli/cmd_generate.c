@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/blockgen.h"
-#include "daemon/blocktrain.h"
+#include "daemon/blocktrain/blockgen.h"
+#include "daemon/blocktrain/blocktrain.h"
 #include "daemon/cli/cmd.h"
 #include "daemon/cli/cmd_generate_soma.h"
-#include "daemon/pipeline_client.h"
-#include "daemon/pipeline_hosts.h"
-#include "daemon/train.h"
+#include "daemon/pipeline/pipeline_client.h"
+#include "daemon/pipeline/pipeline_hosts.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/clock.h"
 #include "kernels/model.h"
 #include "kernels/pool.h"

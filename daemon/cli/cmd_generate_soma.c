@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "daemon/cli/cmd_generate_soma.h"
-#include "daemon/corpus.h"
-#include "daemon/soma_client.h"
+#include "proto/corpus.h"
+#include "daemon/pipeline/soma_client.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 

@@ -3,7 +3,7 @@
 #define SM_CLI_CMD_GENERATE_SOMA_H
 
 #include "daemon/cli/cmd.h"
-#include "daemon/tls.h"
+#include "daemon/net/tls.h"
 
 struct cli_soma_gen {
 	struct cli_run *run;    /* --spec, and --dir in process */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 
 /* The pin of a peer id given as text, or of the identity a names. */
 static int

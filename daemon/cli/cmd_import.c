@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/export.h"
+#include "daemon/cli/export.h"
 
 struct import_args {
 	const char *in, *dir, *spec_path;

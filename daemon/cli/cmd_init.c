@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/error.h"
 
 /* Makes the identity, then shows its peer id read back from its files

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
+#include "daemon/core/conf.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "plan/output.h"
@@ -18,8 +19,8 @@
 struct plan_args {
 	const char *topology, *spec, *out;
 	int top, all_options, pick;     /* pick -1: the first choice */
-	pl_options o;
-	pl_model m;
+	pn_options o;
+	pn_model m;
 };
 
 /* "3h12m", "14.2 s", "310 ms" */
@@ -39,14 +40,14 @@ duration(double s, char *buf, size_t len)
 }
 
 static int
-parse_goal(const char *v, pl_goal *g)
+parse_goal(const char *v, pn_goal *g)
 {
 	if (strcmp(v, "train") == 0)
-		*g = PL_GOAL_TRAIN;
+		*g = PN_GOAL_TRAIN;
 	else if (strcmp(v, "serve") == 0)
-		*g = PL_GOAL_SERVE;
+		*g = PN_GOAL_SERVE;
 	else if (strcmp(v, "both") == 0)
-		*g = PL_GOAL_BOTH;
+		*g = PN_GOAL_BOTH;
 	else
 		return -1;
 	return 0;
@@ -54,7 +55,7 @@ parse_goal(const char *v, pl_goal *g)
 
 /* "10,50,200" */
 static int
-parse_h_list(const char *v, pl_options *o)
+parse_h_list(const char *v, pn_options *o)
 {
 	const char *p = v;
 	char *end;
@@ -63,7 +64,7 @@ parse_h_list(const char *v, pl_options *o)
 	while (*p) {
 		long h = strtol(p, &end, 10);
 
-		if (end == p || h < 1 || h > 1000000 || o->nh == PL_MAX_H ||
+		if (end == p || h < 1 || h > 1000000 || o->nh == PN_MAX_H ||
 		    (*end != ',' && *end != '\0'))
 			return -1;
 		o->h[o->nh++] = (int)h;
@@ -74,7 +75,7 @@ parse_h_list(const char *v, pl_options *o)
 
 /* "int8=0.6" */
 static int
-parse_zstd_ratio(const char *v, pl_model *m)
+parse_zstd_ratio(const char *v, pn_model *m)
 {
 	const char *eq = strchr(v, '=');
 	char name[8], *end;
@@ -97,7 +98,7 @@ parse_zstd_ratio(const char *v, pl_model *m)
  * the written peer list as NAME:port: say so, or a daemon started from
  * it would look for a host of that name. */
 static void
-warn_unaddressed(const topo_topology *t, const pl_candidate *c,
+warn_unaddressed(const topo_topology *t, const pn_candidate *c,
     const char *dir)
 {
 	int b, r, n = 0;
@@ -163,12 +164,12 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 			break;
 		case 'r':
 			if (cli_parse_int("plan", "replicas", optarg, 1,
-			    PL_MAX_REPLICAS, &a->o.replicas) != 0)
+			    PN_MAX_REPLICAS, &a->o.replicas) != 0)
 				return 2;
 			break;
 		case 'R':
 			if (cli_parse_int("plan", "max-replicas", optarg, 1,
-			    PL_MAX_REPLICAS, &a->o.max_replicas) != 0)
+			    PN_MAX_REPLICAS, &a->o.max_replicas) != 0)
 				return 2;
 			break;
 		case 'k':
@@ -180,7 +181,7 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 			if (parse_h_list(optarg, &a->o) != 0) {
 				fprintf(stderr, "shardmeter plan: --local-steps "
 				    "takes up to %d positive integers, as in "
-				    "'25,50,100', not '%s'\n", PL_MAX_H, optarg);
+				    "'25,50,100', not '%s'\n", PN_MAX_H, optarg);
 				return 2;
 			}
 			break;
@@ -235,10 +236,10 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 static void
 plan_options(struct plan_args *a, const topo_topology *t)
 {
-	pl_support sup;
+	pn_support sup;
 	int i, streams = 1;
 
-	pl_support_detect(&sup);
+	pn_support_detect(&sup, cf_keys, cf_nkeys);
 	for (i = 0; i < t->nhosts * t->nhosts; i++)
 		if (t->links[i].streams > streams)
 			streams = t->links[i].streams;
@@ -253,7 +254,7 @@ plan_options(struct plan_args *a, const topo_topology *t)
 
 /* "3+1+2+2": the layers of each block, block 1 first */
 static const char *
-split_str(const pl_candidate *c, char *buf, size_t len)
+split_str(const pn_candidate *c, char *buf, size_t len)
 {
 	size_t used = 0;
 	int b, n;
@@ -268,16 +269,16 @@ split_str(const pl_candidate *c, char *buf, size_t len)
 }
 
 static void
-print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
-    const char *rank, pl_goal goal)
+print_row(const topo_topology *t, const pn_result *r, const pn_result *def,
+    const char *rank, pn_goal goal)
 {
-	const pl_candidate *c = &r->c;
-	const pl_prediction *p = &r->p;
-	const pl_block_pred *bp = &p->block[p->slowest];
+	const pn_candidate *c = &r->c;
+	const pn_prediction *p = &r->p;
+	const pn_block_pred *bp = &p->block[p->slowest];
 	char d1[32], d2[32], d3[32], d4[32], split[PR_MAX_BLOCKS * 6];
 	int b;
 
-	if (goal == PL_GOAL_SERVE) {
+	if (goal == PN_GOAL_SERVE) {
 		printf("%-5s %9s %7.2fx (compute %s, network %s) %10.4g B/s"
 		    " | ar %s per %d B, %.4g B/s\n", rank,
 		    duration(p->bt.latency_s, d1, sizeof(d1)),
@@ -310,7 +311,7 @@ print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
 	if (bp->round_cpu_s > 0)
 		printf("; round work %.3g s", bp->round_cpu_s);
 	printf("\n");
-	if (p->serve && goal == PL_GOAL_BOTH)
+	if (p->serve && goal == PN_GOAL_BOTH)
 		printf("      serve: one traversal %s (compute %.3g s, network "
 		    "%.3g s), %.4g B/s batched; ar %s per %d B, %.4g B/s\n",
 		    duration(p->bt.latency_s, d1, sizeof(d1)),
@@ -321,7 +322,7 @@ print_row(const topo_topology *t, const pl_result *r, const pl_result *def,
 }
 
 static void
-print_placement(const topo_topology *t, const pl_candidate *c)
+print_placement(const topo_topology *t, const pn_candidate *c)
 {
 	int b, r;
 
@@ -338,9 +339,9 @@ print_placement(const topo_topology *t, const pl_candidate *c)
 static void
 print_missing(const struct plan_args *a)
 {
-	pl_support sup;
+	pn_support sup;
 
-	pl_support_detect(&sup);
+	pn_support_detect(&sup, cf_keys, cf_nkeys);
 	printf("\nNot planned (the spec or this build cannot express it):\n"
 	    "  %s\n"
 	    "  replica counts that differ by block: [optim] steps is one "
@@ -349,22 +350,22 @@ print_missing(const struct plan_args *a)
 	    "  microbatches: the spec has no gradient-accumulation key; "
 	    "[optim] batch is kept\n"
 	    "  pipeline_batch: one measured rate per host cannot tell batch "
-	    "sizes apart\n", a->o.split && a->o.goal != PL_GOAL_SERVE ?
+	    "sizes apart\n", a->o.split && a->o.goal != PN_GOAL_SERVE ?
 	    "block sizes for serving: the ring keeps the training split" :
 	    "unequal block sizes: each block keeps the spec's layers "
 	    "(--equal-blocks or --goal serve)");
 	if (!sup.int8 || !sup.zstd || !sup.streams || !sup.overlap)
 		printf("  %s in this build:%s%s%s%s\n", a->all_options ?
 		    "searched (--all-options) but not" : "not searched, not",
-		    sup.int8 ? "" : " " PL_KEY_ENCODING " = int8,",
-		    sup.zstd ? "" : " " PL_KEY_COMPRESSION " = zstd,",
-		    sup.streams ? "" : " " PL_KEY_STREAMS ",",
-		    sup.overlap ? "" : " " PL_KEY_OVERLAP);
+		    sup.int8 ? "" : " " PN_KEY_ENCODING " = int8,",
+		    sup.zstd ? "" : " " PN_KEY_COMPRESSION " = zstd,",
+		    sup.streams ? "" : " " PN_KEY_STREAMS ",",
+		    sup.overlap ? "" : " " PN_KEY_OVERLAP);
 }
 
 static void
 print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
-    const pl_plan *plan, double secs)
+    const pn_plan *plan, double secs)
 {
 	char rank[16], split[PR_MAX_BLOCKS * 6];
 	int i;
@@ -373,9 +374,9 @@ print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
 	    "parameters a layer), %d steps x %d replica(s) x batch %d x "
 	    "window %d per block\n", t->nhosts, s->blocks,
 	    split_str(&plan->def.c, split, sizeof(split)),
-	    pr_spec_total_layers(s), pl_block_params(s, 2) -
-	    pl_block_params(s, 1), s->steps, s->replicas, s->batch, s->window);
-	if (a->o.split && a->o.goal != PL_GOAL_SERVE)
+	    pr_spec_total_layers(s), pn_block_params(s, 2) -
+	    pn_block_params(s, 1), s->steps, s->replicas, s->batch, s->window);
+	if (a->o.split && a->o.goal != PN_GOAL_SERVE)
 		printf("split: the %d layers shared among the blocks as each "
 		    "placement's hosts train fastest (--equal-blocks keeps the "
 		    "spec's)\n", pr_spec_total_layers(s));
@@ -383,7 +384,7 @@ print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
 	    "%.2f s\n\n", plan->exhaustive ? "exhaustive" :
 	    "greedy start and pairwise swaps (a local optimum)",
 	    plan->placements, plan->evaluated, secs);
-	if (a->o.goal == PL_GOAL_SERVE)
+	if (a->o.goal == PN_GOAL_SERVE)
 		printf("rank  traversal speedup (breakdown)                   "
 		    "blocktrain output | ar\n");
 	else
@@ -412,14 +413,16 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 	struct plan_args a = { .top = 5, .pick = -1 };
 	char err[KN_ERR_LEN];
 	topo_topology t;
-	pl_plan plan;
+	pn_plan plan;
 	pr_spec s;
 	double t0;
 	int rc;
 
-	pl_options_defaults(&a.o);
+	pn_options_defaults(&a.o);
+	a.o.daemon_keys = cf_keys;
+	a.o.daemon_nkeys = cf_nkeys;
 	a.o.max_streams = 0;
-	pl_model_defaults(&a.m);
+	pn_model_defaults(&a.m);
 	if ((rc = plan_parse(self, &a, argc, argv)) != CLI_CONTINUE)
 		return rc;
 	if (pr_spec_load(&s, a.spec, err) != 0) {
@@ -432,7 +435,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 	}
 	plan_options(&a, &t);
 	t0 = kn_now();
-	if (pl_search(&t, &s, &a.m, &a.o, a.top, &plan, err) != 0) {
+	if (pn_search(&t, &s, &a.m, &a.o, a.top, &plan, err) != 0) {
 		fprintf(stderr, "shardmeter plan: %s: %s\n", a.topology, err);
 		topo_free(&t);
 		return 1;
@@ -441,10 +444,10 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 	rc = 0;
 	if (a.out != NULL) {
 		int pick = a.pick >= 0 ? a.pick : plan.chosen + 1;
-		const pl_candidate *c = pick == 0 ? &plan.def.c :
+		const pn_candidate *c = pick == 0 ? &plan.def.c :
 		    pick <= plan.nall ? &plan.v[pick - 1].c : NULL;
 
-		if (pl_write_pick(a.out, &t, &s, &a.o, &plan, pick, err) != 0) {
+		if (pn_write_pick(a.out, &t, &s, &a.o, &plan, pick, err) != 0) {
 			fprintf(stderr, "shardmeter plan: --pick %d: %s\n", pick,
 			    err);
 			rc = 1;
@@ -457,7 +460,7 @@ cmd_plan_exec(const struct cmd_entry *self, int argc, char **argv)
 			warn_unaddressed(&t, c, a.out);
 		}
 	}
-	pl_plan_free(&plan);
+	pn_plan_free(&plan);
 	topo_free(&t);
 	return rc;
 }

@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/peers.h"
-#include "daemon/probe.h"
-#include "daemon/probe_compute.h"
+#include "daemon/core/peers.h"
+#include "daemon/node/probe.h"
+#include "daemon/node/probe_compute.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/topology.h"
@@ -194,16 +194,16 @@ num(json_t *o, const char *key)
  * medians go into the topology. */
 struct compute_samples {
 	int n, nshared;
-	double train[PC_MAX_REPEATS], forward[PC_MAX_REPEATS];
-	double one[PC_MAX_REPEATS], all[PC_MAX_REPEATS];
+	double train[PCM_MAX_REPEATS], forward[PCM_MAX_REPEATS];
+	double one[PCM_MAX_REPEATS], all[PCM_MAX_REPEATS];
 	/* training with the other hosts of its machine at once */
-	double shared[PC_MAX_REPEATS];
+	double shared[PCM_MAX_REPEATS];
 	/* CPU seconds per second of its training (CPU hosts only) */
 	int nshare;
-	double share[PC_MAX_REPEATS];
+	double share[PCM_MAX_REPEATS];
 	/* CPU seconds per parameter to encode an update and to merge one */
 	int ncodec;
-	double encode[PC_MAX_REPEATS], merge[PC_MAX_REPEATS];
+	double encode[PCM_MAX_REPEATS], merge[PCM_MAX_REPEATS];
 };
 
 static void
@@ -230,15 +230,15 @@ take_medians(topo_host *h, struct compute_samples *c, char *err)
 
 	low_high(c->train, c->n, &tlo, &thi);
 	low_high(c->forward, c->n, &flo, &fhi);
-	h->train_positions_per_s = pc_median(c->train, c->n);
-	h->forward_positions_per_s = pc_median(c->forward, c->n);
-	h->serve_pass_one_s = pc_median(c->one, c->n);
-	h->serve_pass_window_s = pc_median(c->all, c->n);
-	h->train_shared = c->nshared > 0 ? pc_median(c->shared, c->nshared) :
+	h->train_positions_per_s = pcm_median(c->train, c->n);
+	h->forward_positions_per_s = pcm_median(c->forward, c->n);
+	h->serve_pass_one_s = pcm_median(c->one, c->n);
+	h->serve_pass_window_s = pcm_median(c->all, c->n);
+	h->train_shared = c->nshared > 0 ? pcm_median(c->shared, c->nshared) :
 	    0;
-	h->cpu_share = c->nshare > 0 ? pc_median(c->share, c->nshare) : 0;
-	h->encode_cpu = c->ncodec > 0 ? pc_median(c->encode, c->ncodec) : 0;
-	h->merge_cpu = c->ncodec > 0 ? pc_median(c->merge, c->ncodec) : 0;
+	h->cpu_share = c->nshare > 0 ? pcm_median(c->share, c->nshare) : 0;
+	h->encode_cpu = c->ncodec > 0 ? pcm_median(c->encode, c->ncodec) : 0;
+	h->merge_cpu = c->ncodec > 0 ? pcm_median(c->merge, c->ncodec) : 0;
 	if (c->n < 2)
 		return KN_OK;
 	snprintf(text, sizeof(text), "compute probe: medians of %d "
@@ -377,11 +377,11 @@ take_exchange_cpu(topo_topology *t, const double *send, const double *take)
 		for (j = n = 0; j < t->nhosts; j++)
 			if (send[(size_t)i * t->nhosts + j] > 0)
 				v[n++] = send[(size_t)i * t->nhosts + j];
-		out = n > 0 ? pc_median(v, n) : 0;
+		out = n > 0 ? pcm_median(v, n) : 0;
 		for (j = n = 0; j < t->nhosts; j++)
 			if (take[(size_t)j * t->nhosts + i] > 0)
 				v[n++] = take[(size_t)j * t->nhosts + i];
-		in = n > 0 ? pc_median(v, n) : 0;
+		in = n > 0 ? pcm_median(v, n) : 0;
 		t->hosts[i].exchange_cpu = out > 0 && in > 0 ? out + in : 0;
 	}
 	free(v);
@@ -703,7 +703,7 @@ parse(const struct cmd_entry *self, struct probe_args *a, int argc,
 			break;
 		case 'r':
 			if (cli_parse_int("probe", "compute-repeats", optarg, 1,
-			    PC_MAX_REPEATS, &a->compute_repeats) != 0)
+			    PCM_MAX_REPEATS, &a->compute_repeats) != 0)
 				return 2;
 			break;
 		case 'h': return cli_help(self);

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/peers.h"
+#include "daemon/core/peers.h"
 #include "kernels/error.h"
 #include "proto/spec.h"
 
@@ -159,7 +159,7 @@ status_print_run(const struct status_sum *sum)
 }
 
 /* Each daemon's roll-backs to its last good checkpoint, and its refusals
- * of its peers (daemon/strikes.h), when any: one line per peer it holds
+ * of its peers (daemon/core/strikes.h), when any: one line per peer it holds
  * a record of, and QUARANTINED past its threshold; nothing when no daemon
  * rolled back or refused anything. */
 static void

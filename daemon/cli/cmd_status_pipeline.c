@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/pipeline_hosts.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/error.h"
 
 /* A host line as the peer entry the HTTP helpers take. */

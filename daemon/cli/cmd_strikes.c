@@ -1,5 +1,5 @@
 /* shardmeter strikes: what each daemon of a peer list refused of its
- * peers (daemon/strikes.h: updates left out, checkpoints refused, claims
+ * peers (daemon/core/strikes.h: updates left out, checkpoints refused, claims
  * the run does not allow) and whom it quarantined; --clear is the
  * operator's clear (POST /v1/strikes/clear), daemon by daemon. */
 #include "config.h"
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "daemon/cli/cmd.h"
-#include "daemon/peers.h"
+#include "daemon/core/peers.h"
 #include "kernels/error.h"
 
 struct strikes_args {

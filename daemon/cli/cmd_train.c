@@ -14,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/blocktrain.h"
+#include "daemon/blocktrain/blocktrain.h"
 #include "daemon/cli/cmd.h"
 #include "daemon/cli/cmd_train_soma.h"
-#include "daemon/train.h"
+#include "daemon/blocktrain/train.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "daemon/cli/dashboard_history.h"
-#include "daemon/conf.h"
-#include "daemon/peers.h"
+#include "daemon/core/conf.h"
+#include "daemon/core/peers.h"
 #include "kernels/error.h"
 #include "proto/spec.h"
 

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon/identity.h"
+#include "daemon/core/identity.h"
 #include "kernels/clock.h"
 
 static size_t

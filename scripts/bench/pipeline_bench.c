@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/pipeline_client.h"
-#include "daemon/pipeline_hosts.h"
+#include "daemon/pipeline/pipeline_client.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/corpus.h"
+#include "proto/corpus.h"
 #include "kernels/backend.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"

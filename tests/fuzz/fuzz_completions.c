@@ -1,5 +1,5 @@
 /* Fuzz target: what a client sends on the pipeline port, read as the
- * entry reads it (daemon/serve_request.c).  An input whose first byte is
+ * entry reads it (daemon/pipeline/serve_request.c).  An input whose first byte is
  * a capital letter is HTTP (as sh_is_http tells it): its requests are
  * parsed one after another, as a kept-alive connection sends them, and
  * the body of each POST /v1/completions is read as a completion; any
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/serve_request.h"
+#include "daemon/pipeline/serve_request.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 #include "proto/spec.h"

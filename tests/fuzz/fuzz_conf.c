@@ -1,4 +1,4 @@
-/* Fuzz target: blocktrain.conf (daemon/conf.c), read from a file as the
+/* Fuzz target: blocktrain.conf (daemon/core/conf.c), read from a file as the
  * daemon reads it.  A configuration that loads must print to a file that
  * loads again and prints the same, when its lines are short enough for
  * inih. */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/conf.h"
+#include "daemon/core/conf.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fz_target[] = "conf";

@@ -1,5 +1,5 @@
 /* Fuzz target: the inference pipeline's host list
- * (daemon/pipeline_hosts.c), read from a file as blocktraind -S and
+ * (daemon/pipeline/pipeline_hosts.c), read from a file as blocktraind -S and
  * `shardmeter generate --peers` read it.  A list that loads must name
  * each host by one address and give it blocks and layers in range, or
  * (SOMA) experts in range. */
@@ -7,7 +7,7 @@
 
 #include <stdlib.h>
 
-#include "daemon/pipeline_hosts.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "proto/router.h"
 #include "kernels/error.h"
 #include "tests/fuzz/fuzz.h"

@@ -1,7 +1,7 @@
 /* Fuzz target: the daemon's HTTP side, bytes in to responses out.  Each
  * input is what a client sends on one TCP connection to the real server
- * (daemon/http_server.c) in front of the real API (daemon/api.c, and
- * daemon/rounds.c below it, which decodes POSTed updates): the target
+ * (daemon/net/http_server.c) in front of the real API (daemon/node/api.c, and
+ * daemon/rounds/rounds.c below it, which decodes POSTed updates): the target
  * connects over loopback, writes the input, half-closes, and reads until
  * the server has closed.  The daemon behind the API is a node set up by
  * hand (a spec, a peer list, a checkpoint, a rounds object with two
@@ -18,9 +18,9 @@
 
 #include <uv.h>
 
-#include "daemon/api.h"
-#include "daemon/log.h"
-#include "daemon/node.h"
+#include "daemon/node/api.h"
+#include "daemon/core/log.h"
+#include "daemon/node/node.h"
 #include "kernels/clock.h"
 #include "proto/checkpoint.h"
 #include "tests/fuzz/fuzz.h"

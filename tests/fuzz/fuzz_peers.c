@@ -1,4 +1,4 @@
-/* Fuzz target: the peer list (daemon/peers.c), read from a file as
+/* Fuzz target: the peer list (daemon/core/peers.c), read from a file as
  * blocktraind and shardmeter read it.  A list that loads must name each
  * daemon by one address and each peer id once, with blocks in range and
  * replica indexes that count the block's lines (a SOMA run's list: expert
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/peers.h"
+#include "daemon/core/peers.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fz_target[] = "peers";

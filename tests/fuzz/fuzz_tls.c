@@ -1,4 +1,4 @@
-/* Fuzz target: the TLS record path (daemon/tls.c), as a daemon's server
+/* Fuzz target: the TLS record path (daemon/net/tls.c), as a daemon's server
  * side meets the bytes of a stranger.  The first input byte picks where
  * the rest arrives: 1, after a real handshake between two
  * identities of this process (records that claim to be data, alerts,
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/identity.h"
-#include "daemon/tls.h"
+#include "daemon/core/identity.h"
+#include "daemon/net/tls.h"
 #include "tests/fuzz/fuzz.h"
 
 const char fz_target[] = "tls";

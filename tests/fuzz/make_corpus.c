@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/conf.h"
-#include "daemon/identity.h"
-#include "daemon/tls.h"
+#include "daemon/core/conf.h"
+#include "daemon/core/identity.h"
+#include "daemon/net/tls.h"
 #include "proto/checkpoint.h"
 #include "proto/pipeline.h"
 #include "proto/spec.h"

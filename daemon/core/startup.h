@@ -1,0 +1,61 @@
+/* The start-up both kinds of blocktraind share (blocktraind.c trains,
+ * serve_main.c serves the pipeline): the flags by name, the configuration
+ * with the flags over it, the move to the background, and the compute
+ * backend.  Start-up may exit (fatal); nothing after it does. */
+#ifndef SM_STARTUP_H
+#define SM_STARTUP_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "daemon/core/conf.h"
+#include "kernels/backend.h"
+#include "proto/spec.h"
+
+#define STARTUP_DEFAULT_CONF "/etc/blocktrain/blocktrain.conf"
+
+typedef struct {
+	int serve;                      /* -S: the pipeline, not training */
+	const char *conf;               /* -c; NULL: the default, if there */
+	int foreground;                 /* -d, -f */
+	int check_only;                 /* -n */
+	int verbose;                    /* -v, counted */
+	int help;                       /* -h */
+	/* overrides of configuration keys; NULL: as configured */
+	const char *threads;            /* -t threads */
+	const char *device;             /* -D device */
+	const char *state_dir;          /* -s state_dir */
+	const char *spec;               /* -r spec */
+	const char *listen;             /* -l listen (training) */
+	const char *block;              /* -b block (training) */
+	const char *peers;              /* -p peers (training) */
+	const char *pipeline_listen;    /* -L (serving) */
+	const char *pipeline_next;      /* -N (serving) */
+	const char *pipeline_hosts;     /* -P (serving) */
+} startup_flags;
+
+/* Reads argv into f.  0, or 2 with a reason in err (PR_ERR_LEN) for a
+ * usage error: an unknown flag, an operand, or a flag of the other
+ * mode. */
+int startup_parse(startup_flags *f, int argc, char **argv, char *err);
+/* The configuration: defaults, then the file (-c, or the default one if
+ * it exists), then the flags, validated. */
+int startup_config(cf_config *cfg, const startup_flags *f, char *err);
+/* -n: with -v, the effective configuration (every key, defaults
+ * included) and, when there is one, the run spec, as files that would
+ * give the same. */
+void startup_print_config(FILE *out, const startup_flags *f,
+    const cf_config *cfg, const pr_spec *spec);
+/* The usage of either mode, to out. */
+void startup_usage(FILE *out, int serve);
+/* Logging to stderr; then, unless -d or -f, the move to the background
+ * with logging to syslog.  The working directory stays: the spec, the
+ * lists (read again on SIGHUP) and the state may be relative. */
+void startup_log(const startup_flags *f);
+void startup_daemonize(const startup_flags *f);
+/* The thread pool and the backend the configuration names; its one-line
+ * description in desc.  NULL with a reason in err. */
+const kn_backend *startup_backend(const cf_config *cfg, char *desc,
+    size_t desclen, char *err);
+
+#endif

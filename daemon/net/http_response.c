@@ -1,0 +1,520 @@
+/* The response side of the HTTP server: the hs_response_* setters, and the
+ * status line, headers and body written in slices with back-pressure. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <http_parser.h>
+#include <jansson.h>
+#include <uv.h>
+
+#include "daemon/net/internal.h"
+#include "kernels/error.h"
+
+#define HS_SLICE_LEN (1024 * 1024)      /* body bytes per uv_write */
+
+/* What every slice of a pattern body is made of (hs_response_body_pattern) */
+static const char hs_pattern[HS_SLICE_LEN];
+
+/* One response being written: the head and the body in slices, each its
+ * own uv_write, so every slice taken by the peer restarts the timer. */
+struct hs_out {
+	hs_conn *c;
+	char *head;
+	size_t head_len;
+	char *body;                     /* owned unless shared; NULL after HEAD */
+	size_t body_len;
+	hs_shared *shared;              /* holds body, one reference ours */
+	int pattern;                    /* body_len zeros from hs_pattern */
+	size_t bytes_in, bytes_extra;   /* request bytes; 100 Continue sent */
+	hs_meter meter;
+	int pending, failed;
+	size_t nreqs, issued, off;      /* slices, those handed to libuv */
+	struct hs_out *next;            /* in c->unsent */
+	int unlisted;                   /* all handed over, or never will be */
+	ts_write_t reqs[];
+};
+
+/* ---- shared bodies ---- */
+
+struct hs_shared {
+	char *buf;
+	size_t len;
+	unsigned refs;
+};
+
+hs_shared *
+hs_shared_new(void *buf, size_t len)
+{
+	hs_shared *b = malloc(sizeof(*b));
+
+	if (b == NULL) {
+		free(buf);
+		return NULL;
+	}
+	b->buf = buf;
+	b->len = len;
+	b->refs = 1;
+	return b;
+}
+
+const char *
+hs_shared_data(const hs_shared *b)
+{
+	return b->buf;
+}
+
+size_t
+hs_shared_len(const hs_shared *b)
+{
+	return b->len;
+}
+
+void
+hs_shared_unref(hs_shared *b)
+{
+	if (b == NULL || --b->refs > 0)
+		return;
+	free(b->buf);
+	free(b);
+}
+
+void
+hs__body_release(char *body, hs_shared *shared)
+{
+	if (shared != NULL)
+		hs_shared_unref(shared);
+	else
+		free(body);
+}
+
+/* ---- writing responses ---- */
+
+static void
+out_done(struct hs_out *o)
+{
+	hs_conn *c = o->c;
+	hs_server *s = c->srv;
+
+	c->outs--;
+	if (s->cfg.on_exchange != NULL && !s->closing)
+		s->cfg.on_exchange(s->ctx, c->peer, o->meter, o->bytes_in,
+		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra);
+	if (o->failed)
+		hs__conn_close(c);
+	free(o->head);
+	hs__body_release(o->body, o->shared);
+	free(o);
+	if (c->closing)
+		return;
+	if (c->finishing) {
+		if (c->outs == 0)
+			hs__conn_linger(c);
+		return;
+	}
+	if (c->held != NULL && c->outs < HS_MAX_PIPELINE) {
+		char *held = c->held;
+		size_t len = c->held_len;
+
+		c->held = NULL;
+		c->held_len = 0;
+		hs__conn_feed(c, held, len);
+		free(held);
+		if (c->closing || c->finishing || c->held != NULL)
+			return;
+		hs__conn_resume(c);
+		if (c->closing || c->finishing || c->held != NULL)
+			return;
+	}
+	if (!c->in_message && c->timer_kind != HS_T_REQUEST)
+		hs__conn_timer(c, HS_T_IDLE);
+}
+
+static void on_write(ts_write_t *req, int status);
+
+/* Hands the next slices to libuv: all at once over plain TCP; over TLS
+ * two ahead of the socket, so that a slice is encrypted while the one
+ * before it is on its way, and a large body is not all encrypted before
+ * its first byte leaves. */
+static void
+out_issue(struct hs_out *o)
+{
+	hs_conn *c = o->c;
+
+	while (o->issued < o->nreqs && !o->failed && !c->closing &&
+	    (c->tls == NULL || o->pending < 2)) {
+		uv_buf_t bufs[2];
+		unsigned nb = 0;
+		size_t n = o->body_len - o->off;
+
+		if (o->issued == 0)
+			bufs[nb++] = uv_buf_init(o->head,
+			    (unsigned)o->head_len);
+		if (n > HS_SLICE_LEN)
+			n = HS_SLICE_LEN;
+		if (n > 0)
+			/* libuv and TLS only read what a buffer points to */
+			bufs[nb++] = uv_buf_init(o->pattern ? (char *)hs_pattern :
+			    o->body + o->off, (unsigned)n);
+		o->off += n;
+		o->reqs[o->issued].data = o;
+		if (ts_write(&o->reqs[o->issued], (uv_stream_t *)&c->tcp, c->tls,
+		    bufs, nb, on_write) < 0) {
+			o->failed = 1;
+			break;
+		}
+		o->issued++;
+		o->pending++;
+	}
+}
+
+/* The responses of c in order, each once the one before it is all
+ * handed over.  One that leaves the list with no write in flight is
+ * done, unless it is self (the caller's, which the caller ends). */
+static void
+conn_issue(hs_conn *c, struct hs_out *self)
+{
+	struct hs_out *o;
+
+	while ((o = c->unsent) != NULL) {
+		out_issue(o);
+		if (o->issued < o->nreqs && !o->failed && !c->closing)
+			return;
+		if (o->issued < o->nreqs)
+			o->failed = 1;  /* the rest will never go */
+		if ((c->unsent = o->next) == NULL)
+			c->unsent_tail = NULL;
+		o->unlisted = 1;
+		if (o != self && o->pending == 0)
+			out_done(o);
+	}
+}
+
+void
+hs__conn_drop_unsent(hs_conn *c)
+{
+	struct hs_out *o;
+
+	while ((o = c->unsent) != NULL) {
+		c->unsent = o->next;
+		o->failed = 1;
+		out_done(o);
+	}
+	c->unsent_tail = NULL;
+}
+
+static void
+on_write(ts_write_t *req, int status)
+{
+	struct hs_out *o = req->data;
+	hs_conn *c = o->c;
+
+	if (status < 0)
+		o->failed = 1;
+	else if (!c->closing && c->timer_kind == HS_T_IDLE)
+		hs__conn_timer(c, HS_T_IDLE);       /* the peer is taking it */
+	o->pending--;
+	conn_issue(c, o);
+	if (o->pending == 0 && o->unlisted)
+		out_done(o);
+}
+
+static const char *
+reason_phrase(int status)
+{
+	const char *r = http_status_str((enum http_status)status);
+
+	return r[0] == '<' ? "Status" : r;
+}
+
+/* Queues one response; takes body (malloc'd) in every case.  With
+ * head_only the length is announced and the body not sent. */
+void
+hs__conn_send(hs_conn *c, int status, const char *content_type,
+    const char *headers, size_t headers_len, char *body, size_t body_len,
+    hs_shared *shared, int pattern, int head_only, int close,
+    hs_meter meter)
+{
+	struct hs_out *o;
+	size_t slices, nreqs;
+	int no_body = status == 204 || status == 304;
+	int len;
+	char *head;
+
+	if (no_body || head_only) {
+		hs__body_release(body, shared);
+		body = NULL;
+		shared = NULL;
+		pattern = 0;
+	}
+	slices = body || pattern ? (body_len + HS_SLICE_LEN - 1) /
+	    HS_SLICE_LEN : 0;
+	nreqs = slices > 0 ? slices : 1;
+	o = calloc(1, sizeof(*o) + nreqs * sizeof(ts_write_t));
+	head = malloc(headers_len + 512 +
+	    (content_type ? strlen(content_type) : 0));
+	if (o == NULL || head == NULL) {
+		free(o);
+		free(head);
+		hs__body_release(body, shared);
+		hs__conn_close(c);
+		return;
+	}
+	len = sprintf(head, "HTTP/1.1 %d %s\r\n", status,
+	    reason_phrase(status));
+	if (content_type != NULL && !no_body)
+		len += sprintf(head + len, "Content-Type: %s\r\n",
+		    content_type);
+	if (!no_body)
+		len += sprintf(head + len, "Content-Length: %zu\r\n",
+		    body_len);
+	memcpy(head + len, headers, headers_len);
+	len += (int)headers_len;
+	if (close)
+		len += sprintf(head + len, "Connection: close\r\n");
+	else if (c->http_major == 1 && c->http_minor == 0)
+		len += sprintf(head + len, "Connection: keep-alive\r\n");
+	len += sprintf(head + len, "\r\n");
+	o->c = c;
+	o->head = head;
+	o->head_len = (size_t)len;
+	o->body = body;
+	o->shared = shared;
+	o->body_len = body || pattern ? body_len : 0;
+	o->pattern = pattern;
+	o->bytes_in = c->req_in;
+	o->bytes_extra = c->continue_bytes;
+	o->meter = meter;
+	c->outs++;
+	o->nreqs = nreqs;
+	if (c->unsent_tail != NULL)
+		c->unsent_tail->next = o;
+	else
+		c->unsent = o;
+	c->unsent_tail = o;
+	conn_issue(c, o);
+	if (o->pending == 0 && o->unlisted)
+		out_done(o);
+	else if (o->failed)
+		hs__conn_close(c);
+}
+
+/* ---- building a response, in the handler ---- */
+
+int
+hs_response_status(hs_response *res, int code)
+{
+	if (code < 200 || code > 599)
+		return UV_EINVAL;
+	res->status = code;
+	return 0;
+}
+
+static int
+is_token(const char *s)
+{
+	static const char extra[] = "!#$%&'*+-.^_`|~";
+
+	if (*s == '\0')
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		    (*s >= '0' && *s <= '9') || strchr(extra, *s) != NULL))
+			return 0;
+	return 1;
+}
+
+int
+hs_response_header(hs_response *res, const char *name, const char *value)
+{
+	static const char *const own[] = { "Content-Length", "Content-Type",
+	    "Transfer-Encoding", "Connection" };
+	size_t i;
+
+	if (!is_token(name) || strpbrk(value, "\r\n") != NULL)
+		return UV_EINVAL;
+	for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (strcasecmp(name, own[i]) == 0)
+			return UV_EINVAL;
+	if (hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    name, strlen(name)) < 0 ||
+	    hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    ": ", 2) < 0 ||
+	    hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    value, strlen(value)) < 0 ||
+	    hs__buf_add(&res->headers, &res->headers_len, &res->headers_cap,
+	    "\r\n", 2) < 0) {
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	return 0;
+}
+
+int
+hs_response_body_owned(hs_response *res, const char *content_type,
+    void *body, size_t len)
+{
+	char *ct = NULL;
+
+	if (content_type != NULL && strpbrk(content_type, "\r\n") != NULL) {
+		free(body);
+		return UV_EINVAL;
+	}
+	if (content_type != NULL && (ct = strdup(content_type)) == NULL) {
+		free(body);
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	free(res->content_type);
+	hs__body_release(res->body, res->shared);
+	res->shared = NULL;
+	res->content_type = ct;
+	res->body = body;
+	res->body_len = body ? len : 0;
+	res->pattern = 0;
+	return 0;
+}
+
+int
+hs_response_body_pattern(hs_response *res, const char *content_type,
+    size_t len)
+{
+	int rc = hs_response_body_owned(res, content_type, NULL, 0);
+
+	if (rc == 0) {
+		res->pattern = 1;
+		res->body_len = len;
+	}
+	return rc;
+}
+
+int
+hs_response_body_shared(hs_response *res, const char *content_type,
+    hs_shared *b)
+{
+	int rc = hs_response_body_owned(res, content_type, NULL, 0);
+
+	if (rc == 0) {
+		b->refs++;
+		res->shared = b;
+		res->body = b->buf;
+		res->body_len = b->len;
+	}
+	return rc;
+}
+
+int
+hs_response_body(hs_response *res, const char *content_type,
+    const void *body, size_t len)
+{
+	char *copy = malloc(len > 0 ? len : 1);
+
+	if (copy == NULL) {
+		res->nomem = 1;
+		return UV_ENOMEM;
+	}
+	if (len > 0)
+		memcpy(copy, body, len);
+	return hs_response_body_owned(res, content_type, copy, len);
+}
+
+void
+hs_response_meter(hs_response *res, int kind, int who)
+{
+	res->meter.kind = kind;
+	res->meter.who = who;
+}
+
+/* Bytes a message may echo from a request (a path, a method) are not
+ * known to be text: anything but printable ASCII is written \xNN, so the
+ * body is what its charset says.  Returns the length written to out. */
+static size_t
+escape_text(const char *in, size_t len, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t i, o = 0;
+
+	for (i = 0; i < len; i++) {
+		unsigned char b = (unsigned char)in[i];
+
+		if (b >= 0x20 && b < 0x7f && b != '\\') {
+			if (o + 1 > cap)
+				break;
+			out[o++] = (char)b;
+			continue;
+		}
+		if (o + 4 > cap)
+			break;
+		out[o++] = '\\';
+		out[o++] = 'x';
+		out[o++] = hex[b >> 4];
+		out[o++] = hex[b & 15];
+	}
+	return o;
+}
+
+int
+hs_response_text(hs_response *res, int code, const char *fmt, ...)
+{
+	char msg[512], text[4 * sizeof(msg)];
+	va_list ap;
+	int len, rc;
+
+	va_start(ap, fmt);
+	len = vsnprintf(msg, sizeof(msg) - 1, fmt, ap);
+	va_end(ap);
+	if (len < 0)
+		len = 0;
+	if (len > (int)sizeof(msg) - 2)
+		len = (int)sizeof(msg) - 2;
+	len = (int)escape_text(msg, (size_t)len, text, sizeof(text) - 1);
+	text[len++] = '\n';
+	if ((rc = hs_response_status(res, code)) != 0)
+		return rc;
+	return hs_response_body(res, "text/plain; charset=utf-8", text,
+	    (size_t)len);
+}
+
+int
+hs_response_json(hs_response *res, int code, json_t *o)
+{
+	char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	int rc;
+
+	json_decref(o);
+	if (text == NULL)
+		return hs_response_text(res, 500, "out of memory writing JSON");
+	if ((rc = hs_response_status(res, code)) != 0) {
+		free(text);
+		return rc;
+	}
+	return hs_response_body_owned(res, "application/json", text,
+	    strlen(text));
+}
+
+static const struct {
+	int code;
+	int status;
+} error_status[] = {
+	{ KN_EINVAL, 400 },     /* what was sent is wrong: do not resend */
+	{ KN_ENUM, 400 },       /* non-finite values in what was sent */
+	{ KN_ENOMEM, 503 },     /* a shortage here: try again later */
+	{ KN_ENODEV, 503 },
+	{ KN_EIO, 500 },
+	{ KN_ENOSPC, 507 },     /* our disk is full: not the sender's fault */
+};
+
+int
+hs_status_of_error(int code)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(error_status) / sizeof(error_status[0]); i++)
+		if (error_status[i].code == code)
+			return error_status[i].status;
+	return 500;
+}

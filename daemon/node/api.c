@@ -1,0 +1,804 @@
+/* The HTTP API v1 of blocktraind (proto/PROTOCOL.md): status, metrics,
+ * spec, peers, the block's checkpoint, and the round exchange (rounds.c).
+ * Every 4xx and 5xx carries a body that says what was wrong. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "daemon/node/api.h"
+#include "daemon/core/log.h"
+#include "daemon/node/node.h"
+#include "daemon/node/predicted.h"
+#include "daemon/node/probe.h"
+#include "kernels/clock.h"
+#include "soma/trainer.h"
+
+static const char *
+peer_state_name(peers_state s)
+{
+	switch (s) {
+	case PEERS_UP: return "up";
+	case PEERS_DOWN: return "down";
+	case PEERS_REFUSED: return "refused";
+	default: return "unknown";
+	}
+}
+
+static json_t *
+bytes_json(const uint64_t in[PEERS_KINDS], const uint64_t out[PEERS_KINDS])
+{
+	json_t *o = json_object(), *ji = json_object(), *jo = json_object();
+	int k;
+
+	for (k = 0; k < PEERS_KINDS; k++) {
+		json_object_set_new(ji, peers_kind_name(k), json_integer(
+		    (json_int_t)in[k]));
+		json_object_set_new(jo, peers_kind_name(k), json_integer(
+		    (json_int_t)out[k]));
+	}
+	json_object_set_new(o, "in", ji);
+	json_object_set_new(o, "out", jo);
+	return o;
+}
+
+/* A peer's refusals by kind, and whether it is quarantined, into o. */
+static void
+peer_strikes_json(node *n, json_t *o, const char *id)
+{
+	const strikes_peer *sp = strikes_find(n->strikes, id);
+	json_t *k = json_object();
+	int i;
+
+	for (i = 0; i < STRIKES_KINDS; i++)
+		json_object_set_new(k, strikes_kind_name(i), json_integer(
+		    sp != NULL ? (json_int_t)sp->total[i] : 0));
+	json_object_set_new(o, "strikes", k);
+	json_object_set_new(o, "quarantined", json_boolean(sp != NULL &&
+	    sp->quarantined));
+}
+
+/* The key a peer's strikes are kept under: its printed id, or with
+ * insecure = yes (a list without ids) its address. */
+static const char *
+strikes_key(const peers_entry *p)
+{
+	return p->has_id ? p->id_text : p->addr;
+}
+
+/* The listed address of a strikes key, or NULL (an operator). */
+static const char *
+id_addr(const node *n, const char *id)
+{
+	int i;
+
+	for (i = 0; i < n->peers.n; i++)
+		if (strcmp(strikes_key(&n->peers.v[i]), id) == 0)
+			return n->peers.v[i].addr;
+	return NULL;
+}
+
+/* Every peer with a refusal: counts, quarantine, the latest reason. */
+static json_t *
+strikes_json(node *n)
+{
+	json_t *o = json_object(), *arr = json_array(), *q = json_array();
+	int i, k;
+
+	for (i = 0; i < strikes_count(n->strikes); i++) {
+		const strikes_peer *sp = strikes_at(n->strikes, i);
+		const char *addr = id_addr(n, sp->id);
+		json_t *e = json_object();
+
+		json_object_set_new(e, "id", json_string(sp->id));
+		if (addr != NULL)
+			json_object_set_new(e, "addr", json_string(addr));
+		for (k = 0; k < STRIKES_KINDS; k++)
+			json_object_set_new(e, strikes_kind_name(k),
+			    json_integer((json_int_t)sp->total[k]));
+		json_object_set_new(e, "current", json_integer(
+		    (json_int_t)sp->current));
+		json_object_set_new(e, "quarantined",
+		    json_boolean(sp->quarantined));
+		json_object_set_new(e, "refused_connections", json_integer(
+		    (json_int_t)sp->refused));
+		json_object_set_new(e, "why", json_string(sp->why));
+		json_array_append_new(arr, e);
+		if (sp->quarantined)
+			json_array_append_new(q, json_string(sp->id));
+	}
+	json_object_set_new(o, "threshold", json_integer(
+	    strikes_threshold(n->strikes)));
+	json_object_set_new(o, "clears", json_integer((json_int_t)
+	    strikes_clears(n->strikes)));
+	json_object_set_new(o, "quarantined", q);
+	json_object_set_new(o, "peers", arr);
+	return o;
+}
+
+static json_t *
+peers_json(node *n)
+{
+	json_t *arr = json_array();
+	double t = kn_now();
+	int i;
+
+	for (i = 0; i < n->peers.n; i++) {
+		peers_entry *p = &n->peers.v[i];
+		json_t *o = json_object();
+
+		json_object_set_new(o, "addr", json_string(p->addr));
+		if (p->expert >= 0)
+			json_object_set_new(o, "expert", json_integer(p->expert));
+		else {
+			json_object_set_new(o, "block", json_integer(p->block));
+			json_object_set_new(o, "replica", json_integer(
+			    peers_replica_index(&n->peers, i)));
+		}
+		json_object_set_new(o, "self", json_boolean(p->self));
+		if (p->has_id)
+			json_object_set_new(o, "id", json_string(p->id_text));
+		if (!p->self) {
+			json_object_set_new(o, "state", json_string(
+			    peer_state_name(p->state)));
+			if (p->last_seen > 0)
+				json_object_set_new(o, "last_seen_s_ago",
+				    json_real(t - p->last_seen));
+			json_object_set_new(o, "rtt_ms", json_real(p->rtt_ms));
+			json_object_set_new(o, "failures",
+			    json_integer(p->failures));
+			if (p->why[0])
+				json_object_set_new(o, "why", json_string(p->why));
+			json_object_set_new(o, "step", json_integer(p->step));
+		}
+		if (!p->self)
+			peer_strikes_json(n, o, strikes_key(p));
+		json_object_set_new(o, "bytes", bytes_json(p->bytes_in,
+		    p->bytes_out));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+/* Byte positions one training step evaluates. */
+static double
+step_positions(const node *n)
+{
+	if (n->soma)
+		return (double)sa_step_positions(&n->spec, SA_EXPERT, 0);
+	return (double)n->spec.batch * n->spec.window;
+}
+
+/* What a SOMA expert daemon says beside the common fields. */
+static void
+soma_status(node *n, json_t *o)
+{
+	json_object_set_new(o, "method", json_string("soma"));
+	json_object_set_new(o, "expert", json_integer(n->expert));
+	json_object_set_new(o, "experts", json_integer(n->spec.soma.experts));
+	if (n->val_step > 0) {
+		json_object_set_new(o, "val_loss", json_real(n->val));
+		json_object_set_new(o, "val_step", json_integer(n->val_step));
+	}
+	json_object_set_new(o, "lr", json_real(n->lr));
+	json_object_set_new(o, "eps", json_real(n->eps));
+	json_object_set_new(o, "positions", json_integer(
+	    (json_int_t)n->positions));
+	if (n->heldout != NULL)
+		json_object_set_new(o, "heldout", json_pack("{s:I,s:I}",
+		    "step", (json_int_t)n->heldout_step, "bytes",
+		    (json_int_t)n->heldout_len));
+}
+
+/* The latest round times, oldest first, and the round of the first. */
+static json_t *
+round_times_json(const node *n)
+{
+	int64_t k, first = n->round_times_n > NODE_ROUND_TIMES ?
+	    n->round_times_n - NODE_ROUND_TIMES : 0;
+	json_t *a = json_array();
+
+	for (k = first; a != NULL && k < n->round_times_n; k++)
+		json_array_append_new(a, json_real(
+		    n->round_times[k % NODE_ROUND_TIMES]));
+	return json_pack("{s:I,s:o*}", "first", (json_int_t)first, "s", a);
+}
+
+char *
+api_status_json(node *n, size_t *len)
+{
+	json_t *o = json_object();
+	uint64_t in[PEERS_KINDS] = { 0 }, out[PEERS_KINDS] = { 0 };
+	char *text;
+	int i, k;
+
+	json_object_set_new(o, "run_id", json_string(n->run_id));
+	if (n->soma)
+		soma_status(n, o);
+	else {
+		json_object_set_new(o, "block", json_integer(n->cfg.block));
+		json_object_set_new(o, "blocks", json_integer(n->spec.blocks));
+		json_object_set_new(o, "interval", json_pack("[f,f]",
+		    n->spec.cuts[n->cfg.block - 1],
+		    n->spec.cuts[n->cfg.block]));
+	}
+	json_object_set_new(o, "replica", json_integer(n->replica));
+	json_object_set_new(o, "replicas", json_integer(n->replicas));
+	json_object_set_new(o, "addr", json_string(n->cfg.advertise));
+	if (n->tls != NULL)
+		json_object_set_new(o, "id", json_string(tls_ctx_id(n->tls)));
+	if (n->metrics != NULL)
+		json_object_set_new(o, "metrics", json_string(n->metrics_addr));
+	json_object_set_new(o, "state", json_string(n->state));
+	if (n->error[0])
+		json_object_set_new(o, "error", json_string(n->error));
+	json_object_set_new(o, "step", json_integer(n->step));
+	json_object_set_new(o, "steps", json_integer(n->soma ?
+	    n->spec.soma.steps : n->spec.steps));
+	json_object_set_new(o, "round", json_integer(n->round));
+	json_object_set_new(o, "overlap_rounds", json_boolean(n->overlap));
+	json_object_set_new(o, "steps_overlapped", json_integer(n->overlapped));
+	json_object_set_new(o, "loss", json_real(n->loss));
+	json_object_set_new(o, "positions_per_s",
+	    json_real(n->positions_per_s));
+	json_object_set_new(o, "steps_per_s", json_real(n->positions_per_s /
+	    step_positions(n)));
+	if (n->have_share) {
+		json_object_set_new(o, "heldout_share", json_real(n->share));
+		json_object_set_new(o, "heldout_share_step",
+		    json_integer(n->share_step));
+	}
+	json_object_set_new(o, "checkpoint", json_pack("{s:I,s:I,s:I,s:s}",
+	    "step", (json_int_t)n->ckpt_step, "round",
+	    (json_int_t)n->ckpt_round, "bytes", (json_int_t)n->ckpt_len,
+	    "sha256", n->etag));
+	json_object_set_new(o, "uptime_s", json_real(kn_now() - n->started));
+	json_object_set_new(o, "training_s", n->train_began > 0 ?
+	    json_real((n->train_ended > 0 ? n->train_ended : kn_now()) -
+	    n->train_began) : json_null());
+	json_object_set_new(o, "round_times", round_times_json(n));
+	json_object_set_new(o, "backend", json_string(n->backend_desc));
+	for (i = 0; i < n->peers.n; i++)
+		for (k = 0; k < PEERS_KINDS; k++) {
+			in[k] += n->peers.v[i].bytes_in[k];
+			out[k] += n->peers.v[i].bytes_out[k];
+		}
+	for (k = 0; k < PEERS_KINDS; k++) {
+		in[k] += n->client_in[k];
+		out[k] += n->client_out[k];
+	}
+	json_object_set_new(o, "bytes", bytes_json(in, out));
+	json_object_set_new(o, "client_bytes", bytes_json(n->client_in,
+	    n->client_out));
+	json_object_set_new(o, "peers", peers_json(n));
+	json_object_set_new(o, "strikes", strikes_json(n));
+	json_object_set_new(o, "rollbacks", json_integer(n->rollbacks));
+	if (n->rollbacks > 0)
+		json_object_set_new(o, "rolled_back", json_pack("{s:I,s:I}",
+		    "step", (json_int_t)n->rolled_back_step, "round",
+		    (json_int_t)n->rolled_back_round));
+	if (n->predicted != NULL)
+		json_object_set_new(o, "predicted", pd_status_json(n->predicted,
+		    &n->peers));
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	*len = text ? strlen(text) : 0;
+	return text;
+}
+
+static void
+metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Appends one line to a growing buffer of Prometheus text. */
+static void
+metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0,
+		    fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if (*buf != NULL && *len + (size_t)n < *cap) {
+			*len += (size_t)n;
+			return;
+		}
+		{
+			size_t ncap = (*cap ? *cap * 2 : 4096) + (size_t)n;
+			char *nb = realloc(*buf, ncap);
+
+			if (nb == NULL)
+				return;
+			*buf = nb;
+			*cap = ncap;
+		}
+	}
+}
+
+/* The gauges of a SOMA expert daemon. */
+static void
+soma_metrics(node *n, char **b, size_t *len, size_t *cap)
+{
+	metric(b, len, cap, "# HELP blocktrain_soma_expert The expert this "
+	    "daemon trains.\n# TYPE blocktrain_soma_expert gauge\n"
+	    "blocktrain_soma_expert %d\n# HELP blocktrain_steps Steps the "
+	    "expert trains in all.\n# TYPE blocktrain_steps gauge\n"
+	    "blocktrain_steps %d\n", n->expert, n->spec.soma.steps);
+	metric(b, len, cap, "# HELP blocktrain_lr Learning rate now.\n"
+	    "# TYPE blocktrain_lr gauge\nblocktrain_lr %g\n# HELP "
+	    "blocktrain_eps Perturbation size now.\n# TYPE blocktrain_eps "
+	    "gauge\nblocktrain_eps %g\n", n->lr, n->eps);
+	metric(b, len, cap, "# HELP blocktrain_positions_total Byte positions "
+	    "evaluated.\n# TYPE blocktrain_positions_total counter\n"
+	    "blocktrain_positions_total %" PRIu64 "\n", n->positions);
+	if (n->val_step > 0)
+		metric(b, len, cap, "# HELP blocktrain_val_loss_nats Validation "
+		    "loss on the expert's own cluster, nats per byte.\n"
+		    "# TYPE blocktrain_val_loss_nats gauge\n"
+		    "blocktrain_val_loss_nats %.6f\n# HELP blocktrain_val_step "
+		    "Step of that validation.\n# TYPE blocktrain_val_step "
+		    "gauge\nblocktrain_val_step %" PRId64 "\n", n->val,
+		    n->val_step);
+	if (n->heldout != NULL)
+		metric(b, len, cap, "# HELP blocktrain_heldout_step Step of the "
+		    "held-out scores served at /v1/soma/heldout.\n# TYPE "
+		    "blocktrain_heldout_step gauge\nblocktrain_heldout_step %"
+		    PRId64 "\n", n->heldout_step);
+}
+
+/* Refusals per peer and kind, as counters from 0 for every listed peer
+ * (rate() needs the zero), then any other identity with a record; and
+ * whether each is quarantined. */
+static void
+strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
+{
+	int i, k, pass;
+
+	metric(b, len, cap, "# HELP blocktrain_peer_strikes_total What a "
+	    "peer sent that was refused, by kind (update left out, "
+	    "checkpoint refused, claim of a step or round the run does not "
+	    "allow).\n# TYPE blocktrain_peer_strikes_total counter\n");
+	for (pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			metric(b, len, cap, "# HELP blocktrain_peer_quarantined "
+			    "Whether a peer is quarantined (its connections "
+			    "refused) until the operator clears it.\n# TYPE "
+			    "blocktrain_peer_quarantined gauge\n");
+		for (i = 0; i < n->peers.n; i++) {
+			const peers_entry *p = &n->peers.v[i];
+			const strikes_peer *sp;
+
+			if (p->self)
+				continue;
+			sp = strikes_find(n->strikes, strikes_key(p));
+			if (pass == 1) {
+				metric(b, len, cap, "blocktrain_peer_quarantined{"
+				    "peer=\"%s\",id=\"%s\"} %d\n", p->addr,
+				    strikes_key(p), sp != NULL && sp->quarantined);
+				continue;
+			}
+			for (k = 0; k < STRIKES_KINDS; k++)
+				metric(b, len, cap, "blocktrain_peer_strikes_total{"
+				    "peer=\"%s\",id=\"%s\",kind=\"%s\"} %" PRIu64
+				    "\n", p->addr, strikes_key(p), strikes_kind_name(k),
+				    sp != NULL ? sp->total[k] : 0);
+		}
+		for (i = 0; i < strikes_count(n->strikes); i++) {
+			const strikes_peer *sp = strikes_at(n->strikes, i);
+
+			if (id_addr(n, sp->id) != NULL)
+				continue;
+			if (pass == 1) {
+				metric(b, len, cap, "blocktrain_peer_quarantined{"
+				    "peer=\"\",id=\"%s\"} %d\n", sp->id,
+				    sp->quarantined);
+				continue;
+			}
+			for (k = 0; k < STRIKES_KINDS; k++)
+				metric(b, len, cap, "blocktrain_peer_strikes_total{"
+				    "peer=\"\",id=\"%s\",kind=\"%s\"} %" PRIu64
+				    "\n", sp->id, strikes_kind_name(k),
+				    sp->total[k]);
+		}
+	}
+}
+
+char *
+api_metrics_text(node *n, size_t *outlen)
+{
+	char *b = NULL;
+	size_t len = 0, cap = 0;
+	int i, k;
+
+	if (n->soma)
+		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
+		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
+		    "expert=\"%d\"} %" PRId64 "\n", n->expert, n->step);
+	else
+		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
+		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
+		    "block=\"%d\",replica=\"%d\"} %" PRId64 "\n",
+		    n->cfg.block, n->replica, n->step);
+	metric(&b, &len, &cap, "# HELP blocktrain_rounds_total Averaging "
+	    "rounds completed.\n# TYPE blocktrain_rounds_total counter\n"
+	    "blocktrain_rounds_total %" PRId64 "\n", n->round);
+	metric(&b, &len, &cap, "# HELP blocktrain_steps_overlapped_total "
+	    "Training steps taken while a round of this replica was in "
+	    "flight (overlap_rounds).\n# TYPE blocktrain_steps_overlapped_total "
+	    "counter\nblocktrain_steps_overlapped_total %" PRId64 "\n",
+	    n->overlapped);
+	metric(&b, &len, &cap, "# HELP blocktrain_loss Training loss of the "
+	    "last step.\n# TYPE blocktrain_loss gauge\nblocktrain_loss %.6f\n",
+	    n->loss);
+	metric(&b, &len, &cap, "# HELP blocktrain_positions_per_second "
+	    "Training throughput.\n# TYPE blocktrain_positions_per_second "
+	    "gauge\nblocktrain_positions_per_second %.1f\n",
+	    n->positions_per_s);
+	metric(&b, &len, &cap, "# HELP blocktrain_steps_per_second Training "
+	    "steps per second.\n# TYPE blocktrain_steps_per_second gauge\n"
+	    "blocktrain_steps_per_second %.3f\n", n->positions_per_s /
+	    step_positions(n));
+	if (n->soma)
+		soma_metrics(n, &b, &len, &cap);
+	if (n->have_share)
+		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
+		    "This block's share of the held-out bound, nats per byte.\n"
+		    "# TYPE blocktrain_heldout_share_nats gauge\n"
+		    "blocktrain_heldout_share_nats %.6f\n"
+		    "# HELP blocktrain_heldout_share_step Step at which the share "
+		    "was measured.\n# TYPE blocktrain_heldout_share_step gauge\n"
+		    "blocktrain_heldout_share_step %" PRId64 "\n", n->share,
+		    n->share_step);
+	metric(&b, &len, &cap, "# HELP blocktrain_bytes_total Bytes exchanged, "
+	    "by peer, direction and kind.\n# TYPE blocktrain_bytes_total "
+	    "counter\n");
+	for (i = 0; i <= n->peers.n; i++) {
+		const uint64_t *in = i < n->peers.n ? n->peers.v[i].bytes_in :
+		    n->client_in;
+		const uint64_t *out = i < n->peers.n ? n->peers.v[i].bytes_out :
+		    n->client_out;
+		const char *who = i < n->peers.n ? n->peers.v[i].addr : "clients";
+
+		if (i < n->peers.n && n->peers.v[i].self)
+			continue;
+		for (k = 0; k < PEERS_KINDS; k++) {
+			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
+			    "direction=\"in\",kind=\"%s\"} %" PRIu64 "\n", who,
+			    peers_kind_name(k), in[k]);
+			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
+			    "direction=\"out\",kind=\"%s\"} %" PRIu64 "\n", who,
+			    peers_kind_name(k), out[k]);
+		}
+	}
+	metric(&b, &len, &cap, "# HELP blocktrain_peer_up Whether a peer "
+	    "answered its last probe with our run id.\n# TYPE "
+	    "blocktrain_peer_up gauge\n");
+	for (i = 0; i < n->peers.n; i++)
+		if (!n->peers.v[i].self)
+			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
+			    "%d\n", n->peers.v[i].addr,
+			    n->peers.v[i].state == PEERS_UP);
+	if (n->http != NULL)
+		metric(&b, &len, &cap, "# HELP blocktrain_http_evicted_total "
+		    "Clients' connections closed to make room for a peer.\n"
+		    "# TYPE blocktrain_http_evicted_total counter\n"
+		    "blocktrain_http_evicted_total %lu\n"
+		    "# HELP blocktrain_http_over_quota_total Connections and "
+		    "requests refused by the quotas of an identity.\n"
+		    "# TYPE blocktrain_http_over_quota_total counter\n"
+		    "blocktrain_http_over_quota_total %lu\n",
+		    hs_server_evicted(n->http), hs_server_over_quota(n->http));
+	strikes_metrics(n, &b, &len, &cap);
+	metric(&b, &len, &cap, "# HELP blocktrain_rollbacks_total Times the "
+	    "trainer went back to its last good checkpoint (a non-finite "
+	    "loss, unhealthy weights) instead of stopping.\n# TYPE "
+	    "blocktrain_rollbacks_total counter\nblocktrain_rollbacks_total %"
+	    PRId64 "\n", n->rollbacks);
+	if (n->predicted != NULL) {
+		char *pd = pd_metrics_text(n->predicted, &n->peers);
+
+		if (pd != NULL)
+			metric(&b, &len, &cap, "%s", pd);
+		free(pd);
+	}
+	*outlen = len;
+	return b;
+}
+
+/* Over TLS an exchange is charged to the peer whose id the handshake
+ * proved (any other is a client).  Over plain TCP daemons add
+ * ?from=host:port (their advertised address) to what they ask of each
+ * other, and that is all there is to go by. */
+static void
+meter(node *n, hs_response *res, const hs_request *req, int kind)
+{
+	const char *from = strstr(req->query, "from=");
+	char addr[CF_HOST_LEN + 8];
+	int len = 0, who = NODE_CLIENT;
+
+	if (req->peer_id != NULL) {
+		who = peers_find_id(&n->peers, req->peer_id);
+		hs_response_meter(res, kind, who >= 0 ? who : NODE_CLIENT);
+		return;
+	}
+
+	if (from != NULL && (from == req->query || from[-1] == '&')) {
+		from += 5;
+		len = (int)strcspn(from, "&");
+	}
+	if (len > 0 && len < (int)sizeof(addr)) {
+		memcpy(addr, from, (size_t)len);
+		addr[len] = '\0';
+		who = peers_find(&n->peers, addr);
+	}
+	hs_response_meter(res, kind, who);
+}
+
+void
+api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
+    size_t out)
+{
+	(void)peer;
+	node_meter(ctx, m.who, m.kind, in, out);
+}
+
+static void
+serve_checkpoint(node *n, const hs_request *req, hs_response *res)
+{
+	const char *inm = hs_request_header(req, "If-None-Match");
+	char etag[80];
+
+	if (n->ckpt == NULL) {
+		hs_response_text(res, 503, n->soma ? "no checkpoint yet: the "
+		    "expert publishes one at its first validation" :
+		    "no checkpoint yet: the block is starting");
+		return;
+	}
+	snprintf(etag, sizeof(etag), "\"%s\"", n->etag);
+	hs_response_header(res, "ETag", etag);
+	if (inm != NULL && (strcmp(inm, etag) == 0 ||
+	    strcmp(inm, n->etag) == 0)) {
+		hs_response_status(res, 304);
+		return;
+	}
+	hs_response_status(res, 200);
+	hs_response_body_shared(res, "application/x-msgpack", n->ckpt_body);
+	log_info("sent the checkpoint of step %" PRId64 " (%zu bytes) to %s",
+	    n->ckpt_step, n->ckpt_len, req->peer);
+}
+
+/* The expert's held-out scores (proto/heldout.h), served as they are. */
+static void
+get_heldout(node *n, const hs_request *req, hs_response *res)
+{
+	(void)req;
+	if (!n->soma) {
+		hs_response_text(res, 404, "this daemon trains block %d of a "
+		    "BlockTrain run: no SOMA held-out scores", n->cfg.block);
+		return;
+	}
+	if (n->heldout == NULL) {
+		hs_response_text(res, 503, "no held-out scores yet: expert %d "
+		    "publishes them at its first validation", n->expert);
+		return;
+	}
+	hs_response_status(res, 200);
+	hs_response_body(res, "application/x-msgpack", n->heldout,
+	    n->heldout_len);
+}
+
+static void
+get_status(node *n, const hs_request *req, hs_response *res)
+{
+	size_t len;
+	char *body = api_status_json(n, &len);
+
+	(void)req;
+	hs_response_status(res, 200);
+	hs_response_body_owned(res, "application/json", body, len);
+}
+
+static void
+get_metrics(node *n, const hs_request *req, hs_response *res)
+{
+	size_t len;
+	char *body = api_metrics_text(n, &len);
+
+	(void)req;
+	hs_response_status(res, 200);
+	hs_response_body_owned(res, "text/plain; version=0.0.4", body, len);
+}
+
+static void
+get_spec(node *n, const hs_request *req, hs_response *res)
+{
+	(void)req;
+	hs_response_status(res, 200);
+	hs_response_header(res, "X-Run-Id", n->run_id);
+	hs_response_body(res, "application/x-msgpack", n->spec_body,
+	    n->spec_len);
+}
+
+static void
+get_peers(node *n, const hs_request *req, hs_response *res)
+{
+	(void)req;
+	hs_response_json(res, 200, peers_json(n));
+}
+
+/* The read-only resources, with the traffic kind they are metered as:
+ * whole paths, and "checkpoint" below /v1/blocks/{b}/ (a request path
+ * always starts with '/', so the two never meet). */
+static const struct {
+	const char *path;
+	int kind;
+	void (*get)(node *n, const hs_request *req, hs_response *res);
+} routes[] = {
+	{ "/v1/status", PEERS_KIND_OTHER, get_status },
+	{ "/metrics", PEERS_KIND_OTHER, get_metrics },
+	{ "/v1/spec", PEERS_KIND_OTHER, get_spec },
+	{ "/v1/peers", PEERS_KIND_OTHER, get_peers },
+	{ "/v1/soma/heldout", PEERS_KIND_OTHER, get_heldout },
+	{ "checkpoint", PEERS_KIND_CHECKPOINT, serve_checkpoint },
+};
+
+static int
+is_get(const hs_request *req)
+{
+	return strcmp(req->method, "GET") == 0 ||
+	    strcmp(req->method, "HEAD") == 0;
+}
+
+static void
+not_allowed(node *n, const hs_request *req, hs_response *res)
+{
+	n->client_errors++;
+	hs_response_header(res, "Allow", "GET, HEAD");
+	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
+	    req->path);
+}
+
+/* A route of the table by path (rest: below /v1/blocks/{b}/), answered;
+ * 0 when none matches. */
+static int
+route(node *n, const hs_request *req, hs_response *res, const char *path)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (strcmp(routes[i].path, path) != 0)
+			continue;
+		meter(n, res, req, routes[i].kind);
+		if (is_get(req))
+			routes[i].get(n, req, res);
+		else
+			not_allowed(n, req, res);
+		return 1;
+	}
+	return 0;
+}
+
+/* Below /v1/blocks/{b}/: the checkpoint, and the rounds' exchange. */
+static int
+route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
+    const char *rest)
+{
+	int64_t round;
+	size_t used;
+
+	if (n->soma && block != n->expert) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		hs_response_text(res, 404, "this daemon trains expert %d, not "
+		    "expert %" PRId64, n->expert, block);
+		return 1;
+	}
+	if (!n->soma && block != n->cfg.block) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		hs_response_text(res, 404, "this daemon serves block %d, not "
+		    "block %" PRId64, n->cfg.block, block);
+		return 1;
+	}
+	if (strcmp(rest, "checkpoint") == 0)
+		return route(n, req, res, rest);
+	if (strncmp(rest, "rounds/", 7) != 0 ||
+	    (used = hs_path_number(rest + 7, INT64_MAX, &round)) == 0 ||
+	    rest[7 + used] != '/')
+		return 0;
+	used += 8;
+	meter(n, res, req, PEERS_KIND_UPDATE);
+	if (n->rounds == NULL) {
+		if (n->soma)
+			hs_response_text(res, 404, "expert %d exchanges no "
+			    "updates", n->expert);
+		else
+			hs_response_text(res, 404, "block %d has one replica: "
+			    "it exchanges no updates", n->cfg.block);
+		return 1;
+	}
+	return rounds_handle(n->rounds, req, res, round, rest + used);
+}
+
+/* POST /v1/strikes/clear: the operator's clear of every quarantine and
+ * count.  Operators only (a client line of the peer list): a listed
+ * daemon, a quarantined one's accomplice included, must not lift it. */
+static void
+post_strikes_clear(node *n, const hs_request *req, hs_response *res)
+{
+	int lifted;
+
+	if (strcmp(req->method, "POST") != 0) {
+		n->client_errors++;
+		hs_response_header(res, "Allow", "POST");
+		hs_response_text(res, 405, "%s is not allowed on %s: POST "
+		    "clears the strikes", req->method, req->path);
+		return;
+	}
+	if (n->tls != NULL && (req->peer_id == NULL ||
+	    peers_client_find(&n->peers, req->peer_id) < 0)) {
+		n->client_errors++;
+		hs_response_text(res, 403, "only an operator (a client line of "
+		    "the peer list) may clear strikes");
+		return;
+	}
+	lifted = strikes_quarantined_count(n->strikes);
+	strikes_clear(n->strikes);
+	hs_response_json(res, 200, json_pack("{s:i,s:I}", "lifted", lifted,
+	    "clears", (json_int_t)strikes_clears(n->strikes)));
+}
+
+void
+api_metrics_handle(void *ctx, const hs_request *req, hs_response *res)
+{
+	node *n = ctx;
+
+	if (strcmp(req->path, "/metrics") != 0) {
+		hs_response_text(res, 404, "this listener serves /metrics only");
+		return;
+	}
+	if (!is_get(req)) {
+		not_allowed(n, req, res);
+		return;
+	}
+	get_metrics(n, req, res);
+}
+
+void
+api_handle(void *ctx, const hs_request *req, hs_response *res)
+{
+	node *n = ctx;
+	const char *p = req->path + 11;         /* after "/v1/blocks/" */
+	int64_t block;
+	size_t used;
+
+	n->requests++;
+	if (route(n, req, res, req->path))
+		return;
+	if (strcmp(req->path, "/v1/strikes/clear") == 0) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		post_strikes_clear(n, req, res);
+		return;
+	}
+	if (strncmp(req->path, "/v1/probe/", 10) == 0) {
+		meter(n, res, req, PEERS_KIND_OTHER);
+		pb_handle(n, req, res, req->path + 10);
+		return;
+	}
+	if (strncmp(req->path, "/v1/blocks/", 11) == 0 &&
+	    (used = hs_path_number(p, INT_MAX, &block)) > 0 &&
+	    p[used] == '/' && route_block(n, req, res, block, p + used + 1))
+		return;
+	meter(n, res, req, PEERS_KIND_OTHER);
+	n->client_errors++;
+	hs_response_text(res, 404, "no such resource: %s %s (see "
+	    "proto/PROTOCOL.md)", req->method, req->path);
+}

@@ -1,0 +1,390 @@
+/* The pipeline host's BlockTrain batcher, on the compute thread: every
+ * request in flight advances one step per round, and those at the same
+ * block and temperature share one predict pass.  serve_compute.c feeds it
+ * the jobs. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/blocktrain/blockgen.h"
+#include "daemon/blocktrain/blocktrain.h"
+#include "daemon/pipeline/internal.h"
+#include "kernels/clock.h"
+#include "kernels/error.h"
+#include "kernels/model.h"
+#include "kernels/model_blockdecode.h"
+
+/* A BlockTrain request in progress here. */
+struct bt_state {
+	sc_job *job;
+	int32_t *seq;           /* window symbols, KN_MASK undecided */
+	float *u;               /* 2n draws of the current step */
+	int block;              /* 1-based, running now */
+	int j;                  /* its step */
+	double p, next;
+	int32_t *pos;           /* positions the step unmasks (n) */
+	int pb;                 /* position blocks: the job's in.pblock + 1 */
+	int npos;
+	int taken;              /* in this round's forward passes */
+	struct bt_state *next_active;
+};
+
+static void
+bt_free(struct bt_state *st)
+{
+	free(st->seq);
+	free(st->u);
+	free(st->pos);
+	free(st);
+}
+
+/* The bt frame that takes the request of in on to block, with seq's
+ * symbols and mask flags (n). */
+static void
+bt_frame_on(const pl_frame *in, int block, const int32_t *seq, int n,
+    pl_frame *out)
+{
+	int i;
+
+	out->type = PL_BT;
+	out->steps = in->steps;
+	out->temperature = in->temperature;
+	out->seed = in->seed;
+	out->fixed = in->fixed;
+	out->end = in->end;
+	out->block = block;
+	out->stream = in->stream;
+	out->data_len = out->mask_len = (size_t)n;
+	out->data = malloc((size_t)n);
+	out->mask = malloc((size_t)n);
+	for (i = 0; i < n && out->data != NULL && out->mask != NULL; i++) {
+		out->mask[i] = seq[i] == KN_MASK;
+		out->data[i] = seq[i] == KN_MASK ? 0 : (unsigned char)seq[i];
+	}
+}
+
+/* A request of position blocks after this host's blocks: on to the next
+ * host, or from the exit round the ring to the entry for the next
+ * position block's traversal (block T again); returns 0 when it is the
+ * output (the exit, the last position block).  Its caches here go with
+ * its last traversal. */
+static int
+pb_finish(sc *c, struct bt_state *st, pl_frame *out)
+{
+	const pl_frame *in = &st->job->in;
+	int first, last, exit_host = c->o.block_lo == 1;
+
+	bg_span(&c->spec, in->fixed, in->end, &first, &last);
+	if (in->pblock == last)
+		sc__pb_drop(c, in->id);
+	if (exit_host && in->pblock == last)
+		return 0;
+	bt_frame_on(in, exit_host ? c->spec.blocks : c->o.block_lo - 1,
+	    st->seq, c->spec.window, out);
+	out->pos_block = in->pos_block;
+	out->pblock = in->pblock + exit_host;
+	return 1;
+}
+
+static void
+bt_finish(sc *c, struct bt_state *st)
+{
+	sc_job *job = st->job;
+	const pl_frame *in = &job->in;
+	pl_frame *out = &job->out;
+	int n = c->spec.window, i;
+
+	pl_frame_clear(out);
+	out->id = in->id;
+	out->compute_us = in->compute_us + job->compute_us;
+	out->hops = in->hops + 1;
+	if (st->pb && pb_finish(c, st, out))
+		;
+	else if (c->o.block_lo == 1) {
+		out->type = PL_OUT;
+		out->traversals = 1;
+		out->data_len = (size_t)(in->end - in->fixed);
+		out->data = malloc(out->data_len ? out->data_len : 1);
+		for (i = in->fixed; i < in->end && out->data != NULL; i++)
+			out->data[i - in->fixed] = (unsigned char)st->seq[i];
+	} else
+		bt_frame_on(in, c->o.block_lo - 1, st->seq, n, out);
+	if (out->data == NULL || (out->type == PL_BT && out->mask == NULL))
+		sc__fail(job, "", "out of memory");
+	st->job = NULL;
+	sc__post(c, job);
+}
+
+int
+sc__bt_begin(sc *c, sc_job *job)
+{
+	const pl_frame *in = &job->in;
+	int n = c->spec.window, i;
+	struct bt_state *st;
+
+	if (c->blocks[c->o.block_hi] == NULL) {
+		sc__fail(job, "", "this host does not serve BlockTrain (its "
+		    "block checkpoints were missing at start)");
+		return -1;
+	}
+	if (in->block != c->o.block_hi || in->data_len != (size_t)n ||
+	    in->end > n) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "block %d, window %zu; this host "
+		    "runs block %d first, window %d", in->block, in->data_len,
+		    c->o.block_hi, n);
+		sc__fail(job, "BlockTrain frame does not fit this host: ", why);
+		return -1;
+	}
+	if (in->pos_block != (bg_has_pos_blocks(&c->spec) ?
+	    c->spec.position_block : 0)) {
+		char why[160];
+
+		snprintf(why, sizeof(why), "the request has position blocks of "
+		    "%d; this host's checkpoints have %d (position_block)",
+		    in->pos_block ? in->pos_block : n, bg_pos_block(&c->spec));
+		sc__fail(job, "BlockTrain frame does not fit this host: ", why);
+		return -1;
+	}
+	if ((st = calloc(1, sizeof(*st))) == NULL ||
+	    (st->seq = malloc((size_t)n * sizeof(int32_t))) == NULL ||
+	    (st->u = malloc((size_t)2 * n * sizeof(float))) == NULL ||
+	    (st->pos = malloc((size_t)n * sizeof(int32_t))) == NULL) {
+		if (st != NULL)
+			bt_free(st);
+		sc__fail(job, "", "out of memory");
+		return -1;
+	}
+	for (i = 0; i < n; i++)
+		st->seq[i] = in->mask[i] ? KN_MASK : in->data[i];
+	if (in->pos_block > 0) {
+		char why[KN_ERR_LEN];
+		double t0 = kn_now();
+
+		st->pb = in->pblock + 1;
+		if (sc__pb_begin(c, in->id, st->seq, in->pblock, why,
+		    sizeof(why)) != 0) {
+			bt_free(st);
+			sc__fail(job, "BlockTrain context: ", why);
+			return -1;
+		}
+		job->compute_us += (uint64_t)((kn_now() - t0) * 1e6);
+	}
+	st->job = job;
+	st->block = in->block;
+	st->j = 0;
+	st->next_active = c->active;
+	c->active = st;
+	return 0;
+}
+
+/* Moves st to its next step that needs a forward pass; returns 1 when
+ * this host's blocks are done with it. */
+static int
+bt_advance(sc *c, struct bt_state *st)
+{
+	const pl_frame *in = &st->job->in;
+	int n = c->spec.window;
+
+	for (;;) {
+		if (st->pb ? bg_step_draw(&c->spec, in->steps, st->block - 1,
+		    st->j, st->pb - 1, in->seed, st->u, &st->p, &st->next) :
+		    bt_step_draw(&c->spec, in->steps, st->block - 1, st->j,
+		    in->seed, st->u, &st->p, &st->next)) {
+			st->npos = st->pb ? bg_step_positions(&c->spec, st->seq,
+			    st->pb - 1, in->fixed, st->u, st->p, st->next,
+			    st->pos) : bt_step_positions(st->seq, n, in->fixed,
+			    st->u, st->p, st->next, st->pos);
+			if (st->npos > 0)
+				return 0;
+			st->j++;
+			continue;
+		}
+		if (st->block == c->o.block_lo)
+			return 1;
+		st->block--;
+		st->j = 0;
+	}
+}
+
+/* The step of g requests of position blocks at one block: their
+ * position blocks' rows in one pass, each against its own cache (the
+ * uniforms of a step are u[L + i] for position pL + i).  A request whose
+ * caches went meanwhile (its end frame came) fails alone. */
+static void
+pb_pass(sc *c, struct bt_state **group, int g)
+{
+	int L = bg_pos_block(&c->spec), N = g * L, k, r, R = 0, q = 0, rc;
+	kn_decode_seq *seqs = malloc((size_t)g * sizeof(*seqs));
+	int32_t *sym = malloc((size_t)N * sizeof(int32_t));
+	int32_t *rows = malloc((size_t)N * sizeof(int32_t));
+	int32_t *picked = malloc((size_t)N * sizeof(int32_t));
+	float *u = malloc((size_t)N * sizeof(float));
+	char err[KN_ERR_LEN];
+	struct bt_state *st;
+	uint64_t us;
+	double t0 = kn_now();
+
+	if (seqs == NULL || sym == NULL || rows == NULL || picked == NULL ||
+	    u == NULL)
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+	else {
+		for (k = 0; k < g; k++) {
+			int from = (group[k]->pb - 1) * L;
+
+			st = group[k];
+			if ((seqs[q].kv = sc__pb_kv(c, st->job->in.id,
+			    st->block)) == NULL) {
+				sc__fail(st->job, "", "the request ended here");
+				continue;
+			}
+			seqs[q].pos0 = from;
+			seqs[q].count = L;
+			bg_symbols(&c->spec, st->seq, from, L,
+			    sym + (size_t)q * L);
+			for (r = 0; r < st->npos; r++, R++) {
+				rows[R] = q * L + st->pos[r] - from;
+				u[R] = st->u[L + st->pos[r] - from];
+			}
+			q++;
+		}
+		rc = q == 0 ? KN_OK : kn_model_blockdecode(
+		    c->blocks[group[0]->block], seqs, q, sym,
+		    bg_commits_picks(&c->spec), rows, R, u,
+		    (float)group[0]->job->in.temperature, picked, err);
+	}
+	us = (uint64_t)((kn_now() - t0) * 1e6);
+	for (k = 0, R = 0; k < g; k++) {
+		st = group[k];
+		if (st->job->out.type == PL_ERR)
+			continue;
+		st->job->compute_us += us;
+		if (rc != 0) {
+			sc__fail(st->job, "BlockTrain step failed: ", err);
+			continue;
+		}
+		for (r = 0; r < st->npos; r++, R++)
+			st->seq[st->pos[r]] = picked[R];
+		st->j++;
+	}
+	free(seqs); free(sym); free(rows); free(picked); free(u);
+}
+
+/* One step of every active request: those at the same block and
+ * temperature share a forward pass. */
+void
+sc__bt_round(sc *c)
+{
+	int n = c->spec.window, B = c->o.max_batch < 256 ? c->o.max_batch : 256;
+	struct bt_state **prev, *st, *group[256];
+	int32_t *in = malloc((size_t)B * n * sizeof(int32_t));
+	int32_t *rows = malloc((size_t)B * n * sizeof(int32_t));
+	int32_t *picked = malloc((size_t)B * n * sizeof(int32_t));
+	float *u = malloc((size_t)B * n * sizeof(float));
+	char err[KN_ERR_LEN];
+
+	/* drop the finished first, so every one left needs a pass */
+	for (prev = &c->active; (st = *prev) != NULL;) {
+		st->taken = 0;
+		if (bt_advance(c, st)) {
+			*prev = st->next_active;
+			bt_finish(c, st);
+			bt_free(st);
+		} else
+			prev = &st->next_active;
+	}
+	while (in != NULL && rows != NULL && picked != NULL && u != NULL) {
+		struct bt_state *lead = NULL;
+		int g = 0, k, r, R = 0, rc;
+		uint64_t us;
+		double t0;
+
+		for (st = c->active; st != NULL && lead == NULL;
+		    st = st->next_active)
+			if (!st->taken)
+				lead = st;
+		if (lead == NULL)
+			break;
+		for (st = lead; st != NULL && g < B; st = st->next_active)
+			if (!st->taken && st->block == lead->block &&
+			    !st->pb == !lead->pb &&
+			    st->job->in.temperature == lead->job->in.temperature) {
+				st->taken = 1;
+				group[g++] = st;
+			}
+		if (lead->pb) {
+			pb_pass(c, group, g);
+			continue;
+		}
+		/* one batch of windows; the head only where a byte is picked */
+		for (k = 0; k < g; k++) {
+			st = group[k];
+			memcpy(in + (size_t)k * n, st->seq,
+			    (size_t)n * sizeof(int32_t));
+			for (r = 0; r < st->npos; r++, R++) {
+				rows[R] = k * n + st->pos[r];
+				u[R] = st->u[n + st->pos[r]];
+			}
+		}
+		t0 = kn_now();
+		rc = kn_model_predict_at(c->blocks[lead->block], in, g, rows, R,
+		    u, (float)lead->job->in.temperature, picked, err);
+		us = (uint64_t)((kn_now() - t0) * 1e6);
+		for (k = 0, R = 0; k < g; k++) {
+			st = group[k];
+			st->job->compute_us += us;
+			if (rc != 0) {
+				sc__fail(st->job, "BlockTrain step failed: ",
+				    err);
+				continue;
+			}
+			for (r = 0; r < st->npos; r++, R++)
+				st->seq[st->pos[r]] = picked[R];
+			st->j++;
+		}
+	}
+	for (prev = &c->active; (st = *prev) != NULL;) {
+		if (st->job->out.type == PL_ERR) {
+			sc_job *job = st->job;
+
+			*prev = st->next_active;
+			st->job = NULL;
+			bt_free(st);
+			sc__post(c, job);
+		} else
+			prev = &st->next_active;
+	}
+	free(in); free(rows); free(picked); free(u);
+}
+
+int
+sc__bt_drop(sc *c, uint64_t id)
+{
+	struct bt_state **prev, *st;
+
+	/* between rounds: no state is half-way through a pass */
+	for (prev = &c->active; (st = *prev) != NULL; prev = &st->next_active)
+		if (st->job->in.id == id) {
+			*prev = st->next_active;
+			sc_job_free(st->job);
+			bt_free(st);
+			return 1;
+		}
+	return 0;
+}
+
+void
+sc__bt_free_all(sc *c)
+{
+	struct bt_state *st, *next;
+
+	for (st = c->active; st != NULL; st = next) {
+		next = st->next_active;
+		sc_job_free(st->job);
+		bt_free(st);
+	}
+	c->active = NULL;
+}
