@@ -790,7 +790,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	}
 	if (strncmp(req->path, "/v1/probe/", 10) == 0) {
 		meter(n, res, req, PEERS_KIND_OTHER);
-		pb_handle(n, req, res, req->path + 10);
+		pb_handle(n->probe, req, res, req->path + 10);
 		return;
 	}
 	if (strncmp(req->path, "/v1/blocks/", 11) == 0 &&

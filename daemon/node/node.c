@@ -439,7 +439,7 @@ shutdown_node(node *n)
 	uv_close((uv_handle_t *)&n->sigint, on_closed_handle);
 	uv_close((uv_handle_t *)&n->sighup, on_closed_handle);
 	/* first: a compute probe holds the trainer until it is done */
-	pb_close(n);
+	pb_close(n->probe);
 	if (n->worker != NULL) {
 		wk_close(n->worker, NULL, NULL);
 		n->worker = NULL;
@@ -910,6 +910,69 @@ start_metrics(node *n, char *err)
 	return 0;
 }
 
+/* The probe's view of the node. */
+static int
+node_probe_in_round(void *arg, int64_t *round)
+{
+	const node *n = arg;
+
+	*round = n->round;
+	return n->in_round;
+}
+
+static int
+node_probe_stopping(void *arg)
+{
+	return ((const node *)arg)->stopping;
+}
+
+static const peers_list *
+node_probe_peers_now(void *arg, int *self)
+{
+	const node *n = arg;
+
+	if (self != NULL)
+		*self = n->self;
+	return &n->peers;
+}
+
+static int
+node_probe_is_operator(void *arg, const uint8_t *id)
+{
+	return node_trust_is_operator(arg, id);
+}
+
+static wk_worker *
+node_probe_trainer(void *arg)
+{
+	const node *n = arg;
+
+	return n->worker_done ? NULL : n->worker;
+}
+
+static int
+start_probe(node *n, char *err)
+{
+	pb_config pc = {
+		.loop = n->loop,
+		.client = n->client,
+		.advertise = n->cfg.advertise,
+		.device = n->backend_desc,
+		.be = n->be,
+		.spec = &n->spec,
+		.block = n->cfg.block,
+		.expert = n->soma ? n->expert : -1,
+		.compute_max_s = n->cfg.probe_compute_max_s,
+		.compute_interval_s = n->cfg.probe_compute_interval_s,
+		.ops = { node_probe_in_round, node_probe_stopping,
+		    node_probe_peers_now, node_rounds_meter,
+		    node_probe_is_operator, node_probe_trainer },
+		.arg = n,
+	};
+
+	return pb_start(&n->probe, &pc, err);
+}
+
 static void
 on_refused(void *ctx, const char *peer, const char *why)
 {
@@ -963,7 +1026,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	if (hc_client_new(&n->client, loop, why) != 0)
 		return kn_error(err, KN_EIO, "%s", why);
 	hc_client_set_tls(n->client, n->tls);
-	if ((rc = pb_start(n, err)) != 0)
+	if ((rc = start_probe(n, err)) != 0)
 		return rc;
 	if ((rc = start_rounds(n, err)) != 0)
 		return rc;
@@ -989,7 +1052,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 void
 node_free(node *n)
 {
-	pb_free(n);
+	pb_free(n->probe);
+	n->probe = NULL;
 	pd_free(n->predicted);
 	n->predicted = NULL;
 	hs_shared_unref(n->ckpt_body);

@@ -17,7 +17,6 @@
 #include <openssl/evp.h>
 
 #include "daemon/core/log.h"
-#include "daemon/node/node.h"
 #include "daemon/node/probe.h"
 #include "daemon/node/probe_compute.h"
 #include "kernels/clock.h"
@@ -76,7 +75,7 @@ struct pb_links {
 };
 
 struct pb_state {
-	node *n;
+	pb_config c;                    /* the daemon's side, its ops */
 	lt_thread *lt;
 	int busy;                       /* a probe runs */
 	/* the last result of each kind: its HTTP status (0: none yet, 202:
@@ -135,22 +134,32 @@ param(const hs_request *req, hs_response *res, const char *key, double lo,
 	return 0;
 }
 
+static int
+in_round(const struct pb_state *s)
+{
+	int64_t round;
+
+	return s->c.ops.in_round(s->c.arg, &round);
+}
+
 /* 409 while a round is in progress or another probe runs, 503 while
  * the daemon stops; 0 to go on. */
 static int
-refused(node *n, hs_response *res)
+refused(struct pb_state *s, hs_response *res)
 {
-	if (n->in_round) {
+	int64_t round;
+
+	if (s->c.ops.in_round(s->c.arg, &round)) {
 		hs_response_text(res, 409, "a round of averaging is in progress "
 		    "(round %" PRId64 "): probe again when it is over",
-		    n->round);
+		    round);
 		return 1;
 	}
-	if (n->stopping) {
+	if (s->c.ops.stopping(s->c.arg)) {
 		hs_response_text(res, 503, "the daemon is stopping");
 		return 1;
 	}
-	if (n->probe->busy) {
+	if (s->busy) {
 		hs_response_text(res, 409, "another probe is running on this "
 		    "daemon: wait for its result");
 		return 1;
@@ -190,10 +199,10 @@ loop_cpu_header(hs_response *res)
 }
 
 static void
-get_echo(node *n, const hs_request *req, hs_response *res)
+get_echo(struct pb_state *s, const hs_request *req, hs_response *res)
 {
-	if (!method_is(req, res, "GET, HEAD") || (n->in_round &&
-	    refused(n, res)))
+	if (!method_is(req, res, "GET, HEAD") || (in_round(s) &&
+	    refused(s, res)))
 		return;
 	loop_cpu_header(res);
 	hs_response_status(res, 200);
@@ -201,13 +210,13 @@ get_echo(node *n, const hs_request *req, hs_response *res)
 }
 
 static void
-get_source(node *n, const hs_request *req, hs_response *res)
+get_source(struct pb_state *s, const hs_request *req, hs_response *res)
 {
 	char val[32];
 	double bytes;
 
-	if (!method_is(req, res, "GET, HEAD") || (n->in_round &&
-	    refused(n, res)))
+	if (!method_is(req, res, "GET, HEAD") || (in_round(s) &&
+	    refused(s, res)))
 		return;
 	if (!pb_query_get(req->query, "bytes", val, sizeof(val))) {
 		hs_response_text(res, 400, "the source needs ?bytes=N (0 to "
@@ -223,9 +232,9 @@ get_source(node *n, const hs_request *req, hs_response *res)
 }
 
 static void
-post_sink(node *n, const hs_request *req, hs_response *res)
+post_sink(struct pb_state *s, const hs_request *req, hs_response *res)
 {
-	if (!method_is(req, res, "POST") || (n->in_round && refused(n, res)))
+	if (!method_is(req, res, "POST") || (in_round(s) && refused(s, res)))
 		return;
 	loop_cpu_header(res);
 	hs_response_json(res, 200, json_pack("{s:I}", "bytes",
@@ -363,7 +372,6 @@ job_deliver(void *arg, lt_item *item)
 {
 	struct pb_state *s = arg;
 	struct pb_job *j = LT_CONTAINER(item, struct pb_job, link);
-	node *n = s->n;
 	char machine[17];
 
 	s->busy = 0;
@@ -378,9 +386,9 @@ job_deliver(void *arg, lt_item *item)
 		machine_of(machine);
 		s->compute = json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:s,s:f,s:f,"
 		    "s:i,s:o,s:o,s:i,s:i,s:f,s:f,s:f,s:f}", "state", "done",
-		    "addr", n->cfg.advertise, "machine", machine,
+		    "addr", s->c.advertise, "machine", machine,
 		    "shape", shape_json(&j->shape, j->batch), "device",
-		    n->backend_desc, "memory_bytes", (json_int_t)j->memory,
+		    s->c.device, "memory_bytes", (json_int_t)j->memory,
 		    "memory_source", j->memory_how, "train_positions_per_s",
 		    j->rates.train_positions_per_s, "forward_positions_per_s",
 		    j->rates.forward_positions_per_s, "repeats",
@@ -421,14 +429,13 @@ job_deliver(void *arg, lt_item *item)
 /* Seconds until another compute probe may start (probe_compute_
  * interval_s from the start of the last), 0 when it may now. */
 static double
-compute_wait(const node *n)
+compute_wait(const struct pb_state *s)
 {
-	const struct pb_state *s = n->probe;
 	double left;
 
 	if (s->compute_began <= 0)
 		return 0;
-	left = s->compute_began + n->cfg.probe_compute_interval_s - kn_now();
+	left = s->compute_began + s->c.compute_interval_s - kn_now();
 	return left > 0 ? left : 0;
 }
 
@@ -437,70 +444,69 @@ compute_wait(const node *n)
  * one per probe_compute_interval_s.  0 to go on, else the answer is
  * set. */
 static int
-compute_refused(node *n, const hs_request *req, hs_response *res,
+compute_refused(struct pb_state *s, const hs_request *req, hs_response *res,
     double seconds, double repeats)
 {
 	double wait;
 	char v[32];
 
-	if (!node_trust_is_operator(n, req->peer_id)) {
+	if (!s->c.ops.is_operator(s->c.arg, req->peer_id)) {
 		hs_response_text(res, 403, "the compute probe pauses training: "
 		    "only an operator (a client line of the peer list) may ask "
 		    "for it, not a peer daemon");
 		return 1;
 	}
-	if (seconds * repeats > n->cfg.probe_compute_max_s) {
+	if (seconds * repeats > s->c.compute_max_s) {
 		hs_response_text(res, 400, "seconds x repeats = %g: at most %g "
 		    "(probe_compute_max_s; training pauses about three times "
-		    "as long)", seconds * repeats, n->cfg.probe_compute_max_s);
+		    "as long)", seconds * repeats, s->c.compute_max_s);
 		return 1;
 	}
-	if (refused(n, res))
+	if (refused(s, res))
 		return 1;
-	if ((wait = compute_wait(n)) > 0) {
+	if ((wait = compute_wait(s)) > 0) {
 		snprintf(v, sizeof(v), "%.0f", ceil(wait));
 		hs_response_header(res, "Retry-After", v);
 		hs_response_text(res, 429, "a compute probe began %.0f s ago: "
 		    "one every %d s (probe_compute_interval_s), the next in "
-		    "%.0f s", kn_now() - n->probe->compute_began,
-		    n->cfg.probe_compute_interval_s, ceil(wait));
+		    "%.0f s", kn_now() - s->compute_began,
+		    s->c.compute_interval_s, ceil(wait));
 		return 1;
 	}
 	return 0;
 }
 
 static void
-post_compute(node *n, const hs_request *req, hs_response *res)
+post_compute(struct pb_state *s, const hs_request *req, hs_response *res)
 {
-	struct pb_state *s = n->probe;
 	struct pb_job *j;
 	double seconds, repeats;
 
-	if (n->soma) {
+	if (s->c.expert >= 0) {
 		hs_response_text(res, 404, "expert %d trains a SOMA expert: the "
-		    "compute probe times BlockTrain blocks only", n->expert);
+		    "compute probe times BlockTrain blocks only", s->c.expert);
 		return;
 	}
 	if (param(req, res, "seconds", 0.01, PB_MAX_COMPUTE_SECONDS,
 	    PB_DEFAULT_COMPUTE_SECONDS, 0, &seconds) != 0)
 		return;
 	/* by default as many repetitions as the bound allows, up to 3 */
-	repeats = floor(n->cfg.probe_compute_max_s / seconds);
+	repeats = floor(s->c.compute_max_s / seconds);
 	if (repeats > PB_DEFAULT_COMPUTE_REPEATS)
 		repeats = PB_DEFAULT_COMPUTE_REPEATS;
 	if (repeats < 1)
 		repeats = 1;
 	if (param(req, res, "repeats", 1, PCM_MAX_REPEATS, repeats, 1,
-	    &repeats) != 0 || compute_refused(n, req, res, seconds, repeats))
+	    &repeats) != 0 || compute_refused(s, req, res, seconds, repeats))
 		return;
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
 		hs_response_text(res, 503, "out of memory");
 		return;
 	}
-	j->shape = pr_spec_block_shape(&n->spec, n->cfg.block - 1);
-	j->batch = n->spec.batch;
-	j->be = n->be;
-	j->trainer = n->worker_done ? NULL : n->worker;
+	j->shape = pr_spec_block_shape(s->c.spec, s->c.block - 1);
+	j->batch = s->c.spec->batch;
+	j->be = s->c.be;
+	j->trainer = s->c.ops.trainer(s->c.arg);
 	j->seconds = seconds;
 	j->repeats = (int)repeats;
 	s->busy = 1;
@@ -514,10 +520,10 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 
 /* GET of /v1/probe/compute or /links: the last result. */
 static void
-get_result(node *n, hs_response *res, int status, json_t *o,
+get_result(struct pb_state *s, hs_response *res, int status, json_t *o,
     const char *what)
 {
-	(void)n;
+	(void)s;
 	if (status == 0) {
 		hs_response_text(res, 404, "no %s probe asked yet: POST "
 		    "/v1/probe/%s starts one", what, what);
@@ -529,18 +535,17 @@ get_result(node *n, hs_response *res, int status, json_t *o,
 /* GET of /v1/probe/compute: the last result, with the seconds until
  * another may start, for a tool to wait that long. */
 static void
-get_compute(node *n, hs_response *res)
+get_compute(struct pb_state *s, hs_response *res)
 {
-	struct pb_state *s = n->probe;
 	json_t *o;
 
 	if (s->compute_status == 0 || s->compute == NULL) {
-		get_result(n, res, s->compute_status, s->compute, "compute");
+		get_result(s, res, s->compute_status, s->compute, "compute");
 		return;
 	}
 	o = json_copy(s->compute);
 	if (o != NULL)
-		json_object_set_new(o, "next_in_s", json_real(compute_wait(n)));
+		json_object_set_new(o, "next_in_s", json_real(compute_wait(s)));
 	hs_response_json(res, s->compute_status, o);
 }
 
@@ -606,7 +611,7 @@ links_finish(struct pb_links *L)
 		json_array_append_new(arr, target_json(L, &L->t[i]));
 	s->links_status = 200;
 	s->links = json_pack("{s:s,s:s,s:i,s:I,s:i,s:f,s:o}", "state", "done",
-	    "from", s->n->cfg.advertise, "samples", L->samples, "bytes",
+	    "from", s->c.advertise, "samples", L->samples, "bytes",
 	    (json_int_t)L->bytes, "streams", L->streams, "seconds",
 	    kn_now() - L->started, "links", arr);
 	log_info("link probe of %d peers done in %.1f s", L->nt,
@@ -689,16 +694,16 @@ static void
 links_done(void *ctx, hc_result *r)
 {
 	struct pb_links *L = ctx;
-	node *n = L->s->n;
+	struct pb_state *s = L->s;
 	struct pb_target *t = &L->t[L->cur];
 	char buf[200];
 	const char *why;
 	double el;
 
 	L->pending--;
-	node_meter(n, peers_find(&n->peers, t->addr), PEERS_KIND_OTHER,
-	    r->bytes_in, r->bytes_out);
-	if (n->stopping) {
+	s->c.ops.meter(s->c.arg, peers_find(s->c.ops.peers(s->c.arg, NULL),
+	    t->addr), PEERS_KIND_OTHER, r->bytes_in, r->bytes_out);
+	if (s->c.ops.stopping(s->c.arg)) {
 		L->aborted = 1;
 		snprintf(L->abort_why, sizeof(L->abort_why), "the daemon is "
 		    "stopping");
@@ -738,14 +743,14 @@ static int
 links_request(struct pb_links *L, const char *method, const char *path,
     size_t zeros)
 {
-	node *n = L->s->n;
+	struct pb_state *s = L->s;
 	struct pb_target *t = &L->t[L->cur];
 	hc_request_opts o = { 0 };
 	char url[2 * CF_HOST_LEN + 96], err[HC_ERR_LEN];
 	double left = L->deadline - kn_now();
 
-	snprintf(url, sizeof(url), "%s://%s%s%cfrom=%s", hc_scheme(n->client),
-	    t->addr, path, strchr(path, '?') ? '&' : '?', n->cfg.advertise);
+	snprintf(url, sizeof(url), "%s://%s%s%cfrom=%s", hc_scheme(s->c.client),
+	    t->addr, path, strchr(path, '?') ? '&' : '?', s->c.advertise);
 	o.method = method;
 	o.url = url;
 	o.pin = t->has_id ? t->id : NULL;
@@ -754,7 +759,7 @@ links_request(struct pb_links *L, const char *method, const char *path,
 	o.connect_timeout_ms = o.timeout_ms;
 	o.max_body_bytes = 1 << 16;
 	o.want_header = PB_LOOP_CPU_HEADER;
-	if (hc_request(n->client, &o, links_done, L, err) != 0) {
+	if (hc_request(s->c.client, &o, links_done, L, err) != 0) {
 		target_failed(L, phase_name[L->phase], err);
 		return -1;
 	}
@@ -766,11 +771,10 @@ links_request(struct pb_links *L, const char *method, const char *path,
 static void
 links_next(struct pb_links *L)
 {
-	node *n = L->s->n;
 	int k;
 
 	for (;;) {
-		if (!L->aborted && n->in_round) {
+		if (!L->aborted && in_round(L->s)) {
 			L->aborted = 1;
 			snprintf(L->abort_why, sizeof(L->abort_why), "a round of "
 			    "averaging began during the probe: probe again when "
@@ -832,21 +836,22 @@ links_next(struct pb_links *L)
 
 /* The peers named by ?peers=a,b (all others when absent) into L. */
 static int
-links_targets(node *n, const hs_request *req, hs_response *res,
+links_targets(struct pb_state *s, const hs_request *req, hs_response *res,
     struct pb_links *L)
 {
 	char names[1024], *tok, *save;
-	int i, want[1024] = { 0 };
+	int i, self, want[1024] = { 0 };
+	const peers_list *pl = s->c.ops.peers(s->c.arg, &self);
 
-	if (n->peers.n > (int)(sizeof(want) / sizeof(want[0]))) {
+	if (pl->n > (int)(sizeof(want) / sizeof(want[0]))) {
 		hs_response_text(res, 400, "too many peers to probe");
 		return -1;
 	}
 	if (pb_query_get(req->query, "peers", names, sizeof(names)))
 		for (tok = strtok_r(names, ",", &save); tok != NULL;
 		    tok = strtok_r(NULL, ",", &save)) {
-			if ((i = peers_find(&n->peers, tok)) < 0 ||
-			    i == n->self) {
+			if ((i = peers_find(pl, tok)) < 0 ||
+			    i == self) {
 				hs_response_text(res, 400, "peers=%s: %s", tok,
 				    i < 0 ? "not in this daemon's peer list" :
 				    "that is this daemon");
@@ -855,22 +860,22 @@ links_targets(node *n, const hs_request *req, hs_response *res,
 			want[i] = 1;
 		}
 	else
-		for (i = 0; i < n->peers.n; i++)
-			want[i] = i != n->self;
-	L->t = calloc((size_t)n->peers.n + 1, sizeof(*L->t));
+		for (i = 0; i < pl->n; i++)
+			want[i] = i != self;
+	L->t = calloc((size_t)pl->n + 1, sizeof(*L->t));
 	if (L->t == NULL) {
 		hs_response_text(res, 503, "out of memory");
 		return -1;
 	}
-	for (i = 0; i < n->peers.n; i++) {
+	for (i = 0; i < pl->n; i++) {
 		struct pb_target *t;
 
 		if (!want[i])
 			continue;
 		t = &L->t[L->nt++];
-		snprintf(t->addr, sizeof(t->addr), "%s", n->peers.v[i].addr);
-		t->has_id = n->peers.v[i].has_id;
-		memcpy(t->id, n->peers.v[i].id, sizeof(t->id));
+		snprintf(t->addr, sizeof(t->addr), "%s", pl->v[i].addr);
+		t->has_id = pl->v[i].has_id;
+		memcpy(t->id, pl->v[i].id, sizeof(t->id));
 		if ((t->rtt_ms = calloc((size_t)L->samples,
 		    sizeof(double))) == NULL) {
 			hs_response_text(res, 503, "out of memory");
@@ -881,15 +886,14 @@ links_targets(node *n, const hs_request *req, hs_response *res,
 }
 
 static void
-post_links(node *n, const hs_request *req, hs_response *res)
+post_links(struct pb_state *s, const hs_request *req, hs_response *res)
 {
-	struct pb_state *s = n->probe;
 	struct pb_links *L;
 	double samples, bytes, streams, seconds;
 
 	/* it sends up to 64 MiB to every peer: an operator's to ask for,
 	 * never another daemon's (theirs are echo, source and sink) */
-	if (!node_trust_is_operator(n, req->peer_id)) {
+	if (!s->c.ops.is_operator(s->c.arg, req->peer_id)) {
 		hs_response_text(res, 403, "a link probe loads every link of "
 		    "this daemon: only an operator (a client line of the peer "
 		    "list) may ask for it, not a peer daemon");
@@ -916,11 +920,11 @@ post_links(node *n, const hs_request *req, hs_response *res)
 	L->bytes = (size_t)bytes;
 	L->streams = (int)streams;
 	L->seconds = seconds;
-	if (links_targets(n, req, res, L) != 0) {
+	if (links_targets(s, req, res, L) != 0) {
 		links_free(L);
 		return;
 	}
-	if (refused(n, res)) {
+	if (refused(s, res)) {
 		links_free(L);
 		return;
 	}
@@ -942,39 +946,38 @@ post_links(node *n, const hs_request *req, hs_response *res)
 /* ---- the routes ---- */
 
 void
-pb_handle(node *n, const hs_request *req, hs_response *res,
+pb_handle(struct pb_state *s, const hs_request *req, hs_response *res,
     const char *rest)
 {
-	struct pb_state *s = n->probe;
 	int post = strcmp(req->method, "POST") == 0;
 
 	if (strcmp(rest, "echo") == 0)
-		get_echo(n, req, res);
+		get_echo(s, req, res);
 	else if (strcmp(rest, "source") == 0)
-		get_source(n, req, res);
+		get_source(s, req, res);
 	else if (strcmp(rest, "sink") == 0)
-		post_sink(n, req, res);
+		post_sink(s, req, res);
 	else if (strcmp(rest, "compute") == 0) {
 		if (!method_is(req, res, "GET, HEAD, POST"))
 			return;
 		if (post)
-			post_compute(n, req, res);
+			post_compute(s, req, res);
 		else
-			get_compute(n, res);
+			get_compute(s, res);
 	} else if (strcmp(rest, "links") == 0) {
 		if (!method_is(req, res, "GET, HEAD, POST"))
 			return;
 		if (post)
-			post_links(n, req, res);
+			post_links(s, req, res);
 		else
-			get_result(n, res, s->links_status, s->links, "links");
+			get_result(s, res, s->links_status, s->links, "links");
 	} else
 		hs_response_text(res, 404, "no such probe: %s (echo, source, "
 		    "sink, compute, links)", req->path);
 }
 
 int
-pb_start(node *n, char *err)
+pb_start(struct pb_state **out, const pb_config *c, char *err)
 {
 	struct pb_state *s = calloc(1, sizeof(*s));
 	lt_opts lo = { "probe", prober_run, job_deliver, job_free, job_free,
@@ -983,20 +986,19 @@ pb_start(node *n, char *err)
 
 	if (s == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
-	s->n = n;
+	s->c = *c;
 	lo.arg = s;
-	if ((rc = lt_start(&s->lt, n->loop, &lo, err)) != 0) {
+	if ((rc = lt_start(&s->lt, c->loop, &lo, err)) != 0) {
 		free(s);
 		return rc;
 	}
-	n->probe = s;
+	*out = s;
 	return KN_OK;
 }
 
 void
-pb_close(node *n)
+pb_close(struct pb_state *s)
 {
-	struct pb_state *s = n->probe;
 
 	if (s == NULL || s->lt == NULL)
 		return;
@@ -1005,9 +1007,8 @@ pb_close(node *n)
 }
 
 void
-pb_free(node *n)
+pb_free(struct pb_state *s)
 {
-	struct pb_state *s = n->probe;
 
 	if (s == NULL)
 		return;
@@ -1016,5 +1017,4 @@ pb_free(node *n)
 	json_decref(s->compute);
 	json_decref(s->links);
 	free(s);
-	n->probe = NULL;
 }

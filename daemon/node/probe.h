@@ -6,15 +6,64 @@
  * libcurl client on the loop, against their echo, source and sink.  At
  * most one probe runs at a time, none while a round is in progress, and
  * each is bounded in bytes and seconds.  Called from node.c and api.c on
- * the loop thread. */
+ * the loop thread.  The probe knows nothing of the node: what it needs of
+ * the daemon that runs it comes in a pb_config, its callbacks in pb_ops
+ * (as rounds.h's rounds_ops). */
 #ifndef SM_PROBE_H
 #define SM_PROBE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include <uv.h>
+
+#include "daemon/core/peers.h"
+#include "daemon/net/http_client.h"
 #include "daemon/net/http_server.h"
+#include "daemon/node/worker.h"
+#include "kernels/backend.h"
+#include "proto/spec.h"
 
-struct node;
+typedef struct pb_state pb_state;
+
+/* What the probe asks of the daemon, on the loop thread; arg is
+ * pb_config.arg. */
+typedef struct pb_ops {
+	/* Whether a round of averaging is in progress, its number in
+	 * *round: probes are refused, and a link probe in flight ends. */
+	int (*in_round)(void *arg, int64_t *round);
+	/* Whether the daemon is stopping. */
+	int (*stopping)(void *arg);
+	/* The peer list now (a SIGHUP may replace it) and our line in it
+	 * (self may be NULL). */
+	const peers_list *(*peers)(void *arg, int *self);
+	/* Accounts a transfer with the peer at index peer of the list, or
+	 * with the clients (an index that is not one). */
+	void (*meter)(void *arg, int peer, int kind, uint64_t in,
+	    uint64_t out);
+	/* Whether the identity of a request (NULL over plain TCP) is an
+	 * operator's: the compute and link probes are theirs only. */
+	int (*is_operator)(void *arg, const uint8_t *id);
+	/* The trainer a compute probe holds at a step boundary; NULL when
+	 * it has ended. */
+	wk_worker *(*trainer)(void *arg);
+} pb_ops;
+
+/* The daemon's side the probe reads; the pointers outlive the probe. */
+typedef struct pb_config {
+	uv_loop_t *loop;
+	hc_client *client;              /* the daemon's, for link probes */
+	const char *advertise;          /* host:port peers know us by */
+	const char *device;             /* the backend's description */
+	const kn_backend *be;
+	const pr_spec *spec;            /* the compute probe's shape */
+	int block;                      /* ours, from 1 */
+	int expert;                     /* >= 0: a SOMA expert (no compute) */
+	double compute_max_s;           /* probe_compute_max_s */
+	int compute_interval_s;         /* probe_compute_interval_s */
+	pb_ops ops;
+	void *arg;
+} pb_config;
 
 /* Bounds of the parameters (a larger one is a 400) and their defaults. */
 #define PB_MAX_BYTES ((size_t)64 << 20)  /* a source, a sink, a link's B */
@@ -38,18 +87,21 @@ struct node;
  * (a round or a full disk may hold it elsewhere). */
 #define PB_HOLD_TIMEOUT 30.0
 
-/* Starts the probe thread.  0 or a negative KN_E* code with err. */
-int pb_start(struct node *n, char *err);
+/* Starts the probe thread into *out.  0 or a negative KN_E* code with
+ * err. */
+int pb_start(pb_state **out, const pb_config *c, char *err);
 /* At shutdown, before the trainer thread is closed: joins the probe
- * thread (a compute probe in progress ends first, within its bound). */
-void pb_close(struct node *n);
-/* After the loop has ended: frees what the probes hold. */
-void pb_free(struct node *n);
+ * thread (a compute probe in progress ends first, within its bound).
+ * s may be NULL. */
+void pb_close(pb_state *s);
+/* After the loop has ended: frees what the probes hold; s may be
+ * NULL. */
+void pb_free(pb_state *s);
 /* hs_config.discard: the sink's body is counted, never buffered. */
 int pb_discard(void *ctx, const char *method, const char *target,
     size_t *max);
 /* Answers a request below /v1/probe/ (rest: what follows it). */
-void pb_handle(struct node *n, const hs_request *req, hs_response *res,
+void pb_handle(pb_state *s, const hs_request *req, hs_response *res,
     const char *rest);
 /* Whether a value of a query (a=1&b=2) is given, in *val (len bytes,
  * NUL-terminated, cut short when longer): 1, or 0 when key is absent. */
