@@ -1,6 +1,6 @@
-/* The training daemon's runtime: its state, the health probes of its
- * peers, the trainer thread's events, the signals, the housekeeping timer
- * and the journal of rounds.  blocktraind.c starts it; api.c answers HTTP
+/* The training daemon's runtime: its state, the trainer thread's
+ * events, the signals, the housekeeping timer and the journal of rounds;
+ * the peers' health is peer_watch.c's, the probes probe.c's.  blocktraind.c starts it; api.c answers HTTP
  * from it; rounds.c averages with the other replicas through the small
  * context given here. */
 #include "config.h"
@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <jansson.h>
 
 #include "daemon/node/api.h"
 #include "daemon/core/log.h"
@@ -63,140 +61,6 @@ node_journal(node *n, const char *fmt, ...)
 	fclose(f);
 }
 
-/* Health of the peers: one status request each, with backoff on failure;
- * a peer that runs another spec is refused and reported. */
-static void
-node_probe_failed(peers_entry *p, const hc_result *r, double t)
-{
-	p->failures++;
-	p->state = PEERS_DOWN;
-	snprintf(p->why, sizeof(p->why), "%s", r->error ? r->error :
-	    r->status ? "bad status answer" : "no answer");
-	p->next_probe = t + (p->failures < 5 ? 1 << p->failures : 30);
-	if (p->failures == 1 || p->failures % 10 == 0)
-		log_warnx("peer %s: %s", p->addr, p->why);
-}
-
-/* What a peer's status says of it, kept beside its line (i). */
-static void
-node_probe_read(node *n, int i, json_t *root)
-{
-	peers_entry *p = &n->peers.v[i];
-	const char *run_id = json_string_value(json_object_get(root, "run_id"));
-	json_t *ck = json_object_get(root, "checkpoint");
-	const char *sha = json_string_value(json_object_get(ck, "sha256"));
-
-	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id ? run_id : "");
-	p->step = json_integer_value(json_object_get(root, "step"));
-	p->steps = json_integer_value(json_object_get(root, "steps"));
-	p->round = json_integer_value(json_object_get(root, "round"));
-	/* replicas of our block must hold the same weights after the same
-	 * round: a difference means the round split */
-	if (n->rounds != NULL && sha != NULL &&
-	    strcmp(p->run_id, n->run_id) == 0)
-		rounds_diverged(n->rounds, i, json_integer_value(
-		    json_object_get(ck, "step")), json_integer_value(
-		    json_object_get(ck, "round")), sha);
-	if (json_is_number(json_object_get(root, "heldout_share"))) {
-		p->share = json_number_value(json_object_get(root,
-		    "heldout_share"));
-		p->share_step = json_integer_value(json_object_get(root,
-		    "heldout_share_step"));
-	}
-}
-
-/* A peer that answered: up, or refused when it runs another run. */
-static void
-node_probe_answered(node *n, peers_entry *p, const hc_result *r, double t)
-{
-	p->last_seen = t;
-	p->rtt_ms = r->total_s * 1000.0;
-	p->failures = 0;
-	p->next_probe = t + 2.0;
-	if (strcmp(p->run_id, n->run_id) != 0) {
-		if (p->state != PEERS_REFUSED)
-			log_warnx("peer %s runs run %.16s..., not ours (%.16s...): "
-			    "refused", p->addr, p->run_id, n->run_id);
-		p->state = PEERS_REFUSED;
-		snprintf(p->why, sizeof(p->why), "runs another run spec (run "
-		    "id %.16s...)", p->run_id);
-		return;
-	}
-	if (p->state != PEERS_UP)
-		log_info("peer %s (%s %d) is up", p->addr, p->expert >= 0 ?
-		    "expert" : "block", p->expert >= 0 ? p->expert : p->block);
-	p->state = PEERS_UP;
-	p->why[0] = '\0';
-}
-
-static void
-node_probe_done(void *ctx, hc_result *r)
-{
-	void **pair = ctx;
-	node *n = pair[0];
-	/* by address: a SIGHUP may have renumbered the list meanwhile */
-	int i = peers_find(&n->peers, pair[1]);
-	json_t *root = NULL;
-	json_error_t jerr;
-	double t = kn_now();
-
-	free(pair[1]);
-	free(pair);
-	if (n->stopping || i < 0)
-		return;
-	n->peers.v[i].probing = 0;
-	node_meter(n, i, PEERS_KIND_OTHER, r->bytes_in, r->bytes_out);
-	if (r->status == 200)
-		root = json_loadb(r->body, r->body_len, 0, &jerr);
-	if (root == NULL) {
-		node_probe_failed(&n->peers.v[i], r, t);
-		return;
-	}
-	node_probe_read(n, i, root);
-	json_decref(root);
-	node_probe_answered(n, &n->peers.v[i], r, t);
-}
-
-static void
-node_probe_peers(node *n)
-{
-	double t = kn_now();
-	int i;
-
-	for (i = 0; i < n->peers.n; i++) {
-		peers_entry *p = &n->peers.v[i];
-		hc_request_opts o = { 0 };
-		char url[2 * CF_HOST_LEN + 64], err[KN_ERR_LEN];
-		void **pair;
-
-		if (i == n->self || p->probing || t < p->next_probe)
-			continue;
-		snprintf(url, sizeof(url), "%s://%s/v1/status?from=%s",
-		    hc_scheme(n->client), p->addr, n->cfg.advertise);
-		o.method = "GET";
-		o.url = url;
-		o.pin = p->has_id ? p->id : NULL;
-		o.timeout_ms = n->cfg.peer_timeout_ms;
-		o.connect_timeout_ms = n->cfg.peer_timeout_ms;
-		o.max_body_bytes = 1 << 20;
-		if ((pair = malloc(2 * sizeof(void *))) == NULL)
-			return;
-		pair[0] = n;
-		if ((pair[1] = strdup(p->addr)) == NULL) {
-			free(pair);
-			return;
-		}
-		if (hc_request(n->client, &o, node_probe_done, pair, err) != 0) {
-			free(pair[1]);
-			free(pair);
-			log_warnx("peer %s: %s", p->addr, err);
-			p->next_probe = t + 5;
-			continue;
-		}
-		p->probing = 1;
-	}
-}
-
 /* Housekeeping, one home for periodic work (redis serverCron): peers,
  * then rounds. */
 static void
@@ -207,7 +71,7 @@ on_cron(uv_timer_t *t)
 	if (n->stopping)
 		return;
 	node_trust_cut_quarantined(n);
-	node_probe_peers(n);
+	pw_poll(&n->watch);
 	if (n->rounds != NULL)
 		rounds_cron(n->rounds);
 }
@@ -950,6 +814,43 @@ node_probe_trainer(void *arg)
 	return n->worker_done ? NULL : n->worker;
 }
 
+/* The peer watch's view of the node. */
+static peers_list *
+node_watch_peers(void *arg, int *self)
+{
+	node *n = arg;
+
+	if (self != NULL)
+		*self = n->self;
+	return &n->peers;
+}
+
+static void
+node_watch_checkpoint(void *arg, int peer, int64_t step, int64_t round,
+    const char *sha256)
+{
+	node *n = arg;
+
+	if (n->rounds != NULL)
+		rounds_diverged(n->rounds, peer, step, round, sha256);
+}
+
+static void
+start_watch(node *n)
+{
+	pw_config wc = {
+		.client = n->client,
+		.advertise = n->cfg.advertise,
+		.run_id = n->run_id,
+		.timeout_ms = n->cfg.peer_timeout_ms,
+		.ops = { node_watch_peers, node_rounds_meter,
+		    node_watch_checkpoint, node_probe_stopping },
+		.arg = n,
+	};
+
+	pw_init(&n->watch, &wc);
+}
+
 static int
 start_probe(node *n, char *err)
 {
@@ -1026,6 +927,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	if (hc_client_new(&n->client, loop, why) != 0)
 		return kn_error(err, KN_EIO, "%s", why);
 	hc_client_set_tls(n->client, n->tls);
+	start_watch(n);
 	if ((rc = start_probe(n, err)) != 0)
 		return rc;
 	if ((rc = start_rounds(n, err)) != 0)

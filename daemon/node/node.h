@@ -15,6 +15,7 @@
 #include "daemon/core/peers.h"
 #include "daemon/rounds/rounds.h"
 #include "daemon/core/strikes.h"
+#include "daemon/node/peer_watch.h"
 #include "daemon/node/worker.h"
 #include "kernels/backend.h"
 #include "proto/spec.h"
@@ -45,6 +46,7 @@ typedef struct node {
 	 * node_setup, noted by the rounds, cleared by the operator */
 	strikes *strikes;
 	int trust_recheck;              /* a quarantine: cut its connections */
+	pw_watch watch;                 /* peer_watch.c: the peers' health */
 	struct pb_state *probe;         /* probe.c */
 	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
 	/* our update is out and the round's outcome not back: probes wait */
