@@ -21,9 +21,9 @@ print_check(const node *n)
 {
 	if (n->soma)
 		printf("configuration OK: expert %d of %d, run %s, %d peers, "
-		    "listen %s:%d\n", n->expert, n->spec.soma.experts,
-		    n->run_id, n->peers.n, n->cfg.listen_host,
-		    n->cfg.listen_port);
+		    "listen %s:%d\n", node_soma_of(n)->expert,
+		    n->spec.soma.experts, n->run_id, n->peers.n,
+		    n->cfg.listen_host, n->cfg.listen_port);
 	else
 		printf("configuration OK: block %d, replica %d of %d, run %s, "
 		    "%d peers, listen %s:%d\n", n->cfg.block, n->replica,

@@ -167,14 +167,14 @@ node_setup_fixture(void)
 	nd.spec.cuts[1] = 1.0;
 	nd.spec.batch = nd.spec.window = 1;
 	nd.state = "training";
-	ck_assert_int_eq(strikes_new(&nd.strikes, 2, err), 0);
-	strikes_on_quarantine(nd.strikes, node_trust_quarantined, &nd);
+	ck_assert_int_eq(strikes_new(&nd.trust.strikes, 2, err), 0);
+	strikes_on_quarantine(nd.trust.strikes, node_trust_quarantined, &nd);
 }
 
 static void
 node_teardown_fixture(void)
 {
-	strikes_free(nd.strikes);
+	strikes_free(nd.trust.strikes);
 	peers_free(&nd.peers);
 	tu_remove_dir(dir);
 }
@@ -190,19 +190,19 @@ START_TEST(test_trust_refuses_quarantined)
 	ck_assert_int_eq(node_trust_allows(&nd, peer), 1);
 	ck_assert_int_eq(node_trust_allows(&nd, op), 1);
 	ck_assert_int_eq(node_trust_allows(&nd, outsider), 0);
-	ck_assert_int_eq(strikes_note(nd.strikes, nd.peers.v[1].id_text,
+	ck_assert_int_eq(strikes_note(nd.trust.strikes, nd.peers.v[1].id_text,
 	    STRIKES_CHECKPOINT, "zero checkpoint"), 0);
 	ck_assert_int_eq(node_trust_allows(&nd, peer), 1);
-	ck_assert_int_eq(strikes_note(nd.strikes, nd.peers.v[1].id_text,
+	ck_assert_int_eq(strikes_note(nd.trust.strikes, nd.peers.v[1].id_text,
 	    STRIKES_CLAIM, "step 200000 of 1000"), 1);
 	ck_assert_int_eq(node_trust_allows(&nd, peer), 0);
 	ck_assert_int_eq(node_trust_allows(&nd, peer), 0);
-	ck_assert_uint_eq(strikes_find(nd.strikes,
+	ck_assert_uint_eq(strikes_find(nd.trust.strikes,
 	    nd.peers.v[1].id_text)->refused, 2);
 	/* the others still get in */
 	ck_assert_int_eq(node_trust_allows(&nd, nd.peers.v[0].id), 1);
 	ck_assert_int_eq(node_trust_allows(&nd, op), 1);
-	strikes_clear(nd.strikes);
+	strikes_clear(nd.trust.strikes);
 	ck_assert_int_eq(node_trust_allows(&nd, peer), 1);
 }
 END_TEST
@@ -217,8 +217,10 @@ START_TEST(test_status_metrics_count)
 	json_error_t jerr;
 	size_t len;
 
-	strikes_note(nd.strikes, id, STRIKES_UPDATE, "share +1.6 nats/byte");
-	strikes_note(nd.strikes, id, STRIKES_UPDATE, "share +2.1 nats/byte");
+	strikes_note(nd.trust.strikes, id, STRIKES_UPDATE,
+	    "share +1.6 nats/byte");
+	strikes_note(nd.trust.strikes, id, STRIKES_UPDATE,
+	    "share +2.1 nats/byte");
 	text = api_status_json(&nd, &len);
 	ck_assert_ptr_nonnull(text);
 	o = json_loads(text, 0, &jerr);
@@ -289,10 +291,10 @@ START_TEST(test_file)
 	strikes *s;
 
 	snprintf(path, sizeof(path), "%s/strikes", dir);
-	strikes_set_file(nd.strikes, path, "run-a");
-	strikes_note(nd.strikes, id, STRIKES_CLAIM, "step 200000");
-	strikes_note(nd.strikes, id, STRIKES_CHECKPOINT, "zero");
-	ck_assert_int_eq(strikes_quarantined(nd.strikes, id), 1);
+	strikes_set_file(nd.trust.strikes, path, "run-a");
+	strikes_note(nd.trust.strikes, id, STRIKES_CLAIM, "step 200000");
+	strikes_note(nd.trust.strikes, id, STRIKES_CHECKPOINT, "zero");
+	ck_assert_int_eq(strikes_quarantined(nd.trust.strikes, id), 1);
 	ck_assert_int_eq(strikes_new(&s, 2, err), 0);
 	ck_assert_msg(strikes_load(s, path, "run-a", err) == 0, "%s", err);
 	ck_assert_int_eq(strikes_quarantined(s, id), 1);
@@ -303,7 +305,7 @@ START_TEST(test_file)
 	ck_assert_str_eq(p->why, "zero");
 	strikes_free(s);
 	/* a clear is written too */
-	strikes_clear(nd.strikes);
+	strikes_clear(nd.trust.strikes);
 	ck_assert_int_eq(strikes_new(&s, 2, err), 0);
 	ck_assert_int_eq(strikes_load(s, path, "run-a", err), 0);
 	ck_assert_int_eq(strikes_quarantined(s, id), 0);

@@ -51,7 +51,7 @@ bytes_json(const uint64_t in[PEERS_KINDS], const uint64_t out[PEERS_KINDS])
 static void
 peer_strikes_json(node *n, json_t *o, const char *id)
 {
-	const strikes_peer *sp = strikes_find(n->strikes, id);
+	const strikes_peer *sp = strikes_find(node_trust_strikes(n), id);
 	json_t *k = json_object();
 	int i;
 
@@ -90,8 +90,8 @@ strikes_json(node *n)
 	json_t *o = json_object(), *arr = json_array(), *q = json_array();
 	int i, k;
 
-	for (i = 0; i < strikes_count(n->strikes); i++) {
-		const strikes_peer *sp = strikes_at(n->strikes, i);
+	for (i = 0; i < strikes_count(node_trust_strikes(n)); i++) {
+		const strikes_peer *sp = strikes_at(node_trust_strikes(n), i);
 		const char *addr = id_addr(n, sp->id);
 		json_t *e = json_object();
 
@@ -113,9 +113,9 @@ strikes_json(node *n)
 			json_array_append_new(q, json_string(sp->id));
 	}
 	json_object_set_new(o, "threshold", json_integer(
-	    strikes_threshold(n->strikes)));
+	    strikes_threshold(node_trust_strikes(n))));
 	json_object_set_new(o, "clears", json_integer((json_int_t)
-	    strikes_clears(n->strikes)));
+	    strikes_clears(node_trust_strikes(n))));
 	json_object_set_new(o, "quarantined", q);
 	json_object_set_new(o, "peers", arr);
 	return o;
@@ -178,21 +178,23 @@ step_positions(const node *n)
 static void
 soma_status(node *n, json_t *o)
 {
+	const node_soma *x = node_soma_of(n);
+
 	json_object_set_new(o, "method", json_string("soma"));
-	json_object_set_new(o, "expert", json_integer(n->expert));
+	json_object_set_new(o, "expert", json_integer(x->expert));
 	json_object_set_new(o, "experts", json_integer(n->spec.soma.experts));
-	if (n->val_step > 0) {
-		json_object_set_new(o, "val_loss", json_real(n->val));
-		json_object_set_new(o, "val_step", json_integer(n->val_step));
+	if (x->val_step > 0) {
+		json_object_set_new(o, "val_loss", json_real(x->val));
+		json_object_set_new(o, "val_step", json_integer(x->val_step));
 	}
-	json_object_set_new(o, "lr", json_real(n->lr));
-	json_object_set_new(o, "eps", json_real(n->eps));
+	json_object_set_new(o, "lr", json_real(x->lr));
+	json_object_set_new(o, "eps", json_real(x->eps));
 	json_object_set_new(o, "positions", json_integer(
-	    (json_int_t)n->positions));
-	if (n->heldout != NULL)
+	    (json_int_t)x->positions));
+	if (x->heldout != NULL)
 		json_object_set_new(o, "heldout", json_pack("{s:I,s:I}",
-		    "step", (json_int_t)n->heldout_step, "bytes",
-		    (json_int_t)n->heldout_len));
+		    "step", (json_int_t)x->heldout_step, "bytes",
+		    (json_int_t)x->heldout_len));
 }
 
 /* The latest round times, oldest first, and the round of the first. */
@@ -230,8 +232,9 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "replica", json_integer(n->replica));
 	json_object_set_new(o, "replicas", json_integer(n->replicas));
 	json_object_set_new(o, "addr", json_string(n->cfg.advertise));
-	if (n->tls != NULL)
-		json_object_set_new(o, "id", json_string(tls_ctx_id(n->tls)));
+	if (node_trust_tls(n) != NULL)
+		json_object_set_new(o, "id", json_string(tls_ctx_id(
+		    node_trust_tls(n))));
 	if (n->metrics != NULL)
 		json_object_set_new(o, "metrics", json_string(n->metrics_addr));
 	json_object_set_new(o, "state", json_string(n->state));
@@ -329,31 +332,33 @@ metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
 static void
 soma_metrics(node *n, char **b, size_t *len, size_t *cap)
 {
+	const node_soma *x = node_soma_of(n);
+
 	metric(b, len, cap, "# HELP blocktrain_soma_expert The expert this "
 	    "daemon trains.\n# TYPE blocktrain_soma_expert gauge\n"
 	    "blocktrain_soma_expert %d\n# HELP blocktrain_steps Steps the "
 	    "expert trains in all.\n# TYPE blocktrain_steps gauge\n"
-	    "blocktrain_steps %d\n", n->expert, n->spec.soma.steps);
+	    "blocktrain_steps %d\n", x->expert, n->spec.soma.steps);
 	metric(b, len, cap, "# HELP blocktrain_lr Learning rate now.\n"
 	    "# TYPE blocktrain_lr gauge\nblocktrain_lr %g\n# HELP "
 	    "blocktrain_eps Perturbation size now.\n# TYPE blocktrain_eps "
-	    "gauge\nblocktrain_eps %g\n", n->lr, n->eps);
+	    "gauge\nblocktrain_eps %g\n", x->lr, x->eps);
 	metric(b, len, cap, "# HELP blocktrain_positions_total Byte positions "
 	    "evaluated.\n# TYPE blocktrain_positions_total counter\n"
-	    "blocktrain_positions_total %" PRIu64 "\n", n->positions);
-	if (n->val_step > 0)
+	    "blocktrain_positions_total %" PRIu64 "\n", x->positions);
+	if (x->val_step > 0)
 		metric(b, len, cap, "# HELP blocktrain_val_loss_nats Validation "
 		    "loss on the expert's own cluster, nats per byte.\n"
 		    "# TYPE blocktrain_val_loss_nats gauge\n"
 		    "blocktrain_val_loss_nats %.6f\n# HELP blocktrain_val_step "
 		    "Step of that validation.\n# TYPE blocktrain_val_step "
-		    "gauge\nblocktrain_val_step %" PRId64 "\n", n->val,
-		    n->val_step);
-	if (n->heldout != NULL)
+		    "gauge\nblocktrain_val_step %" PRId64 "\n", x->val,
+		    x->val_step);
+	if (x->heldout != NULL)
 		metric(b, len, cap, "# HELP blocktrain_heldout_step Step of the "
 		    "held-out scores served at /v1/soma/heldout.\n# TYPE "
 		    "blocktrain_heldout_step gauge\nblocktrain_heldout_step %"
-		    PRId64 "\n", n->heldout_step);
+		    PRId64 "\n", x->heldout_step);
 }
 
 /* Refusals per peer and kind, as counters from 0 for every listed peer
@@ -380,7 +385,8 @@ strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
 
 			if (p->self)
 				continue;
-			sp = strikes_find(n->strikes, strikes_key(p));
+			sp = strikes_find(node_trust_strikes(n),
+			    strikes_key(p));
 			if (pass == 1) {
 				metric(b, len, cap, "blocktrain_peer_quarantined{"
 				    "peer=\"%s\",id=\"%s\"} %d\n", p->addr,
@@ -393,8 +399,9 @@ strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
 				    "\n", p->addr, strikes_key(p), strikes_kind_name(k),
 				    sp != NULL ? sp->total[k] : 0);
 		}
-		for (i = 0; i < strikes_count(n->strikes); i++) {
-			const strikes_peer *sp = strikes_at(n->strikes, i);
+		for (i = 0; i < strikes_count(node_trust_strikes(n)); i++) {
+			const strikes_peer *sp = strikes_at(
+			    node_trust_strikes(n), i);
 
 			if (id_addr(n, sp->id) != NULL)
 				continue;
@@ -423,7 +430,8 @@ api_metrics_text(node *n, size_t *outlen)
 	if (n->soma)
 		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
 		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
-		    "expert=\"%d\"} %" PRId64 "\n", n->expert, n->step);
+		    "expert=\"%d\"} %" PRId64 "\n", node_soma_of(n)->expert,
+		    n->step);
 	else
 		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
 		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
@@ -581,20 +589,22 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 static void
 get_heldout(node *n, const hs_request *req, hs_response *res)
 {
+	const node_soma *x = node_soma_of(n);
+
 	(void)req;
 	if (!n->soma) {
 		hs_response_text(res, 404, "this daemon trains block %d of a "
 		    "BlockTrain run: no SOMA held-out scores", n->cfg.block);
 		return;
 	}
-	if (n->heldout == NULL) {
+	if (x->heldout == NULL) {
 		hs_response_text(res, 503, "no held-out scores yet: expert %d "
-		    "publishes them at its first validation", n->expert);
+		    "publishes them at its first validation", x->expert);
 		return;
 	}
 	hs_response_status(res, 200);
-	hs_response_body(res, "application/x-msgpack", n->heldout,
-	    n->heldout_len);
+	hs_response_body(res, "application/x-msgpack", x->heldout,
+	    x->heldout_len);
 }
 
 static void
@@ -696,10 +706,10 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 	int64_t round;
 	size_t used;
 
-	if (n->soma && block != n->expert) {
+	if (n->soma && block != node_soma_of(n)->expert) {
 		meter(n, res, req, PEERS_KIND_OTHER);
 		hs_response_text(res, 404, "this daemon trains expert %d, not "
-		    "expert %" PRId64, n->expert, block);
+		    "expert %" PRId64, node_soma_of(n)->expert, block);
 		return 1;
 	}
 	if (!n->soma && block != n->cfg.block) {
@@ -719,7 +729,7 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 	if (n->rounds == NULL) {
 		if (n->soma)
 			hs_response_text(res, 404, "expert %d exchanges no "
-			    "updates", n->expert);
+			    "updates", node_soma_of(n)->expert);
 		else
 			hs_response_text(res, 404, "block %d has one replica: "
 			    "it exchanges no updates", n->cfg.block);
@@ -743,17 +753,17 @@ post_strikes_clear(node *n, const hs_request *req, hs_response *res)
 		    "clears the strikes", req->method, req->path);
 		return;
 	}
-	if (n->tls != NULL && (req->peer_id == NULL ||
+	if (node_trust_tls(n) != NULL && (req->peer_id == NULL ||
 	    peers_client_find(&n->peers, req->peer_id) < 0)) {
 		n->client_errors++;
 		hs_response_text(res, 403, "only an operator (a client line of "
 		    "the peer list) may clear strikes");
 		return;
 	}
-	lifted = strikes_quarantined_count(n->strikes);
-	strikes_clear(n->strikes);
+	lifted = strikes_quarantined_count(node_trust_strikes(n));
+	strikes_clear(node_trust_strikes(n));
 	hs_response_json(res, 200, json_pack("{s:i,s:I}", "lifted", lifted,
-	    "clears", (json_int_t)strikes_clears(n->strikes)));
+	    "clears", (json_int_t)strikes_clears(node_trust_strikes(n))));
 }
 
 void

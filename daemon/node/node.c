@@ -1,8 +1,9 @@
 /* The training daemon's runtime: its state, the trainer thread's
- * events, the signals, the housekeeping timer and the journal of rounds;
- * the peers' health is peer_watch.c's, the probes probe.c's.  blocktraind.c starts it; api.c answers HTTP
- * from it; rounds.c averages with the other replicas through the small
- * context given here. */
+ * events, the signals, the housekeeping timer and the journal of rounds.
+ * blocktraind.c starts it; api.c answers HTTP from it; rounds.c averages
+ * with the other replicas, peer_watch.c follows the peers' health and
+ * probe.c answers the probes, each through the small context given
+ * here. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -59,6 +60,13 @@ node_journal(node *n, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', f);
 	fclose(f);
+}
+
+/* node_journal for the modules handed a callback (rounds, node_soma). */
+static void
+node_journal_line(void *arg, const char *line)
+{
+	node_journal(arg, "%s", line);
 }
 
 /* Housekeeping, one home for periodic work (redis serverCron): peers,
@@ -173,6 +181,34 @@ on_rolled_back(node *n, const wk_event *ev)
 
 static void node_refused(node *n, int peer, int kind, const char *why);
 
+/* A trainer event of a SOMA expert that differs from BlockTrain's: the
+ * report is ours, the expert's part and what it says node_soma.c's.  1
+ * when handled; a WK_DONE while stopping goes on to the common path. */
+static int
+on_soma_event(node *n, wk_event *ev)
+{
+	switch (ev->kind) {
+	case WK_STARTED:
+		n->step = ev->step;
+		n->state = "training";
+		break;
+	case WK_PROGRESS:
+		n->step = ev->step;
+		n->loss = ev->loss;
+		n->positions_per_s = ev->positions_per_s;
+		break;
+	case WK_DONE:
+		n->state = "done";
+		n->worker_done = 1;
+		break;
+	default:
+		break;
+	}
+	if (!node_soma_event(&n->xp, n, ev))
+		return 0;
+	return ev->kind != WK_DONE || !n->stopping;
+}
+
 static void
 on_event(void *ctx, wk_event *ev)
 {
@@ -182,7 +218,7 @@ on_event(void *ctx, wk_event *ev)
 		n->train_began = kn_now();
 	else if (ev->kind == WK_DONE && n->train_ended == 0)
 		n->train_ended = kn_now();
-	if (n->soma && node_soma_event(n, ev)) {
+	if (n->soma && on_soma_event(n, ev)) {
 		wk_event_free(ev);
 		return;
 	}
@@ -274,11 +310,7 @@ on_event(void *ctx, wk_event *ev)
 		on_rolled_back(n, ev);
 		break;
 	case WK_HELDOUT:
-		free(n->heldout);
-		n->heldout = ev->buf;
-		n->heldout_len = ev->len;
-		n->heldout_step = ev->step;
-		ev->buf = NULL;
+		/* a SOMA expert's, node_soma.c's */
 		break;
 	}
 	wk_event_free(ev);
@@ -344,11 +376,11 @@ peers_acceptable(node *n, const peers_list *fresh, int *i)
 {
 	*i = peers_find(fresh, n->peers.v[n->self].addr);
 	if (n->soma) {
-		if (*i >= 0 && fresh->v[*i].expert == n->expert)
+		if (*i >= 0 && fresh->v[*i].expert == node_soma_of(n)->expert)
 			return 1;
 		log_warnx("SIGHUP: the new peer list lacks %s training expert "
 		    "%d; keeping the old one", n->peers.v[n->self].addr,
-		    n->expert);
+		    node_soma_of(n)->expert);
 		return 0;
 	}
 	if (*i < 0 || fresh->v[*i].block != n->cfg.block) {
@@ -402,7 +434,7 @@ on_hup(uv_signal_t *h, int sig)
 	if (same_identities(&n->peers, &fresh)) {
 		log_info("SIGHUP with the peer list's identities unchanged: "
 		    "the operator's clear of strikes");
-		strikes_clear(n->strikes);
+		strikes_clear(node_trust_strikes(n));
 	}
 	if (!peers_acceptable(n, &fresh, &i)) {
 		peers_free(&fresh);
@@ -464,30 +496,6 @@ setup_plan(node *n, char *err)
 	return pd_load(&n->predicted, n->cfg.plan, &self, err);
 }
 
-/* The strikes of this run, with those an earlier start of it left in
- * state_dir/strikes: a quarantine lasts the run, restarts included. */
-static int
-setup_strikes(node *n, char *err)
-{
-	char path[PR_PATH_LEN + 16], why[KN_ERR_LEN];
-	int rc, i;
-
-	if ((rc = strikes_new(&n->strikes, n->cfg.strikes_quarantine,
-	    err)) != 0)
-		return rc;
-	strikes_on_quarantine(n->strikes, node_trust_quarantined, n);
-	snprintf(path, sizeof(path), "%s/strikes", n->cfg.state_dir);
-	if (strikes_load(n->strikes, path, n->run_id, why) != 0)
-		log_warnx("%s; starting without strikes", why);
-	for (i = 0; i < strikes_count(n->strikes); i++)
-		if (strikes_at(n->strikes, i)->quarantined)
-			log_warnx("peer %s stays quarantined (%s): clear it with "
-			    "'shardmeter strikes --clear' or SIGHUP",
-			    strikes_at(n->strikes, i)->id, path);
-	strikes_set_file(n->strikes, path, n->run_id);
-	return KN_OK;
-}
-
 int
 node_setup(node *n, char *err)
 {
@@ -523,14 +531,16 @@ node_setup(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "the peer list says %s serves "
 		    "block %d, the configuration says block %d",
 		    n->cfg.advertise, n->peers.v[n->self].block, n->cfg.block);
-	if ((rc = setup_strikes(n, err)) != 0)
-		return rc;
 	if ((rc = node_trust_setup(n, err)) != 0)
 		return rc;
 	n->peers.v[n->self].self = 1;
-	if (n->soma && (rc = node_soma_setup(n, err)) != 0)
-		return rc;
-	if (!n->soma) {
+	if (n->soma) {
+		if ((rc = node_soma_setup(&n->xp, n, node_journal_line, n,
+		    err)) != 0)
+			return rc;
+		n->replica = 0;
+		n->replicas = 1;
+	} else {
 		n->replica = peers_replica_index(&n->peers, n->self);
 		n->replicas = peers_replicas(&n->peers, n->cfg.block);
 	}
@@ -582,7 +592,8 @@ node_refused(node *n, int peer, int kind, const char *why)
 		return;
 	}
 	/* strikes logs it, with the count and a quarantine */
-	strikes_note(n->strikes, p->id_text, (strikes_kind)kind, why);
+	strikes_note(node_trust_strikes(n), p->id_text, (strikes_kind)kind,
+	    why);
 }
 
 /* The rounds' view of the node. */
@@ -600,12 +611,6 @@ node_rounds_meter(void *arg, int peer, int kind, uint64_t in, uint64_t out)
 }
 
 static void
-node_rounds_journal(void *arg, const char *line)
-{
-	node_journal(arg, "%s", line);
-}
-
-static void
 node_rounds_refused(void *arg, int peer, int kind, const char *why)
 {
 	node_refused(arg, peer, kind, why);
@@ -617,7 +622,8 @@ node_rounds_quarantined(void *arg, int peer)
 	node *n = arg;
 
 	return peer >= 0 && peer < n->peers.n && n->peers.v[peer].has_id &&
-	    strikes_quarantined(n->strikes, n->peers.v[peer].id_text);
+	    strikes_quarantined(node_trust_strikes(n),
+	    n->peers.v[peer].id_text);
 }
 
 static void
@@ -678,7 +684,7 @@ start_rounds(node *n, char *err)
 		.streams = n->cfg.update_streams,
 		.chunk = n->cfg.update_chunk,
 		.max_assembly = n->cfg.max_buffered,
-		.ops = { node_rounds_now, node_rounds_meter, node_rounds_journal,
+		.ops = { node_rounds_now, node_rounds_meter, node_journal_line,
 		    node_rounds_commit, node_rounds_refused, node_rounds_quarantined },
 		.arg = n,
 	};
@@ -703,7 +709,7 @@ start_worker(node *n, char *err)
 	wk_opts wo;
 
 	if (n->soma) {
-		node_soma_worker_opts(n, &wo);
+		node_soma_worker_opts(&n->xp, n, &wo);
 		return wk_start(&n->worker, n->loop, &wo, on_event, n, err);
 	}
 	memset(&wo, 0, sizeof(wo));
@@ -862,7 +868,7 @@ start_probe(node *n, char *err)
 		.be = n->be,
 		.spec = &n->spec,
 		.block = n->cfg.block,
-		.expert = n->soma ? n->expert : -1,
+		.expert = n->soma ? node_soma_of(n)->expert : -1,
 		.compute_max_s = n->cfg.probe_compute_max_s,
 		.compute_interval_s = n->cfg.probe_compute_interval_s,
 		.ops = { node_probe_in_round, node_probe_stopping,
@@ -904,7 +910,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hcfg.request_timeout_ms = (unsigned)n->cfg.request_timeout_ms;
 	hcfg.min_body_rate = (unsigned)n->cfg.min_body_rate;
 	hcfg.on_exchange = api_on_exchange;
-	hcfg.tls = n->tls;
+	hcfg.tls = node_trust_tls(n);
 	hcfg.handshake_timeout_ms = (unsigned)n->cfg.handshake_timeout_ms;
 	hcfg.header_timeout_ms = (unsigned)n->cfg.header_timeout_ms;
 	hcfg.id_role = node_trust_role;
@@ -913,7 +919,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	hcfg.max_requests_per_id = n->cfg.max_requests_per_id;
 	hcfg.on_refused = on_refused;
 	hcfg.discard = pb_discard;
-	if (n->tls == NULL)
+	if (node_trust_tls(n) == NULL)
 		log_warnx("insecure = yes: plain TCP, no peer ids; anyone who "
 		    "reaches %s:%d may use the API", n->cfg.listen_host,
 		    n->cfg.listen_port);
@@ -926,7 +932,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 		return rc;
 	if (hc_client_new(&n->client, loop, why) != 0)
 		return kn_error(err, KN_EIO, "%s", why);
-	hc_client_set_tls(n->client, n->tls);
+	hc_client_set_tls(n->client, node_trust_tls(n));
 	start_watch(n);
 	if ((rc = start_probe(n, err)) != 0)
 		return rc;
@@ -934,7 +940,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 		return rc;
 	if (n->soma)
 		log_info("run %s, expert %d of %d, listening on %s:%d",
-		    n->run_id, n->expert, n->spec.soma.experts,
+		    n->run_id, node_soma_of(n)->expert, n->spec.soma.experts,
 		    n->cfg.listen_host, hs_server_port(n->http));
 	else if (n->spec.replicas != n->replicas)
 		log_warnx("the spec says %d replica(s) per block, the peer list "
@@ -960,14 +966,10 @@ node_free(node *n)
 	n->predicted = NULL;
 	hs_shared_unref(n->ckpt_body);
 	n->ckpt_body = NULL;
-	free(n->heldout);
-	n->heldout = NULL;
+	node_soma_free(&n->xp);
 	free(n->spec_body);
 	peers_free(&n->peers);
-	tls_ctx_free(n->tls);
-	n->tls = NULL;
-	strikes_free(n->strikes);
-	n->strikes = NULL;
+	node_trust_free(n);
 	n->ckpt = NULL;
 	n->spec_body = NULL;
 }

@@ -15,6 +15,8 @@
 #include "daemon/core/peers.h"
 #include "daemon/rounds/rounds.h"
 #include "daemon/core/strikes.h"
+#include "daemon/node/node_soma.h"
+#include "daemon/node/node_trust.h"
 #include "daemon/node/peer_watch.h"
 #include "daemon/node/worker.h"
 #include "kernels/backend.h"
@@ -39,13 +41,9 @@ typedef struct node {
 	hs_server *metrics;             /* plain /metrics; NULL when off */
 	char metrics_addr[CF_HOST_LEN + 8];
 	hc_client *client;
-	tls_ctx *tls;                   /* NULL with insecure = yes */
 	wk_worker *worker;
 	rounds *rounds;                 /* NULL with one replica */
-	/* refusals of what each peer sent, and its quarantine: made by
-	 * node_setup, noted by the rounds, cleared by the operator */
-	strikes *strikes;
-	int trust_recheck;              /* a quarantine: cut its connections */
+	node_trust trust;               /* node_trust.c: TLS, strikes */
 	pw_watch watch;                 /* peer_watch.c: the peers' health */
 	struct pb_state *probe;         /* probe.c */
 	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
@@ -84,17 +82,9 @@ typedef struct node {
 	size_t ckpt_len;
 	char etag[65];
 	int64_t ckpt_step, ckpt_round;
-	/* method = soma (node_soma.c): the expert this daemon trains, from
-	 * its line of the peer list, what it reports beside step and loss,
-	 * and its latest held-out message (proto/heldout.h), served as is */
-	int soma, expert;
-	char seed_path[PR_PATH_LEN + 16];       /* state_dir/seed.ckpt */
-	double val, lr, eps;            /* val: NAN before a validation */
-	int64_t val_step;
-	uint64_t positions;
-	char *heldout;
-	size_t heldout_len;
-	int64_t heldout_step;
+	/* method = soma: the expert's part is node_soma.c's */
+	int soma;
+	node_soma xp;
 	/* bytes with callers that are not peers (tools, clients) */
 	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
 	uint64_t requests, client_errors;
@@ -119,47 +109,6 @@ int node_setup(node *n, char *err);
 int node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err);
 /* After uv_run has returned: frees what the node still holds. */
 void node_free(node *n);
-
-/* node_soma.c: a SOMA expert daemon. */
-
-/* With a soma spec, after the peer list is loaded and our line found:
- * our expert from that line, every line checked against the spec, the
- * seed (state_dir/seed.ckpt, of this run) and the router there.  0 or a
- * negative code with the reason in err. */
-int node_soma_setup(node *n, char *err);
-/* The trainer thread's options for our expert. */
-void node_soma_worker_opts(node *n, wk_opts *wo);
-/* A trainer event of a soma daemon that differs from BlockTrain's;
- * 1 when handled (ev is still the caller's), 0 for the common path. */
-int node_soma_event(node *n, const wk_event *ev);
-
-/* node_trust.c: the daemon's identity and who may connect. */
-
-/* Loads the identity of the state directory and checks the peer list
- * against it (every daemon line with an id, ours with our own), or, with
- * insecure = yes, checks that we listen on loopback only.  0 or a
- * negative code with the reason in err. */
-int node_trust_setup(node *n, char *err);
-/* Whether a peer list read on SIGHUP keeps those rules (self: our line
- * in it); the reason in err. */
-int node_trust_check(const node *n, const peers_list *pl, int self,
-    char *err);
-/* The peer list changed: connections of ids no longer in it end now. */
-void node_trust_reloaded(node *n);
-/* hs_config.id_role: a daemon line of the peer list is a peer
- * (HS_ROLE_PEER), anyone else listed a client. */
-int node_trust_role(void *ctx, const uint8_t *id);
-/* Whether the identity of a request is an operator's (a client line),
- * not a daemon's: 1 over plain TCP, where nobody has an id. */
-int node_trust_is_operator(const node *n, const uint8_t *id);
-/* What the TLS layer asks in every handshake: whether id is a listed
- * daemon or operator that is not quarantined. */
-int node_trust_allows(node *n, const uint8_t id[ID_BYTES]);
-/* strikes' hook: peer_id (printed) is quarantined; new connections are
- * refused in the handshake, and node_trust_cut_quarantined, from the
- * housekeeping timer, ends the open ones. */
-void node_trust_quarantined(void *arg, const char *peer_id);
-void node_trust_cut_quarantined(node *n);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */

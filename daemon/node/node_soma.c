@@ -3,11 +3,13 @@
  * expert=E peer-id"), trained from the run's seed in state_dir/seed.ckpt.
  * No rounds: the experts only publish their checkpoints and held-out
  * scores.  The setup's checks and the events that differ from
- * BlockTrain's live here. */
+ * BlockTrain's live here; what the expert reports is its node_soma part
+ * (node_soma.h). */
 #include "config.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/node/node.h"
+#include "daemon/node/node_soma.h"
 #include "kernels/error.h"
 #include "soma/model_file.h"
 #include "soma/router.h"
@@ -22,14 +25,14 @@
 
 /* The run's seed must be there and be this run's. */
 static int
-check_seed(node *n, char *err)
+check_seed(node_soma *s, const node *n, char *err)
 {
 	kn_soma_shape sh = sa_expert_shape(&n->spec);
 	pr_ckpt_meta want = { .block = 0, .kind = "seed" };
-	const char *path = n->seed_path;
+	const char *path = s->seed_path;
 	char why[KN_ERR_LEN];
 
-	snprintf(n->seed_path, sizeof(n->seed_path), "%s/seed.ckpt",
+	snprintf(s->seed_path, sizeof(s->seed_path), "%s/seed.ckpt",
 	    n->cfg.state_dir);
 	if (access(path, R_OK) != 0)
 		return kn_error(err, KN_EINVAL, "no seed: %.300s: %s; train it "
@@ -44,7 +47,7 @@ check_seed(node *n, char *err)
 
 /* The router of the spec's clusters folder, for as many experts. */
 static int
-check_clusters(node *n, char *err)
+check_clusters(const node_soma *x, const node *n, char *err)
 {
 	const pr_soma *s = &n->spec.soma;
 	char path[PR_PATH_LEN + 32], why[KN_ERR_LEN];
@@ -63,21 +66,24 @@ check_clusters(node *n, char *err)
 		return kn_error(err, KN_EINVAL, "%.300s routes to %d experts, "
 		    "the spec has %d", path, N, s->experts);
 	snprintf(path, sizeof(path), "%s/cluster-%d.txt", s->clusters,
-	    n->expert);
+	    x->expert);
 	if (access(path, R_OK) != 0)
 		return kn_error(err, KN_EINVAL, "expert %d's text %.300s: %s",
-		    n->expert, path, strerror(errno));
+		    x->expert, path, strerror(errno));
 	return KN_OK;
 }
 
 int
-node_soma_setup(node *n, char *err)
+node_soma_setup(node_soma *s, const node *n,
+    void (*journal)(void *arg, const char *line), void *journal_arg,
+    char *err)
 {
 	const peers_entry *me = &n->peers.v[n->self];
 	int i, rc;
 
-	n->soma = 1;
-	n->val = NAN;
+	s->journal = journal;
+	s->journal_arg = journal_arg;
+	s->val = NAN;
 	if (!n->peers.experts)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: the spec is method = "
 		    "soma: a daemon's line names its expert, 'host:port "
@@ -89,21 +95,19 @@ node_soma_setup(node *n, char *err)
 			    n->cfg.peers, n->peers.v[i].line,
 			    n->peers.v[i].expert, n->spec.soma.experts,
 			    n->spec.soma.experts - 1);
-	n->expert = me->expert;
-	n->replica = 0;
-	n->replicas = 1;
-	if ((rc = check_clusters(n, err)) != 0)
+	s->expert = me->expert;
+	if ((rc = check_clusters(s, n, err)) != 0)
 		return rc;
-	return check_seed(n, err);
+	return check_seed(s, n, err);
 }
 
 void
-node_soma_worker_opts(node *n, wk_opts *wo)
+node_soma_worker_opts(const node_soma *s, const node *n, wk_opts *wo)
 {
 	memset(wo, 0, sizeof(*wo));
 	wo->soma = 1;
-	wo->expert = n->expert;
-	wo->seed_path = n->seed_path;
+	wo->expert = s->expert;
+	wo->seed_path = s->seed_path;
 	wo->train.spec = &n->spec;
 	wo->train.run_id = n->run_id;
 	wo->train.dir = n->cfg.state_dir;
@@ -116,46 +120,78 @@ node_soma_worker_opts(node *n, wk_opts *wo)
 	wo->threads = n->cfg.threads;
 }
 
+/* A line of the journal of rounds, through the node's callback. */
+static void
+journal(const node_soma *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+journal(const node_soma *s, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+
+	if (s->journal == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	s->journal(s->journal_arg, line);
+}
+
 int
-node_soma_event(node *n, const wk_event *ev)
+node_soma_event(node_soma *s, const node *n, wk_event *ev)
 {
 	switch (ev->kind) {
 	case WK_STARTED:
-		n->step = ev->step;
-		n->state = "training";
 		if (ev->step > 0)
 			log_info("expert %d of %d: its checkpoint has all %lld "
-			    "steps", n->expert, n->spec.soma.experts,
+			    "steps", s->expert, n->spec.soma.experts,
 			    (long long)ev->step);
 		else
 			log_info("expert %d of %d: training %d steps from the "
-			    "seed", n->expert, n->spec.soma.experts,
+			    "seed", s->expert, n->spec.soma.experts,
 			    n->spec.soma.steps);
-		node_journal(n, "start expert %d step %lld", n->expert,
+		journal(s, "start expert %d step %lld", s->expert,
 		    (long long)ev->step);
 		return 1;
 	case WK_PROGRESS:
-		n->step = ev->step;
-		n->loss = ev->loss;
-		n->positions_per_s = ev->positions_per_s;
-		n->positions = ev->positions;
-		n->lr = ev->lr;
-		n->eps = ev->eps;
+		s->positions = ev->positions;
+		s->lr = ev->lr;
+		s->eps = ev->eps;
 		if (ev->val_step > 0) {
-			n->val = ev->val;
-			n->val_step = ev->val_step;
+			s->val = ev->val;
+			s->val_step = ev->val_step;
 			log_info("expert %d step %lld: validation %.4f "
-			    "nats/byte on its cluster", n->expert,
+			    "nats/byte on its cluster", s->expert,
 			    (long long)ev->step, ev->val);
 		}
 		return 1;
 	case WK_DONE:
-		n->state = "done";
-		n->worker_done = 1;
 		log_info("expert %d: all %d steps trained; serving its "
-		    "checkpoint", n->expert, n->spec.soma.steps);
-		return n->stopping ? 0 : 1;
+		    "checkpoint", s->expert, n->spec.soma.steps);
+		return 1;
+	case WK_HELDOUT:
+		free(s->heldout);
+		s->heldout = ev->buf;
+		s->heldout_len = ev->len;
+		s->heldout_step = ev->step;
+		ev->buf = NULL;
+		return 1;
 	default:
 		return 0;
 	}
+}
+
+void
+node_soma_free(node_soma *s)
+{
+	free(s->heldout);
+	s->heldout = NULL;
+}
+
+const node_soma *
+node_soma_of(const node *n)
+{
+	return &n->xp;
 }

@@ -4,6 +4,7 @@
  * during every handshake.  insecure = yes is the only way around it. */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "daemon/core/log.h"
@@ -17,9 +18,9 @@ quarantined(node *n, const char *id_text)
 {
 	uint64_t k;
 
-	if (!strikes_quarantined(n->strikes, id_text))
+	if (!strikes_quarantined(n->trust.strikes, id_text))
 		return 0;
-	k = strikes_refused(n->strikes, id_text);
+	k = strikes_refused(n->trust.strikes, id_text);
 	if (k == 1 || k % 100 == 0)
 		log_warnx("refused a connection of quarantined peer %s (%llu "
 		    "so far); 'shardmeter strikes --clear' or SIGHUP lifts it",
@@ -58,7 +59,7 @@ int
 node_trust_is_operator(const node *n, const uint8_t *id)
 {
 	if (id == NULL)
-		return n->tls == NULL;
+		return n->trust.tls == NULL;
 	return peers_find_id(&n->peers, id) < 0 &&
 	    peers_client_find(&n->peers, id) >= 0;
 }
@@ -68,7 +69,7 @@ node_trust_check(const node *n, const peers_list *pl, int self, char *err)
 {
 	int i;
 
-	if (n->tls == NULL)
+	if (n->trust.tls == NULL)
 		return 0;
 	for (i = 0; i < pl->n; i++)
 		if (!pl->v[i].has_id)
@@ -77,12 +78,48 @@ node_trust_check(const node *n, const peers_list *pl, int self, char *err)
 			    "'shardmeter id' prints on that host)",
 			    n->cfg.peers, pl->v[i].line, pl->v[i].addr,
 			    pl->experts ? "expert=E" : "block");
-	if (strcmp(pl->v[self].id_text, tls_ctx_id(n->tls)) != 0)
+	if (strcmp(pl->v[self].id_text, tls_ctx_id(n->trust.tls)) != 0)
 		return kn_error(err, KN_EINVAL, "%s: the line of %s names peer "
 		    "id %s, but this daemon's identity (%s) is %s",
 		    n->cfg.peers, pl->v[self].addr, pl->v[self].id_text,
-		    n->cfg.state_dir, tls_ctx_id(n->tls));
+		    n->cfg.state_dir, tls_ctx_id(n->trust.tls));
 	return 0;
+}
+
+tls_ctx *
+node_trust_tls(const node *n)
+{
+	return n->trust.tls;
+}
+
+strikes *
+node_trust_strikes(const node *n)
+{
+	return n->trust.strikes;
+}
+
+/* The strikes of this run, with those an earlier start of it left in
+ * state_dir/strikes: a quarantine lasts the run, restarts included. */
+static int
+setup_strikes(node *n, char *err)
+{
+	char path[PR_PATH_LEN + 16], why[KN_ERR_LEN];
+	int rc, i;
+
+	if ((rc = strikes_new(&n->trust.strikes, n->cfg.strikes_quarantine,
+	    err)) != 0)
+		return rc;
+	strikes_on_quarantine(n->trust.strikes, node_trust_quarantined, n);
+	snprintf(path, sizeof(path), "%s/strikes", n->cfg.state_dir);
+	if (strikes_load(n->trust.strikes, path, n->run_id, why) != 0)
+		log_warnx("%s; starting without strikes", why);
+	for (i = 0; i < strikes_count(n->trust.strikes); i++)
+		if (strikes_at(n->trust.strikes, i)->quarantined)
+			log_warnx("peer %s stays quarantined (%s): clear it with "
+			    "'shardmeter strikes --clear' or SIGHUP",
+			    strikes_at(n->trust.strikes, i)->id, path);
+	strikes_set_file(n->trust.strikes, path, n->run_id);
+	return KN_OK;
 }
 
 int
@@ -91,6 +128,9 @@ node_trust_setup(node *n, char *err)
 	char why[KN_ERR_LEN];
 	int rc;
 
+	if ((rc = setup_strikes(n, err)) != 0)
+		return rc;
+
 	if (strcmp(n->cfg.insecure, "yes") == 0) {
 		if (!cf_is_loopback(n->cfg.listen_host))
 			return kn_error(err, KN_EINVAL, "insecure = yes is "
@@ -98,10 +138,10 @@ node_trust_setup(node *n, char *err)
 			    n->cfg.listen_host);
 		return 0;
 	}
-	if ((rc = tls_ctx_new(&n->tls, n->cfg.state_dir, why)) != 0)
+	if ((rc = tls_ctx_new(&n->trust.tls, n->cfg.state_dir, why)) != 0)
 		return kn_error(err, rc, "%s%s", why, rc == ID_ENONE ?
 		    ": make one with 'shardmeter init --dir <state_dir>'" : "");
-	tls_ctx_set_allow(n->tls, node_allows, n);
+	tls_ctx_set_allow(n->trust.tls, node_allows, n);
 	return node_trust_check(n, &n->peers, n->self, err);
 }
 
@@ -126,7 +166,7 @@ node_trust_quarantined(void *arg, const char *peer_id)
 	 * refusal that quarantined the peer may be noted inside a handler
 	 * of one of them */
 	(void)peer_id;
-	n->trust_recheck = 1;
+	n->trust.recheck = 1;
 }
 
 void
@@ -134,10 +174,19 @@ node_trust_cut_quarantined(node *n)
 {
 	int cut;
 
-	if (!n->trust_recheck)
+	if (!n->trust.recheck)
 		return;
-	n->trust_recheck = 0;
+	n->trust.recheck = 0;
 	if (n->http == NULL || (cut = hs_server_recheck(n->http)) == 0)
 		return;
 	log_warnx("cut off %d connection(s) of quarantined peers", cut);
+}
+
+void
+node_trust_free(node *n)
+{
+	tls_ctx_free(n->trust.tls);
+	n->trust.tls = NULL;
+	strikes_free(n->trust.strikes);
+	n->trust.strikes = NULL;
 }
