@@ -166,7 +166,7 @@ node_setup_fixture(void)
 	nd.spec.blocks = 1;
 	nd.spec.cuts[1] = 1.0;
 	nd.spec.batch = nd.spec.window = 1;
-	nd.state = "training";
+	nd.report.state = "training";
 	ck_assert_int_eq(strikes_new(&nd.trust.strikes, 2, err), 0);
 	strikes_on_quarantine(nd.trust.strikes, node_trust_quarantined, &nd);
 }

@@ -201,19 +201,22 @@ soma_status(node *n, json_t *o)
 static json_t *
 round_times_json(const node *n)
 {
-	int64_t k, first = n->round_times_n > NODE_ROUND_TIMES ?
-	    n->round_times_n - NODE_ROUND_TIMES : 0;
+	const node_report *r = node_report_of(n);
+	int64_t k, first = r->round_times_n > NODE_ROUND_TIMES ?
+	    r->round_times_n - NODE_ROUND_TIMES : 0;
 	json_t *a = json_array();
 
-	for (k = first; a != NULL && k < n->round_times_n; k++)
+	for (k = first; a != NULL && k < r->round_times_n; k++)
 		json_array_append_new(a, json_real(
-		    n->round_times[k % NODE_ROUND_TIMES]));
+		    r->round_times[k % NODE_ROUND_TIMES]));
 	return json_pack("{s:I,s:o*}", "first", (json_int_t)first, "s", a);
 }
 
 char *
 api_status_json(node *n, size_t *len)
 {
+	const node_report *r = node_report_of(n);
+	const node_ckpt *ck = node_ckpt_of(n);
 	json_t *o = json_object();
 	uint64_t in[PEERS_KINDS] = { 0 }, out[PEERS_KINDS] = { 0 };
 	char *text;
@@ -237,33 +240,33 @@ api_status_json(node *n, size_t *len)
 		    node_trust_tls(n))));
 	if (n->metrics != NULL)
 		json_object_set_new(o, "metrics", json_string(n->metrics_addr));
-	json_object_set_new(o, "state", json_string(n->state));
-	if (n->error[0])
-		json_object_set_new(o, "error", json_string(n->error));
-	json_object_set_new(o, "step", json_integer(n->step));
+	json_object_set_new(o, "state", json_string(r->state));
+	if (r->error[0])
+		json_object_set_new(o, "error", json_string(r->error));
+	json_object_set_new(o, "step", json_integer(r->step));
 	json_object_set_new(o, "steps", json_integer(n->soma ?
 	    n->spec.soma.steps : n->spec.steps));
-	json_object_set_new(o, "round", json_integer(n->round));
+	json_object_set_new(o, "round", json_integer(r->round));
 	json_object_set_new(o, "overlap_rounds", json_boolean(n->overlap));
-	json_object_set_new(o, "steps_overlapped", json_integer(n->overlapped));
-	json_object_set_new(o, "loss", json_real(n->loss));
+	json_object_set_new(o, "steps_overlapped", json_integer(r->overlapped));
+	json_object_set_new(o, "loss", json_real(r->loss));
 	json_object_set_new(o, "positions_per_s",
-	    json_real(n->positions_per_s));
-	json_object_set_new(o, "steps_per_s", json_real(n->positions_per_s /
+	    json_real(r->positions_per_s));
+	json_object_set_new(o, "steps_per_s", json_real(r->positions_per_s /
 	    step_positions(n)));
-	if (n->have_share) {
-		json_object_set_new(o, "heldout_share", json_real(n->share));
+	if (r->have_share) {
+		json_object_set_new(o, "heldout_share", json_real(r->share));
 		json_object_set_new(o, "heldout_share_step",
-		    json_integer(n->share_step));
+		    json_integer(r->share_step));
 	}
 	json_object_set_new(o, "checkpoint", json_pack("{s:I,s:I,s:I,s:s}",
-	    "step", (json_int_t)n->ckpt_step, "round",
-	    (json_int_t)n->ckpt_round, "bytes", (json_int_t)n->ckpt_len,
-	    "sha256", n->etag));
-	json_object_set_new(o, "uptime_s", json_real(kn_now() - n->started));
-	json_object_set_new(o, "training_s", n->train_began > 0 ?
-	    json_real((n->train_ended > 0 ? n->train_ended : kn_now()) -
-	    n->train_began) : json_null());
+	    "step", (json_int_t)ck->step, "round",
+	    (json_int_t)ck->round, "bytes", (json_int_t)ck->len,
+	    "sha256", ck->etag));
+	json_object_set_new(o, "uptime_s", json_real(kn_now() - r->started));
+	json_object_set_new(o, "training_s", r->train_began > 0 ?
+	    json_real((r->train_ended > 0 ? r->train_ended : kn_now()) -
+	    r->train_began) : json_null());
 	json_object_set_new(o, "round_times", round_times_json(n));
 	json_object_set_new(o, "backend", json_string(n->backend_desc));
 	for (i = 0; i < n->peers.n; i++)
@@ -272,19 +275,19 @@ api_status_json(node *n, size_t *len)
 			out[k] += n->peers.v[i].bytes_out[k];
 		}
 	for (k = 0; k < PEERS_KINDS; k++) {
-		in[k] += n->client_in[k];
-		out[k] += n->client_out[k];
+		in[k] += r->client_in[k];
+		out[k] += r->client_out[k];
 	}
 	json_object_set_new(o, "bytes", bytes_json(in, out));
-	json_object_set_new(o, "client_bytes", bytes_json(n->client_in,
-	    n->client_out));
+	json_object_set_new(o, "client_bytes", bytes_json(r->client_in,
+	    r->client_out));
 	json_object_set_new(o, "peers", peers_json(n));
 	json_object_set_new(o, "strikes", strikes_json(n));
-	json_object_set_new(o, "rollbacks", json_integer(n->rollbacks));
-	if (n->rollbacks > 0)
+	json_object_set_new(o, "rollbacks", json_integer(r->rollbacks));
+	if (r->rollbacks > 0)
 		json_object_set_new(o, "rolled_back", json_pack("{s:I,s:I}",
-		    "step", (json_int_t)n->rolled_back_step, "round",
-		    (json_int_t)n->rolled_back_round));
+		    "step", (json_int_t)r->rolled_back_step, "round",
+		    (json_int_t)r->rolled_back_round));
 	if (n->predicted != NULL)
 		json_object_set_new(o, "predicted", pd_status_json(n->predicted,
 		    &n->peers));
@@ -423,6 +426,7 @@ strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
 char *
 api_metrics_text(node *n, size_t *outlen)
 {
+	const node_report *r = node_report_of(n);
 	char *b = NULL;
 	size_t len = 0, cap = 0;
 	int i, k;
@@ -431,50 +435,50 @@ api_metrics_text(node *n, size_t *outlen)
 		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
 		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
 		    "expert=\"%d\"} %" PRId64 "\n", node_soma_of(n)->expert,
-		    n->step);
+		    r->step);
 	else
 		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
 		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
 		    "block=\"%d\",replica=\"%d\"} %" PRId64 "\n",
-		    n->cfg.block, n->replica, n->step);
+		    n->cfg.block, n->replica, r->step);
 	metric(&b, &len, &cap, "# HELP blocktrain_rounds_total Averaging "
 	    "rounds completed.\n# TYPE blocktrain_rounds_total counter\n"
-	    "blocktrain_rounds_total %" PRId64 "\n", n->round);
+	    "blocktrain_rounds_total %" PRId64 "\n", r->round);
 	metric(&b, &len, &cap, "# HELP blocktrain_steps_overlapped_total "
 	    "Training steps taken while a round of this replica was in "
 	    "flight (overlap_rounds).\n# TYPE blocktrain_steps_overlapped_total "
 	    "counter\nblocktrain_steps_overlapped_total %" PRId64 "\n",
-	    n->overlapped);
+	    r->overlapped);
 	metric(&b, &len, &cap, "# HELP blocktrain_loss Training loss of the "
 	    "last step.\n# TYPE blocktrain_loss gauge\nblocktrain_loss %.6f\n",
-	    n->loss);
+	    r->loss);
 	metric(&b, &len, &cap, "# HELP blocktrain_positions_per_second "
 	    "Training throughput.\n# TYPE blocktrain_positions_per_second "
 	    "gauge\nblocktrain_positions_per_second %.1f\n",
-	    n->positions_per_s);
+	    r->positions_per_s);
 	metric(&b, &len, &cap, "# HELP blocktrain_steps_per_second Training "
 	    "steps per second.\n# TYPE blocktrain_steps_per_second gauge\n"
-	    "blocktrain_steps_per_second %.3f\n", n->positions_per_s /
+	    "blocktrain_steps_per_second %.3f\n", r->positions_per_s /
 	    step_positions(n));
 	if (n->soma)
 		soma_metrics(n, &b, &len, &cap);
-	if (n->have_share)
+	if (r->have_share)
 		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
 		    "This block's share of the held-out bound, nats per byte.\n"
 		    "# TYPE blocktrain_heldout_share_nats gauge\n"
 		    "blocktrain_heldout_share_nats %.6f\n"
 		    "# HELP blocktrain_heldout_share_step Step at which the share "
 		    "was measured.\n# TYPE blocktrain_heldout_share_step gauge\n"
-		    "blocktrain_heldout_share_step %" PRId64 "\n", n->share,
-		    n->share_step);
+		    "blocktrain_heldout_share_step %" PRId64 "\n", r->share,
+		    r->share_step);
 	metric(&b, &len, &cap, "# HELP blocktrain_bytes_total Bytes exchanged, "
 	    "by peer, direction and kind.\n# TYPE blocktrain_bytes_total "
 	    "counter\n");
 	for (i = 0; i <= n->peers.n; i++) {
 		const uint64_t *in = i < n->peers.n ? n->peers.v[i].bytes_in :
-		    n->client_in;
+		    r->client_in;
 		const uint64_t *out = i < n->peers.n ? n->peers.v[i].bytes_out :
-		    n->client_out;
+		    r->client_out;
 		const char *who = i < n->peers.n ? n->peers.v[i].addr : "clients";
 
 		if (i < n->peers.n && n->peers.v[i].self)
@@ -511,7 +515,7 @@ api_metrics_text(node *n, size_t *outlen)
 	    "trainer went back to its last good checkpoint (a non-finite "
 	    "loss, unhealthy weights) instead of stopping.\n# TYPE "
 	    "blocktrain_rollbacks_total counter\nblocktrain_rollbacks_total %"
-	    PRId64 "\n", n->rollbacks);
+	    PRId64 "\n", r->rollbacks);
 	if (n->predicted != NULL) {
 		char *pd = pd_metrics_text(n->predicted, &n->peers);
 
@@ -563,26 +567,27 @@ api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
 static void
 serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 {
+	const node_ckpt *ck = node_ckpt_of(n);
 	const char *inm = hs_request_header(req, "If-None-Match");
 	char etag[80];
 
-	if (n->ckpt == NULL) {
+	if (ck->data == NULL) {
 		hs_response_text(res, 503, n->soma ? "no checkpoint yet: the "
 		    "expert publishes one at its first validation" :
 		    "no checkpoint yet: the block is starting");
 		return;
 	}
-	snprintf(etag, sizeof(etag), "\"%s\"", n->etag);
+	snprintf(etag, sizeof(etag), "\"%s\"", ck->etag);
 	hs_response_header(res, "ETag", etag);
 	if (inm != NULL && (strcmp(inm, etag) == 0 ||
-	    strcmp(inm, n->etag) == 0)) {
+	    strcmp(inm, ck->etag) == 0)) {
 		hs_response_status(res, 304);
 		return;
 	}
 	hs_response_status(res, 200);
-	hs_response_body_shared(res, "application/x-msgpack", n->ckpt_body);
+	hs_response_body_shared(res, "application/x-msgpack", ck->body);
 	log_info("sent the checkpoint of step %" PRId64 " (%zu bytes) to %s",
-	    n->ckpt_step, n->ckpt_len, req->peer);
+	    ck->step, ck->len, req->peer);
 }
 
 /* The expert's held-out scores (proto/heldout.h), served as they are. */
@@ -672,7 +677,7 @@ is_get(const hs_request *req)
 static void
 not_allowed(node *n, const hs_request *req, hs_response *res)
 {
-	n->client_errors++;
+	n->api.client_errors++;
 	hs_response_header(res, "Allow", "GET, HEAD");
 	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
 	    req->path);
@@ -726,7 +731,7 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 		return 0;
 	used += 8;
 	meter(n, res, req, PEERS_KIND_UPDATE);
-	if (n->rounds == NULL) {
+	if (node_rounds_of(n) == NULL) {
 		if (n->soma)
 			hs_response_text(res, 404, "expert %d exchanges no "
 			    "updates", node_soma_of(n)->expert);
@@ -735,7 +740,7 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 			    "it exchanges no updates", n->cfg.block);
 		return 1;
 	}
-	return rounds_handle(n->rounds, req, res, round, rest + used);
+	return rounds_handle(node_rounds_of(n), req, res, round, rest + used);
 }
 
 /* POST /v1/strikes/clear: the operator's clear of every quarantine and
@@ -747,7 +752,7 @@ post_strikes_clear(node *n, const hs_request *req, hs_response *res)
 	int lifted;
 
 	if (strcmp(req->method, "POST") != 0) {
-		n->client_errors++;
+		n->api.client_errors++;
 		hs_response_header(res, "Allow", "POST");
 		hs_response_text(res, 405, "%s is not allowed on %s: POST "
 		    "clears the strikes", req->method, req->path);
@@ -755,7 +760,7 @@ post_strikes_clear(node *n, const hs_request *req, hs_response *res)
 	}
 	if (node_trust_tls(n) != NULL && (req->peer_id == NULL ||
 	    peers_client_find(&n->peers, req->peer_id) < 0)) {
-		n->client_errors++;
+		n->api.client_errors++;
 		hs_response_text(res, 403, "only an operator (a client line of "
 		    "the peer list) may clear strikes");
 		return;
@@ -790,7 +795,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	int64_t block;
 	size_t used;
 
-	n->requests++;
+	n->api.requests++;
 	if (route(n, req, res, req->path))
 		return;
 	if (strcmp(req->path, "/v1/strikes/clear") == 0) {
@@ -808,7 +813,7 @@ api_handle(void *ctx, const hs_request *req, hs_response *res)
 	    p[used] == '/' && route_block(n, req, res, block, p + used + 1))
 		return;
 	meter(n, res, req, PEERS_KIND_OTHER);
-	n->client_errors++;
+	n->api.client_errors++;
 	hs_response_text(res, 404, "no such resource: %s %s (see "
 	    "proto/PROTOCOL.md)", req->method, req->path);
 }

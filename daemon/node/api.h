@@ -4,9 +4,17 @@
 #define SM_API_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/net/http_server.h"
-#include "daemon/node/node.h"
+
+struct node;
+
+/* api.c's part of struct node: what it counts of the requests it
+ * answers, written by api.c only. */
+typedef struct api_counters {
+	uint64_t requests, client_errors;
+} api_counters;
 
 /* The hs_server handler; ctx is the node. */
 void api_handle(void *ctx, const hs_request *req, hs_response *res);
@@ -17,8 +25,8 @@ void api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
 /* The handler of the metrics listener: GET /metrics and nothing else. */
 void api_metrics_handle(void *ctx, const hs_request *req, hs_response *res);
 /* The status as JSON text (malloc'd), for /v1/status and the log. */
-char *api_status_json(node *n, size_t *len);
+char *api_status_json(struct node *n, size_t *len);
 /* The Prometheus text of /metrics (malloc'd). */
-char *api_metrics_text(node *n, size_t *len);
+char *api_metrics_text(struct node *n, size_t *len);
 
 #endif

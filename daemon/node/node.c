@@ -33,8 +33,8 @@ node_meter(node *n, int peer, int kind, uint64_t in, uint64_t out)
 		n->peers.v[peer].bytes_in[kind] += in;
 		n->peers.v[peer].bytes_out[kind] += out;
 	} else {
-		n->client_in[kind] += in;
-		n->client_out[kind] += out;
+		n->report.client_in[kind] += in;
+		n->report.client_out[kind] += out;
 	}
 }
 
@@ -80,8 +80,8 @@ on_cron(uv_timer_t *t)
 		return;
 	node_trust_cut_quarantined(n);
 	pw_poll(&n->watch);
-	if (n->rounds != NULL)
-		rounds_cron(n->rounds);
+	if (n->training.rounds != NULL)
+		rounds_cron(n->training.rounds);
 }
 
 static void
@@ -95,17 +95,17 @@ install_checkpoint(node *n, wk_event *ev)
 		    ": still serving the one before", ev->step);
 		return;
 	}
-	hs_shared_unref(n->ckpt_body);
-	n->ckpt_body = b;
-	n->ckpt = hs_shared_data(b);
-	n->ckpt_len = ev->len;
-	memcpy(n->etag, ev->etag, sizeof(n->etag));
-	n->ckpt_step = ev->step;
-	n->ckpt_round = ev->round;
-	n->round = ev->round;
-	if (n->rounds != NULL)
-		rounds_on_checkpoint(n->rounds, n->ckpt_step, n->ckpt_round,
-		    n->etag);
+	hs_shared_unref(n->ckpt.body);
+	n->ckpt.body = b;
+	n->ckpt.data = hs_shared_data(b);
+	n->ckpt.len = ev->len;
+	memcpy(n->ckpt.etag, ev->etag, sizeof(n->ckpt.etag));
+	n->ckpt.step = ev->step;
+	n->ckpt.round = ev->round;
+	n->report.round = ev->round;
+	if (n->training.rounds != NULL)
+		rounds_on_checkpoint(n->training.rounds, n->ckpt.step,
+		    n->ckpt.round, n->ckpt.etag);
 }
 
 static void shutdown_node(node *n);
@@ -114,10 +114,10 @@ static void shutdown_node(node *n);
 static void
 on_worker_error(node *n, const char *msg)
 {
-	snprintf(n->error, sizeof(n->error), "%s", msg);
+	snprintf(n->report.error, sizeof(n->report.error), "%s", msg);
 	log_warnx("%s", msg);
-	n->state = "error";
-	n->worker_done = 1;
+	n->report.state = "error";
+	n->training.worker_done = 1;
 	n->exit_code = 1;
 	shutdown_node(n);
 }
@@ -126,11 +126,11 @@ on_worker_error(node *n, const char *msg)
 static void
 note_round_time(node *n)
 {
-	if (n->train_began <= 0)
+	if (n->report.train_began <= 0)
 		return;
-	n->round_times[n->round_times_n % NODE_ROUND_TIMES] = kn_now() -
-	    n->train_began;
-	n->round_times_n++;
+	n->report.round_times[n->report.round_times_n % NODE_ROUND_TIMES] =
+	    kn_now() - n->report.train_began;
+	n->report.round_times_n++;
 }
 
 static void
@@ -138,22 +138,23 @@ on_round_ready(node *n, wk_event *ev)
 {
 	/* progress is sent at most every 0.2 s: the step the round waits
 	 * at is this one */
-	n->step = ev->step;
-	n->in_round = n->rounds != NULL;
+	n->report.step = ev->step;
+	n->training.in_round = n->training.rounds != NULL;
 	/* overlapped, the trainer goes on while the round is out */
 	if (!n->overlap)
-		n->state = "round";
-	if (n->rounds == NULL || n->overlap)
+		n->report.state = "round";
+	if (n->training.rounds == NULL || n->overlap)
 		note_round_time(n);
-	if (n->rounds == NULL) {
+	if (n->training.rounds == NULL) {
 		/* one replica: nothing to average, keep the local weights */
-		wk_commit_none(n->worker, ev->round);
-		n->state = "training";
+		wk_commit_none(n->training.worker, ev->round);
+		n->report.state = "training";
 		return;
 	}
 	if (n->predicted != NULL)
 		pd_on_round(n->predicted, kn_now(), &n->peers);
-	rounds_on_update(n->rounds, ev->round, ev->step, ev->delta, ev->count);
+	rounds_on_update(n->training.rounds, ev->round, ev->step, ev->delta,
+	    ev->count);
 }
 
 /* The trainer rolled back to the last good checkpoint instead of going
@@ -163,10 +164,10 @@ on_round_ready(node *n, wk_event *ev)
 static void
 on_rolled_back(node *n, const wk_event *ev)
 {
-	n->rollbacks++;
-	n->rolled_back_step = ev->step;
-	n->rolled_back_round = ev->round;
-	snprintf(n->error, sizeof(n->error), "step %lld: %.200s",
+	n->report.rollbacks++;
+	n->report.rolled_back_step = ev->step;
+	n->report.rolled_back_round = ev->round;
+	snprintf(n->report.error, sizeof(n->report.error), "step %lld: %.200s",
 	    (long long)ev->step, ev->msg);
 	log_warnx("step %lld: %s (step %lld, round %lld); training goes on",
 	    (long long)ev->step, ev->msg, (long long)ev->ckpt_step,
@@ -175,8 +176,8 @@ on_rolled_back(node *n, const wk_event *ev)
 	    "checkpoint of step %lld round %lld: %s", (long long)ev->step,
 	    (long long)ev->round, (long long)ev->ckpt_step,
 	    (long long)ev->ckpt_round, ev->msg);
-	if (n->on_rollback != NULL)
-		n->on_rollback(n, ev->round, ev->step);
+	if (n->training.on_rollback != NULL)
+		n->training.on_rollback(n, ev->round, ev->step);
 }
 
 static void node_refused(node *n, int peer, int kind, const char *why);
@@ -189,17 +190,17 @@ on_soma_event(node *n, wk_event *ev)
 {
 	switch (ev->kind) {
 	case WK_STARTED:
-		n->step = ev->step;
-		n->state = "training";
+		n->report.step = ev->step;
+		n->report.state = "training";
 		break;
 	case WK_PROGRESS:
-		n->step = ev->step;
-		n->loss = ev->loss;
-		n->positions_per_s = ev->positions_per_s;
+		n->report.step = ev->step;
+		n->report.loss = ev->loss;
+		n->report.positions_per_s = ev->positions_per_s;
 		break;
 	case WK_DONE:
-		n->state = "done";
-		n->worker_done = 1;
+		n->report.state = "done";
+		n->training.worker_done = 1;
 		break;
 	default:
 		break;
@@ -214,10 +215,10 @@ on_event(void *ctx, wk_event *ev)
 {
 	node *n = ctx;
 
-	if (ev->kind == WK_STARTED && n->train_began == 0)
-		n->train_began = kn_now();
-	else if (ev->kind == WK_DONE && n->train_ended == 0)
-		n->train_ended = kn_now();
+	if (ev->kind == WK_STARTED && n->report.train_began == 0)
+		n->report.train_began = kn_now();
+	else if (ev->kind == WK_DONE && n->report.train_ended == 0)
+		n->report.train_ended = kn_now();
 	if (n->soma && on_soma_event(n, ev)) {
 		wk_event_free(ev);
 		return;
@@ -225,21 +226,22 @@ on_event(void *ctx, wk_event *ev)
 	switch (ev->kind) {
 	case WK_STARTED:
 		install_checkpoint(n, ev);
-		n->step = ev->step;
+		n->report.step = ev->step;
 		if (n->predicted != NULL)
 			pd_on_step(n->predicted, kn_now(), ev->step);
-		n->state = n->step >= n->spec.steps ? "done" : "training";
+		n->report.state = n->report.step >= n->spec.steps ? "done" :
+		    "training";
 		log_info("block %d replica %d/%d: training from step %lld "
 		    "(round %lld) of %d", n->cfg.block, n->replica, n->replicas,
 		    (long long)ev->step, (long long)ev->round, n->spec.steps);
 		node_journal(n, "start step %lld round %lld checkpoint %s",
-		    (long long)ev->step, (long long)ev->round, n->etag);
+		    (long long)ev->step, (long long)ev->round, n->ckpt.etag);
 		break;
 	case WK_PROGRESS:
-		n->step = ev->step;
-		n->loss = ev->loss;
-		n->positions_per_s = ev->positions_per_s;
-		n->overlapped = ev->overlapped;
+		n->report.step = ev->step;
+		n->report.loss = ev->loss;
+		n->report.positions_per_s = ev->positions_per_s;
+		n->report.overlapped = ev->overlapped;
 		if (n->predicted != NULL)
 			pd_on_step(n->predicted, kn_now(), ev->step);
 		/* a replica alone: the worker reports every H steps (a
@@ -249,20 +251,20 @@ on_event(void *ctx, wk_event *ev)
 			note_round_time(n);
 		break;
 	case WK_SHARE:
-		n->share = ev->share;
-		n->share_step = ev->step;
-		n->have_share = 1;
+		n->report.share = ev->share;
+		n->report.share_step = ev->step;
+		n->report.have_share = 1;
 		log_info("step %lld: held-out share %.4f nats/byte",
 		    (long long)ev->step, ev->share);
 		break;
 	case WK_CHECKPOINT:
-		if (n->rounds != NULL && ev->round != n->ckpt_round)
+		if (n->training.rounds != NULL && ev->round != n->ckpt.round)
 			node_journal(n, "round %lld done: step %lld checkpoint %s",
 			    (long long)ev->round - 1, (long long)ev->step, ev->etag);
 		install_checkpoint(n, ev);
 		log_debug("checkpoint at step %lld, round %lld, %zu bytes, "
 		    "sha256 %.16s...", (long long)ev->step, (long long)ev->round,
-		    n->ckpt_len, n->etag);
+		    n->ckpt.len, n->ckpt.etag);
 		break;
 	case WK_ROUND_READY:
 		on_round_ready(n, ev);
@@ -274,8 +276,8 @@ on_event(void *ctx, wk_event *ev)
 		node_refused(n, ev->peer, (int)ev->refusal, ev->msg);
 		break;
 	case WK_DONE:
-		n->state = "done";
-		n->worker_done = 1;
+		n->report.state = "done";
+		n->training.worker_done = 1;
 		if (n->stopping)
 			shutdown_node(n);
 		log_info("all %d steps trained; serving the checkpoint",
@@ -283,24 +285,25 @@ on_event(void *ctx, wk_event *ev)
 		break;
 	case WK_STOPPED:
 		log_info("stopped at step %lld with a checkpoint",
-		    (long long)n->ckpt_step);
+		    (long long)n->ckpt.step);
 		shutdown_node(n);
 		break;
 	case WK_PAUSED:
 		/* the checkpoint served stays; the WK_WARNING says why */
 		if (!n->stopping)
-			n->state = "paused";
-		n->step = ev->step;
+			n->report.state = "paused";
+		n->report.step = ev->step;
 		break;
 	case WK_RESUMED:
 		if (!n->stopping)
-			n->state = "training";
-		n->error[0] = '\0';
+			n->report.state = "training";
+		n->report.error[0] = '\0';
 		log_info("%s", ev->msg);
 		break;
 	case WK_WARNING:
 		/* the thread goes on: reported, not fatal */
-		snprintf(n->error, sizeof(n->error), "%s", ev->msg);
+		snprintf(n->report.error, sizeof(n->report.error), "%s",
+		    ev->msg);
 		log_warnx("%s", ev->msg);
 		break;
 	case WK_ERROR:
@@ -336,12 +339,12 @@ shutdown_node(node *n)
 	uv_close((uv_handle_t *)&n->sighup, on_closed_handle);
 	/* first: a compute probe holds the trainer until it is done */
 	pb_close(n->probe);
-	if (n->worker != NULL) {
-		wk_close(n->worker, NULL, NULL);
-		n->worker = NULL;
+	if (n->training.worker != NULL) {
+		wk_close(n->training.worker, NULL, NULL);
+		n->training.worker = NULL;
 	}
-	rounds_free(n->rounds);
-	n->rounds = NULL;
+	rounds_free(n->training.rounds);
+	n->training.rounds = NULL;
 	hs_server_close(n->http, NULL, NULL);
 	if (n->metrics != NULL)
 		hs_server_close(n->metrics, NULL, NULL);
@@ -361,9 +364,9 @@ on_stop_signal(uv_signal_t *h, int sig)
 	log_info("%s: stopping at the next step boundary",
 	    sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	n->stopping = 1;
-	n->state = "stopping";
-	if (n->worker != NULL && !n->worker_done)
-		wk_stop(n->worker);
+	n->report.state = "stopping";
+	if (n->training.worker != NULL && !n->training.worker_done)
+		wk_stop(n->training.worker);
 	else
 		shutdown_node(n);
 }
@@ -389,7 +392,8 @@ peers_acceptable(node *n, const peers_list *fresh, int *i)
 		    n->cfg.block);
 		return 0;
 	}
-	if (n->rounds != NULL ? !rounds_same_replicas(n->rounds, fresh) :
+	if (n->training.rounds != NULL ?
+	    !rounds_same_replicas(n->training.rounds, fresh) :
 	    peers_replicas(fresh, n->cfg.block) != 1) {
 		log_warnx("SIGHUP: the replicas of block %d changed; that needs "
 		    "a restart of them all, keeping the old list", n->cfg.block);
@@ -466,8 +470,8 @@ on_hup(uv_signal_t *h, int sig)
 	peers_free(&n->peers);
 	n->peers = fresh;
 	n->self = i;
-	if (n->rounds != NULL)
-		rounds_remap(n->rounds);
+	if (n->training.rounds != NULL)
+		rounds_remap(n->training.rounds);
 	log_info("SIGHUP: peer list reloaded, %d peers, %d clients",
 	    n->peers.n, n->peers.nclients);
 	node_trust_reloaded(n);
@@ -651,8 +655,8 @@ node_rounds_commit(void *arg, rounds_outcome *ro)
 		o.extra_peer[i] = ro->extra_peer[i];
 	}
 	o.extras = i;
-	if (n->worker != NULL)
-		wk_commit_round(n->worker, &o);
+	if (n->training.worker != NULL)
+		wk_commit_round(n->training.worker, &o);
 	else {
 		for (i = 0; i < o.count; i++)
 			free(o.update[i]);
@@ -662,8 +666,8 @@ node_rounds_commit(void *arg, rounds_outcome *ro)
 	}
 	if (!n->overlap)
 		note_round_time(n);
-	n->state = "training";
-	n->in_round = 0;
+	n->report.state = "training";
+	n->training.in_round = 0;
 }
 
 static int
@@ -700,7 +704,7 @@ start_rounds(node *n, char *err)
 	rc.count = kn_model_params_for(&(kn_model_shape){ n->spec.width,
 	    n->spec.heads, pr_spec_layers(&n->spec, n->cfg.block - 1),
 	    n->spec.window, 0, 0 });
-	return rounds_new(&n->rounds, &rc, err);
+	return rounds_new(&n->training.rounds, &rc, err);
 }
 
 static int
@@ -710,7 +714,8 @@ start_worker(node *n, char *err)
 
 	if (n->soma) {
 		node_soma_worker_opts(&n->xp, n, &wo);
-		return wk_start(&n->worker, n->loop, &wo, on_event, n, err);
+		return wk_start(&n->training.worker, n->loop, &wo, on_event,
+		    n, err);
 	}
 	memset(&wo, 0, sizeof(wo));
 	wo.train.spec = &n->spec;
@@ -730,7 +735,7 @@ start_worker(node *n, char *err)
 	wo.local_steps = n->spec.local_steps;
 	wo.overlap = n->overlap;
 	wo.threads = n->cfg.threads;
-	return wk_start(&n->worker, n->loop, &wo, on_event, n, err);
+	return wk_start(&n->training.worker, n->loop, &wo, on_event, n, err);
 }
 
 static void
@@ -786,8 +791,8 @@ node_probe_in_round(void *arg, int64_t *round)
 {
 	const node *n = arg;
 
-	*round = n->round;
-	return n->in_round;
+	*round = n->report.round;
+	return n->training.in_round;
 }
 
 static int
@@ -817,7 +822,7 @@ node_probe_trainer(void *arg)
 {
 	const node *n = arg;
 
-	return n->worker_done ? NULL : n->worker;
+	return n->training.worker_done ? NULL : n->training.worker;
 }
 
 /* The peer watch's view of the node. */
@@ -837,8 +842,8 @@ node_watch_checkpoint(void *arg, int peer, int64_t step, int64_t round,
 {
 	node *n = arg;
 
-	if (n->rounds != NULL)
-		rounds_diverged(n->rounds, peer, step, round, sha256);
+	if (n->training.rounds != NULL)
+		rounds_diverged(n->training.rounds, peer, step, round, sha256);
 }
 
 static void
@@ -896,8 +901,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 
 	n->loop = loop;
 	n->be = be;
-	n->started = kn_now();
-	n->state = "starting";
+	n->report.started = kn_now();
+	n->report.state = "starting";
 	hs_config_defaults(&hcfg);
 	hcfg.max_body_bytes = n->cfg.max_body ? n->cfg.max_body :
 	    kn_model_params_for(&(kn_model_shape){ n->spec.width,
@@ -964,12 +969,30 @@ node_free(node *n)
 	n->probe = NULL;
 	pd_free(n->predicted);
 	n->predicted = NULL;
-	hs_shared_unref(n->ckpt_body);
-	n->ckpt_body = NULL;
+	hs_shared_unref(n->ckpt.body);
+	n->ckpt.body = NULL;
 	node_soma_free(&n->xp);
 	free(n->spec_body);
 	peers_free(&n->peers);
 	node_trust_free(n);
-	n->ckpt = NULL;
+	n->ckpt.data = NULL;
 	n->spec_body = NULL;
+}
+
+const node_report *
+node_report_of(const node *n)
+{
+	return &n->report;
+}
+
+const node_ckpt *
+node_ckpt_of(const node *n)
+{
+	return &n->ckpt;
+}
+
+rounds *
+node_rounds_of(const node *n)
+{
+	return n->training.rounds;
 }

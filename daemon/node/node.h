@@ -15,6 +15,7 @@
 #include "daemon/core/peers.h"
 #include "daemon/rounds/rounds.h"
 #include "daemon/core/strikes.h"
+#include "daemon/node/api.h"
 #include "daemon/node/node_soma.h"
 #include "daemon/node/node_trust.h"
 #include "daemon/node/peer_watch.h"
@@ -25,37 +26,13 @@
 /* Who a meter charges that is not a peer of the list: tools, clients. */
 #define NODE_CLIENT (-1)
 
-typedef struct node {
-	uv_loop_t *loop;
-	cf_config cfg;
-	pr_spec spec;
-	char run_id[PR_RUN_ID_LEN];
-	char *spec_body;                /* canonical msgpack, for /v1/spec */
-	size_t spec_len;
-	peers_list peers;
-	int self;                       /* our line in the peer list */
-	int replica, replicas;          /* among the peers of our block */
-	const kn_backend *be;
-	char backend_desc[256];
-	hs_server *http;
-	hs_server *metrics;             /* plain /metrics; NULL when off */
-	char metrics_addr[CF_HOST_LEN + 8];
-	hc_client *client;
-	wk_worker *worker;
-	rounds *rounds;                 /* NULL with one replica */
-	node_trust trust;               /* node_trust.c: TLS, strikes */
-	pw_watch watch;                 /* peer_watch.c: the peers' health */
-	struct pb_state *probe;         /* probe.c */
-	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
-	/* our update is out and the round's outcome not back: probes wait */
-	int in_round;
-	uv_timer_t cron;
-	uv_signal_t sigterm, sigint, sighup;
-	/* what we report */
+/* What the node reports, in /v1/status and /metrics: written by node.c
+ * from the trainer's events, the rounds and the meter, read by the
+ * others through node_report_of. */
+typedef struct node_report {
 	const char *state;              /* starting, training, round, done, ... */
 	char error[256];
 	int64_t step, round;
-	int overlap;                    /* overlap_rounds, with replicas */
 	int64_t overlapped;             /* steps trained with a round out */
 	float loss;
 	double positions_per_s;
@@ -75,29 +52,77 @@ typedef struct node {
 #define NODE_ROUND_TIMES 64
 	double round_times[NODE_ROUND_TIMES];
 	int64_t round_times_n;
-	/* the latest checkpoint, served as is: peers download it while a
-	 * newer one replaces it, so responses share it (ckpt is its data) */
-	hs_shared *ckpt_body;
-	const char *ckpt;
-	size_t ckpt_len;
-	char etag[65];
-	int64_t ckpt_step, ckpt_round;
-	/* method = soma: the expert's part is node_soma.c's */
-	int soma;
-	node_soma xp;
-	/* bytes with callers that are not peers (tools, clients) */
-	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
-	uint64_t requests, client_errors;
 	/* roll-backs of the trainer to its last good checkpoint (a
 	 * non-finite loss, unhealthy weights), the latest's step and the
 	 * last round whose outcome it undid (-1: none, one replica) */
 	int64_t rollbacks, rolled_back_step, rolled_back_round;
+	/* bytes with callers that are not peers (tools, clients), by
+	 * node_meter; a peer's are in its line of the peer list */
+	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
+} node_report;
+
+/* The latest checkpoint, served as is: peers download it while a newer
+ * one replaces it, so responses share it (data is its bytes).  Written
+ * by node.c as the trainer posts one, read through node_ckpt_of. */
+typedef struct node_ckpt {
+	hs_shared *body;
+	const char *data;               /* NULL: none yet */
+	size_t len;
+	char etag[65];                  /* sha256 hex */
+	int64_t step, round;
+} node_ckpt;
+
+/* The trainer thread and the rounds of averaging, node.c's; the others
+ * reach the rounds through node_rounds_of and the trainer only through
+ * the callbacks node.c hands them. */
+typedef struct node_training {
+	wk_worker *worker;
+	int worker_done;                /* the trainer thread has ended */
+	rounds *rounds;                 /* NULL with one replica */
+	/* our update is out and the round's outcome not back: probes wait */
+	int in_round;
 	/* called at each roll-back with that round and step: where the
 	 * rounds learn which round's outcome to exclude; NULL: nobody */
 	void (*on_rollback)(struct node *n, int64_t round, int64_t step);
+} node_training;
+
+/* The daemon.  Its first fields are the run, set by blocktraind.c (cfg,
+ * backend_desc) and node.c (node_setup, node_start) and read by every
+ * module of node/; then one part per module, each written by its owner
+ * only and read by the others through the functions named beside it. */
+typedef struct node {
+	uv_loop_t *loop;
+	cf_config cfg;
+	pr_spec spec;
+	char run_id[PR_RUN_ID_LEN];
+	char *spec_body;                /* canonical msgpack, for /v1/spec */
+	size_t spec_len;
+	peers_list peers;
+	int self;                       /* our line in the peer list */
+	int replica, replicas;          /* among the peers of our block */
+	int overlap;                    /* overlap_rounds, with replicas */
+	int soma;                       /* method = soma: xp is our expert */
+	const kn_backend *be;
+	char backend_desc[256];
+	hs_server *http;
+	hs_server *metrics;             /* plain /metrics; NULL when off */
+	char metrics_addr[CF_HOST_LEN + 8];
+	hc_client *client;
+	uv_timer_t cron;
+	uv_signal_t sigterm, sigint, sighup;
 	int stopping;
-	int worker_done;                /* the trainer thread has ended */
 	int exit_code;
+	/* node.c's parts */
+	node_report report;             /* node_report_of */
+	node_ckpt ckpt;                 /* node_ckpt_of */
+	node_training training;         /* node_rounds_of */
+	/* the other modules' */
+	node_trust trust;               /* node_trust.c: node_trust_tls, ... */
+	node_soma xp;                   /* node_soma.c: node_soma_of */
+	api_counters api;               /* api.c */
+	pw_watch watch;                 /* peer_watch.c: the peers' health */
+	struct pb_state *probe;         /* probe.c, opaque */
+	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
 } node;
 
 /* Loads the spec and the peer list named by n->cfg (already validated)
@@ -109,6 +134,12 @@ int node_setup(node *n, char *err);
 int node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err);
 /* After uv_run has returned: frees what the node still holds. */
 void node_free(node *n);
+
+/* node.c's parts, read-only. */
+const node_report *node_report_of(const node *n);
+const node_ckpt *node_ckpt_of(const node *n);
+/* The rounds of averaging; NULL with one replica. */
+rounds *node_rounds_of(const node *n);
 
 /* Accounts a transfer with the peer at index peer of the list, or with
  * the clients (NODE_CLIENT, or an index that is not one). */

@@ -130,20 +130,20 @@ setup_node(node *n)
 	n->replica = 0;
 	n->replicas = 2;
 	snprintf(n->backend_desc, sizeof(n->backend_desc), "cpu (fuzz)");
-	n->state = "training";
-	n->started = kn_now();
+	n->report.state = "training";
+	n->report.started = kn_now();
 	for (i = 0; i < FZ_PARAMS; i++)
 		params[i] = 0.25f * (float)i;
 	snprintf(meta.run_id, sizeof(meta.run_id), "%s", n->run_id);
 	if (pr_ckpt_encode(&meta, fz_tensors, FZ_NTENSORS, params, &ckpt,
-	    &n->ckpt_len, err) != 0 ||
-	    pr_ckpt_sha256_hex(ckpt, n->ckpt_len, n->etag, err) != 0)
+	    &n->ckpt.len, err) != 0 ||
+	    pr_ckpt_sha256_hex(ckpt, n->ckpt.len, n->ckpt.etag, err) != 0)
 		setup_fail("checkpoint", err);
-	if ((n->ckpt_body = hs_shared_new(ckpt, n->ckpt_len)) == NULL)
+	if ((n->ckpt.body = hs_shared_new(ckpt, n->ckpt.len)) == NULL)
 		setup_fail("checkpoint", "out of memory");
-	n->ckpt = ckpt;
-	n->ckpt_step = meta.step;
-	n->ckpt_round = meta.round;
+	n->ckpt.data = ckpt;
+	n->ckpt.step = meta.step;
+	n->ckpt.round = meta.round;
 }
 
 static void
@@ -177,9 +177,10 @@ setup(void)
 	rc.ops = (rounds_ops){ .now = now, .meter = meter, .journal = journal,
 	    .commit = commit };
 	rc.arg = n;
-	if (rounds_new(&n->rounds, &rc, err) != 0)
+	if (rounds_new(&n->training.rounds, &rc, err) != 0)
 		setup_fail("rounds", err);
-	rounds_on_checkpoint(n->rounds, n->ckpt_step, n->ckpt_round, n->etag);
+	rounds_on_checkpoint(n->training.rounds, n->ckpt.step, n->ckpt.round,
+	    n->ckpt.etag);
 	/* the daemon's limits, with a body cap the corpus can reach */
 	hs_config_defaults(&hcfg);
 	hcfg.max_body_bytes = 1 << 16;
