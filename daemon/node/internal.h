@@ -1,5 +1,8 @@
-/* Private to the trainer thread's files (worker.c, worker_soma.c): the
- * worker itself and the thread side's ways to post events to the loop. */
+/* Private to the trainer thread's files (worker.c, worker_check.c,
+ * worker_soma.c, worker_post.c): the worker itself and the thread side's
+ * ways to post events to the loop.  The calls go one way: worker.c calls
+ * worker_check.c and worker_soma.c, and all three post through
+ * worker_post.c, which calls none of them. */
 #ifndef SM_DAEMON_NODE_INTERNAL_H
 #define SM_DAEMON_NODE_INTERNAL_H
 
@@ -37,6 +40,7 @@ struct wk_worker {
 	struct wk_check check;  /* the trainer thread's own */
 };
 
+/* worker_post.c: an event made, and posted to the loop. */
 void wk__post(wk_worker *w, wk_event *ev);
 wk_event *wk__event(wk_event_kind kind);
 /* kind: WK_ERROR when the thread ends, WK_WARNING when it goes on. */
