@@ -205,7 +205,7 @@ on_soma_event(node *n, wk_event *ev)
 	default:
 		break;
 	}
-	if (!node_soma_event(&n->xp, n, ev))
+	if (!node_soma_event(&n->soma_expert, n, ev))
 		return 0;
 	return ev->kind != WK_DONE || !n->stopping;
 }
@@ -539,8 +539,8 @@ node_setup(node *n, char *err)
 		return rc;
 	n->peers.v[n->self].self = 1;
 	if (n->soma) {
-		if ((rc = node_soma_setup(&n->xp, n, node_journal_line, n,
-		    err)) != 0)
+		if ((rc = node_soma_setup(&n->soma_expert, n,
+		    node_journal_line, n, err)) != 0)
 			return rc;
 		n->replica = 0;
 		n->replicas = 1;
@@ -713,7 +713,7 @@ start_worker(node *n, char *err)
 	wk_opts wo;
 
 	if (n->soma) {
-		node_soma_worker_opts(&n->xp, n, &wo);
+		node_soma_worker_opts(&n->soma_expert, n, &wo);
 		return wk_start(&n->training.worker, n->loop, &wo, on_event,
 		    n, err);
 	}
@@ -971,7 +971,7 @@ node_free(node *n)
 	n->predicted = NULL;
 	hs_shared_unref(n->ckpt.body);
 	n->ckpt.body = NULL;
-	node_soma_free(&n->xp);
+	node_soma_free(&n->soma_expert);
 	free(n->spec_body);
 	peers_free(&n->peers);
 	node_trust_free(n);

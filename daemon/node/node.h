@@ -101,7 +101,7 @@ typedef struct node {
 	int self;                       /* our line in the peer list */
 	int replica, replicas;          /* among the peers of our block */
 	int overlap;                    /* overlap_rounds, with replicas */
-	int soma;                       /* method = soma: xp is our expert */
+	int soma;                       /* method = soma: see soma_expert */
 	const kn_backend *be;
 	char backend_desc[256];
 	hs_server *http;
@@ -118,7 +118,7 @@ typedef struct node {
 	node_training training;         /* node_rounds_of */
 	/* the other modules' */
 	node_trust trust;               /* node_trust.c: node_trust_tls, ... */
-	node_soma xp;                   /* node_soma.c: node_soma_of */
+	node_soma soma_expert;          /* node_soma.c: node_soma_of */
 	api_counters api;               /* api.c */
 	pw_watch watch;                 /* peer_watch.c: the peers' health */
 	struct pb_state *probe;         /* probe.c, opaque */

@@ -193,5 +193,5 @@ node_soma_free(node_soma *s)
 const node_soma *
 node_soma_of(const node *n)
 {
-	return &n->xp;
+	return &n->soma_expert;
 }
