@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,4 +128,23 @@ cli_peer_request(const peers_entry *p, const char *method, const char *path,
 		tls_failure(p, rc, cerr, err);
 	curl_easy_cleanup(h);
 	return status;
+}
+
+/* GET /v1/status of p, parsed: what status, strikes and the pipeline
+ * and SOMA views of status all start from. */
+json_t *
+cli_status_fetch(const peers_entry *p, char *err)
+{
+	struct cli_body b;
+	json_error_t jerr;
+	json_t *root = NULL;
+	long st;
+
+	st = cli_peer_get(p, "/v1/status", 1 << 20, 3000, &b, err);
+	if (st == 200 && (root = json_loadb(b.data, b.len, 0, &jerr)) == NULL)
+		kn_error(err, KN_EINVAL, "bad status JSON: %s", jerr.text);
+	else if (st != 200 && st != 0)
+		kn_error(err, KN_EIO, "HTTP %ld", st);
+	free(b.data);
+	return root;
 }
