@@ -130,65 +130,18 @@ note(const char *what, const hr_match *m)
 		    strlen(own.last), " [%s]", m->rest);
 }
 
+/* Every row's handler: what it was asked and what matched, so that a
+ * test sees which row answered. */
 static void
-answer(hs_response *res, const char *what, const hr_match *m)
+handled(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	char what[64];
+
+	(void)ctx;
+	snprintf(what, sizeof(what), "%s %s", req->method, req->path);
 	note(what, m);
 	hs_response_text(res, 200, "%s", own.last);
-}
-
-static void
-get_a(void *ctx, const hs_request *req, hs_response *res,
-    const hr_match *m)
-{
-	(void)ctx;
-	(void)req;
-	answer(res, "get_a", m);
-}
-
-static void
-post_a(void *ctx, const hs_request *req, hs_response *res,
-    const hr_match *m)
-{
-	(void)ctx;
-	(void)req;
-	answer(res, "post_a", m);
-}
-
-static void
-post_op(void *ctx, const hs_request *req, hs_response *res,
-    const hr_match *m)
-{
-	(void)ctx;
-	(void)req;
-	answer(res, "post_op", m);
-}
-
-static void
-get_item(void *ctx, const hs_request *req, hs_response *res,
-    const hr_match *m)
-{
-	(void)ctx;
-	(void)req;
-	answer(res, "get_item", m);
-}
-
-static void
-post_update(void *ctx, const hs_request *req, hs_response *res,
-    const hr_match *m)
-{
-	(void)ctx;
-	(void)req;
-	answer(res, "post_update", m);
-}
-
-static void
-get_commit(void *ctx, const hs_request *req, hs_response *res,
-    const hr_match *m)
-{
-	(void)ctx;
-	(void)req;
-	answer(res, "get_commit", m);
 }
 
 static unsigned
@@ -234,8 +187,8 @@ sub_refuse(void *ctx, const hs_request *req, hs_response *res, int status,
 }
 
 static const hr_route sub_rows[] = {
-	{ "POST", "rounds/{n}/updates", ROLE_REPLICA, 2, post_update, NULL },
-	{ "GET", "rounds/{n}/commit", HR_ANYONE, HR_METER_KEEP, get_commit,
+	{ "POST", "rounds/{n}/updates", ROLE_REPLICA, 2, handled, NULL },
+	{ "GET", "rounds/{n}/commit", HR_ANYONE, HR_METER_KEEP, handled,
 	    NULL },
 };
 
@@ -256,10 +209,10 @@ sub_tree(void *ctx, const hs_request *req, hs_response *res,
 static const int64_t item_max[] = { 100 };
 
 static const hr_route rows[] = {
-	{ "GET", "/a", HR_ANYONE, 1, get_a, NULL },
-	{ "POST", "/a", HR_ANYONE, 1, post_a, NULL },
-	{ "POST", "/op", HR_OPERATOR, 1, post_op, NULL },
-	{ "GET", "/items/{n}", HR_PEER | HR_OPERATOR, 3, get_item, item_max },
+	{ "GET", "/a", HR_ANYONE, 1, handled, NULL },
+	{ "POST", "/a", HR_ANYONE, 5, handled, NULL },
+	{ "POST", "/op", HR_OPERATOR, 1, handled, NULL },
+	{ "GET", "/items/{n}", HR_PEER | HR_OPERATOR, 3, handled, item_max },
 	{ NULL, "/blocks/{n}/{*}", HR_ANYONE, 4, sub_tree, NULL },
 };
 
@@ -379,16 +332,19 @@ START_TEST(test_dispatch_rows)
 	struct reply r;
 
 	ck_assert_int_eq(ask(&r, "GET", "/a"), 200);
-	ck_assert_str_eq(r.body, "get_a\n");
+	ck_assert_str_eq(r.body, "GET /a\n");
 	ck_assert_int_eq(own.meter_kind, 1);
+	/* the row of the method, with its own meter kind */
 	ck_assert_int_eq(ask(&r, "POST", "/a"), 200);
-	ck_assert_str_eq(r.body, "post_a\n");
+	ck_assert_str_eq(r.body, "POST /a\n");
+	ck_assert_int_eq(own.meter_kind, 5);
 	/* HEAD goes where GET does */
 	own.last[0] = '\0';
 	ck_assert_int_eq(ask(&r, "HEAD", "/a"), 200);
-	ck_assert_str_eq(own.last, "get_a");
+	ck_assert_str_eq(own.last, "HEAD /a");
+	ck_assert_int_eq(own.meter_kind, 1);
 	ck_assert_int_eq(ask(&r, "GET", "/items/100"), 200);
-	ck_assert_str_eq(r.body, "get_item 100\n");
+	ck_assert_str_eq(r.body, "GET /items/100 100\n");
 	ck_assert_int_eq(own.meter_kind, 3);
 	ck_assert(!r.has_allow);
 }
@@ -454,10 +410,10 @@ START_TEST(test_dispatch_sub_tree)
 	struct reply r;
 
 	ck_assert_int_eq(ask(&r, "POST", "/blocks/5/rounds/9/updates"), 200);
-	ck_assert_str_eq(r.body, "post_update 5 9\n");
+	ck_assert_str_eq(r.body, "POST /blocks/5/rounds/9/updates 5 9\n");
 	ck_assert_int_eq(own.meter_kind, 2);
 	ck_assert_int_eq(ask(&r, "GET", "/blocks/5/rounds/9/commit"), 200);
-	ck_assert_str_eq(r.body, "get_commit 5 9\n");
+	ck_assert_str_eq(r.body, "GET /blocks/5/rounds/9/commit 5 9\n");
 	/* kept as the row above set it */
 	ck_assert_int_eq(own.meter_kind, 4);
 	/* the sub-tree's own refusals, its Allow of its own paths */
