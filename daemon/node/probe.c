@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "daemon/core/log.h"
+#include "daemon/net/http_route.h"
 #include "daemon/node/node.h"
 #include "daemon/node/probe.h"
 #include "daemon/node/probe_compute.h"
@@ -158,23 +159,6 @@ refused(node *n, hs_response *res)
 	return 0;
 }
 
-/* Whether the method is one of allowed ("GET, HEAD"); else a 405. */
-static int
-method_is(const hs_request *req, hs_response *res, const char *allowed)
-{
-	size_t n = strlen(req->method);
-	const char *p;
-
-	for (p = allowed; (p = strstr(p, req->method)) != NULL; p += n)
-		if (n > 0 && (p == allowed || p[-1] == ' ') &&
-		    (p[n] == ',' || p[n] == '\0'))
-			return 1;
-	hs_response_header(res, "Allow", allowed);
-	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
-	    req->path);
-	return 0;
-}
-
 /* ---- what other daemons' link probes ask of this one ---- */
 
 /* The loop's CPU seconds so far, on echo and sink answers: the prober
@@ -190,10 +174,14 @@ loop_cpu_header(hs_response *res)
 }
 
 static void
-get_echo(node *n, const hs_request *req, hs_response *res)
+get_echo(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	if (!method_is(req, res, "GET, HEAD") || (n->in_round &&
-	    refused(n, res)))
+	node *n = ctx;
+
+	(void)req;
+	(void)m;
+	if (n->in_round && refused(n, res))
 		return;
 	loop_cpu_header(res);
 	hs_response_status(res, 200);
@@ -201,13 +189,15 @@ get_echo(node *n, const hs_request *req, hs_response *res)
 }
 
 static void
-get_source(node *n, const hs_request *req, hs_response *res)
+get_source(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	char val[32];
 	double bytes;
 
-	if (!method_is(req, res, "GET, HEAD") || (n->in_round &&
-	    refused(n, res)))
+	(void)m;
+	if (n->in_round && refused(n, res))
 		return;
 	if (!pb_query_get(req->query, "bytes", val, sizeof(val))) {
 		hs_response_text(res, 400, "the source needs ?bytes=N (0 to "
@@ -223,9 +213,13 @@ get_source(node *n, const hs_request *req, hs_response *res)
 }
 
 static void
-post_sink(node *n, const hs_request *req, hs_response *res)
+post_sink(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	if (!method_is(req, res, "POST") || (n->in_round && refused(n, res)))
+	node *n = ctx;
+
+	(void)m;
+	if (n->in_round && refused(n, res))
 		return;
 	loop_cpu_header(res);
 	hs_response_json(res, 200, json_pack("{s:I}", "bytes",
@@ -433,22 +427,15 @@ compute_wait(const node *n)
 }
 
 /* What keeps a listed identity from freezing training with compute
- * probes: operators only, seconds x repeats bounded, one at a time and
- * one per probe_compute_interval_s.  0 to go on, else the answer is
- * set. */
+ * probes: operators only (the route's who column), seconds x repeats
+ * bounded, one at a time and one per probe_compute_interval_s.  0 to go
+ * on, else the answer is set. */
 static int
-compute_refused(node *n, const hs_request *req, hs_response *res,
-    double seconds, double repeats)
+compute_refused(node *n, hs_response *res, double seconds, double repeats)
 {
 	double wait;
 	char v[32];
 
-	if (!node_trust_is_operator(n, req->peer_id)) {
-		hs_response_text(res, 403, "the compute probe pauses training: "
-		    "only an operator (a client line of the peer list) may ask "
-		    "for it, not a peer daemon");
-		return 1;
-	}
 	if (seconds * repeats > n->cfg.probe_compute_max_s) {
 		hs_response_text(res, 400, "seconds x repeats = %g: at most %g "
 		    "(probe_compute_max_s; training pauses about three times "
@@ -470,12 +457,15 @@ compute_refused(node *n, const hs_request *req, hs_response *res,
 }
 
 static void
-post_compute(node *n, const hs_request *req, hs_response *res)
+post_compute(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	struct pb_state *s = n->probe;
 	struct pb_job *j;
 	double seconds, repeats;
 
+	(void)m;
 	if (n->soma) {
 		hs_response_text(res, 404, "expert %d trains a SOMA expert: the "
 		    "compute probe times BlockTrain blocks only", n->expert);
@@ -491,7 +481,7 @@ post_compute(node *n, const hs_request *req, hs_response *res)
 	if (repeats < 1)
 		repeats = 1;
 	if (param(req, res, "repeats", 1, PCM_MAX_REPEATS, repeats, 1,
-	    &repeats) != 0 || compute_refused(n, req, res, seconds, repeats))
+	    &repeats) != 0 || compute_refused(n, res, seconds, repeats))
 		return;
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
 		hs_response_text(res, 503, "out of memory");
@@ -529,11 +519,15 @@ get_result(node *n, hs_response *res, int status, json_t *o,
 /* GET of /v1/probe/compute: the last result, with the seconds until
  * another may start, for a tool to wait that long. */
 static void
-get_compute(node *n, hs_response *res)
+get_compute(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	struct pb_state *s = n->probe;
 	json_t *o;
 
+	(void)req;
+	(void)m;
 	if (s->compute_status == 0 || s->compute == NULL) {
 		get_result(n, res, s->compute_status, s->compute, "compute");
 		return;
@@ -880,21 +874,19 @@ links_targets(node *n, const hs_request *req, hs_response *res,
 	return 0;
 }
 
+/* It sends up to 64 MiB to every peer: an operator's to ask for, never
+ * another daemon's (theirs are echo, source and sink), as its row
+ * says. */
 static void
-post_links(node *n, const hs_request *req, hs_response *res)
+post_links(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	struct pb_state *s = n->probe;
 	struct pb_links *L;
 	double samples, bytes, streams, seconds;
 
-	/* it sends up to 64 MiB to every peer: an operator's to ask for,
-	 * never another daemon's (theirs are echo, source and sink) */
-	if (!node_trust_is_operator(n, req->peer_id)) {
-		hs_response_text(res, 403, "a link probe loads every link of "
-		    "this daemon: only an operator (a client line of the peer "
-		    "list) may ask for it, not a peer daemon");
-		return;
-	}
+	(void)m;
 	if (param(req, res, "samples", 1, PB_MAX_SAMPLES, PB_DEFAULT_SAMPLES,
 	    1, &samples) != 0 || param(req, res, "bytes", 1,
 	    (double)PB_MAX_BYTES, (double)PB_DEFAULT_BYTES, 1, &bytes) != 0 ||
@@ -941,36 +933,69 @@ post_links(node *n, const hs_request *req, hs_response *res)
 
 /* ---- the routes ---- */
 
-void
-pb_handle(node *n, const hs_request *req, hs_response *res,
-    const char *rest)
+/* GET of /v1/probe/links: the last result. */
+static void
+get_links(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	struct pb_state *s = n->probe;
-	int post = strcmp(req->method, "POST") == 0;
+	node *n = ctx;
 
-	if (strcmp(rest, "echo") == 0)
-		get_echo(n, req, res);
-	else if (strcmp(rest, "source") == 0)
-		get_source(n, req, res);
-	else if (strcmp(rest, "sink") == 0)
-		post_sink(n, req, res);
-	else if (strcmp(rest, "compute") == 0) {
-		if (!method_is(req, res, "GET, HEAD, POST"))
-			return;
-		if (post)
-			post_compute(n, req, res);
-		else
-			get_compute(n, res);
-	} else if (strcmp(rest, "links") == 0) {
-		if (!method_is(req, res, "GET, HEAD, POST"))
-			return;
-		if (post)
-			post_links(n, req, res);
-		else
-			get_result(n, res, s->links_status, s->links, "links");
-	} else
-		hs_response_text(res, 404, "no such probe: %s (echo, source, "
-		    "sink, compute, links)", req->path);
+	(void)req;
+	(void)m;
+	get_result(n, res, n->probe->links_status, n->probe->links, "links");
+}
+
+/* Below /v1/probe/.  A peer daemon's link probe asks for echo, source
+ * and sink; what pauses training or loads every link is an operator's.
+ * The metering is the table above's. */
+static const hr_route routes[] = {
+	{ "GET", "echo", HR_ANYONE, HR_METER_KEEP, get_echo, NULL },
+	{ "GET", "source", HR_ANYONE, HR_METER_KEEP, get_source, NULL },
+	{ "POST", "sink", HR_ANYONE, HR_METER_KEEP, post_sink, NULL },
+	{ "GET", "compute", HR_ANYONE, HR_METER_KEEP, get_compute, NULL },
+	{ "POST", "compute", HR_OPERATOR, HR_METER_KEEP, post_compute, NULL },
+	{ "GET", "links", HR_ANYONE, HR_METER_KEEP, get_links, NULL },
+	{ "POST", "links", HR_OPERATOR, HR_METER_KEEP, post_links, NULL },
+};
+
+/* A 403 says what the probe would do to the daemon; a 405 is the
+ * table's. */
+static void
+refuse(void *ctx, const hs_request *req, hs_response *res, int status,
+    const hr_route *row, const hr_match *m)
+{
+	(void)ctx;
+	(void)m;
+	if (status != 403)
+		hr_refuse_text(req, res, status);
+	else if (row->fn == post_compute)
+		hs_response_text(res, 403, "the compute probe pauses training: "
+		    "only an operator (a client line of the peer list) may ask "
+		    "for it, not a peer daemon");
+	else
+		hs_response_text(res, 403, "a link probe loads every link of "
+		    "this daemon: only an operator (a client line of the peer "
+		    "list) may ask for it, not a peer daemon");
+}
+
+static void
+not_found(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	(void)ctx;
+	(void)m;
+	hs_response_text(res, 404, "no such probe: %s (echo, source, sink, "
+	    "compute, links)", req->path);
+}
+
+void
+pb_handle(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	hr_table t = { routes, sizeof(routes) / sizeof(routes[0]), ctx,
+	    node_trust_who, NULL, refuse, not_found };
+
+	hr_dispatch(&t, req, res, m);
 }
 
 int

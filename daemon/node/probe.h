@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "daemon/net/http_route.h"
 #include "daemon/net/http_server.h"
 
 struct node;
@@ -48,9 +49,11 @@ void pb_free(struct node *n);
 /* hs_config.discard: the sink's body is counted, never buffered. */
 int pb_discard(void *ctx, const char *method, const char *target,
     size_t *max);
-/* Answers a request below /v1/probe/ (rest: what follows it). */
-void pb_handle(struct node *n, const hs_request *req, hs_response *res,
-    const char *rest);
+/* Answers a request below /v1/probe/ from the probes' route table: the
+ * handler of api.c's row "/v1/probe/{*}" (daemon/net/http_route.h);
+ * ctx is the node, m->rest what follows /v1/probe/. */
+void pb_handle(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m);
 /* Whether a value of a query (a=1&b=2) is given, in *val (len bytes,
  * NUL-terminated, cut short when longer): 1, or 0 when key is absent. */
 int pb_query_get(const char *query, const char *key, char *val,
