@@ -25,6 +25,10 @@
 #include "kernels/error.h"
 #include "proto/intcheck.h"
 
+/* Its code in the list of kernels/error.h: the trainer did not reach a
+ * step boundary in time, so the compute probe did not run (409). */
+#define PB_EBUSY KN_E_PB_BUSY
+
 /* A compute probe, handed to the probe thread and back. */
 struct pb_job {
 	kn_model_shape shape;
@@ -38,8 +42,7 @@ struct pb_job {
 	pcm_update_cost update;
 	uint64_t memory;
 	const char *memory_how;
-	int rc;
-	int refused;                    /* training did not pause */
+	int rc;                         /* PB_EBUSY: training did not pause */
 	char err[KN_ERR_LEN];
 	lt_item link;
 };
@@ -250,8 +253,7 @@ job_run(struct pb_job *j)
 		wk_hold(j->trainer);
 		if (wk_wait_held(j->trainer, PB_HOLD_TIMEOUT) != 0) {
 			wk_release(j->trainer);
-			j->refused = 1;
-			j->rc = kn_error(j->err, KN_EINVAL, "training did not "
+			j->rc = kn_error(j->err, PB_EBUSY, "training did not "
 			    "reach a step boundary within %.0f s (a round or a "
 			    "full disk holds it): probe again later",
 			    PB_HOLD_TIMEOUT);
@@ -363,7 +365,7 @@ job_deliver(void *arg, lt_item *item)
 	s->busy = 0;
 	json_decref(s->compute);
 	if (j->rc != 0) {
-		s->compute_status = j->refused ? 409 : hs_status_of_error(j->rc);
+		s->compute_status = hs_status_of_error(j->rc);
 		s->compute = json_pack("{s:s,s:s}", "state", "failed", "error",
 		    j->err);
 		log_warnx("compute probe: %s", j->err);

@@ -120,13 +120,13 @@ handle_part(rounds *r, const hs_request *req, hs_response *res,
 	rc = rp_add(&r->asm_, p, req->body, req->body_len,
 	    pr_update_max_bytes(r->count), &whole, &len, err);
 	if (rc == RP_EHAVE) {
-		hs_response_text(res, 409, "%s", err);
+		hs_response_text(res, hs_status_of_error(rc), "%s", err);
 		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_HAVE);
 		return;
 	}
 	if (rc != 0) {
-		hs_response_text(res, rc == RP_ETOOLARGE ? 413 :
-		    hs_status_of_error(rc), "part refused: %s", err);
+		hs_response_text(res, hs_status_of_error(rc),
+		    "part refused: %s", err);
 		return;
 	}
 	if (r->round < 0)
