@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "daemon/core/identity.h"
+#include "daemon/net/http_client.h"
 #include "daemon/net/http_server.h"
 #include "daemon/net/tls.h"
 #include "daemon/pipeline/pipeline_client.h"
@@ -100,6 +101,11 @@ START_TEST(test_aliases)
 	ck_assert_str_eq(kn_err_name(TLS_ECLOSED), "KN_E_TLS_CLOSED");
 	ck_assert_str_eq(kn_err_name(RP_EHAVE), "KN_E_RP_HAVE");
 	ck_assert_str_eq(kn_err_name(RP_ETOOLARGE), "KN_E_RP_TOOLARGE");
+	ck_assert_str_eq(kn_err_name(HC_ECONNECT), "KN_E_HC_CONNECT");
+	ck_assert_str_eq(kn_err_name(HC_ETIMEDOUT), "KN_E_HC_TIMEDOUT");
+	ck_assert_str_eq(kn_err_name(HC_ETLS), "KN_E_HC_TLS");
+	ck_assert_str_eq(kn_err_name(HC_ETOOLARGE), "KN_E_HC_TOOLARGE");
+	ck_assert_str_eq(kn_err_name(HC_ECANCELLED), "KN_E_HC_CANCELLED");
 }
 END_TEST
 
