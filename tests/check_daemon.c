@@ -550,6 +550,20 @@ expect_code(const char *method, const char *path, const void *body,
 	free(b.data);
 }
 
+/* A 405 whose Allow header lists the methods of the path's rows. */
+static void
+expect_allow(const char *method, const char *path, const char *allow)
+{
+	char req[512], answer[4096], line[128];
+
+	snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 1\r\nConnection: close\r\n\r\nx", method, path);
+	snprintf(line, sizeof(line), "\r\nAllow: %s\r\n", allow);
+	ck_assert_int_eq(raw_request(req, answer, sizeof(answer)), 405);
+	ck_assert_msg(strstr(answer, line) != NULL, "%s %s: no '%s' in %s",
+	    method, path, allow, answer);
+}
+
 /* While a replica waits for its round, its status gives the step it
  * waits at (a multiple of local_steps), not the last progress report. */
 static void
@@ -657,6 +671,19 @@ START_TEST(test_bad_input)
 	    "not allowed");
 	expect_code("GET", "/v1/blocks/1/rounds/0/updates", NULL, 0, 405,
 	    "POST");
+	/* each 405 says what the path allows, from the route tables */
+	expect_allow("PUT", "/v1/status", "GET, HEAD");
+	expect_allow("PUT", "/v1/blocks/1/checkpoint", "GET, HEAD");
+	expect_allow("PUT", "/v1/blocks/1/rounds/0/updates", "POST");
+	expect_allow("PUT", "/v1/blocks/1/rounds/0/commit", "GET, HEAD");
+	expect_allow("PUT", "/v1/strikes/clear", "POST");
+	expect_allow("PUT", "/v1/probe/echo", "GET, HEAD");
+	expect_allow("PUT", "/v1/probe/sink", "POST");
+	expect_allow("PUT", "/v1/probe/compute", "GET, HEAD, POST");
+	expect_allow("PUT", "/v1/probe/links", "GET, HEAD, POST");
+	/* a path that names nothing is a 404 whatever the method */
+	expect_code("POST", "/v1/blocks/1/rounds/0/nothing", "x", 1, 404,
+	    "no such resource");
 	ck_assert_int_eq(raw_request("BREW / HTCPCP/1.0\r\n\r\n", answer,
 	    sizeof(answer)), 400);
 	/* numbers in paths have one spelling and never wrap */

@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "daemon/cli/dashboard_history.h"
 #include "tests/cdp.h"
@@ -699,6 +702,109 @@ START_TEST(test_serving_host)
 }
 END_TEST
 
+/* A listening socket on loopback; its port in *port. */
+static int
+listener(int *port)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 16), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* The error the dashboard shows for daemon i, once it shows one. */
+static char *
+error_of(int i, double limit)
+{
+	double end = wall_ms() + limit * 1e3;
+	char *why = NULL;
+
+	while (why == NULL && wall_ms() < end) {
+		json_t *all = dashboard_get("/v1/dashboard");
+		const char *e = json_string_value(json_object_get(
+		    json_array_get(json_object_get(all, "daemons"), i),
+		    "error"));
+
+		if (e != NULL)
+			why = strdup(e);
+		json_decref(all);
+		if (why == NULL)
+			usleep(100000);
+	}
+	ck_assert_msg(why != NULL, "no error shown for daemon %d", i);
+	return why;
+}
+
+/* Serving hosts that do not answer /v1/status, told apart by what the
+ * request came to (the code of hc_result), not by curl's words: nothing
+ * listens (refused) and a host that never answers (timed out) are
+ * unreachable; a host that answers, but not in HTTP, is up and does not
+ * serve /v1/status. */
+START_TEST(test_serve_failures)
+{
+	char text[256], hosts[128], listen[32], log[128], *why;
+	const char *argv[] = { "shardmeter", "dashboard", "--hosts", hosts,
+	    "--listen", listen, "--interval", "0.1", NULL };
+	int silent, silent_port, junk, junk_port, refused_port;
+
+	/* a port that was just listened on, and is no longer */
+	close(listener(&refused_port));
+	silent = listener(&silent_port);        /* never accepts */
+	junk = listener(&junk_port);
+	/* in pids[0], which teardown stops whatever happens */
+	if ((pids[0] = fork()) == 0) {
+		static const char line[] = "SSH-2.0-OpenSSH_9.2\r\n";
+
+		for (;;) {
+			int fd = accept(junk, NULL, NULL);
+
+			if (fd < 0)
+				_exit(1);
+			if (write(fd, line, sizeof(line) - 1) < 0)
+				_exit(1);
+			close(fd);
+		}
+	}
+	ck_assert_int_gt(pids[0], 0);
+	close(junk);
+	/* in traversal order: the last block first */
+	snprintf(text, sizeof(text), "127.0.0.1:%d 3\n127.0.0.1:%d 2\n"
+	    "127.0.0.1:%d 1\n", refused_port, silent_port, junk_port);
+	tu_write_file(dir, "hosts", text);
+	snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", dash_port);
+	snprintf(log, sizeof(log), "%s/dashboard.log", dir);
+	dash_pid = tu_spawn(log, tu_shardmeter(), argv);
+	ck_assert_msg(tu_wait_port(dash_port, dash_pid, 10),
+	    "the dashboard did not listen (see %s)", log);
+
+	why = error_of(0, 20);
+	ck_assert_msg(strncmp(why, "unreachable: ", 13) == 0, "%s", why);
+	free(why);
+	/* the dashboard gives up on the silent host after 3 s */
+	why = error_of(1, 20);
+	ck_assert_msg(strncmp(why, "unreachable: ", 13) == 0, "%s", why);
+	free(why);
+	why = error_of(2, 20);
+	ck_assert_msg(strncmp(why, "no HTTP status (", 16) == 0 &&
+	    strstr(why, "does not serve /v1/status") != NULL, "%s", why);
+	free(why);
+
+	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
+	tu_stop(&pids[0], SIGKILL, 5);
+	close(silent);
+}
+END_TEST
+
 /* The listener serves the operator's browser only, unless told. */
 START_TEST(test_listen)
 {
@@ -732,6 +838,7 @@ main(void)
 	tcase_add_test(tc, test_history);
 	tcase_add_test(tc, test_live_run);
 	tcase_add_test(tc, test_serving_host);
+	tcase_add_test(tc, test_serve_failures);
 	tcase_add_test(tc, test_listen);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

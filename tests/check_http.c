@@ -36,6 +36,7 @@ struct reply {
 	long status;
 	char error[HC_ERR_LEN];
 	int has_error;
+	int code;               /* hc_result.code */
 	char *body;
 	size_t body_len;
 	char etag[64];
@@ -317,6 +318,7 @@ on_done(void *ctx, hc_result *r)
 	p->seq = ++seq;
 	p->status = r->status;
 	p->has_error = r->error != NULL;
+	p->code = r->code;
 	snprintf(p->error, sizeof(p->error), "%s", r->error ? r->error : "");
 	p->body_len = r->body_len;
 	p->body = hc_result_take_body(r);
@@ -606,6 +608,7 @@ START_TEST(test_get_post)
 	server_start(NULL);
 	fetch(&r, "GET", "/hello", NULL, 0, NULL);
 	ck_assert_str_eq(r.error, "");
+	ck_assert_int_eq(r.code, 0);
 	ck_assert_int_eq(r.status, 200);
 	ck_assert_uint_eq(r.body_len, 11);
 	ck_assert_str_eq(r.body, "hello world");
@@ -1371,6 +1374,7 @@ START_TEST(test_client_max_body)
 	    .max_body_bytes = 10000 });
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_ptr_nonnull(strstr(r.error, "limit of 10000 bytes"));
+	ck_assert_int_eq(r.code, HC_ETOOLARGE);
 	ck_assert_ptr_null(r.body);
 	fetch(&r, "GET", "/big?n=10000", NULL, 0, &(hc_request_opts){
 	    .max_body_bytes = 10000 });
@@ -1410,6 +1414,7 @@ START_TEST(test_client_max_body)
 	}
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_ptr_nonnull(strstr(r.error, "limit of 10000 bytes"));
+	ck_assert_int_eq(r.code, HC_ETOOLARGE);
 	raw_close(fd);
 	close(lfd);
 	free(chunked);
@@ -1427,6 +1432,7 @@ START_TEST(test_client_timeout)
 	    .timeout_ms = 200 });
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_msg(strstr(r.error, "imed out") != NULL, "%s", r.error);
+	ck_assert_int_eq(r.code, HC_ETIMEDOUT);
 	ck_assert_double_ge(now_s() - t0, 0.19);
 	ck_assert_double_lt(now_s() - t0, 3.0);
 	close(lfd);
@@ -1443,6 +1449,57 @@ START_TEST(test_client_refused)
 	ck_assert_int_eq(r.status, 0);
 	ck_assert(r.has_error);
 	ck_assert_msg(strstr(r.error, "onnect") != NULL, "%s", r.error);
+	ck_assert_int_eq(r.code, HC_ECONNECT);
+}
+END_TEST
+
+/* Something listens but does not speak HTTP: a failure that is neither
+ * a refused connection nor a timeout, whatever curl's words for it. */
+START_TEST(test_client_not_http)
+{
+	struct reply r;
+	int lfd = silent_listener(&port), fd = -1;
+	static const char junk[] = "SSH-2.0-OpenSSH_9.2\r\nnot http\r\n";
+
+	fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+	request(&r, "GET", "/", NULL, 0, NULL);
+	while (!r.done) {
+		uv_run(&loop, UV_RUN_NOWAIT);
+		if (fd < 0 && (fd = accept(lfd, NULL, NULL)) >= 0) {
+			ck_assert_int_eq(write(fd, junk, sizeof(junk) - 1),
+			    (ssize_t)sizeof(junk) - 1);
+			shutdown(fd, SHUT_WR);
+		}
+		pump(lfd, 1);
+	}
+	ck_assert_int_eq(r.status, 0);
+	ck_assert(r.has_error);
+	ck_assert_int_eq(r.code, KN_EIO);
+	if (fd >= 0)
+		close(fd);
+	close(lfd);
+}
+END_TEST
+
+/* The server is not the pinned one: a failure of TLS, not of the
+ * connection. */
+START_TEST(test_client_wrong_pin)
+{
+	struct reply r;
+	hc_request_opts o;
+	char url[128], err[HC_ERR_LEN];
+
+	server_start(NULL);
+	memset(&o, 0, sizeof(o));
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/hello", port);
+	o.url = url;
+	o.pin = cli_id;         /* an id, but not the server's */
+	memset(&r, 0, sizeof(r));
+	ck_assert_msg(hc_request(cli, &o, on_done, &r, err) == 0, "%s", err);
+	ck_assert(run_until(&r.done, 5000));
+	ck_assert_int_eq(r.status, 0);
+	ck_assert(r.has_error);
+	ck_assert_int_eq(r.code, HC_ETLS);
 }
 END_TEST
 
@@ -1470,6 +1527,8 @@ START_TEST(test_client_close_in_flight)
 	ck_assert(r1.done && r2.done);
 	ck_assert_str_eq(r1.error, "cancelled");
 	ck_assert_str_eq(r2.error, "cancelled");
+	ck_assert_int_eq(r1.code, HC_ECANCELLED);
+	ck_assert_int_eq(r2.code, HC_ECANCELLED);
 	ck_assert_int_eq(r1.status, 0);
 	ck_assert_int_lt(r1.seq, cli_closed);
 	ck_assert_int_lt(r2.seq, cli_closed);
@@ -1646,10 +1705,12 @@ main(void)
 	    test_per_addr_limit, test_body_budget, test_shared_body,
 	    test_slow_headers,
 	};
-	const TTest *tls_only[] = { test_identity_quota };
+	const TTest *tls_only[] = { test_identity_quota,
+	    test_client_wrong_pin };
 	const TTest *plain_only[] = {
 	    test_client_close_from_done, test_status_from_handler,
 	    test_client_max_body, test_client_timeout, test_client_refused,
+	    test_client_not_http,
 	    test_path_number,
 	};
 	Suite *s = suite_create("http");

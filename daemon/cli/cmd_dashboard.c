@@ -87,8 +87,7 @@ on_status(void *ctx, hc_result *r)
 	if (t->dash->closing)
 		return;
 	if (r->error != NULL && t->kind == DASH_SERVE &&
-	    strstr(r->error, "Failed to connect") == NULL &&
-	    strstr(r->error, "timed out") == NULL)
+	    r->code != HC_ECONNECT && r->code != HC_ETIMEDOUT)
 		snprintf(why, sizeof(why), "no HTTP status (%s): this "
 		    "blocktraind -S does not serve /v1/status", r->error);
 	else if (r->error != NULL)

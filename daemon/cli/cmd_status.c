@@ -30,23 +30,6 @@ struct status_sum {
 	int have[PR_MAX_BLOCKS + 1];
 };
 
-json_t *
-cli_status_fetch(const peers_entry *p, char *err)
-{
-	struct cli_body b;
-	json_error_t jerr;
-	json_t *root = NULL;
-	long st;
-
-	st = cli_peer_get(p, "/v1/status", 1 << 20, 3000, &b, err);
-	if (st == 200 && (root = json_loadb(b.data, b.len, 0, &jerr)) == NULL)
-		kn_error(err, KN_EINVAL, "bad status JSON: %s", jerr.text);
-	else if (st != 200 && st != 0)
-		kn_error(err, KN_EIO, "HTTP %ld", st);
-	free(b.data);
-	return root;
-}
-
 static double
 num(json_t *o, const char *key)
 {

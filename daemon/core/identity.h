@@ -22,10 +22,10 @@
 #define ID_KEY_FILE "key.pem"   /* the private key, PKCS#8 PEM, 0600 */
 #define ID_CERT_FILE "cert.pem" /* the certificate, PEM, 0600 */
 
-/* Beside the KN_E* codes: no identity in the directory (no key file);
+/* Its codes in the list of kernels/error.h: no identity in the directory (no key file);
  * an identity already there, kept without force. */
-#define ID_ENONE (KN_E_MODULE - 1)
-#define ID_EEXIST (KN_E_MODULE - 2)
+#define ID_ENONE KN_E_ID_NONE
+#define ID_EEXIST KN_E_ID_EXIST
 
 /* Makes an identity in dir (created 0700 with its parents if missing): a
  * new key pair and a certificate valid for 100 years, each written to a

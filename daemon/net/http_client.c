@@ -4,6 +4,7 @@
  * finished transfers to their callbacks. */
 #include "config.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,6 +163,37 @@ xfer_unlink(struct hc_xfer *x)
 		x->next->prev = x->prev;
 }
 
+/* The code of hc_result for a transfer curl ended with code, from
+ * curl's code and the socket's errno (never from curl's text). */
+static int
+code_of(CURL *easy, CURLcode code)
+{
+	long os_errno = 0;
+
+	switch (code) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+		return HC_ECONNECT;
+	case CURLE_OPERATION_TIMEDOUT:
+		return HC_ETIMEDOUT;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER:
+		return HC_ETLS;
+	case CURLE_OUT_OF_MEMORY:
+		return KN_ENOMEM;
+	default:
+		break;
+	}
+	/* a send or a receive that TCP itself gave up on */
+	if (curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK &&
+	    os_errno == ETIMEDOUT)
+		return HC_ETIMEDOUT;
+	return KN_EIO;
+}
+
 /* Calls done with what curl knows of the transfer, then frees it;
  * cancelled is the error to report instead of curl's, or NULL. */
 static void
@@ -185,18 +217,22 @@ xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 	r.bytes_out = (size_t)up + (size_t)request_size;
 	r.total_s = (double)total_us / 1e6;
 	r.pretransfer_s = (double)pre_us / 1e6;
-	if (cancelled != NULL)
+	if (cancelled != NULL) {
 		r.error = cancelled;
-	else if (x->too_big || code == CURLE_FILESIZE_EXCEEDED) {
+		r.code = HC_ECANCELLED;
+	} else if (x->too_big || code == CURLE_FILESIZE_EXCEEDED) {
 		snprintf(msg, sizeof(msg), "response body exceeds the limit "
 		    "of %zu bytes (max_body_bytes)", x->max_body);
 		r.error = msg;
-	} else if (x->nomem)
+		r.code = HC_ETOOLARGE;
+	} else if (x->nomem) {
 		r.error = "out of memory receiving the response body";
-	else if (code != CURLE_OK) {
+		r.code = KN_ENOMEM;
+	} else if (code != CURLE_OK) {
 		snprintf(msg, sizeof(msg), "%s", x->errbuf[0] ? x->errbuf :
 		    curl_easy_strerror(code));
 		r.error = msg;
+		r.code = code_of(x->easy, code);
 	}
 	if (r.error == NULL) {
 		r.status = status;

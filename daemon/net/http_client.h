@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "daemon/net/tls.h"
+#include "kernels/error.h"
 
 #define HC_ERR_LEN 256                  /* size of the err buffers below */
 
@@ -23,6 +24,18 @@
 #define HC_MAX_CONNECTS 256L
 
 typedef struct hc_client hc_client;
+
+/* Its codes in the list of kernels/error.h: what a failed request came
+ * to (hc_result.code), beside KN_ENOMEM and KN_EIO (anything else: a
+ * reply that is not HTTP, a connection lost midway). */
+#define HC_ECONNECT KN_E_HC_CONNECT     /* no connection: refused, no route,
+                                         * a name that does not resolve */
+#define HC_ETIMEDOUT KN_E_HC_TIMEDOUT   /* timeout_ms or connect_timeout_ms
+                                         * passed, or TCP gave up */
+#define HC_ETLS KN_E_HC_TLS             /* the handshake failed, or the
+                                         * server is not the pinned one */
+#define HC_ETOOLARGE KN_E_HC_TOOLARGE   /* the body is above max_body_bytes */
+#define HC_ECANCELLED KN_E_HC_CANCELLED /* hc_client_close came first */
 
 typedef struct {
 	const char *method;     /* "GET" (also NULL), "POST", "PUT", "HEAD" */
@@ -51,8 +64,11 @@ typedef struct hc_result {
 	 * had arrived before the failure */
 	long status;
 	/* NULL on success, else one line: curl's error text, "cancelled",
-	 * or the body limit that was exceeded */
+	 * or the body limit that was exceeded; for a person to read */
 	const char *error;
+	/* 0 on success, else one of the codes above: what a caller decides
+	 * on, never the text of error */
+	int code;
 	/* the response body, NUL-terminated after body_len bytes, NULL when
 	 * empty or on error.  Freed after the callback unless taken: set
 	 * body to NULL after keeping the pointer, or call

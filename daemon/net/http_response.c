@@ -496,25 +496,15 @@ hs_response_json(hs_response *res, int code, json_t *o)
 	    strlen(text));
 }
 
-static const struct {
-	int code;
-	int status;
-} error_status[] = {
-	{ KN_EINVAL, 400 },     /* what was sent is wrong: do not resend */
-	{ KN_ENUM, 400 },       /* non-finite values in what was sent */
-	{ KN_ENOMEM, 503 },     /* a shortage here: try again later */
-	{ KN_ENODEV, 503 },
-	{ KN_EIO, 500 },
-	{ KN_ENOSPC, 507 },     /* our disk is full: not the sender's fault */
-};
-
+/* The status column of kernels/error.h's list; 500 for a number the
+ * list does not hold. */
 int
 hs_status_of_error(int code)
 {
-	size_t i;
-
-	for (i = 0; i < sizeof(error_status) / sizeof(error_status[0]); i++)
-		if (error_status[i].code == code)
-			return error_status[i].status;
+	switch (code) {
+#define HS__XX(name, status, text) case name: return status;
+	KN_ERRNO_MAP(HS__XX)
+#undef HS__XX
+	}
 	return 500;
 }

@@ -232,9 +232,10 @@ void hs_response_meter(hs_response *res, int kind, int who);
  * is NULL or cannot be written. */
 struct json_t;
 int hs_response_json(hs_response *res, int code, struct json_t *o);
-/* The HTTP status that answers a failure with the KN_E* code of
- * kernels/error.h: one table for every handler (KN_ENOMEM, a passing
- * shortage, is 503 so that the sender tries again). */
+/* The HTTP status that answers a failure with a code of kernels/error.h:
+ * the status column of its one list, for every handler (KN_ENOMEM, a
+ * passing shortage, is 503 so that the sender tries again); 500 for a
+ * number outside the list. */
 int hs_status_of_error(int code);
 /* A status with a one-line text/plain body, for a person: every error
  * answer and the short acknowledgements.  A program reads the status and

@@ -21,11 +21,11 @@ typedef struct tls_conn tls_conn;
  * every handshake that is not pinned, on the thread of that connection. */
 typedef int (*tls_allow_fn)(void *arg, const uint8_t id[ID_BYTES]);
 
-/* Beside the KN_E* codes: the handshake failed (a refused or malformed
+/* Its codes in the list of kernels/error.h: the handshake failed (a refused or malformed
  * certificate, a peer that does not speak TLS 1.3, a bad record). */
-#define TLS_EHANDSHAKE (KN_E_MODULE - 3)
+#define TLS_EHANDSHAKE KN_E_TLS_HANDSHAKE
 /* The peer closed the TLS session (close_notify). */
-#define TLS_ECLOSED (KN_E_MODULE - 4)
+#define TLS_ECLOSED KN_E_TLS_CLOSED
 
 /* A context holding the identity of dir (identity.h) for both roles.
  * 0 or a negative code with the reason in err (KN_ERR_LEN). */

@@ -13,6 +13,7 @@
 
 #include "daemon/node/api.h"
 #include "daemon/core/log.h"
+#include "daemon/net/http_route.h"
 #include "daemon/node/node.h"
 #include "daemon/node/predicted.h"
 #include "daemon/node/probe.h"
@@ -532,8 +533,9 @@ api_metrics_text(node *n, size_t *outlen)
  * ?from=host:port (their advertised address) to what they ask of each
  * other, and that is all there is to go by. */
 static void
-meter(node *n, hs_response *res, const hs_request *req, int kind)
+meter(void *ctx, const hs_request *req, hs_response *res, int kind)
 {
+	node *n = ctx;
 	const char *from = strstr(req->query, "from=");
 	char addr[CF_HOST_LEN + 8];
 	int len = 0, who = NODE_CLIENT;
@@ -565,12 +567,15 @@ api_on_exchange(void *ctx, const char *peer, hs_meter m, size_t in,
 }
 
 static void
-serve_checkpoint(node *n, const hs_request *req, hs_response *res)
+serve_checkpoint(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	const node_ckpt *ck = node_ckpt_of(n);
 	const char *inm = hs_request_header(req, "If-None-Match");
 	char etag[80];
 
+	(void)m;
 	if (ck->data == NULL) {
 		hs_response_text(res, 503, n->soma ? "no checkpoint yet: the "
 		    "expert publishes one at its first validation" :
@@ -592,10 +597,13 @@ serve_checkpoint(node *n, const hs_request *req, hs_response *res)
 
 /* The expert's held-out scores (proto/heldout.h), served as they are. */
 static void
-get_heldout(node *n, const hs_request *req, hs_response *res)
+get_heldout(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	const node_soma *x = node_soma_of(n);
 
+	(void)m;
 	(void)req;
 	if (!n->soma) {
 		hs_response_text(res, 404, "this daemon trains block %d of a "
@@ -613,30 +621,40 @@ get_heldout(node *n, const hs_request *req, hs_response *res)
 }
 
 static void
-get_status(node *n, const hs_request *req, hs_response *res)
+get_status(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	size_t len;
 	char *body = api_status_json(n, &len);
 
+	(void)m;
 	(void)req;
 	hs_response_status(res, 200);
 	hs_response_body_owned(res, "application/json", body, len);
 }
 
 static void
-get_metrics(node *n, const hs_request *req, hs_response *res)
+get_metrics(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
 	size_t len;
 	char *body = api_metrics_text(n, &len);
 
+	(void)m;
 	(void)req;
 	hs_response_status(res, 200);
 	hs_response_body_owned(res, "text/plain; version=0.0.4", body, len);
 }
 
 static void
-get_spec(node *n, const hs_request *req, hs_response *res)
+get_spec(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
+
+	(void)m;
 	(void)req;
 	hs_response_status(res, 200);
 	hs_response_header(res, "X-Run-Id", n->run_id);
@@ -645,92 +663,76 @@ get_spec(node *n, const hs_request *req, hs_response *res)
 }
 
 static void
-get_peers(node *n, const hs_request *req, hs_response *res)
+get_peers(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
+
+	(void)m;
 	(void)req;
 	hs_response_json(res, 200, peers_json(n));
 }
 
-/* The read-only resources, with the traffic kind they are metered as:
- * whole paths, and "checkpoint" below /v1/blocks/{b}/ (a request path
- * always starts with '/', so the two never meet). */
-static const struct {
-	const char *path;
-	int kind;
-	void (*get)(node *n, const hs_request *req, hs_response *res);
-} routes[] = {
-	{ "/v1/status", PEERS_KIND_OTHER, get_status },
-	{ "/metrics", PEERS_KIND_OTHER, get_metrics },
-	{ "/v1/spec", PEERS_KIND_OTHER, get_spec },
-	{ "/v1/peers", PEERS_KIND_OTHER, get_peers },
-	{ "/v1/soma/heldout", PEERS_KIND_OTHER, get_heldout },
-	{ "checkpoint", PEERS_KIND_CHECKPOINT, serve_checkpoint },
-};
-
-static int
-is_get(const hs_request *req)
-{
-	return strcmp(req->method, "GET") == 0 ||
-	    strcmp(req->method, "HEAD") == 0;
-}
-
+/* POST /v1/strikes/clear: the operator's clear of every quarantine and
+ * count.  Operators only (its row's who): a listed daemon, a quarantined
+ * one's accomplice included, must not lift it. */
 static void
-not_allowed(node *n, const hs_request *req, hs_response *res)
+post_strikes_clear(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	node *n = ctx;
+	int lifted;
+
+	(void)req;
+	(void)m;
+	lifted = strikes_quarantined_count(node_trust_strikes(n));
+	strikes_clear(node_trust_strikes(n));
+	hs_response_json(res, 200, json_pack("{s:i,s:I}", "lifted", lifted,
+	    "clears", (json_int_t)strikes_clears(node_trust_strikes(n))));
+}
+
+/* Anything the tables do not name: a client's error. */
+static void
+not_found(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	node *n = ctx;
+
+	(void)m;
+	meter(n, req, res, PEERS_KIND_OTHER);
 	n->api.client_errors++;
-	hs_response_header(res, "Allow", "GET, HEAD");
-	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
-	    req->path);
+	hs_response_text(res, 404, "no such resource: %s %s (see "
+	    "proto/PROTOCOL.md)", req->method, req->path);
 }
 
-/* A route of the table by path (rest: below /v1/blocks/{b}/), answered;
- * 0 when none matches. */
-static int
-route(node *n, const hs_request *req, hs_response *res, const char *path)
+/* The refusals of api.c's own rows are a client's errors; those of the
+ * strikes' clear say what it does and who may. */
+static void
+refuse(void *ctx, const hs_request *req, hs_response *res, int status,
+    const hr_route *row, const hr_match *m)
 {
-	size_t i;
+	node *n = ctx;
 
-	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		if (strcmp(routes[i].path, path) != 0)
-			continue;
-		meter(n, res, req, routes[i].kind);
-		if (is_get(req))
-			routes[i].get(n, req, res);
-		else
-			not_allowed(n, req, res);
-		return 1;
-	}
-	return 0;
+	(void)m;
+	n->api.client_errors++;
+	if (row->fn != post_strikes_clear)
+		hr_refuse_text(req, res, status);
+	else if (status == 405)
+		hs_response_text(res, 405, "%s is not allowed on %s: POST "
+		    "clears the strikes", req->method, req->path);
+	else
+		hs_response_text(res, 403, "only an operator (a client line of "
+		    "the peer list) may clear strikes");
 }
 
-/* Below /v1/blocks/{b}/: the checkpoint, and the rounds' exchange. */
-static int
-route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
-    const char *rest)
+/* Below /v1/blocks/{b}/rounds/{round}/: rounds_serve.c's table, once
+ * this daemon has replicas to exchange updates with. */
+static void
+block_rounds(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	int64_t round;
-	size_t used;
+	node *n = ctx;
 
-	if (n->soma && block != node_soma_of(n)->expert) {
-		meter(n, res, req, PEERS_KIND_OTHER);
-		hs_response_text(res, 404, "this daemon trains expert %d, not "
-		    "expert %" PRId64, node_soma_of(n)->expert, block);
-		return 1;
-	}
-	if (!n->soma && block != n->cfg.block) {
-		meter(n, res, req, PEERS_KIND_OTHER);
-		hs_response_text(res, 404, "this daemon serves block %d, not "
-		    "block %" PRId64, n->cfg.block, block);
-		return 1;
-	}
-	if (strcmp(rest, "checkpoint") == 0)
-		return route(n, req, res, rest);
-	if (strncmp(rest, "rounds/", 7) != 0 ||
-	    (used = hs_path_number(rest + 7, INT64_MAX, &round)) == 0 ||
-	    rest[7 + used] != '/')
-		return 0;
-	used += 8;
-	meter(n, res, req, PEERS_KIND_UPDATE);
 	if (node_rounds_of(n) == NULL) {
 		if (n->soma)
 			hs_response_text(res, 404, "expert %d exchanges no "
@@ -738,82 +740,107 @@ route_block(node *n, const hs_request *req, hs_response *res, int64_t block,
 		else
 			hs_response_text(res, 404, "block %d has one replica: "
 			    "it exchanges no updates", n->cfg.block);
-		return 1;
+		return;
 	}
-	return rounds_handle(node_rounds_of(n), req, res, round, rest + used);
+	if (!rounds_handle(node_rounds_of(n), req, res, m->num[1], m->rest))
+		not_found(n, req, res, m);
 }
 
-/* POST /v1/strikes/clear: the operator's clear of every quarantine and
- * count.  Operators only (a client line of the peer list): a listed
- * daemon, a quarantined one's accomplice included, must not lift it. */
-static void
-post_strikes_clear(node *n, const hs_request *req, hs_response *res)
-{
-	int lifted;
+/* Below /v1/blocks/{b}/, for the block (or expert) this daemon trains;
+ * the block is m->num[0]. */
+static const hr_route block_routes[] = {
+	{ "GET", "checkpoint", HR_ANYONE, PEERS_KIND_CHECKPOINT,
+	    serve_checkpoint, NULL },
+	{ NULL, "rounds/{n}/{*}", HR_ANYONE, PEERS_KIND_UPDATE, block_rounds,
+	    NULL },
+};
 
-	if (strcmp(req->method, "POST") != 0) {
-		n->api.client_errors++;
-		hs_response_header(res, "Allow", "POST");
-		hs_response_text(res, 405, "%s is not allowed on %s: POST "
-		    "clears the strikes", req->method, req->path);
+static void
+block_tree(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	node *n = ctx;
+	hr_table t = { block_routes, sizeof(block_routes) /
+	    sizeof(block_routes[0]), n, node_trust_who, meter, refuse, NULL };
+	int64_t block = m->num[0];
+
+	if (n->soma && block != node_soma_of(n)->expert) {
+		hs_response_text(res, 404, "this daemon trains expert %d, not "
+		    "expert %" PRId64, node_soma_of(n)->expert, block);
 		return;
 	}
-	if (node_trust_tls(n) != NULL && (req->peer_id == NULL ||
-	    peers_client_find(&n->peers, req->peer_id) < 0)) {
-		n->api.client_errors++;
-		hs_response_text(res, 403, "only an operator (a client line of "
-		    "the peer list) may clear strikes");
+	if (!n->soma && block != n->cfg.block) {
+		hs_response_text(res, 404, "this daemon serves block %d, not "
+		    "block %" PRId64, n->cfg.block, block);
 		return;
 	}
-	lifted = strikes_quarantined_count(node_trust_strikes(n));
-	strikes_clear(node_trust_strikes(n));
-	hs_response_json(res, 200, json_pack("{s:i,s:I}", "lifted", lifted,
-	    "clears", (json_int_t)strikes_clears(node_trust_strikes(n))));
+	if (!hr_dispatch(&t, req, res, m))
+		not_found(n, req, res, m);
+}
+
+static const int64_t block_max[] = { INT_MAX };
+
+/* Below /v1/probe/: probe.c's table, on the probe's own state. */
+static void
+probe_tree(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	node *n = ctx;
+
+	pb_handle(n->probe, req, res, m);
+}
+
+/* The node port: every endpoint one row, with the traffic kind it is
+ * metered as; the sub-trees' rows are in the tables their handlers
+ * dispatch (block_routes above, probe.c's, rounds_serve.c's). */
+static const hr_route routes[] = {
+	{ "GET", "/v1/status", HR_ANYONE, PEERS_KIND_OTHER, get_status, NULL },
+	{ "GET", "/metrics", HR_ANYONE, PEERS_KIND_OTHER, get_metrics, NULL },
+	{ "GET", "/v1/spec", HR_ANYONE, PEERS_KIND_OTHER, get_spec, NULL },
+	{ "GET", "/v1/peers", HR_ANYONE, PEERS_KIND_OTHER, get_peers, NULL },
+	{ "GET", "/v1/soma/heldout", HR_ANYONE, PEERS_KIND_OTHER, get_heldout,
+	    NULL },
+	{ "POST", "/v1/strikes/clear", HR_OPERATOR, PEERS_KIND_OTHER,
+	    post_strikes_clear, NULL },
+	{ NULL, "/v1/probe/{*}", HR_ANYONE, PEERS_KIND_OTHER, probe_tree,
+	    NULL },
+	{ NULL, "/v1/blocks/{n}/{*}", HR_ANYONE, PEERS_KIND_OTHER, block_tree,
+	    block_max },
+};
+
+/* The metrics listener's one row: not metered (its exchanges are no
+ * peer's traffic). */
+static const hr_route metrics_routes[] = {
+	{ "GET", "/metrics", HR_ANYONE, HR_METER_KEEP, get_metrics, NULL },
+};
+
+static void
+metrics_not_found(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	(void)ctx;
+	(void)req;
+	(void)m;
+	hs_response_text(res, 404, "this listener serves /metrics only");
 }
 
 void
 api_metrics_handle(void *ctx, const hs_request *req, hs_response *res)
 {
-	node *n = ctx;
+	hr_table t = { metrics_routes, sizeof(metrics_routes) /
+	    sizeof(metrics_routes[0]), ctx, NULL, NULL, refuse,
+	    metrics_not_found };
 
-	if (strcmp(req->path, "/metrics") != 0) {
-		hs_response_text(res, 404, "this listener serves /metrics only");
-		return;
-	}
-	if (!is_get(req)) {
-		not_allowed(n, req, res);
-		return;
-	}
-	get_metrics(n, req, res);
+	hr_dispatch(&t, req, res, NULL);
 }
 
 void
 api_handle(void *ctx, const hs_request *req, hs_response *res)
 {
 	node *n = ctx;
-	const char *p = req->path + 11;         /* after "/v1/blocks/" */
-	int64_t block;
-	size_t used;
+	hr_table t = { routes, sizeof(routes) / sizeof(routes[0]), n,
+	    node_trust_who, meter, refuse, not_found };
 
 	n->api.requests++;
-	if (route(n, req, res, req->path))
-		return;
-	if (strcmp(req->path, "/v1/strikes/clear") == 0) {
-		meter(n, res, req, PEERS_KIND_OTHER);
-		post_strikes_clear(n, req, res);
-		return;
-	}
-	if (strncmp(req->path, "/v1/probe/", 10) == 0) {
-		meter(n, res, req, PEERS_KIND_OTHER);
-		pb_handle(n->probe, req, res, req->path + 10);
-		return;
-	}
-	if (strncmp(req->path, "/v1/blocks/", 11) == 0 &&
-	    (used = hs_path_number(p, INT_MAX, &block)) > 0 &&
-	    p[used] == '/' && route_block(n, req, res, block, p + used + 1))
-		return;
-	meter(n, res, req, PEERS_KIND_OTHER);
-	n->api.client_errors++;
-	hs_response_text(res, 404, "no such resource: %s %s (see "
-	    "proto/PROTOCOL.md)", req->method, req->path);
+	hr_dispatch(&t, req, res, NULL);
 }

@@ -811,12 +811,6 @@ node_probe_peers_now(void *arg, int *self)
 	return &n->peers;
 }
 
-static int
-node_probe_is_operator(void *arg, const uint8_t *id)
-{
-	return node_trust_is_operator(arg, id);
-}
-
 static wk_worker *
 node_probe_trainer(void *arg)
 {
@@ -878,7 +872,7 @@ start_probe(node *n, char *err)
 		.compute_interval_s = n->cfg.probe_compute_interval_s,
 		.ops = { node_probe_in_round, node_probe_stopping,
 		    node_probe_peers_now, node_rounds_meter,
-		    node_probe_is_operator, node_probe_trainer },
+		    node_trust_who, node_probe_trainer },
 		.arg = n,
 	};
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/core/log.h"
+#include "daemon/net/http_route.h"
 #include "daemon/node/node.h"
 #include "kernels/error.h"
 
@@ -62,6 +63,23 @@ node_trust_is_operator(const node *n, const uint8_t *id)
 		return n->trust.tls == NULL;
 	return peers_find_id(&n->peers, id) < 0 &&
 	    peers_client_find(&n->peers, id) >= 0;
+}
+
+unsigned
+node_trust_who(void *ctx, const hs_request *req)
+{
+	node *n = ctx;
+	unsigned who = 0;
+
+	if (n->trust.tls == NULL)
+		return HR_EVERYONE;
+	if (req->peer_id == NULL)
+		return 0;
+	if (peers_find_id(&n->peers, req->peer_id) >= 0)
+		who |= HR_PEER;
+	if (node_trust_is_operator(n, req->peer_id))
+		who |= HR_OPERATOR;
+	return who;
 }
 
 int

@@ -12,6 +12,7 @@
 #include "daemon/core/identity.h"
 #include "daemon/core/peers.h"
 #include "daemon/core/strikes.h"
+#include "daemon/net/http_server.h"
 #include "daemon/net/tls.h"
 
 struct node;
@@ -48,6 +49,10 @@ int node_trust_role(void *ctx, const uint8_t *id);
 /* Whether the identity of a request is an operator's (a client line),
  * not a daemon's: 1 over plain TCP, where nobody has an id. */
 int node_trust_is_operator(const struct node *n, const uint8_t *id);
+/* The route tables' who (daemon/net/http_route.h): HR_PEER for a daemon
+ * line of the peer list, HR_OPERATOR for a client line; over plain TCP,
+ * where nobody has an id, HR_EVERYONE.  ctx is the node. */
+unsigned node_trust_who(void *ctx, const hs_request *req);
 /* What the TLS layer asks in every handshake: whether id is a listed
  * daemon or operator that is not quarantined. */
 int node_trust_allows(struct node *n, const uint8_t id[ID_BYTES]);

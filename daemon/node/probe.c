@@ -17,11 +17,16 @@
 #include <openssl/evp.h>
 
 #include "daemon/core/log.h"
+#include "daemon/net/http_route.h"
 #include "daemon/node/probe.h"
 #include "daemon/node/probe_compute.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "proto/intcheck.h"
+
+/* Its code in the list of kernels/error.h: the trainer did not reach a
+ * step boundary in time, so the compute probe did not run (409). */
+#define PB_EBUSY KN_E_PB_BUSY
 
 /* A compute probe, handed to the probe thread and back. */
 struct pb_job {
@@ -36,8 +41,7 @@ struct pb_job {
 	pcm_update_cost update;
 	uint64_t memory;
 	const char *memory_how;
-	int rc;
-	int refused;                    /* training did not pause */
+	int rc;                         /* PB_EBUSY: training did not pause */
 	char err[KN_ERR_LEN];
 	lt_item link;
 };
@@ -167,23 +171,6 @@ refused(struct pb_state *s, hs_response *res)
 	return 0;
 }
 
-/* Whether the method is one of allowed ("GET, HEAD"); else a 405. */
-static int
-method_is(const hs_request *req, hs_response *res, const char *allowed)
-{
-	size_t n = strlen(req->method);
-	const char *p;
-
-	for (p = allowed; (p = strstr(p, req->method)) != NULL; p += n)
-		if (n > 0 && (p == allowed || p[-1] == ' ') &&
-		    (p[n] == ',' || p[n] == '\0'))
-			return 1;
-	hs_response_header(res, "Allow", allowed);
-	hs_response_text(res, 405, "%s is not allowed on %s", req->method,
-	    req->path);
-	return 0;
-}
-
 /* ---- what other daemons' link probes ask of this one ---- */
 
 /* The loop's CPU seconds so far, on echo and sink answers: the prober
@@ -199,10 +186,14 @@ loop_cpu_header(hs_response *res)
 }
 
 static void
-get_echo(struct pb_state *s, const hs_request *req, hs_response *res)
+get_echo(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	if (!method_is(req, res, "GET, HEAD") || (in_round(s) &&
-	    refused(s, res)))
+	struct pb_state *s = ctx;
+
+	(void)req;
+	(void)m;
+	if (in_round(s) && refused(s, res))
 		return;
 	loop_cpu_header(res);
 	hs_response_status(res, 200);
@@ -210,13 +201,15 @@ get_echo(struct pb_state *s, const hs_request *req, hs_response *res)
 }
 
 static void
-get_source(struct pb_state *s, const hs_request *req, hs_response *res)
+get_source(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	struct pb_state *s = ctx;
 	char val[32];
 	double bytes;
 
-	if (!method_is(req, res, "GET, HEAD") || (in_round(s) &&
-	    refused(s, res)))
+	(void)m;
+	if (in_round(s) && refused(s, res))
 		return;
 	if (!pb_query_get(req->query, "bytes", val, sizeof(val))) {
 		hs_response_text(res, 400, "the source needs ?bytes=N (0 to "
@@ -232,9 +225,13 @@ get_source(struct pb_state *s, const hs_request *req, hs_response *res)
 }
 
 static void
-post_sink(struct pb_state *s, const hs_request *req, hs_response *res)
+post_sink(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	if (!method_is(req, res, "POST") || (in_round(s) && refused(s, res)))
+	struct pb_state *s = ctx;
+
+	(void)m;
+	if (in_round(s) && refused(s, res))
 		return;
 	loop_cpu_header(res);
 	hs_response_json(res, 200, json_pack("{s:I}", "bytes",
@@ -265,8 +262,7 @@ job_run(struct pb_job *j)
 		wk_hold(j->trainer);
 		if (wk_wait_held(j->trainer, PB_HOLD_TIMEOUT) != 0) {
 			wk_release(j->trainer);
-			j->refused = 1;
-			j->rc = kn_error(j->err, KN_EINVAL, "training did not "
+			j->rc = kn_error(j->err, PB_EBUSY, "training did not "
 			    "reach a step boundary within %.0f s (a round or a "
 			    "full disk holds it): probe again later",
 			    PB_HOLD_TIMEOUT);
@@ -377,7 +373,7 @@ job_deliver(void *arg, lt_item *item)
 	s->busy = 0;
 	json_decref(s->compute);
 	if (j->rc != 0) {
-		s->compute_status = j->refused ? 409 : hs_status_of_error(j->rc);
+		s->compute_status = hs_status_of_error(j->rc);
 		s->compute = json_pack("{s:s,s:s}", "state", "failed", "error",
 		    j->err);
 		log_warnx("compute probe: %s", j->err);
@@ -440,22 +436,16 @@ compute_wait(const struct pb_state *s)
 }
 
 /* What keeps a listed identity from freezing training with compute
- * probes: operators only, seconds x repeats bounded, one at a time and
- * one per probe_compute_interval_s.  0 to go on, else the answer is
- * set. */
+ * probes: operators only (the route's who column), seconds x repeats
+ * bounded, one at a time and one per probe_compute_interval_s.  0 to go
+ * on, else the answer is set. */
 static int
-compute_refused(struct pb_state *s, const hs_request *req, hs_response *res,
-    double seconds, double repeats)
+compute_refused(struct pb_state *s, hs_response *res, double seconds,
+    double repeats)
 {
 	double wait;
 	char v[32];
 
-	if (!s->c.ops.is_operator(s->c.arg, req->peer_id)) {
-		hs_response_text(res, 403, "the compute probe pauses training: "
-		    "only an operator (a client line of the peer list) may ask "
-		    "for it, not a peer daemon");
-		return 1;
-	}
 	if (seconds * repeats > s->c.compute_max_s) {
 		hs_response_text(res, 400, "seconds x repeats = %g: at most %g "
 		    "(probe_compute_max_s; training pauses about three times "
@@ -477,11 +467,14 @@ compute_refused(struct pb_state *s, const hs_request *req, hs_response *res,
 }
 
 static void
-post_compute(struct pb_state *s, const hs_request *req, hs_response *res)
+post_compute(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	struct pb_state *s = ctx;
 	struct pb_job *j;
 	double seconds, repeats;
 
+	(void)m;
 	if (s->c.expert >= 0) {
 		hs_response_text(res, 404, "expert %d trains a SOMA expert: the "
 		    "compute probe times BlockTrain blocks only", s->c.expert);
@@ -497,7 +490,7 @@ post_compute(struct pb_state *s, const hs_request *req, hs_response *res)
 	if (repeats < 1)
 		repeats = 1;
 	if (param(req, res, "repeats", 1, PCM_MAX_REPEATS, repeats, 1,
-	    &repeats) != 0 || compute_refused(s, req, res, seconds, repeats))
+	    &repeats) != 0 || compute_refused(s, res, seconds, repeats))
 		return;
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
 		hs_response_text(res, 503, "out of memory");
@@ -535,10 +528,14 @@ get_result(struct pb_state *s, hs_response *res, int status, json_t *o,
 /* GET of /v1/probe/compute: the last result, with the seconds until
  * another may start, for a tool to wait that long. */
 static void
-get_compute(struct pb_state *s, hs_response *res)
+get_compute(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	struct pb_state *s = ctx;
 	json_t *o;
 
+	(void)req;
+	(void)m;
 	if (s->compute_status == 0 || s->compute == NULL) {
 		get_result(s, res, s->compute_status, s->compute, "compute");
 		return;
@@ -885,20 +882,18 @@ links_targets(struct pb_state *s, const hs_request *req, hs_response *res,
 	return 0;
 }
 
+/* It sends up to 64 MiB to every peer: an operator's to ask for, never
+ * another daemon's (theirs are echo, source and sink), as its row
+ * says. */
 static void
-post_links(struct pb_state *s, const hs_request *req, hs_response *res)
+post_links(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	struct pb_state *s = ctx;
 	struct pb_links *L;
 	double samples, bytes, streams, seconds;
 
-	/* it sends up to 64 MiB to every peer: an operator's to ask for,
-	 * never another daemon's (theirs are echo, source and sink) */
-	if (!s->c.ops.is_operator(s->c.arg, req->peer_id)) {
-		hs_response_text(res, 403, "a link probe loads every link of "
-		    "this daemon: only an operator (a client line of the peer "
-		    "list) may ask for it, not a peer daemon");
-		return;
-	}
+	(void)m;
 	if (param(req, res, "samples", 1, PB_MAX_SAMPLES, PB_DEFAULT_SAMPLES,
 	    1, &samples) != 0 || param(req, res, "bytes", 1,
 	    (double)PB_MAX_BYTES, (double)PB_DEFAULT_BYTES, 1, &bytes) != 0 ||
@@ -945,35 +940,78 @@ post_links(struct pb_state *s, const hs_request *req, hs_response *res)
 
 /* ---- the routes ---- */
 
-void
-pb_handle(struct pb_state *s, const hs_request *req, hs_response *res,
-    const char *rest)
+/* GET of /v1/probe/links: the last result. */
+static void
+get_links(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	int post = strcmp(req->method, "POST") == 0;
+	struct pb_state *s = ctx;
 
-	if (strcmp(rest, "echo") == 0)
-		get_echo(s, req, res);
-	else if (strcmp(rest, "source") == 0)
-		get_source(s, req, res);
-	else if (strcmp(rest, "sink") == 0)
-		post_sink(s, req, res);
-	else if (strcmp(rest, "compute") == 0) {
-		if (!method_is(req, res, "GET, HEAD, POST"))
-			return;
-		if (post)
-			post_compute(s, req, res);
-		else
-			get_compute(s, res);
-	} else if (strcmp(rest, "links") == 0) {
-		if (!method_is(req, res, "GET, HEAD, POST"))
-			return;
-		if (post)
-			post_links(s, req, res);
-		else
-			get_result(s, res, s->links_status, s->links, "links");
-	} else
-		hs_response_text(res, 404, "no such probe: %s (echo, source, "
-		    "sink, compute, links)", req->path);
+	(void)req;
+	(void)m;
+	get_result(s, res, s->links_status, s->links, "links");
+}
+
+/* Below /v1/probe/.  A peer daemon's link probe asks for echo, source
+ * and sink; what pauses training or loads every link is an operator's.
+ * The metering is the table above's. */
+static const hr_route routes[] = {
+	{ "GET", "echo", HR_ANYONE, HR_METER_KEEP, get_echo, NULL },
+	{ "GET", "source", HR_ANYONE, HR_METER_KEEP, get_source, NULL },
+	{ "POST", "sink", HR_ANYONE, HR_METER_KEEP, post_sink, NULL },
+	{ "GET", "compute", HR_ANYONE, HR_METER_KEEP, get_compute, NULL },
+	{ "POST", "compute", HR_OPERATOR, HR_METER_KEEP, post_compute, NULL },
+	{ "GET", "links", HR_ANYONE, HR_METER_KEEP, get_links, NULL },
+	{ "POST", "links", HR_OPERATOR, HR_METER_KEEP, post_links, NULL },
+};
+
+/* A 403 says what the probe would do to the daemon; a 405 is the
+ * table's. */
+static void
+refuse(void *ctx, const hs_request *req, hs_response *res, int status,
+    const hr_route *row, const hr_match *m)
+{
+	(void)ctx;
+	(void)m;
+	if (status != 403)
+		hr_refuse_text(req, res, status);
+	else if (row->fn == post_compute)
+		hs_response_text(res, 403, "the compute probe pauses training: "
+		    "only an operator (a client line of the peer list) may ask "
+		    "for it, not a peer daemon");
+	else
+		hs_response_text(res, 403, "a link probe loads every link of "
+		    "this daemon: only an operator (a client line of the peer "
+		    "list) may ask for it, not a peer daemon");
+}
+
+static void
+not_found(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	(void)ctx;
+	(void)m;
+	hs_response_text(res, 404, "no such probe: %s (echo, source, sink, "
+	    "compute, links)", req->path);
+}
+
+/* The route table's who: the daemon's, through the ops. */
+static unsigned
+who(void *ctx, const hs_request *req)
+{
+	const struct pb_state *s = ctx;
+
+	return s->c.ops.who(s->c.arg, req);
+}
+
+void
+pb_handle(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	hr_table t = { routes, sizeof(routes) / sizeof(routes[0]), ctx,
+	    who, NULL, refuse, not_found };
+
+	hr_dispatch(&t, req, res, m);
 }
 
 int

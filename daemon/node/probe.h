@@ -19,6 +19,7 @@
 
 #include "daemon/core/peers.h"
 #include "daemon/net/http_client.h"
+#include "daemon/net/http_route.h"
 #include "daemon/net/http_server.h"
 #include "daemon/node/worker.h"
 #include "kernels/backend.h"
@@ -41,9 +42,10 @@ typedef struct pb_ops {
 	 * with the clients (an index that is not one). */
 	void (*meter)(void *arg, int peer, int kind, uint64_t in,
 	    uint64_t out);
-	/* Whether the identity of a request (NULL over plain TCP) is an
-	 * operator's: the compute and link probes are theirs only. */
-	int (*is_operator)(void *arg, const uint8_t *id);
+	/* The route table's who of a request (HR_* bits of
+	 * daemon/net/http_route.h): the compute and link probes are an
+	 * operator's only. */
+	unsigned (*who)(void *arg, const hs_request *req);
 	/* The trainer a compute probe holds at a step boundary; NULL when
 	 * it has ended. */
 	wk_worker *(*trainer)(void *arg);
@@ -100,9 +102,11 @@ void pb_free(pb_state *s);
 /* hs_config.discard: the sink's body is counted, never buffered. */
 int pb_discard(void *ctx, const char *method, const char *target,
     size_t *max);
-/* Answers a request below /v1/probe/ (rest: what follows it). */
-void pb_handle(pb_state *s, const hs_request *req, hs_response *res,
-    const char *rest);
+/* Answers a request below /v1/probe/ from the probes' route table: the
+ * handler behind api.c's row "/v1/probe/{*}" (daemon/net/http_route.h);
+ * ctx is the pb_state, m->rest what follows /v1/probe/. */
+void pb_handle(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m);
 /* Whether a value of a query (a=1&b=2) is given, in *val (len bytes,
  * NUL-terminated, cut short when longer): 1, or 0 when key is absent. */
 int pb_query_get(const char *query, const char *key, char *val,

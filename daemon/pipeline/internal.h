@@ -270,7 +270,7 @@ int sh_streams(const conn *c);
  * BlockTrain window (data and mask, window bytes) after the blocks of
  * host line `host` (from 1), or one more ar byte. */
 void sh_answer(conn *c, request *r, const unsigned char *data, size_t len);
-void sh_fail(conn *c, request *r, const char *msg);
+void sh_fail(conn *c, request *r, sv_err kind, const char *msg);
 void sh_partial(conn *c, request *r, const unsigned char *data,
     const unsigned char *mask, int next_block, int host);
 void sh_partial_byte(conn *c, request *r, int pos);

@@ -16,8 +16,8 @@
 
 typedef struct pc_conn pc_conn;
 
-/* Beside the KN_E* codes: no answer within the wait. */
-#define PC_ETIMEDOUT (KN_E_MODULE - 0)
+/* Its codes in the list of kernels/error.h: no answer within the wait. */
+#define PC_ETIMEDOUT KN_E_PC_TIMEDOUT
 
 typedef struct {
 	pl_mode mode;

@@ -100,7 +100,7 @@ static void
 request_fail(sv *s, request *r, sv_err kind, const char *msg)
 {
 	if (r->client != NULL && r->client->http != NULL)
-		sh_fail(r->client, r, msg);
+		sh_fail(r->client, r, kind, msg);
 	else if (r->client != NULL)
 		send_error(r->client, r->client_id, msg);
 	log_info("pipeline: request %llu failed: %s",

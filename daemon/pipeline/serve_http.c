@@ -342,11 +342,11 @@ sh_answer(conn *c, request *r, const unsigned char *data, size_t len)
 }
 
 void
-sh_fail(conn *c, request *r, const char *msg)
+sh_fail(conn *c, request *r, sv_err kind, const char *msg)
 {
 	sh_conn *h = c->http;
-	int status = strstr(msg, "timed out") != NULL ? 504 :
-	    strstr(msg, "shutting down") != NULL ? 503 : 502;
+	int status = kind == SV_ERR_TIMEOUT ? 504 :
+	    kind == SV_ERR_SHUTDOWN ? 503 : 502;
 
 	(void)r;
 	if (c->closing || h == NULL || !h->busy)

@@ -128,8 +128,10 @@ void rounds_on_update(rounds *r, int64_t round, int64_t step,
 void rounds_on_checkpoint(rounds *r, int64_t step, int64_t round,
     const char *sha256);
 /* The HTTP side of the exchange, below /v1/blocks/{b}/rounds/{round}/:
- * rest is "updates", "commit" or "updates/{k}".  Returns 1 if it
- * answered, 0 if rest names nothing. */
+ * rest is "updates" (POST, our block's replicas only), "commit" or
+ * "updates/{k}" (GET), the rows of rounds_serve.c's route table
+ * (daemon/net/http_route.h).  Returns 1 if it answered (a 405 or 403
+ * included), 0 if rest names nothing; the caller meters the exchange. */
 int rounds_handle(rounds *r, const hs_request *req, hs_response *res,
     int64_t round, const char *rest);
 /* Bytes of the others' updates being put together from parts now. */

@@ -18,9 +18,9 @@
 
 /* The part is one the receiver already holds (its answer was lost):
  * the sender counts it as delivered.  409, X-Round-State: have. */
-#define RP_EHAVE (KN_E_MODULE - 5)
+#define RP_EHAVE KN_E_RP_HAVE
 /* The announced total is above the largest update: 413. */
-#define RP_ETOOLARGE (KN_E_MODULE - 6)
+#define RP_ETOOLARGE KN_E_RP_TOOLARGE
 
 /* The parts a body of total bytes goes in: streams, but no part smaller
  * than chunk, and always at least one.  One part is a plain POST. */

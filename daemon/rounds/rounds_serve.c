@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "daemon/core/log.h"
+#include "daemon/net/http_route.h"
 #include "daemon/rounds/internal.h"
 #include "kernels/error.h"
 #include "proto/update.h"
@@ -119,13 +120,13 @@ handle_part(rounds *r, const hs_request *req, hs_response *res,
 	rc = rp_add(&r->asm_, p, req->body, req->body_len,
 	    pr_update_max_bytes(r->count), &whole, &len, err);
 	if (rc == RP_EHAVE) {
-		hs_response_text(res, 409, "%s", err);
+		hs_response_text(res, hs_status_of_error(rc), "%s", err);
 		hs_response_header(res, ROUNDS_STATE_HEADER, ROUNDS_STATE_HAVE);
 		return;
 	}
 	if (rc != 0) {
-		hs_response_text(res, rc == RP_ETOOLARGE ? 413 :
-		    hs_status_of_error(rc), "part refused: %s", err);
+		hs_response_text(res, hs_status_of_error(rc),
+		    "part refused: %s", err);
 		return;
 	}
 	if (r->round < 0)
@@ -154,26 +155,21 @@ handle_part(rounds *r, const hs_request *req, hs_response *res,
 	rounds__progress(r);
 }
 
+/* POST updates: the round is the number above (rounds_handle). */
 static void
-handle_post_update(rounds *r, const hs_request *req, hs_response *res,
-    int64_t round)
+handle_post_update(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	rounds *r = ctx;
+	int64_t round = m->num[0];
 	int64_t current = rounds__current_round(r);
 	char err[KN_ERR_LEN];
 	int rep, rc, sender = -1, in_parts;
 	rp_part part;
 
-	if (strcmp(req->method, "POST") != 0) {
-		hs_response_header(res, "Allow", "POST");
-		hs_response_text(res, 405, "updates are POSTed");
-		return;
-	}
-	if (req->peer_id != NULL && (sender = sender_replica(r,
-	    req->peer_id)) < 0) {
-		hs_response_text(res, 403, "only the replicas of block %d send "
-		    "it updates", r->cfg.block);
-		return;
-	}
+	/* the route's who column let in only our block's replicas */
+	if (req->peer_id != NULL)
+		sender = sender_replica(r, req->peer_id);
 	if (rounds__quarantined(r, sender)) {
 		hs_response_text(res, 403, "replica %d is quarantined here: its "
 		    "updates are refused until the operator clears it", sender);
@@ -257,11 +253,15 @@ rounds__commit_members(const rounds *r, const hc_result *res)
 }
 
 static void
-handle_commit(rounds *r, hs_response *res, int64_t round)
+handle_commit(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
+	rounds *r = ctx;
+	int64_t round = m->num[0];
 	json_t *members;
 	int k;
 
+	(void)req;
 	if (round == r->committed_round) {
 		members = json_array();
 		for (k = 0; k < r->cfg.replicas; k++)
@@ -279,41 +279,80 @@ handle_commit(rounds *r, hs_response *res, int64_t round)
 		    round);
 }
 
+/* GET updates/{k}: replica k's update of a committed round, kept for
+ * the replicas that missed it. */
+static void
+handle_get_update(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	rounds *r = ctx;
+	int64_t round = m->num[0], rep = m->num[1];
+
+	(void)req;
+	if (round != r->committed_round || rep >= r->cfg.replicas ||
+	    r->kept[rep] == NULL) {
+		hs_response_text(res, 404, "no update of replica %" PRId64
+		    " for round %" PRId64 " here", rep, round);
+		return;
+	}
+	hs_response_status(res, 200);
+	hs_response_body(res, "application/x-msgpack", r->kept[rep],
+	    r->kept_len[rep]);
+}
+
+#define WHO_REPLICA HR_ROLE(0)  /* a replica of our block */
+
+/* Over TLS only the replicas of our block; over plain TCP nobody has an
+ * id, and everyone passes (the update then says whose it is). */
+static unsigned
+who(void *ctx, const hs_request *req)
+{
+	if (req->peer_id == NULL)
+		return HR_EVERYONE;
+	return sender_replica(ctx, req->peer_id) >= 0 ? WHO_REPLICA : 0;
+}
+
+static const int64_t replica_max[] = { MAX_REPLICAS };
+
+/* Below /v1/blocks/{b}/rounds/{round}/.  The metering is the table
+ * above's (rounds_handle's caller): every row keeps it. */
+static const hr_route routes[] = {
+	{ "POST", "updates", WHO_REPLICA, HR_METER_KEEP, handle_post_update,
+	    NULL },
+	{ "GET", "commit", HR_ANYONE, HR_METER_KEEP, handle_commit, NULL },
+	{ "GET", "updates/{n}", HR_ANYONE, HR_METER_KEEP, handle_get_update,
+	    replica_max },
+};
+
+/* The refusals of the updates' row say what the exchange wants; the
+ * others are the table's defaults. */
+static void
+refuse(void *ctx, const hs_request *req, hs_response *res, int status,
+    const hr_route *row, const hr_match *m)
+{
+	rounds *r = ctx;
+
+	(void)m;
+	if (row->fn != handle_post_update)
+		hr_refuse_text(req, res, status);
+	else if (status == 405)
+		hs_response_text(res, 405, "updates are POSTed");
+	else
+		hs_response_text(res, 403, "only the replicas of block %d send "
+		    "it updates", r->cfg.block);
+}
+
 int
 rounds_handle(rounds *r, const hs_request *req, hs_response *res,
     int64_t round, const char *rest)
 {
-	int64_t rep;
-	size_t used;
+	hr_table t = { routes, sizeof(routes) / sizeof(routes[0]), r, who,
+	    NULL, refuse, NULL };
+	hr_match above;
 
-	if (strcmp(rest, "updates") == 0) {
-		handle_post_update(r, req, res, round);
-		return 1;
-	}
-	if (strcmp(req->method, "GET") != 0 &&
-	    strcmp(req->method, "HEAD") != 0) {
-		hs_response_header(res, "Allow", "GET, HEAD");
-		hs_response_text(res, 405, "%s is not allowed on %s", req->method,
-		    req->path);
-		return 1;
-	}
-	if (strcmp(rest, "commit") == 0) {
-		handle_commit(r, res, round);
-		return 1;
-	}
-	if (strncmp(rest, "updates/", 8) == 0 &&
-	    (used = hs_path_number(rest + 8, MAX_REPLICAS, &rep)) > 0 &&
-	    rest[8 + used] == '\0') {
-		if (round != r->committed_round || rep >= r->cfg.replicas ||
-		    r->kept[rep] == NULL) {
-			hs_response_text(res, 404, "no update of replica %" PRId64
-			    " for round %" PRId64 " here", rep, round);
-			return 1;
-		}
-		hs_response_status(res, 200);
-		hs_response_body(res, "application/x-msgpack", r->kept[rep],
-		    r->kept_len[rep]);
-		return 1;
-	}
-	return 0;
+	memset(&above, 0, sizeof(above));
+	above.num[0] = round;
+	above.nnum = 1;
+	above.rest = rest;
+	return hr_dispatch(&t, req, res, &above);
 }
