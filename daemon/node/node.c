@@ -796,7 +796,7 @@ node_probe_in_round(void *arg, int64_t *round)
 }
 
 static int
-node_probe_stopping(void *arg)
+node_is_stopping(void *arg)
 {
 	return ((const node *)arg)->stopping;
 }
@@ -849,7 +849,7 @@ start_watch(node *n)
 		.run_id = n->run_id,
 		.timeout_ms = n->cfg.peer_timeout_ms,
 		.ops = { node_watch_peers, node_rounds_meter,
-		    node_watch_checkpoint, node_probe_stopping },
+		    node_watch_checkpoint, node_is_stopping },
 		.arg = n,
 	};
 
@@ -870,7 +870,7 @@ start_probe(node *n, char *err)
 		.expert = n->soma ? node_soma_of(n)->expert : -1,
 		.compute_max_s = n->cfg.probe_compute_max_s,
 		.compute_interval_s = n->cfg.probe_compute_interval_s,
-		.ops = { node_probe_in_round, node_probe_stopping,
+		.ops = { node_probe_in_round, node_is_stopping,
 		    node_probe_peers_now, node_rounds_meter,
 		    node_trust_who, node_probe_trainer },
 		.arg = n,

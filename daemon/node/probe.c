@@ -138,6 +138,7 @@ param(const hs_request *req, hs_response *res, const char *key, double lo,
 	return 0;
 }
 
+/* Whether a round of averaging is in progress: probes wait. */
 static int
 in_round(const struct pb_state *s)
 {
