@@ -150,6 +150,19 @@ out_done(struct hs_out *o)
 			hs__conn_linger(c);
 		return;
 	}
+	if (c->lops != NULL && c->held != NULL) {
+		/* a link's writes end inside its owner's call (a deferred
+		 * answer's finish): the next request waits for the loop, as
+		 * a socket's does for its write callback */
+		hs__conn_timer(c, HS_T_NEXT);
+		return;
+	}
+	hs__conn_next(c);
+}
+
+void
+hs__conn_next(hs_conn *c)
+{
 	if (c->held != NULL && c->outs < HS_MAX_PIPELINE &&
 	    c->waiting == NULL) {
 		char *held = c->held;

@@ -149,6 +149,10 @@ on_conn_timer(uv_timer_t *t)
 	int kind = c->timer_kind;
 
 	c->timer_kind = HS_T_NONE;
+	if (kind == HS_T_NEXT) {
+		hs__conn_next(c);
+		return;
+	}
 	if (kind == HS_T_REQUEST) {
 		const hs_config *cfg = &c->srv->cfg;
 		char msg[HS_MSG_LEN];
@@ -202,7 +206,7 @@ hs__conn_timer(hs_conn *c, int kind)
 	c->rate_mark = c->req_in;
 	uv_timer_start(&c->timer, on_conn_timer, kind == HS_T_REQUEST ?
 	    (c->in_body ? cfg->request_timeout_ms : header_ms(cfg)) :
-	    kind == HS_T_IDLE ?
+	    kind == HS_T_NEXT ? 0 : kind == HS_T_IDLE ?
 	    cfg->idle_timeout_ms : kind == HS_T_HANDSHAKE ?
 	    cfg->handshake_timeout_ms : HS_LINGER_MS, 0);
 }

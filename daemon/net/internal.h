@@ -16,7 +16,8 @@
 #define HS_PEER_LEN 64
 #define HS_MSG_LEN 192
 
-enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER, HS_T_HANDSHAKE };
+enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER, HS_T_HANDSHAKE,
+    HS_T_NEXT };
 
 typedef struct hs_conn hs_conn;
 
@@ -206,6 +207,9 @@ void hs__quota_recheck(hs_server *s);
 
 /* http_response.c */
 
+/* The answers in flight are fewer: what the peer pipelined is read on,
+ * or the idle timer armed. */
+void hs__conn_next(hs_conn *c);
 /* Ends the responses that never got to the socket (c is closed). */
 void hs__conn_drop_unsent(hs_conn *c);
 /* Queues one response; takes body (malloc'd) in every case, or with
