@@ -704,7 +704,10 @@ on_header_value(http_parser *p, const char *at, size_t len)
 static void
 on_continue_written(ts_write_t *req, int status)
 {
+	hs_conn *c = req->data;
+
 	(void)status;
+	c->writing--;
 	free(req);
 }
 
@@ -758,6 +761,7 @@ on_headers_complete(http_parser *p)
 
 		if (w == NULL)
 			return nomem(c);
+		w->data = c;
 		r = hs__conn_write(c, w, &b, 1, on_continue_written);
 		if (r != 0)
 			free(w);
