@@ -624,12 +624,30 @@ silent_listener(int *out_port)
 	return fd;
 }
 
+static void
+later_reset(void)
+{
+	deferred_n = gone_n = 0;
+	later = NULL;
+}
+
 /* Runs the loop until /later has deferred n answers in all. */
 static void
 wait_deferred(int n)
 {
 	ck_assert(run_until_n(&deferred_n, n, 3000));
 	ck_assert_ptr_nonnull(later);
+}
+
+/* A connection that sent req, once /later has deferred n answers. */
+static int
+later_open(const char *req, int n)
+{
+	int fd = raw_connect();
+
+	raw_send(fd, req, strlen(req));
+	wait_deferred(n);
+	return fd;
 }
 
 /* Sends the deferred answer whole: 200 and body. */
@@ -1723,11 +1741,8 @@ START_TEST(test_deferred_in_order)
 	int fd, eof;
 
 	server_start(NULL);
-	deferred_n = gone_n = 0;
-	later = NULL;
-	fd = raw_connect();
-	raw_send(fd, req, strlen(req));
-	wait_deferred(1);
+	later_reset();
+	fd = later_open(req, 1);
 	/* nothing goes before the deferred answer, nor is the next
 	 * request answered */
 	ck_assert_uint_eq(raw_read(fd, 200, &eof, 1), 0);
@@ -1767,11 +1782,8 @@ START_TEST(test_deferred_stream)
 	int fd, eof;
 
 	server_start(NULL);
-	deferred_n = gone_n = 0;
-	later = NULL;
-	fd = raw_connect();
-	raw_send(fd, req, strlen(req));
-	wait_deferred(1);
+	later_reset();
+	fd = later_open(req, 1);
 	d = later;
 	res = hs_deferred_response(d);
 	ck_assert_int_eq(hs_response_status(res, 200), 0);
@@ -1813,12 +1825,9 @@ START_TEST(test_deferred_gone)
 	int fd, eof;
 
 	server_start(&cfg);
-	deferred_n = gone_n = 0;
-	later = NULL;
+	later_reset();
 	/* the peer goes first */
-	fd = raw_connect();
-	raw_send(fd, req, strlen(req));
-	wait_deferred(1);
+	fd = later_open(req, 1);
 	raw_close(fd);
 	ck_assert(run_until(&gone_n, 3000));
 	ck_assert_ptr_null(later);
@@ -1827,9 +1836,7 @@ START_TEST(test_deferred_gone)
 
 	/* the answer outlasts the idle timeout, which then holds again
 	 * (a 100 Continue written before it does not hold it) */
-	fd = raw_connect();
-	raw_send(fd, post, strlen(post));
-	wait_deferred(2);
+	fd = later_open(post, 2);
 	raw_read(fd, 500, &eof, 1);
 	ck_assert(!eof);
 	ck_assert_int_eq(responses_in(raw, strlen(raw)), 0);
@@ -1843,9 +1850,7 @@ START_TEST(test_deferred_gone)
 	ck_assert_int_eq(gone_n, 1);
 
 	/* the server closes */
-	fd = raw_connect();
-	raw_send(fd, req, strlen(req));
-	wait_deferred(3);
+	fd = later_open(req, 3);
 	hs_server_close(srv, set_flag, &srv_closed);
 	srv = NULL;
 	ck_assert_int_eq(gone_n, 2);
@@ -1865,11 +1870,8 @@ START_TEST(test_deferred_quota)
 	int fd, fd2, eof;
 
 	server_start(&cfg);
-	deferred_n = gone_n = 0;
-	later = NULL;
-	fd = raw_connect();
-	raw_send(fd, req, strlen(req));
-	wait_deferred(1);
+	later_reset();
+	fd = later_open(req, 1);
 	fd2 = raw_connect();
 	raw_send(fd2, get, strlen(get));
 	raw_read(fd2, 3000, &eof, 1);
@@ -1951,8 +1953,7 @@ START_TEST(test_link)
 	const char *a, *b;
 
 	memset(&own, 0, sizeof(own));
-	deferred_n = gone_n = 0;
-	later = NULL;
+	later_reset();
 	ck_assert_int_eq(hs_server_new(&srv, &loop, &cfg, handler, NULL, err),
 	    0);
 	ck_assert_ptr_nonnull(l = hs_link_new(srv, &own_ops, &own,

@@ -394,17 +394,11 @@ out_append(hs_conn *c, struct hs_out *o)
 	c->unsent_tail = o;
 }
 
-/* Queues one response; takes body (malloc'd) in every case.  With
- * head_only the length is announced and the body not sent. */
-void
-hs__conn_send(hs_conn *c, int status, const char *content_type,
-    const char *headers, size_t headers_len, char *body, size_t body_len,
-    hs_shared *shared, int pattern, int head_only, int close,
-    hs_meter meter)
+/* Queues o (NULL: out of memory, the connection closes) as the answer
+ * to the request just read, and sends what may go. */
+static void
+out_queue(hs_conn *c, struct hs_out *o, hs_meter meter)
 {
-	struct hs_out *o = out_new(c, status, content_type, headers,
-	    headers_len, body, body_len, shared, pattern, head_only, close, 0);
-
 	if (o == NULL) {
 		hs__conn_close(c);
 		return;
@@ -419,6 +413,52 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 		out_done(o);
 	else if (o->failed)
 		hs__conn_close(c);
+}
+
+/* Queues one response; takes body (malloc'd) in every case.  With
+ * head_only the length is announced and the body not sent. */
+void
+hs__conn_send(hs_conn *c, int status, const char *content_type,
+    const char *headers, size_t headers_len, char *body, size_t body_len,
+    hs_shared *shared, int pattern, int head_only, int close,
+    hs_meter meter)
+{
+	out_queue(c, out_new(c, status, content_type, headers, headers_len,
+	    body, body_len, shared, pattern, head_only, close, 0), meter);
+}
+
+/* The out that answers with res, its body taken: a 500 when building
+ * res ran out of memory or set no status (its meter then says so). */
+static struct hs_out *
+out_of_response(hs_conn *c, hs_response *res, int head_only, int close)
+{
+	struct hs_out *o;
+
+	if (res->nomem || res->status == 0) {
+		hs__body_release(res->body, res->shared);
+		res->body = strdup(res->nomem ? "out of memory building the "
+		    "response\n" : "the handler set no status\n");
+		o = out_new(c, 500, "text/plain", "", 0, res->body,
+		    res->body ? strlen(res->body) : 0, NULL, 0, head_only,
+		    close, 0);
+		res->meter = (hs_meter){ HS_METER_ERROR, -1 };
+	} else
+		o = out_new(c, res->status, res->content_type,
+		    res->headers ? res->headers : "", res->headers_len,
+		    res->body, res->body_len, res->shared, res->pattern,
+		    head_only, close, 0);
+	res->body = NULL;
+	res->shared = NULL;
+	return o;
+}
+
+void
+hs__conn_answer(hs_conn *c, hs_response *res)
+{
+	struct hs_out *o = out_of_response(c, res, c->method == HTTP_HEAD,
+	    !c->keep_alive);
+
+	out_queue(c, o, res->meter);
 }
 
 /* ---- answers given later ---- */
@@ -494,6 +534,17 @@ deferred_piece(hs_deferred *d, struct hs_out *p)
 	return 0;
 }
 
+void
+hs__deferred_free(hs_deferred *d)
+{
+	if (d == NULL)
+		return;
+	free(d->res.headers);
+	free(d->res.content_type);
+	hs__body_release(d->res.body, d->res.shared);
+	free(d);
+}
+
 /* The place of d's answer is free to go: the exchange ends once its
  * pieces are written. */
 static void
@@ -504,44 +555,21 @@ deferred_release(hs_deferred *d)
 	if (c->waiting == d)
 		c->waiting = NULL;
 	d->place->waiting = 0;
-	free(d->res.headers);
-	free(d->res.content_type);
-	hs__body_release(d->res.body, d->res.shared);
 	d->place->meter = d->res.meter;
 	if (!c->closing)
 		conn_issue(c, NULL);
-	free(d);
+	hs__deferred_free(d);
 }
 
 void
 hs_deferred_finish(hs_deferred *d)
 {
 	hs_conn *c = d->c;
-	hs_response *res = &d->res;
-	struct hs_out *p;
 
 	c->waiting = NULL;      /* gone no longer applies */
-	if (c->closing) {
-		deferred_release(d);
-		return;
-	}
-	if (res->nomem || res->status == 0) {
-		hs__body_release(res->body, res->shared);
-		res->body = strdup(res->nomem ? "out of memory building the "
-		    "response\n" : "the handler set no status\n");
-		p = out_new(c, 500, "text/plain", "", 0, res->body,
-		    res->body ? strlen(res->body) : 0, NULL, 0, d->head_only,
-		    d->close, 0);
-		res->meter = (hs_meter){ HS_METER_ERROR, -1 };
-	} else
-		p = out_new(c, res->status, res->content_type,
-		    res->headers ? res->headers : "", res->headers_len,
-		    res->body, res->body_len, res->shared, res->pattern,
-		    d->head_only, d->close, 0);
-	/* the body is the piece's now */
-	res->body = NULL;
-	res->shared = NULL;
-	deferred_piece(d, p);
+	if (!c->closing)
+		deferred_piece(d, out_of_response(c, &d->res, d->head_only,
+		    d->close));
 	deferred_release(d);
 }
 

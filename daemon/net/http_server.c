@@ -249,7 +249,7 @@ on_conn_closed(uv_handle_t *h)
 		c->next->prev = c->prev;
 	hs__conn_drop_unsent(c);
 	request_reset(c);
-	free(c->orphan);
+	hs__deferred_free(c->orphan);
 	free(c->hbuf);
 	free(c->hdrs);
 	free(c->held);
@@ -479,19 +479,8 @@ conn_dispatch(hs_conn *c)
 	} else if (c->closing) {
 		/* the handler closed the server */
 		hs__body_release(res.body, res.shared);
-	} else if (res.nomem || res.status == 0) {
-		hs__body_release(res.body, res.shared);
-		res.body = strdup(res.nomem ? "out of memory building the "
-		    "response\n" : "the handler set no status\n");
-		hs__conn_send(c, 500, "text/plain", "", 0, res.body,
-		    res.body ? strlen(res.body) : 0, NULL, 0,
-		    c->method == HTTP_HEAD,
-		    !c->keep_alive, (hs_meter){ HS_METER_ERROR, -1 });
 	} else
-		hs__conn_send(c, res.status, res.content_type,
-		    res.headers ? res.headers : "", res.headers_len, res.body,
-		    res.body_len, res.shared, res.pattern, c->method == HTTP_HEAD,
-		    !c->keep_alive, res.meter);
+		hs__conn_answer(c, &res);
 	free(res.headers);
 	free(res.content_type);
 	request_reset(c);

@@ -220,8 +220,13 @@ void hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
     hs_shared *shared, int pattern, int head_only, int close,
     hs_meter meter);
+/* Queues the handler's response to the request just read (a 500 when it
+ * set no status or ran out of memory); takes its body. */
+void hs__conn_answer(hs_conn *c, hs_response *res);
 /* Lets go of a response's body: its reference, or the buffer. */
 void hs__body_release(char *body, hs_shared *shared);
+/* Frees a deferred answer and what its response holds. */
+void hs__deferred_free(hs_deferred *d);
 /* The place of a deferred answer, queued after those before it; NULL
  * when out of memory. */
 struct hs_out *hs__conn_defer(hs_conn *c);
