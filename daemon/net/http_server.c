@@ -994,6 +994,14 @@ hs__conns_from(const hs_conn *c, int limit)
 	return n;
 }
 
+/* The connection's parser, of requests, its callbacks finding c. */
+static void
+conn_parser_init(hs_conn *c)
+{
+	http_parser_init(&c->parser, HTTP_REQUEST);
+	c->parser.data = c;
+}
+
 static void
 on_connection(uv_stream_t *listener, int status)
 {
@@ -1032,8 +1040,7 @@ on_connection(uv_stream_t *listener, int status)
 	s->accepted++;
 	conn_peer(c);
 	uv_tcp_nodelay(&c->tcp, 1);
-	http_parser_init(&c->parser, HTTP_REQUEST);
-	c->parser.data = c;
+	conn_parser_init(c);
 	if (s->cfg.tls != NULL && !hs__room_tls(s, c)) {
 		/* over TLS an answer would first cost a handshake; and a
 		 * flood is not logged line by line */
@@ -1111,8 +1118,7 @@ hs_link_new(hs_server *s, const hs_link_ops *ops, void *arg,
 	s->conns = c;
 	s->nconns++;
 	s->accepted++;
-	http_parser_init(&c->parser, HTTP_REQUEST);
-	c->parser.data = c;
+	conn_parser_init(c);
 	hs__conn_timer(c, HS_T_IDLE);
 	return (hs_link *)c;
 }
