@@ -41,8 +41,9 @@ enum { HS_ROLE_CLIENT, HS_ROLE_PEER };
 typedef struct hs_server hs_server;
 typedef struct hs_response hs_response;
 
-/* One request, valid only during the handler call.  Every string is
- * NUL-terminated and never NULL. */
+/* One request, valid only during the handler call (a deferred answer
+ * copies what it needs).  Every string is NUL-terminated and never
+ * NULL. */
 typedef struct hs_request {
 	const char *method;     /* "GET", "POST", ... */
 	const char *path;       /* raw target before '?', not decoded */
@@ -75,7 +76,8 @@ const char *hs_request_header(const hs_request *req, const char *name);
 char *hs_request_take_body(const hs_request *req, size_t *len);
 
 /* The handler runs on the loop and must not block.  It sets a status (500
- * is sent if it sets none), headers and a body.  ctx is the one given to
+ * is sent if it sets none), headers and a body, or keeps the response to
+ * answer later (hs_response_defer).  ctx is the one given to
  * hs_server_new. */
 typedef void (*hs_handler_fn)(void *ctx, const hs_request *req,
     hs_response *res);
