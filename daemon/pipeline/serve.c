@@ -583,7 +583,7 @@ send_part(sv *s, const pl_frame *bt)
 static void
 route(sv *s, pl_frame *f)
 {
-	request *r;
+	request *r = NULL;      /* set where s->entry (gcc -O1 cannot tell) */
 	int last = s->self == s->hosts.n - 1;
 
 	switch (f->type) {

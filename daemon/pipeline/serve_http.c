@@ -219,11 +219,13 @@ finish(sh_conn *h)
 static void
 sse_event(conn *c, const char *text)
 {
-	sh_conn *h = c->http;
+	sh_conn *h = waiting(c);
 	size_t n = strlen(text);
-	char *b = malloc(n + 8);
+	char *b;
 
-	if (b == NULL) {
+	if (h == NULL)
+		return;         /* an event before failed, and closed c */
+	if ((b = malloc(n + 8)) == NULL) {
 		sv_conn_close(c, "out of memory");
 		return;
 	}
