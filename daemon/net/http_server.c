@@ -994,9 +994,8 @@ hs__conns_from(const hs_conn *c, int limit)
 	return n;
 }
 
-/* The connection's parser, of requests, its callbacks finding c. */
-static void
-conn_parser_init(hs_conn *c)
+void
+hs__conn_parser_init(hs_conn *c)
 {
 	http_parser_init(&c->parser, HTTP_REQUEST);
 	c->parser.data = c;
@@ -1040,7 +1039,7 @@ on_connection(uv_stream_t *listener, int status)
 	s->accepted++;
 	conn_peer(c);
 	uv_tcp_nodelay(&c->tcp, 1);
-	conn_parser_init(c);
+	hs__conn_parser_init(c);
 	if (s->cfg.tls != NULL && !hs__room_tls(s, c)) {
 		/* over TLS an answer would first cost a handshake; and a
 		 * flood is not logged line by line */
@@ -1084,64 +1083,6 @@ on_connection(uv_stream_t *listener, int status)
 		return;
 	}
 	hs__conn_timer(c, c->handshaking ? HS_T_HANDSHAKE : HS_T_IDLE);
-}
-
-/* ---- links: connections another module reads ---- */
-
-hs_link *
-hs_link_new(hs_server *s, const hs_link_ops *ops, void *arg,
-    const char *peer, const char *addr, const uint8_t *peer_id)
-{
-	hs_conn *c;
-
-	if (s->closing || (c = calloc(1, sizeof(*c))) == NULL)
-		return NULL;
-	c->srv = s;
-	c->lops = ops;
-	c->larg = arg;
-	snprintf(c->peer, sizeof(c->peer), "%s", peer);
-	snprintf(c->addr, sizeof(c->addr), "%s", addr);
-	if (peer_id != NULL) {
-		memcpy(c->link_id, peer_id, ID_BYTES);
-		c->has_link_id = 1;
-		if (hs__quota_link(c, peer_id) != 0) {
-			free(c);
-			return NULL;
-		}
-	}
-	uv_timer_init(s->loop, &c->timer);
-	c->timer.data = c;
-	c->handles = 1;
-	c->next = s->conns;
-	if (s->conns != NULL)
-		s->conns->prev = c;
-	s->conns = c;
-	s->nconns++;
-	s->accepted++;
-	conn_parser_init(c);
-	hs__conn_timer(c, HS_T_IDLE);
-	return (hs_link *)c;
-}
-
-int
-hs_link_feed(hs_link *l, const char *data, size_t len)
-{
-	hs_conn *c = (hs_conn *)l;
-
-	if (!c->closing && !c->finishing && !c->lingering) {
-		c->link_full = 0;
-		hs__conn_feed(c, data, len);
-	}
-	return c->closing || c->finishing || c->lingering || c->link_full;
-}
-
-void
-hs_link_close(hs_link *l)
-{
-	hs_conn *c = (hs_conn *)l;
-
-	c->detached = 1;
-	hs__conn_close(c);
 }
 
 /* ---- the server ---- */

@@ -154,6 +154,9 @@ void hs__conn_close(hs_conn *c);
 void hs__conn_linger(hs_conn *c);
 /* Parses what arrived, answering each complete request in turn. */
 void hs__conn_feed(hs_conn *c, const char *data, size_t len);
+/* The connection's request parser, its callbacks finding c (the one
+ * http_parser_init of the tree). */
+void hs__conn_parser_init(hs_conn *c);
 /* The connection's read callbacks, for uv_read_start. */
 void hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
