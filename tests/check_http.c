@@ -1,6 +1,9 @@
 /* The HTTP server and client on one real loop over 127.0.0.1: round trips
  * through hc_ against hs_, raw sockets for what a well-behaved client
- * never sends, and the limits and timeouts of both. */
+ * never sends, the limits and timeouts of both, answers given later
+ * (whole and streamed, in order with what was pipelined, and their
+ * owner told when the connection goes), and connections another module
+ * reads (links). */
 #include "config.h"
 
 #include <check.h>
@@ -101,6 +104,19 @@ set_flag(void *arg)
 	*(int *)arg = ++seq;
 }
 
+/* The answer /later and /stream deferred (one at a time), and how many
+ * times an owner was told its connection went. */
+static hs_deferred *later;
+static int deferred_n, gone_n;
+
+static void
+on_gone(void *arg)
+{
+	ck_assert_ptr_eq(arg, &later);
+	later = NULL;
+	gone_n++;
+}
+
 /* What /shared serves: generation g of SHARED_LEN bytes, (g + 13 i) each */
 #define SHARED_LEN (3 * 1024 * 1024 + 5)
 static hs_shared *shared_body;
@@ -174,6 +190,17 @@ handler(void *ctx, const hs_request *req, hs_response *res)
 		hs_response_header(res, "X-Test", "yes");
 		hs_response_status(res, 201);
 		hs_response_body(res, NULL, "ok", 2);
+	} else if (strcmp(req->path, "/later") == 0) {
+		/* what is set before the defer is kept */
+		hs_response_header(res, "X-Early", "1");
+		ck_assert_ptr_null(later);
+		later = hs_response_defer(res, on_gone, &later);
+		ck_assert_ptr_nonnull(later);
+		deferred_n++;
+	} else if (strcmp(req->path, "/whose") == 0) {
+		hs_response_status(res, 200);
+		hs_response_body(res, "text/plain", req->link_arg != NULL ?
+		    "link" : "socket", req->link_arg != NULL ? 4 : 6);
 	} else if (strcmp(req->path, "/nostatus") == 0) {
 		/* nothing: the server answers 500 */
 	} else if (strcmp(req->path, "/close-server") == 0) {
@@ -595,6 +622,47 @@ silent_listener(int *out_port)
 	getsockname(fd, (struct sockaddr *)&a, &len);
 	*out_port = ntohs(a.sin_port);
 	return fd;
+}
+
+static void
+later_reset(void)
+{
+	deferred_n = gone_n = 0;
+	later = NULL;
+}
+
+/* Runs the loop until /later has deferred n answers in all. */
+static void
+wait_deferred(int n)
+{
+	ck_assert(run_until_n(&deferred_n, n, 3000));
+	ck_assert_ptr_nonnull(later);
+}
+
+/* A connection that sent req, once /later has deferred n answers. */
+static int
+later_open(const char *req, int n)
+{
+	int fd = raw_connect();
+
+	raw_send(fd, req, strlen(req));
+	wait_deferred(n);
+	return fd;
+}
+
+/* Sends the deferred answer whole: 200 and body. */
+static void
+later_finish(const char *body)
+{
+	hs_deferred *d = later;
+	hs_response *res = hs_deferred_response(d);
+
+	later = NULL;
+	hs_response_status(res, 200);
+	hs_response_header(res, "X-Late", "2");
+	hs_response_meter(res, 5, 9);
+	hs_response_body(res, "text/plain", body, strlen(body));
+	hs_deferred_finish(d);
 }
 
 /* ---- the tests ---- */
@@ -1662,6 +1730,289 @@ START_TEST(test_body_budget)
 END_TEST
 
 /* Path numbers: one spelling each, nothing wraps. */
+/* A deferred answer keeps its place: what was pipelined after it waits,
+ * and goes once it is sent; each exchange is metered once. */
+START_TEST(test_deferred_in_order)
+{
+	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n"
+	    "GET /info?i=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	const char *a, *b;
+	size_t n;
+	int fd, eof;
+
+	server_start(NULL);
+	later_reset();
+	fd = later_open(req, 1);
+	/* nothing goes before the deferred answer, nor is the next
+	 * request answered */
+	ck_assert_uint_eq(raw_read(fd, 200, &eof, 1), 0);
+	ck_assert(!eof);
+	ck_assert_int_eq(nex, 0);
+	later_finish("late");
+	n = raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_int_eq(responses_in(raw, n), 2);
+	ck_assert_ptr_nonnull(a = strstr(raw, "X-Early: 1\r\nX-Late: 2\r\n"));
+	ck_assert_ptr_nonnull(strstr(raw, "\r\n\r\nlate"));
+	ck_assert_ptr_nonnull(b = strstr(raw, "GET /info i=1"));
+	ck_assert(a < b);
+	ck_assert_int_eq(nex, 2);
+	ck_assert_int_eq(ex[0].kind, 5);
+	ck_assert_int_eq(ex[0].who, 9);
+	ck_assert_uint_eq(ex[0].in + ex[1].in, strlen(req));
+	ck_assert_uint_eq(ex[0].out + ex[1].out, n);
+	ck_assert_int_eq(gone_n, 0);
+	raw_close(fd);
+}
+END_TEST
+
+/* A streamed answer: the head with Transfer-Encoding: chunked, a chunk
+ * per call, the last chunk; the bytes exactly, and metered whole. */
+START_TEST(test_deferred_stream)
+{
+	static const char want[] = "HTTP/1.1 200 OK\r\nContent-Type: "
+	    "text/event-stream\r\nX-Early: 1\r\nCache-Control: no-cache\r\n"
+	    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+	    "d\r\ndata: first\n\n\r\n10\r\ndata: [second]\n\n\r\n0\r\n\r\n";
+	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n"
+	    "Connection: close\r\n\r\n";
+	hs_deferred *d;
+	hs_response *res;
+	size_t n;
+	int fd, eof;
+
+	server_start(NULL);
+	later_reset();
+	fd = later_open(req, 1);
+	d = later;
+	res = hs_deferred_response(d);
+	ck_assert_int_eq(hs_response_status(res, 200), 0);
+	ck_assert_int_eq(hs_response_body_owned(res, "text/event-stream",
+	    NULL, 0), 0);
+	ck_assert_int_eq(hs_response_header(res, "Cache-Control", "no-cache"),
+	    0);
+	ck_assert_int_eq(hs_deferred_stream_begin(d), 0);
+	ck_assert_int_eq(hs_deferred_stream_chunk(d, "data: first\n\n", 13),
+	    0);
+	/* the head and the first event are out before the stream ends */
+	n = raw_read(fd, 300, &eof, 0);
+	ck_assert(!eof);
+	ck_assert_ptr_nonnull(strstr(raw, "data: first"));
+	ck_assert_int_eq(hs_deferred_stream_chunk(d, "data: [second]\n\n",
+	    16), 0);
+	later = NULL;
+	hs_deferred_stream_end(d);
+	n += raw_read(fd, 3000, &eof, 0);
+	ck_assert(eof);
+	ck_assert_uint_eq(n, sizeof(want) - 1);
+	ck_assert_int_eq(nex, 1);
+	ck_assert_uint_eq(ex[0].in, strlen(req));
+	ck_assert_uint_eq(ex[0].out, n);
+	ck_assert_int_eq(gone_n, 0);
+	raw_close(fd);
+}
+END_TEST
+
+/* The owner of a deferred answer is told when its connection goes: the
+ * peer closed, or the server closed; the idle timeout waits for the
+ * answer, and holds again once it is sent. */
+START_TEST(test_deferred_gone)
+{
+	hs_config cfg = { .idle_timeout_ms = 150 };
+	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n";
+	const char *post = "POST /later HTTP/1.1\r\nHost: x\r\n"
+	    "Expect: 100-continue\r\nContent-Length: 2\r\n\r\nab";
+	int fd, eof;
+
+	server_start(&cfg);
+	later_reset();
+	/* the peer goes first */
+	fd = later_open(req, 1);
+	raw_close(fd);
+	ck_assert(run_until(&gone_n, 3000));
+	ck_assert_ptr_null(later);
+	ck_assert(run_until_n(&nex, 1, 3000));
+	ck_assert_uint_eq(ex[0].out, 0);        /* it failed */
+
+	/* the answer outlasts the idle timeout, which then holds again
+	 * (a 100 Continue written before it does not hold it) */
+	fd = later_open(post, 2);
+	raw_read(fd, 500, &eof, 1);
+	ck_assert(!eof);
+	ck_assert_int_eq(responses_in(raw, strlen(raw)), 0);
+	later_finish("slow");
+	raw_read(fd, 3000, &eof, 1);
+	ck_assert_ptr_nonnull(strstr(raw, "\r\n\r\nslow"));
+	ck_assert(!eof);
+	ck_assert_uint_eq(raw_read(fd, 3000, &eof, 0), 0);
+	ck_assert(eof);
+	raw_close(fd);
+	ck_assert_int_eq(gone_n, 1);
+
+	/* the server closes */
+	fd = later_open(req, 3);
+	hs_server_close(srv, set_flag, &srv_closed);
+	srv = NULL;
+	ck_assert_int_eq(gone_n, 2);
+	ck_assert_ptr_null(later);
+	ck_assert(run_until(&srv_closed, 3000));
+	raw_close(fd);
+}
+END_TEST
+
+/* A deferred request counts against its identity's requests in flight
+ * while it waits. */
+START_TEST(test_deferred_quota)
+{
+	hs_config cfg = { .max_requests_per_id = 1 };
+	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n";
+	const char *get = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+	int fd, fd2, eof;
+
+	server_start(&cfg);
+	later_reset();
+	fd = later_open(req, 1);
+	fd2 = raw_connect();
+	raw_send(fd2, get, strlen(get));
+	raw_read(fd2, 3000, &eof, 1);
+	ck_assert_int_eq(strncmp(raw, "HTTP/1.1 503 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(raw, "too many requests in flight"));
+	raw_close(fd2);
+	later_finish("done");
+	raw_read(fd, 3000, &eof, 1);
+	ck_assert_ptr_nonnull(strstr(raw, "\r\n\r\ndone"));
+	raw_close(fd);
+}
+END_TEST
+
+/* ---- links: connections another module reads ---- */
+
+struct owner {
+	char out[16384];
+	size_t len;
+	int finished, closed, resumed;
+};
+
+static int
+own_write(void *arg, char *buf, size_t len)
+{
+	struct owner *o = arg;
+
+	ck_assert_uint_le(o->len + len, sizeof(o->out) - 1);
+	memcpy(o->out + o->len, buf, len);
+	o->len += len;
+	o->out[o->len] = '\0';
+	free(buf);
+	return 0;
+}
+
+static void
+own_finish(void *arg)
+{
+	((struct owner *)arg)->finished++;
+}
+
+static void
+own_close(void *arg)
+{
+	((struct owner *)arg)->closed++;
+}
+
+static void
+own_resume(void *arg)
+{
+	((struct owner *)arg)->resumed++;
+}
+
+static const hs_link_ops own_ops = {
+	own_write, own_finish, own_close, own_resume
+};
+
+/* An answer the server makes itself, in the owner's shape. */
+static void
+error_answer(void *ctx, const hs_error *e, hs_response *res)
+{
+	char text[256];
+
+	(void)ctx;
+	snprintf(text, sizeof(text), "{\"status\":%d,\"parse\":\"%s\"}",
+	    e->status, e->parse_error != NULL ? e->parse_error : "-");
+	hs_response_status(res, e->status);
+	hs_response_body(res, "application/json", text, strlen(text));
+}
+
+START_TEST(test_link)
+{
+	const char *two = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n"
+	    "GET /whose HTTP/1.1\r\nHost: x\r\n\r\n";
+	hs_config cfg = { .error_answer = error_answer,
+	    .max_body_bytes = 16, .on_exchange = on_exchange };
+	struct owner own;
+	char err[HS_ERR_LEN];
+	hs_link *l;
+	const char *a, *b;
+
+	memset(&own, 0, sizeof(own));
+	later_reset();
+	ck_assert_int_eq(hs_server_new(&srv, &loop, &cfg, handler, NULL, err),
+	    0);
+	ck_assert_ptr_nonnull(l = hs_link_new(srv, &own_ops, &own,
+	    "192.0.2.1:7", "192.0.2.1", NULL));
+	ck_assert_int_eq(hs_server_connections(srv), 1);
+	/* the deferred answer holds what follows: the owner stops reading */
+	ck_assert_int_ne(hs_link_feed(l, two, strlen(two)), 0);
+	ck_assert_int_eq(deferred_n, 1);
+	ck_assert_uint_eq(own.len, 0);
+	later_finish("late");
+	/* the next request is read on from the loop, not from inside the
+	 * owner's call */
+	ck_assert_ptr_nonnull(a = strstr(own.out, "\r\n\r\nlate"));
+	ck_assert_ptr_null(strstr(own.out, "\r\n\r\nlink"));
+	ck_assert(run_until(&own.resumed, 3000));
+	ck_assert_ptr_nonnull(b = strstr(own.out, "\r\n\r\nlink"));
+	ck_assert(a < b);
+	ck_assert_int_eq(own.resumed, 1);
+	ck_assert_int_eq(nex, 2);
+	/* the owner's connection goes before an answer: its owner is told */
+	ck_assert_int_eq(hs_link_feed(l, two, 32), 0);
+	ck_assert_int_eq(deferred_n, 2);
+	hs_link_close(l);
+	ck_assert_int_eq(gone_n, 1);
+	ck_assert_int_eq(own.closed + own.finished, 0);
+
+	/* a malformed request: the owner's error shape, then its close */
+	memset(&own, 0, sizeof(own));
+	ck_assert_ptr_nonnull(l = hs_link_new(srv, &own_ops, &own,
+	    "192.0.2.1:8", "192.0.2.1", NULL));
+	ck_assert_int_ne(hs_link_feed(l, "GET /x\x01 HTTP/1.1\r\n\r\n", 20), 0);
+	ck_assert_int_eq(strncmp(own.out, "HTTP/1.1 400 ", 13), 0);
+	ck_assert_ptr_nonnull(strstr(own.out, "application/json"));
+	ck_assert_ptr_nonnull(strstr(own.out, "{\"status\":400,\"parse\":\"invalid"));
+	ck_assert_int_eq(own.finished, 1);
+	ck_assert_int_eq(own.closed, 0);
+
+	/* too large: the limit's status, no parser's reason */
+	memset(&own, 0, sizeof(own));
+	ck_assert_ptr_nonnull(l = hs_link_new(srv, &own_ops, &own,
+	    "192.0.2.1:9", "192.0.2.1", NULL));
+	hs_link_feed(l, "POST /echo HTTP/1.1\r\nContent-Length: 17\r\n\r\n",
+	    43);
+	ck_assert_ptr_nonnull(strstr(own.out, "{\"status\":413,\"parse\":\"-\"}"));
+	ck_assert_int_eq(own.finished, 1);
+
+	/* the server closes a link: its owner closes the connection */
+	memset(&own, 0, sizeof(own));
+	ck_assert_ptr_nonnull(l = hs_link_new(srv, &own_ops, &own,
+	    "192.0.2.1:10", "192.0.2.1", NULL));
+	ck_assert_int_eq(hs_link_feed(l, "GET /whose HTTP/1.1\r\n\r\n", 23), 0);
+	ck_assert_ptr_nonnull(strstr(own.out, "\r\n\r\nlink"));
+	hs_server_close(srv, set_flag, &srv_closed);
+	srv = NULL;
+	ck_assert_int_eq(own.closed, 1);
+	ck_assert(run_until(&srv_closed, 3000));
+}
+END_TEST
+
 START_TEST(test_path_number)
 {
 	int64_t v = -7;
@@ -1703,15 +2054,16 @@ main(void)
 	    test_expect_continue, test_http10_and_limits,
 	    test_client_close_in_flight, test_server_close,
 	    test_per_addr_limit, test_body_budget, test_shared_body,
-	    test_slow_headers,
+	    test_slow_headers, test_deferred_in_order, test_deferred_stream,
+	    test_deferred_gone,
 	};
 	const TTest *tls_only[] = { test_identity_quota,
-	    test_client_wrong_pin };
+	    test_client_wrong_pin, test_deferred_quota };
 	const TTest *plain_only[] = {
 	    test_client_close_from_done, test_status_from_handler,
 	    test_client_max_body, test_client_timeout, test_client_refused,
 	    test_client_not_http,
-	    test_path_number,
+	    test_path_number, test_link,
 	};
 	Suite *s = suite_create("http");
 	TCase *tc = tcase_create("http");

@@ -524,6 +524,45 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* Requests sent ahead on one connection are answered in their order: a
+ * completion (answered later, from the ring), then the status; a 405
+ * says what the path allows. */
+START_TEST(test_pipelined_in_order)
+{
+	static const char body[] = "{\"prompt\":\"ab\",\"max_tokens\":5,"
+	    "\"steps\":4}";
+	char req[512], answer[16384];
+	const char *done, *status;
+	size_t len = 0;
+	ssize_t n;
+	tu_tls *t;
+	tu_body b;
+
+	snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+	    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s"
+	    "GET /v1/status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+	    strlen(body), body);
+	ck_assert_ptr_nonnull(t = tu_tls_connect(base_port));
+	ck_assert_int_eq(tu_tls_write(t, req, strlen(req)), 0);
+	while (len < sizeof(answer) - 1 && (n = tu_tls_read(t, answer + len,
+	    sizeof(answer) - 1 - len, 10)) > 0)
+		len += (size_t)n;
+	answer[len] = '\0';
+	tu_tls_close(t);
+	ck_assert_int_eq(strncmp(answer, "HTTP/1.1 200 OK\r\n", 17), 0);
+	ck_assert_ptr_nonnull(done = strstr(answer, "\"text_completion\""));
+	ck_assert_ptr_nonnull(status = strstr(answer, "\"pipeline-host\""));
+	ck_assert(done < status);
+	ck_assert_ptr_nonnull(strstr(done, "HTTP/1.1 200 OK\r\n"));
+	ck_assert_ptr_nonnull(strstr(done, "Connection: close\r\n"));
+	ck_assert_int_eq(tu_http("DELETE", base_port, "/v1/status", NULL, NULL,
+	    0, &b), 405);
+	ck_assert_ptr_nonnull(strstr(b.data, "DELETE is not allowed on "
+	    "/v1/status (GET)"));
+	free(b.data);
+}
+END_TEST
+
 /* Integers from outside ---------------------------------------------------- */
 
 /* A completion of the ring still answered whole: the entry and its
@@ -975,6 +1014,7 @@ main(void)
 	tcase_add_test(tc, test_same_as_generate);
 	tcase_add_test(tc, test_ring_bytes);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_pipelined_in_order);
 	tcase_add_test(tc, test_hostile_integers);
 	tcase_add_test(tc, test_expensive_refused);
 	tcase_add_test(tc, test_client_gone_cancels);

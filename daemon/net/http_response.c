@@ -1,5 +1,6 @@
-/* The response side of the HTTP server: the hs_response_* setters, and the
- * status line, headers and body written in slices with back-pressure. */
+/* The response side of the HTTP server: the hs_response_* setters, the
+ * status line, headers and body written in slices with back-pressure, and
+ * answers given later (hs_deferred_*), whole or as a chunked stream. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -36,6 +37,13 @@ struct hs_out {
 	size_t nreqs, issued, off;      /* slices, those handed to libuv */
 	struct hs_out *next;            /* in c->unsent */
 	int unlisted;                   /* all handed over, or never will be */
+	/* a deferred answer's place: nothing goes past it until it is
+	 * whole; the outs that carry its bytes are its pieces, queued
+	 * before it, each counted here until it is done */
+	int waiting;
+	struct hs_out *parent;          /* of a piece */
+	int pieces;
+	size_t piece_bytes;             /* written by its pieces */
 	ts_write_t reqs[];
 };
 
@@ -94,16 +102,42 @@ hs__body_release(char *body, hs_shared *shared)
 
 /* ---- writing responses ---- */
 
+/* Whether every byte of o has been written, or never will be. */
+static int
+out_settled(const struct hs_out *o)
+{
+	return o->pending == 0 && o->unlisted && o->pieces == 0;
+}
+
 static void
 out_done(struct hs_out *o)
 {
 	hs_conn *c = o->c;
 	hs_server *s = c->srv;
 
+	if (o->parent != NULL) {
+		/* a piece of a deferred answer: the exchange ends with it */
+		struct hs_out *p = o->parent;
+
+		p->pieces--;
+		if (o->failed)
+			p->failed = 1;
+		else
+			p->piece_bytes += o->head_len + o->body_len;
+		free(o->head);
+		hs__body_release(o->body, o->shared);
+		free(o);
+		if (p->failed)
+			hs__conn_close(c);
+		if (out_settled(p))
+			out_done(p);
+		return;
+	}
 	c->outs--;
 	if (s->cfg.on_exchange != NULL && !s->closing)
 		s->cfg.on_exchange(s->ctx, c->peer, o->meter, o->bytes_in,
-		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra);
+		    o->failed ? 0 : o->head_len + o->body_len + o->bytes_extra +
+		    o->piece_bytes);
 	if (o->failed)
 		hs__conn_close(c);
 	free(o->head);
@@ -116,7 +150,21 @@ out_done(struct hs_out *o)
 			hs__conn_linger(c);
 		return;
 	}
-	if (c->held != NULL && c->outs < HS_MAX_PIPELINE) {
+	if (c->lops != NULL && c->held != NULL) {
+		/* a link's writes end inside its owner's call (a deferred
+		 * answer's finish): the next request waits for the loop, as
+		 * a socket's does for its write callback */
+		hs__conn_timer(c, HS_T_NEXT);
+		return;
+	}
+	hs__conn_next(c);
+}
+
+void
+hs__conn_next(hs_conn *c)
+{
+	if (c->held != NULL && c->outs < HS_MAX_PIPELINE &&
+	    c->waiting == NULL) {
 		char *held = c->held;
 		size_t len = c->held_len;
 
@@ -136,6 +184,36 @@ out_done(struct hs_out *o)
 
 static void on_write(ts_write_t *req, int status);
 
+/* 0 when handed to libuv (cb comes), 1 when written through a link's
+ * owner already (no cb), -1 on failure (no cb). */
+int
+hs__conn_write(hs_conn *c, ts_write_t *w, uv_buf_t *bufs, unsigned nbufs,
+    ts_write_cb cb)
+{
+	size_t len = 0, off = 0;
+	unsigned i;
+	char *buf;
+
+	if (c->lops == NULL) {
+		if (ts_write(w, (uv_stream_t *)&c->tcp, c->tls, bufs, nbufs,
+		    cb) < 0)
+			return -1;
+		c->writing++;
+		return 0;
+	}
+	if (c->detached)
+		return -1;
+	for (i = 0; i < nbufs; i++)
+		len += bufs[i].len;
+	if ((buf = malloc(len > 0 ? len : 1)) == NULL)
+		return -1;
+	for (i = 0; i < nbufs; i++) {
+		memcpy(buf + off, bufs[i].base, bufs[i].len);
+		off += bufs[i].len;
+	}
+	return c->lops->write(c->larg, buf, len) < 0 ? -1 : 1;
+}
+
 /* Hands the next slices to libuv: all at once over plain TCP; over TLS
  * two ahead of the socket, so that a slice is encrypted while the one
  * before it is on its way, and a large body is not all encrypted before
@@ -150,6 +228,7 @@ out_issue(struct hs_out *o)
 		uv_buf_t bufs[2];
 		unsigned nb = 0;
 		size_t n = o->body_len - o->off;
+		int r;
 
 		if (o->issued == 0)
 			bufs[nb++] = uv_buf_init(o->head,
@@ -162,13 +241,14 @@ out_issue(struct hs_out *o)
 			    o->body + o->off, (unsigned)n);
 		o->off += n;
 		o->reqs[o->issued].data = o;
-		if (ts_write(&o->reqs[o->issued], (uv_stream_t *)&c->tcp, c->tls,
-		    bufs, nb, on_write) < 0) {
+		r = hs__conn_write(c, &o->reqs[o->issued], bufs, nb, on_write);
+		if (r < 0) {
 			o->failed = 1;
 			break;
 		}
 		o->issued++;
-		o->pending++;
+		if (r == 0)
+			o->pending++;
 	}
 }
 
@@ -181,6 +261,8 @@ conn_issue(hs_conn *c, struct hs_out *self)
 	struct hs_out *o;
 
 	while ((o = c->unsent) != NULL) {
+		if (o->waiting)
+			return;         /* a deferred answer not yet whole */
 		out_issue(o);
 		if (o->issued < o->nreqs && !o->failed && !c->closing)
 			return;
@@ -189,7 +271,7 @@ conn_issue(hs_conn *c, struct hs_out *self)
 		if ((c->unsent = o->next) == NULL)
 			c->unsent_tail = NULL;
 		o->unlisted = 1;
-		if (o != self && o->pending == 0)
+		if (o != self && out_settled(o))
 			out_done(o);
 	}
 }
@@ -213,13 +295,14 @@ on_write(ts_write_t *req, int status)
 	struct hs_out *o = req->data;
 	hs_conn *c = o->c;
 
+	c->writing--;
 	if (status < 0)
 		o->failed = 1;
 	else if (!c->closing && c->timer_kind == HS_T_IDLE)
 		hs__conn_timer(c, HS_T_IDLE);       /* the peer is taking it */
 	o->pending--;
 	conn_issue(c, o);
-	if (o->pending == 0 && o->unlisted)
+	if (out_settled(o))
 		out_done(o);
 }
 
@@ -231,19 +314,28 @@ reason_phrase(int status)
 	return r[0] == '<' ? "Status" : r;
 }
 
-/* Queues one response; takes body (malloc'd) in every case.  With
- * head_only the length is announced and the body not sent. */
-void
-hs__conn_send(hs_conn *c, int status, const char *content_type,
+/* One response made ready to queue: its head and its body's slices;
+ * takes body (malloc'd) in every case.  With head_only the length is
+ * announced and the body not sent; with chunked the body is to come as
+ * chunks (none here).  NULL when out of memory. */
+static struct hs_out *
+out_new(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
-    hs_shared *shared, int pattern, int head_only, int close,
-    hs_meter meter)
+    hs_shared *shared, int pattern, int head_only, int close, int chunked)
 {
 	struct hs_out *o;
 	size_t slices, nreqs;
 	int no_body = status == 204 || status == 304;
 	int len;
 	char *head;
+
+	if (chunked) {
+		hs__body_release(body, shared);
+		body = NULL;
+		shared = NULL;
+		pattern = 0;
+		body_len = 0;
+	}
 
 	if (no_body || head_only) {
 		hs__body_release(body, shared);
@@ -261,19 +353,20 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 		free(o);
 		free(head);
 		hs__body_release(body, shared);
-		hs__conn_close(c);
-		return;
+		return NULL;
 	}
 	len = sprintf(head, "HTTP/1.1 %d %s\r\n", status,
 	    reason_phrase(status));
 	if (content_type != NULL && !no_body)
 		len += sprintf(head + len, "Content-Type: %s\r\n",
 		    content_type);
-	if (!no_body)
+	if (!no_body && !chunked)
 		len += sprintf(head + len, "Content-Length: %zu\r\n",
 		    body_len);
 	memcpy(head + len, headers, headers_len);
 	len += (int)headers_len;
+	if (chunked)
+		len += sprintf(head + len, "Transfer-Encoding: chunked\r\n");
 	if (close)
 		len += sprintf(head + len, "Connection: close\r\n");
 	else if (c->http_major == 1 && c->http_minor == 0)
@@ -286,21 +379,265 @@ hs__conn_send(hs_conn *c, int status, const char *content_type,
 	o->shared = shared;
 	o->body_len = body || pattern ? body_len : 0;
 	o->pattern = pattern;
-	o->bytes_in = c->req_in;
-	o->bytes_extra = c->continue_bytes;
-	o->meter = meter;
-	c->outs++;
 	o->nreqs = nreqs;
+	return o;
+}
+
+/* Appends o to c's answers. */
+static void
+out_append(hs_conn *c, struct hs_out *o)
+{
 	if (c->unsent_tail != NULL)
 		c->unsent_tail->next = o;
 	else
 		c->unsent = o;
 	c->unsent_tail = o;
+}
+
+/* Queues o (NULL: out of memory, the connection closes) as the answer
+ * to the request just read, and sends what may go. */
+static void
+out_queue(hs_conn *c, struct hs_out *o, hs_meter meter)
+{
+	if (o == NULL) {
+		hs__conn_close(c);
+		return;
+	}
+	o->bytes_in = c->req_in;
+	o->bytes_extra = c->continue_bytes;
+	o->meter = meter;
+	c->outs++;
+	out_append(c, o);
 	conn_issue(c, o);
-	if (o->pending == 0 && o->unlisted)
+	if (out_settled(o))
 		out_done(o);
 	else if (o->failed)
 		hs__conn_close(c);
+}
+
+/* Queues one response; takes body (malloc'd) in every case.  With
+ * head_only the length is announced and the body not sent. */
+void
+hs__conn_send(hs_conn *c, int status, const char *content_type,
+    const char *headers, size_t headers_len, char *body, size_t body_len,
+    hs_shared *shared, int pattern, int head_only, int close,
+    hs_meter meter)
+{
+	out_queue(c, out_new(c, status, content_type, headers, headers_len,
+	    body, body_len, shared, pattern, head_only, close, 0), meter);
+}
+
+/* The out that answers with res, its body taken: a 500 when building
+ * res ran out of memory or set no status (its meter then says so). */
+static struct hs_out *
+out_of_response(hs_conn *c, hs_response *res, int head_only, int close)
+{
+	struct hs_out *o;
+
+	if (res->nomem || res->status == 0) {
+		hs__body_release(res->body, res->shared);
+		res->body = strdup(res->nomem ? "out of memory building the "
+		    "response\n" : "the handler set no status\n");
+		o = out_new(c, 500, "text/plain", "", 0, res->body,
+		    res->body ? strlen(res->body) : 0, NULL, 0, head_only,
+		    close, 0);
+		res->meter = (hs_meter){ HS_METER_ERROR, -1 };
+	} else
+		o = out_new(c, res->status, res->content_type,
+		    res->headers ? res->headers : "", res->headers_len,
+		    res->body, res->body_len, res->shared, res->pattern,
+		    head_only, close, 0);
+	res->body = NULL;
+	res->shared = NULL;
+	return o;
+}
+
+void
+hs__conn_answer(hs_conn *c, hs_response *res)
+{
+	struct hs_out *o = out_of_response(c, res, c->method == HTTP_HEAD,
+	    !c->keep_alive);
+
+	out_queue(c, o, res->meter);
+}
+
+/* ---- answers given later ---- */
+
+struct hs_out *
+hs__conn_defer(hs_conn *c)
+{
+	struct hs_out *o = calloc(1, sizeof(*o));
+
+	if (o == NULL)
+		return NULL;
+	o->c = c;
+	o->waiting = 1;
+	o->bytes_in = c->req_in;
+	o->bytes_extra = c->continue_bytes;
+	c->outs++;
+	out_append(c, o);
+	return o;
+}
+
+hs_deferred *
+hs_response_defer(hs_response *res, void (*gone)(void *arg), void *arg)
+{
+	hs_conn *c = res->conn;
+	hs_deferred *d;
+
+	if (c == NULL || res->deferred || c->closing ||
+	    (d = calloc(1, sizeof(*d))) == NULL)
+		return NULL;
+	if ((d->place = hs__conn_defer(c)) == NULL) {
+		free(d);
+		return NULL;
+	}
+	d->c = c;
+	d->gone = gone;
+	d->arg = arg;
+	d->head_only = c->method == HTTP_HEAD;
+	d->close = !c->keep_alive;
+	/* what the handler set so far is the answer's */
+	d->res = *res;
+	d->res.deferred = 0;
+	memset(res, 0, sizeof(*res));
+	res->deferred = 1;
+	c->waiting = d;
+	return d;
+}
+
+hs_response *
+hs_deferred_response(hs_deferred *d)
+{
+	return &d->res;
+}
+
+/* Queues piece p of d's answer before its place, and sends what may go;
+ * 0, or -1 when out of memory (the connection then closes). */
+static int
+deferred_piece(hs_deferred *d, struct hs_out *p)
+{
+	hs_conn *c = d->c;
+	struct hs_out **at;
+
+	if (p == NULL) {
+		hs__conn_close(c);
+		return -1;
+	}
+	p->parent = d->place;
+	d->place->pieces++;
+	for (at = &c->unsent; *at != d->place; at = &(*at)->next)
+		;
+	p->next = d->place;
+	*at = p;
+	conn_issue(c, NULL);
+	return 0;
+}
+
+void
+hs__deferred_free(hs_deferred *d)
+{
+	if (d == NULL)
+		return;
+	free(d->res.headers);
+	free(d->res.content_type);
+	hs__body_release(d->res.body, d->res.shared);
+	free(d);
+}
+
+/* The place of d's answer is free to go: the exchange ends once its
+ * pieces are written. */
+static void
+deferred_release(hs_deferred *d)
+{
+	hs_conn *c = d->c;
+
+	if (c->waiting == d)
+		c->waiting = NULL;
+	d->place->waiting = 0;
+	d->place->meter = d->res.meter;
+	if (!c->closing)
+		conn_issue(c, NULL);
+	hs__deferred_free(d);
+}
+
+void
+hs_deferred_finish(hs_deferred *d)
+{
+	hs_conn *c = d->c;
+
+	c->waiting = NULL;      /* gone no longer applies */
+	if (!c->closing)
+		deferred_piece(d, out_of_response(c, &d->res, d->head_only,
+		    d->close));
+	deferred_release(d);
+}
+
+int
+hs_deferred_stream_begin(hs_deferred *d)
+{
+	hs_conn *c = d->c;
+	hs_response *res = &d->res;
+
+	if (c->closing || d->streaming)
+		return UV_EINVAL;
+	if (res->nomem || res->status == 0) {
+		hs__conn_close(c);
+		return UV_ENOMEM;
+	}
+	d->streaming = 1;
+	return deferred_piece(d, out_new(c, res->status, res->content_type,
+	    res->headers ? res->headers : "", res->headers_len, NULL, 0, NULL,
+	    0, 1, d->close, 1)) == 0 ? 0 : UV_ENOMEM;
+}
+
+/* One piece of raw bytes (a chunk and its framing), taken. */
+static struct hs_out *
+out_raw(hs_conn *c, char *bytes, size_t len)
+{
+	struct hs_out *o;
+
+	if (bytes == NULL || (o = calloc(1, sizeof(*o) +
+	    sizeof(ts_write_t))) == NULL) {
+		free(bytes);
+		return NULL;
+	}
+	o->c = c;
+	o->head = bytes;
+	o->head_len = len;
+	o->nreqs = 1;
+	return o;
+}
+
+int
+hs_deferred_stream_chunk(hs_deferred *d, const void *data, size_t len)
+{
+	hs_conn *c = d->c;
+	char *b;
+	int hl;
+
+	if (c->closing || !d->streaming)
+		return UV_EINVAL;
+	if (d->head_only || len == 0)
+		return 0;       /* an empty chunk would end the body */
+	if ((b = malloc(len + 24)) != NULL) {
+		hl = sprintf(b, "%zx\r\n", len);
+		memcpy(b + hl, data, len);
+		memcpy(b + hl + len, "\r\n", 2);
+		len += (size_t)hl + 2;
+	}
+	return deferred_piece(d, out_raw(c, b, len)) == 0 ? 0 : UV_ENOMEM;
+}
+
+void
+hs_deferred_stream_end(hs_deferred *d)
+{
+	hs_conn *c = d->c;
+
+	c->waiting = NULL;
+	if (!c->closing && d->streaming && !d->head_only)
+		deferred_piece(d, out_raw(c, strdup("0\r\n\r\n"), 5));
+	deferred_release(d);
 }
 
 /* ---- building a response, in the handler ---- */

@@ -1,8 +1,11 @@
-/* The HTTP/1.1 server: connections on the caller's libuv loop, parsed by
- * http-parser, answered by one synchronous handler through asynchronous
- * writes.  Each connection parses until a request is complete, pauses the
- * parser there, answers, and goes on with what the peer pipelined, so the
- * bytes of each exchange are known exactly for metering. */
+/* The HTTP/1.1 server: connections on the caller's libuv loop (or read by
+ * another module and fed here: links), parsed by http-parser, answered by
+ * one handler through asynchronous writes, at once or later.  Each
+ * connection parses until a request is complete, pauses the parser
+ * there, answers, and goes on with what the peer pipelined (after a
+ * deferred answer, once it is sent), so the bytes of each exchange are
+ * known exactly for metering.  The one place in the tree that runs
+ * http-parser on requests. */
 #include "config.h"
 
 #include <limits.h>
@@ -146,6 +149,10 @@ on_conn_timer(uv_timer_t *t)
 	int kind = c->timer_kind;
 
 	c->timer_kind = HS_T_NONE;
+	if (kind == HS_T_NEXT) {
+		hs__conn_next(c);
+		return;
+	}
 	if (kind == HS_T_REQUEST) {
 		const hs_config *cfg = &c->srv->cfg;
 		char msg[HS_MSG_LEN];
@@ -167,6 +174,13 @@ on_conn_timer(uv_timer_t *t)
 	} else {
 		const hs_server *s = c->srv;
 
+		/* a deferred answer is its owner's to time; the idle bound
+		 * holds again once it is written, or while a slice of it waits
+		 * for the peer to take it */
+		if (kind == HS_T_IDLE && c->waiting != NULL && c->writing == 0) {
+			hs__conn_timer(c, HS_T_IDLE);
+			return;
+		}
 		if (kind == HS_T_HANDSHAKE && s->cfg.on_refused != NULL) {
 			char msg[HS_MSG_LEN];
 
@@ -192,7 +206,7 @@ hs__conn_timer(hs_conn *c, int kind)
 	c->rate_mark = c->req_in;
 	uv_timer_start(&c->timer, on_conn_timer, kind == HS_T_REQUEST ?
 	    (c->in_body ? cfg->request_timeout_ms : header_ms(cfg)) :
-	    kind == HS_T_IDLE ?
+	    kind == HS_T_NEXT ? 0 : kind == HS_T_IDLE ?
 	    cfg->idle_timeout_ms : kind == HS_T_HANDSHAKE ?
 	    cfg->handshake_timeout_ms : HS_LINGER_MS, 0);
 }
@@ -235,12 +249,38 @@ on_conn_closed(uv_handle_t *h)
 		c->next->prev = c->prev;
 	hs__conn_drop_unsent(c);
 	request_reset(c);
+	hs__deferred_free(c->orphan);
 	free(c->hbuf);
 	free(c->hdrs);
 	free(c->held);
 	tls_conn_free(c->tls);
 	free(c);
 	server_maybe_free(s);
+}
+
+/* The connection can no longer carry its deferred answer: its owner
+ * learns it once; the answer's memory goes with the connection, so that
+ * a call of the owner's that led here may still return through it. */
+void
+hs__conn_orphan(hs_conn *c)
+{
+	hs_deferred *d = c->waiting;
+
+	if (d == NULL)
+		return;
+	c->waiting = NULL;
+	c->orphan = d;
+	if (d->gone != NULL)
+		d->gone(d->arg);
+}
+
+void
+hs__read_stop(hs_conn *c)
+{
+	if (c->lops != NULL)
+		c->link_full = 1;
+	else
+		uv_read_stop((uv_stream_t *)&c->tcp);
 }
 
 /* Pending writes and the shutdown request are cancelled by libuv before
@@ -251,6 +291,7 @@ hs__conn_close(hs_conn *c)
 	if (c->closing)
 		return;
 	c->closing = 1;
+	hs__conn_orphan(c);
 	/* counted out at once, so that the limits see it gone */
 	hs__quota_detach(c);
 	if (c->over_limit)
@@ -258,7 +299,14 @@ hs__conn_close(hs_conn *c)
 	else
 		c->srv->nconns--;
 	uv_timer_stop(&c->timer);
-	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+	if (c->lops != NULL) {
+		/* the owner's socket: it closes it, and forgets the link */
+		if (!c->detached) {
+			c->detached = 1;
+			c->lops->close(c->larg);
+		}
+	} else
+		uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 	uv_close((uv_handle_t *)&c->timer, on_conn_closed);
 }
 
@@ -280,6 +328,16 @@ hs__conn_linger(hs_conn *c)
 {
 	if (c->closing || c->lingering)
 		return;
+	hs__conn_orphan(c);
+	if (c->lops != NULL) {
+		/* the owner lingers as it does for its own closes */
+		if (!c->detached) {
+			c->detached = 1;
+			c->lops->finish(c->larg);
+		}
+		hs__conn_close(c);
+		return;
+	}
 	if (c->eof) {
 		hs__conn_close(c);
 		return;
@@ -308,22 +366,50 @@ hs__conn_linger(hs_conn *c)
 /* The server answers by itself and closes: malformed or oversized
  * requests, timeouts, too many connections. */
 void
-hs__conn_fail(hs_conn *c, int status, const char *msg)
+hs__conn_fail_parse(hs_conn *c, int status, const char *msg,
+    const char *parse_error)
 {
+	const hs_config *cfg = &c->srv->cfg;
 	size_t n = strlen(msg);
-	char *body = malloc(n + 1);
+	char *body;
+	hs_response res;
 
-	if (body != NULL) {
+	c->finishing = 1;
+	c->in_message = 0;
+	hs__read_stop(c);
+	hs__conn_timer(c, HS_T_IDLE);
+	memset(&res, 0, sizeof(res));
+	if (cfg->error_answer != NULL) {
+		hs_error e = { status, msg, parse_error };
+
+		cfg->error_answer(c->srv->ctx, &e, &res);
+	}
+	if (res.status != 0 && !res.nomem) {
+		hs__conn_send(c, res.status, res.content_type,
+		    res.headers ? res.headers : "", res.headers_len, res.body,
+		    res.body_len, res.shared, res.pattern, 0, 1,
+		    (hs_meter){ HS_METER_ERROR, -1 });
+		free(res.headers);
+		free(res.content_type);
+		request_reset(c);
+		return;
+	}
+	hs__body_release(res.body, res.shared);
+	free(res.headers);
+	free(res.content_type);
+	if ((body = malloc(n + 1)) != NULL) {
 		memcpy(body, msg, n);
 		body[n] = '\n';
 	}
-	c->finishing = 1;
-	c->in_message = 0;
-	uv_read_stop((uv_stream_t *)&c->tcp);
-	hs__conn_timer(c, HS_T_IDLE);
 	hs__conn_send(c, status, "text/plain", "", 0, body, body ? n + 1 : 0,
 	    NULL, 0, 0, 1, (hs_meter){ HS_METER_ERROR, -1 });
 	request_reset(c);
+}
+
+void
+hs__conn_fail(hs_conn *c, int status, const char *msg)
+{
+	hs__conn_fail_parse(c, status, msg, NULL);
 }
 
 /* ---- the request, for the handler ---- */
@@ -365,6 +451,7 @@ conn_dispatch(hs_conn *c)
 
 	memset(&res, 0, sizeof(res));
 	res.meter = (hs_meter){ HS_METER_NONE, -1 };
+	res.conn = c;
 	req.method = http_method_str((enum http_method)c->method);
 	q = url + strcspn(url, "?#");
 	req.query = empty;
@@ -379,28 +466,21 @@ conn_dispatch(hs_conn *c)
 	req.body_len = c->discarding ? 0 : c->body_len;
 	req.discarded = c->discarding ? c->body_len : 0;
 	req.peer = c->peer;
-	req.peer_id = c->tls != NULL ? tls_conn_peer_id(c->tls) : NULL;
+	req.peer_id = c->tls != NULL ? tls_conn_peer_id(c->tls) :
+	    c->has_link_id ? c->link_id : NULL;
 	req.http_major = c->http_major;
 	req.http_minor = c->http_minor;
+	req.link_arg = c->lops != NULL ? c->larg : NULL;
 	req.priv = c;
 	if (s->handler != NULL)
 		s->handler(s->ctx, &req, &res);
-	if (c->closing) {
+	if (res.deferred) {
+		/* queued at its place already, perhaps answered already */
+	} else if (c->closing) {
 		/* the handler closed the server */
 		hs__body_release(res.body, res.shared);
-	} else if (res.nomem || res.status == 0) {
-		hs__body_release(res.body, res.shared);
-		res.body = strdup(res.nomem ? "out of memory building the "
-		    "response\n" : "the handler set no status\n");
-		hs__conn_send(c, 500, "text/plain", "", 0, res.body,
-		    res.body ? strlen(res.body) : 0, NULL, 0,
-		    c->method == HTTP_HEAD,
-		    !c->keep_alive, (hs_meter){ HS_METER_ERROR, -1 });
 	} else
-		hs__conn_send(c, res.status, res.content_type,
-		    res.headers ? res.headers : "", res.headers_len, res.body,
-		    res.body_len, res.shared, res.pattern, c->method == HTTP_HEAD,
-		    !c->keep_alive, res.meter);
+		hs__conn_answer(c, &res);
 	free(res.headers);
 	free(res.content_type);
 	request_reset(c);
@@ -409,7 +489,7 @@ conn_dispatch(hs_conn *c)
 	if (!c->keep_alive)
 		c->finishing = 1;
 	if (c->finishing) {
-		uv_read_stop((uv_stream_t *)&c->tcp);
+		hs__read_stop(c);
 		if (c->timer_kind == HS_T_REQUEST)
 			hs__conn_timer(c, HS_T_IDLE);
 	} else if (!c->in_message)
@@ -426,16 +506,20 @@ hs__conn_feed(hs_conn *c, const char *data, size_t len)
 		size_t n;
 		enum http_errno e;
 
-		if (c->outs >= HS_MAX_PIPELINE) {
-			/* bounded: reading stops until responses drain */
-			c->held = malloc(len);
-			if (c->held == NULL) {
+		if (c->outs >= HS_MAX_PIPELINE || c->waiting != NULL ||
+		    c->held != NULL) {
+			/* bounded: reading stops until responses drain, or a
+			 * deferred answer is sent, so answers keep their order */
+			char *grown = realloc(c->held, c->held_len + len);
+
+			if (grown == NULL) {
 				hs__conn_close(c);
 				return;
 			}
-			memcpy(c->held, data, len);
-			c->held_len = len;
-			uv_read_stop((uv_stream_t *)&c->tcp);
+			memcpy(grown + c->held_len, data, len);
+			c->held = grown;
+			c->held_len += len;
+			hs__read_stop(c);
 			return;
 		}
 		n = http_parser_execute(&c->parser, &s->settings, data, len);
@@ -456,7 +540,8 @@ hs__conn_feed(hs_conn *c, const char *data, size_t len)
 			}
 			snprintf(msg, sizeof(msg), "malformed request: %s (%s)",
 			    http_errno_description(e), http_errno_name(e));
-			hs__conn_fail(c, 400, msg);
+			hs__conn_fail_parse(c, 400, msg,
+			    http_errno_description(e));
 			return;
 		}
 	}
@@ -608,7 +693,10 @@ on_header_value(http_parser *p, const char *at, size_t len)
 static void
 on_continue_written(ts_write_t *req, int status)
 {
+	hs_conn *c = req->data;
+
 	(void)status;
+	c->writing--;
 	free(req);
 }
 
@@ -658,12 +746,15 @@ on_headers_complete(http_parser *p)
 		uv_buf_t b = uv_buf_init((char *)hs_continue,
 		    sizeof(hs_continue) - 1);
 
+		int r;
+
 		if (w == NULL)
 			return nomem(c);
-		if (ts_write(w, (uv_stream_t *)&c->tcp, c->tls, &b, 1,
-		    on_continue_written) < 0)
+		w->data = c;
+		r = hs__conn_write(c, w, &b, 1, on_continue_written);
+		if (r != 0)
 			free(w);
-		else
+		if (r >= 0)
 			c->continue_bytes += b.len;
 	}
 	return 0;
@@ -823,6 +914,12 @@ conn_read(hs_conn *c, const char *data, size_t len)
 void
 hs__conn_resume(hs_conn *c)
 {
+	if (c->lops != NULL) {
+		c->link_full = 0;
+		if (!c->detached)
+			c->lops->resume(c->larg);
+		return;
+	}
 	if (c->tls != NULL)
 		conn_read(c, NULL, 0);
 	if (c->closing || c->finishing || c->held != NULL)
@@ -849,7 +946,10 @@ hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	/* the peer's FIN or an error */
 	uv_read_stop(st);
 	c->eof = 1;
-	if (n != UV_EOF || c->lingering || c->in_message || c->outs == 0)
+	/* a peer that goes before its deferred answer has given up on it
+	 * (nginx's "client prematurely closed"): its owner cancels */
+	if (n != UV_EOF || c->lingering || c->in_message || c->outs == 0 ||
+	    c->waiting != NULL)
 		hs__conn_close(c);
 	else
 		c->finishing = 1;       /* answer what came, then close */
@@ -894,6 +994,13 @@ hs__conns_from(const hs_conn *c, int limit)
 	return n;
 }
 
+void
+hs__conn_parser_init(hs_conn *c)
+{
+	http_parser_init(&c->parser, HTTP_REQUEST);
+	c->parser.data = c;
+}
+
 static void
 on_connection(uv_stream_t *listener, int status)
 {
@@ -932,8 +1039,7 @@ on_connection(uv_stream_t *listener, int status)
 	s->accepted++;
 	conn_peer(c);
 	uv_tcp_nodelay(&c->tcp, 1);
-	http_parser_init(&c->parser, HTTP_REQUEST);
-	c->parser.data = c;
+	hs__conn_parser_init(c);
 	if (s->cfg.tls != NULL && !hs__room_tls(s, c)) {
 		/* over TLS an answer would first cost a handshake; and a
 		 * flood is not logged line by line */

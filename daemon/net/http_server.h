@@ -1,8 +1,11 @@
 /* The HTTP/1.1 server of blocktraind (DESIGN section 5): one listener on
  * the daemon's libuv loop, requests parsed with http-parser, bounded before
- * they are buffered, and handed to one synchronous handler.  Over mutual
- * TLS (tls.h) when given a context, plain TCP otherwise; the daemon's API
- * module registers the handler and meters the bytes. */
+ * they are buffered, and handed to one handler, which answers at once or
+ * later (hs_response_defer).  Over mutual TLS (tls.h) when given a
+ * context, plain TCP otherwise; or over a connection another module
+ * accepted and reads itself (hs_link_new: the pipeline port, which tells
+ * HTTP from its frames by the first byte).  The daemon's API module
+ * registers the handler and meters the bytes. */
 #ifndef HS_HTTP_SERVER_H
 #define HS_HTTP_SERVER_H
 
@@ -38,8 +41,9 @@ enum { HS_ROLE_CLIENT, HS_ROLE_PEER };
 typedef struct hs_server hs_server;
 typedef struct hs_response hs_response;
 
-/* One request, valid only during the handler call.  Every string is
- * NUL-terminated and never NULL. */
+/* One request, valid only during the handler call (a deferred answer
+ * copies what it needs).  Every string is NUL-terminated and never
+ * NULL. */
 typedef struct hs_request {
 	const char *method;     /* "GET", "POST", ... */
 	const char *path;       /* raw target before '?', not decoded */
@@ -53,6 +57,9 @@ typedef struct hs_request {
 	 * asked (body is then ""), else 0 */
 	size_t discarded;
 	int http_major, http_minor;
+	/* the owner's argument of a connection it attached (hs_link_new),
+	 * NULL for one the server accepted */
+	void *link_arg;
 	void *priv;             /* the server's; do not touch */
 } hs_request;
 
@@ -69,7 +76,8 @@ const char *hs_request_header(const hs_request *req, const char *name);
 char *hs_request_take_body(const hs_request *req, size_t *len);
 
 /* The handler runs on the loop and must not block.  It sets a status (500
- * is sent if it sets none), headers and a body.  ctx is the one given to
+ * is sent if it sets none), headers and a body, or keeps the response to
+ * answer later (hs_response_defer).  ctx is the one given to
  * hs_server_new. */
 typedef void (*hs_handler_fn)(void *ctx, const hs_request *req,
     hs_response *res);
@@ -99,6 +107,16 @@ typedef void (*hs_exchange_fn)(void *ctx, const char *peer_addr,
  * there was one), or not finished in time: for the log. */
 typedef void (*hs_refused_fn)(void *ctx, const char *peer_addr,
     const char *why);
+
+/* An answer the server makes itself (a malformed or oversized request, a
+ * timeout, a limit): its status, the reason for a person, and for a
+ * request http-parser refused, the parser's own description of why
+ * (NULL otherwise). */
+typedef struct {
+	int status;
+	const char *msg;
+	const char *parse_error;
+} hs_error;
 
 /* Zero in any field means its default. */
 typedef struct {
@@ -161,6 +179,12 @@ typedef struct {
 	 * included.  NULL: every body is buffered. */
 	int (*discard)(void *ctx, const char *method, const char *target,
 	    size_t *max);
+	/* Builds the answers the server makes itself, for a port whose
+	 * clients read errors in a shape of their own: it sets a status and
+	 * a body on res as a handler does (res takes no defer); a response
+	 * left without a status gets the server's text/plain one.  The
+	 * connection closes after it either way.  NULL: text/plain. */
+	void (*error_answer)(void *ctx, const hs_error *e, hs_response *res);
 } hs_config;
 
 void hs_config_defaults(hs_config *cfg);
@@ -185,11 +209,69 @@ unsigned long hs_server_over_quota(const hs_server *s);
 /* Connections accepted since creation, and open now. */
 unsigned long hs_server_accepted(const hs_server *s);
 int hs_server_connections(const hs_server *s);
+/* A connection that another module accepted and reads (its TLS, its
+ * limits, its byte counts stay the owner's), served as if the server had
+ * accepted it: the same parsing, bounds, timers, quotas of the identity
+ * and handler.  The server writes through write (takes buf, malloc'd;
+ * -1 when the connection is gone or going), and says when it is done
+ * with the connection: finish (close once what was written has gone) or
+ * close (at once); after either it never touches arg again and the link
+ * is no longer the owner's to use.  pause (1) asks the owner to stop
+ * reading for now, resume to feed what it kept and read again. */
+typedef struct hs_link hs_link;
+typedef struct {
+	int (*write)(void *arg, char *buf, size_t len);
+	void (*finish)(void *arg);
+	void (*close)(void *arg);
+	void (*resume)(void *arg);
+} hs_link_ops;
+/* peer is "host:port" for the log and the request, addr the host alone
+ * (the per-address count), peer_id what its TLS handshake proved (NULL:
+ * plain TCP), counted against its identity's requests in flight.  NULL
+ * when out of memory. */
+hs_link *hs_link_new(hs_server *s, const hs_link_ops *ops, void *arg,
+    const char *peer, const char *addr, const uint8_t *peer_id);
+/* Plaintext the owner read; nonzero once the link takes no more for now
+ * (the owner then stops reading until resume, keeping what it has). */
+int hs_link_feed(hs_link *l, const char *data, size_t len);
+/* The owner's connection is gone: l's deferred answer (if any) is told
+ * (its gone callback), and l is freed. */
+void hs_link_close(hs_link *l);
+
 /* Stops listening, drops every connection (responses not yet written are
  * lost) and, once libuv has closed every handle, frees the server and
  * calls closed(arg) (closed may be NULL).  Safe to call from the handler;
  * s must not be used afterwards. */
 void hs_server_close(hs_server *s, void (*closed)(void *arg), void *arg);
+
+/* ---- answering later ----
+ * A handler that cannot answer at once (its answer comes from other
+ * hosts) calls hs_response_defer and returns.  The request stays in
+ * flight: it holds its place in the order of the connection's answers,
+ * counts against max_requests_per_id, and what the peer pipelined after
+ * it is not read until it is answered (nginx's NGX_DONE, then
+ * ngx_http_finalize_request).  Later, on the loop, its owner fills
+ * hs_deferred_response(d) as a handler fills res and sends it whole with
+ * hs_deferred_finish; or streams it: hs_deferred_stream_begin sends the
+ * status and headers with Transfer-Encoding: chunked, each
+ * hs_deferred_stream_chunk one chunk, hs_deferred_stream_end the last.
+ * If the connection goes first (the peer closed, a write failed, a
+ * timeout, hs_server_close), gone(arg) is called once, on the loop: the
+ * owner cancels its work and must not use d again.  After finish or
+ * end, d is freed and gone never comes. */
+typedef struct hs_deferred hs_deferred;
+/* In the handler: NULL when out of memory (answer res at once then).
+ * What res was given before is kept; res is not to be used after. */
+hs_deferred *hs_response_defer(hs_response *res, void (*gone)(void *arg),
+    void *arg);
+hs_response *hs_deferred_response(hs_deferred *d);
+void hs_deferred_finish(hs_deferred *d);
+/* The response's status and headers (its Content-Type included, its
+ * body ignored); 0, or UV_ENOMEM (the connection then closes: gone is
+ * called). */
+int hs_deferred_stream_begin(hs_deferred *d);
+int hs_deferred_stream_chunk(hs_deferred *d, const void *data, size_t len);
+void hs_deferred_stream_end(hs_deferred *d);
 
 /* Response building, inside the handler only.  These return 0, or
  * UV_EINVAL (a status out of 200..599, a header name that is not a token

@@ -232,6 +232,18 @@ hs__quota_admit(hs_conn *c)
 	return 0;
 }
 
+int
+hs__quota_link(hs_conn *c, const uint8_t *id)
+{
+	hs_ident *ident = ident_get(c->srv, id);
+
+	if (ident == NULL)
+		return -1;
+	c->ident = ident;
+	ident->conns++;
+	return 0;
+}
+
 void
 hs__quota_detach(hs_conn *c)
 {

@@ -16,7 +16,8 @@
 #define HS_PEER_LEN 64
 #define HS_MSG_LEN 192
 
-enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER, HS_T_HANDSHAKE };
+enum { HS_T_NONE, HS_T_IDLE, HS_T_REQUEST, HS_T_LINGER, HS_T_HANDSHAKE,
+    HS_T_NEXT };
 
 typedef struct hs_conn hs_conn;
 
@@ -45,6 +46,21 @@ struct hs_response {
 	int pattern;                    /* body_len zeros, no body buffer */
 	hs_meter meter;
 	int nomem;
+	hs_conn *conn;                  /* whose request this answers */
+	int deferred;                   /* hs_response_defer was called */
+};
+
+/* A response answered later (hs_response_defer): its place in the
+ * connection's answers is the out queued at defer (the exchange's
+ * last, unsent until the answer is whole); what is sent goes in outs
+ * queued before it. */
+struct hs_deferred {
+	hs_conn *c;
+	struct hs_out *place;
+	hs_response res;
+	void (*gone)(void *arg);
+	void *arg;
+	int head_only, close, streaming;
 };
 
 struct hs_conn {
@@ -74,6 +90,18 @@ struct hs_conn {
 	unsigned eof : 1;
 	unsigned handshaking : 1;       /* TLS, before its first request */
 	unsigned discarding : 1;        /* the body is counted, not kept */
+	/* a connection the owner reads and writes (hs_link_new): no tcp
+	 * handle of ours, only the timer */
+	const hs_link_ops *lops;
+	void *larg;
+	unsigned detached : 1;          /* the owner is no longer told */
+	unsigned link_full : 1;         /* the owner stopped reading */
+	uint8_t link_id[ID_BYTES];
+	int has_link_id;
+	/* the answer being waited for: nothing after it is parsed; and one
+	 * whose connection went, freed with the connection */
+	hs_deferred *waiting, *orphan;
+	int writing;                    /* writes handed to libuv, not done */
 	char *held;             /* unparsed bytes while the pipeline is full */
 	size_t held_len;
 	/* the request being read */
@@ -126,6 +154,9 @@ void hs__conn_close(hs_conn *c);
 void hs__conn_linger(hs_conn *c);
 /* Parses what arrived, answering each complete request in turn. */
 void hs__conn_feed(hs_conn *c, const char *data, size_t len);
+/* The connection's request parser, its callbacks finding c (the one
+ * http_parser_init of the tree). */
+void hs__conn_parser_init(hs_conn *c);
 /* The connection's read callbacks, for uv_read_start. */
 void hs__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
@@ -134,13 +165,25 @@ void hs__on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 void hs__conn_resume(hs_conn *c);
 
 /* The server answers by itself and closes (malformed or oversized
- * requests, timeouts, limits). */
+ * requests, timeouts, limits); parse_error is http-parser's description
+ * of a request it refused, else NULL. */
 void hs__conn_fail(hs_conn *c, int status, const char *msg);
+void hs__conn_fail_parse(hs_conn *c, int status, const char *msg,
+    const char *parse_error);
+/* Stops reading c for now: its socket, or its owner's (a link). */
+void hs__read_stop(hs_conn *c);
+/* c is gone before its deferred answer: the owner is told. */
+void hs__conn_orphan(hs_conn *c);
 
 /* Open connections from c's address besides c, up to limit. */
 int hs__conns_from(const hs_conn *c, int limit);
 
 /* http_server_quota.c */
+
+/* A link whose owner's TLS proved id: counted by its identity for the
+ * quotas of requests and bodies (its connections are the owner's to
+ * limit).  0, or -1 when out of memory. */
+int hs__quota_link(hs_conn *c, const uint8_t *id);
 
 /* Whether the new TLS connection c may stay (max_connections,
  * max_connections_per_addr), room made by closing one still in its
@@ -167,6 +210,9 @@ void hs__quota_recheck(hs_server *s);
 
 /* http_response.c */
 
+/* The answers in flight are fewer: what the peer pipelined is read on,
+ * or the idle timer armed. */
+void hs__conn_next(hs_conn *c);
 /* Ends the responses that never got to the socket (c is closed). */
 void hs__conn_drop_unsent(hs_conn *c);
 /* Queues one response; takes body (malloc'd) in every case, or with
@@ -177,7 +223,19 @@ void hs__conn_send(hs_conn *c, int status, const char *content_type,
     const char *headers, size_t headers_len, char *body, size_t body_len,
     hs_shared *shared, int pattern, int head_only, int close,
     hs_meter meter);
+/* Queues the handler's response to the request just read (a 500 when it
+ * set no status or ran out of memory); takes its body. */
+void hs__conn_answer(hs_conn *c, hs_response *res);
 /* Lets go of a response's body: its reference, or the buffer. */
 void hs__body_release(char *body, hs_shared *shared);
+/* Frees a deferred answer and what its response holds. */
+void hs__deferred_free(hs_deferred *d);
+/* The place of a deferred answer, queued after those before it; NULL
+ * when out of memory. */
+struct hs_out *hs__conn_defer(hs_conn *c);
+/* Writes bytes to c now: through its socket (and TLS) or its owner;
+ * for a socket, buf must live until cb. */
+int hs__conn_write(hs_conn *c, ts_write_t *w, uv_buf_t *bufs,
+    unsigned nbufs, ts_write_cb cb);
 
 #endif

@@ -1,7 +1,11 @@
 /* Private to the pipeline host: its state, shared by serve.c (frames,
  * requests, housekeeping), serve_conn.c (connections: TLS, who each peer
- * is, limits, the link to the next host) and serve_main.c (options,
- * start-up, trust, signals). */
+ * is, limits, the link to the next host), serve_http.c (HTTP on the same
+ * port, as handlers of the daemon's one HTTP server) and serve_main.c
+ * (options, start-up, trust, signals).  serve.c answers a request's
+ * client through the request's sv_reply_ops, and serve_conn.c hands a
+ * connection that speaks HTTP on through sv_http_ops: neither names a
+ * function of serve_http.c. */
 #ifndef SM_DAEMON_PIPELINE_INTERNAL_H
 #define SM_DAEMON_PIPELINE_INTERNAL_H
 
@@ -114,6 +118,8 @@ typedef struct conn {
 	char addr[48];                  /* the peer's address, for limits */
 	int frames;                     /* frames read whole */
 	sh_conn *http;                  /* it speaks HTTP: serve_http.c */
+	int http_full;                  /* reading stopped: HTTP holds its
+					 * answer's place */
 	struct conn *next;
 } conn;
 
@@ -125,11 +131,41 @@ typedef struct queued {
 	struct queued *next;
 } queued;
 
+typedef struct request request;
+
+/* How a request's client is answered, chosen by whoever started the
+ * request (a client's gen frame in serve.c, a completion in
+ * serve_http.c); serve.c calls these while the client is there. */
+typedef struct sv_reply_ops {
+	/* the output, len bytes */
+	void (*answer)(conn *c, request *r, const unsigned char *data,
+	    size_t len);
+	/* the request failed: why (kind counted already), and for whom */
+	void (*fail)(conn *c, request *r, sv_err kind, const char *msg);
+	/* progress, for a client that streams (NULL: none): a BlockTrain
+	 * window (data and mask, window bytes) after the blocks of host
+	 * line host (from 1), or one more ar byte, at pos */
+	void (*partial)(conn *c, request *r, const unsigned char *data,
+	    const unsigned char *mask, int next_block, int host);
+	void (*partial_byte)(conn *c, request *r, int pos);
+} sv_reply_ops;
+
+/* What serve_conn.c does with a connection whose first byte is a
+ * method's capital letter (serve_http.c sets it at start). */
+typedef struct sv_http_ops {
+	/* plaintext read (counted as HTTP here); -1 once c was closed, 1
+	 * when c is to stop reading until sv_conn_hold(c, 0) */
+	int (*feed)(conn *c, const char *p, size_t n);
+	/* c is closing: its HTTP side lets go of it */
+	void (*gone)(conn *c);
+} sv_http_ops;
+
 /* A request at the entry host, from its arrival to its answer. */
-typedef struct request {
+struct request {
 	uint64_t id;                    /* on the ring */
 	uint64_t client_id;             /* the client's own */
 	conn *client;                   /* NULL once the client has gone */
+	const sv_reply_ops *reply;      /* how the client is answered */
 	pl_mode mode;
 	int fixed, end, steps;
 	double temperature;
@@ -144,7 +180,7 @@ typedef struct request {
 	int hops, traversals;
 	double arrived;
 	struct request *next;
-} request;
+};
 
 struct sv {
 	uv_loop_t *loop;
@@ -177,6 +213,10 @@ struct sv {
 	uint64_t ended[SV_ENDED];       /* past the entry: lately ended ids */
 	int ended_at, ended_count;
 	struct hs_server *metrics;      /* the plain /metrics listener */
+	/* HTTP on the pipeline port: the server its connections are fed
+	 * to, and how serve_conn.c hands them on */
+	struct hs_server *http;
+	const sv_http_ops *http_ops;
 	char metrics_addr[CF_HOST_LEN + 8];
 };
 
@@ -217,6 +257,9 @@ int sv_conn_write(conn *c, char *buf, size_t len);
 int sv_conn_send(conn *c, const pl_frame *f);
 /* Closes c once what is written to it has gone (HTTP's close). */
 void sv_conn_finish(conn *c);
+/* Stops reading c (hold 1) while its HTTP answer waits, or reads again,
+ * what the TLS engine kept first (hold 0). */
+void sv_conn_hold(conn *c, int hold);
 /* Closes c at once; why (NULL: nothing) goes to the log. */
 void sv_conn_close(conn *c, const char *why);
 /* Stalled frames and handshakes, paused clients, the link's retry. */
@@ -254,31 +297,20 @@ int sv_metrics_start(sv *s, char *err);
 void sv_metrics_stop(sv *s);
 
 /* serve_http.c: HTTP on the pipeline port (GET /v1/status, POST
- * /v1/completions), told from frames by its first byte */
+ * /v1/completions) as handlers of the daemon's HTTP server
+ * (daemon/net/http_server.h), each connection fed to it as a link */
 
-/* Whether the first byte of a connection starts an HTTP request: a
- * method's capital letter, which no frame length below
- * PL_FRAME_MAX starts with. */
-int sh_is_http(unsigned char first);
-/* Feeds plaintext to c's HTTP parser (made on the first call); -1 when c
- * was closed. */
-int sh_feed(conn *c, const char *p, size_t n);
-void sh_conn_free(conn *c);
-/* Whether c's completion in flight asked for server-sent events. */
-int sh_streams(const conn *c);
-/* r (a completion of c) has its output, failed, or has progressed: a
- * BlockTrain window (data and mask, window bytes) after the blocks of
- * host line `host` (from 1), or one more ar byte. */
-void sh_answer(conn *c, request *r, const unsigned char *data, size_t len);
-void sh_fail(conn *c, request *r, sv_err kind, const char *msg);
-void sh_partial(conn *c, request *r, const unsigned char *data,
-    const unsigned char *mask, int next_block, int host);
-void sh_partial_byte(conn *c, request *r, int pos);
-/* Starts the request of a completion at the entry, as a gen frame
- * would (serve.c); takes what f owns.  0, or -1 with msg set and the
- * error counted (kind in *kind). */
-int sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
-    sv_err *kind);
+/* Makes s->http and sets s->http_ops; KN_OK or an error in err. */
+int sh_start(sv *s, char *err);
+
+/* serve.c, for whoever starts a request */
+
+/* Starts the request of a client's gen frame (or a completion) at the
+ * entry, answered through reply (stream: the client wants each host's
+ * window, if reply has partial); takes what f owns.  0, or -1 with msg
+ * set and the error counted (kind in *kind). */
+int sv_start_request(sv *s, conn *c, pl_frame *f, const sv_reply_ops *reply,
+    int stream, char *msg, size_t len, sv_err *kind);
 
 
 /* ---- the compute thread and its batchers ---- */

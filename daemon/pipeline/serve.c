@@ -1,8 +1,9 @@
 /* The pipeline host's frames and requests: where each frame goes, the
  * entry host's requests with their deadlines, the queue for the link to
  * the next host, and the housekeeping.  Connections are serve_conn.c's;
- * compute runs on the thread of serve_compute.c; nothing here reads a
- * float. */
+ * compute runs on the thread of serve_compute.c; a request's client is
+ * answered through the sv_reply_ops it came with (frames here, HTTP in
+ * serve_http.c); nothing here reads a float. */
 #include "config.h"
 
 #include <malloc.h>
@@ -17,6 +18,7 @@
 #include "daemon/blocktrain/blockgen.h"
 #include "daemon/core/conf.h"
 #include "daemon/core/log.h"
+#include "daemon/net/http_server.h"
 #include "daemon/pipeline/pipeline_hosts.h"
 #include "daemon/pipeline/internal.h"
 #include "kernels/clock.h"
@@ -99,10 +101,8 @@ sv_count_error(sv *s, sv_err kind)
 static void
 request_fail(sv *s, request *r, sv_err kind, const char *msg)
 {
-	if (r->client != NULL && r->client->http != NULL)
-		sh_fail(r->client, r, kind, msg);
-	else if (r->client != NULL)
-		send_error(r->client, r->client_id, msg);
+	if (r->client != NULL)
+		r->reply->fail(r->client, r, kind, msg);
 	log_info("pipeline: request %llu failed: %s",
 	    (unsigned long long)r->id, msg);
 	s->failed++;
@@ -115,8 +115,10 @@ request_fail(sv *s, request *r, sv_err kind, const char *msg)
 	request_remove(s, r);
 }
 
+/* A client of frames: its answer is an out frame, its error an err
+ * frame, under the client's own id. */
 static void
-request_answer(sv *s, request *r, const unsigned char *data, size_t len)
+frame_answer(conn *c, request *r, const unsigned char *data, size_t len)
 {
 	pl_frame f = { .type = PL_OUT, .id = r->client_id };
 
@@ -126,10 +128,26 @@ request_answer(sv *s, request *r, const unsigned char *data, size_t len)
 	/* with the client's request and this answer */
 	f.hops = r->hops + 2;
 	f.traversals = r->traversals;
-	if (r->client != NULL && r->client->http != NULL)
-		sh_answer(r->client, r, data, len);
-	else if (r->client != NULL)
-		sv_conn_send(r->client, &f);
+	sv_conn_send(c, &f);
+}
+
+static void
+frame_fail(conn *c, request *r, sv_err kind, const char *msg)
+{
+	(void)kind;
+	send_error(c, r->client_id, msg);
+}
+
+static const sv_reply_ops frame_reply = {
+	.answer = frame_answer,
+	.fail = frame_fail,
+};
+
+static void
+request_answer(sv *s, request *r, const unsigned char *data, size_t len)
+{
+	if (r->client != NULL)
+		r->reply->answer(r->client, r, data, len);
 	s->served++;
 	sv_stats_answered(s, r);
 	request_end_ring(s, r, 0);
@@ -303,7 +321,8 @@ gen_refused(sv *s, conn *c, const pl_frame *f, char *msg, size_t len,
 /* The request for a client's gen frame, linked and counted in flight;
  * NULL when out of memory. */
 static request *
-gen_request_new(sv *s, conn *c, const pl_frame *f)
+gen_request_new(sv *s, conn *c, const pl_frame *f, const sv_reply_ops *reply,
+    int stream)
 {
 	int plen = (int)f->data_len;
 	request *r;
@@ -316,6 +335,7 @@ gen_request_new(sv *s, conn *c, const pl_frame *f)
 	r->id = s->next_id++;
 	r->client_id = f->id;
 	r->client = c;
+	r->reply = reply;
 	r->mode = f->mode;
 	r->fixed = plen;
 	r->end = plen + f->length;
@@ -324,7 +344,7 @@ gen_request_new(sv *s, conn *c, const pl_frame *f)
 	r->seed = f->seed;
 	/* only a completion streamed as events has a use for the windows
 	 * of the hosts; anything else keeps the ring's frames as they were */
-	r->stream = f->mode == PL_MODE_BT && c->http != NULL && sh_streams(c);
+	r->stream = f->mode == PL_MODE_BT && stream && reply->partial != NULL;
 	memcpy(r->seq, f->data, (size_t)plen);
 	r->arrived = kn_now();
 	r->deadline = r->arrived + s->cfg.pipeline_timeout_ms / 1000.0;
@@ -388,8 +408,8 @@ gen_job_ar(const pl_frame *f)
 }
 
 int
-sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
-    sv_err *kind)
+sv_start_request(sv *s, conn *c, pl_frame *f, const sv_reply_ops *reply,
+    int stream, char *msg, size_t len, sv_err *kind)
 {
 	request *r;
 	sc_job *job;
@@ -399,7 +419,7 @@ sv_start_request(sv *s, conn *c, pl_frame *f, char *msg, size_t len,
 		sv_count_error(s, *kind);
 		return -1;
 	}
-	if ((r = gen_request_new(s, c, f)) == NULL) {
+	if ((r = gen_request_new(s, c, f, reply, stream)) == NULL) {
 		*kind = SV_ERR_MEMORY;
 		sv_count_error(s, *kind);
 		snprintf(msg, len, "out of memory");
@@ -462,7 +482,8 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 	char msg[PL_MSG_LEN];
 	sv_err kind;
 
-	if (sv_start_request(s, c, f, msg, sizeof(msg), &kind) != 0)
+	if (sv_start_request(s, c, f, &frame_reply, 0, msg, sizeof(msg),
+	    &kind) != 0)
 		send_error(c, f->id, msg);
 }
 
@@ -485,9 +506,9 @@ handle_tok(sv *s, pl_frame *f)
 		return;
 	}
 	r->seq[f->pos] = (unsigned char)f->byte;
-	if (r->client != NULL && r->client->http != NULL &&
+	if (r->client != NULL && r->reply->partial_byte != NULL &&
 	    f->pos + 1 < r->end)
-		sh_partial_byte(r->client, r, f->pos);
+		r->reply->partial_byte(r->client, r, f->pos);
 	if (f->pos + 1 == r->end) {
 		request_answer(s, r, r->seq + r->fixed,
 		    (size_t)(r->end - r->fixed));
@@ -535,8 +556,9 @@ handle_part(sv *s, pl_frame *f)
 		return;
 	}
 	r->parts++;
-	if (r->client != NULL && r->client->http != NULL)
-		sh_partial(r->client, r, f->data, f->mask, f->block, f->host);
+	if (r->client != NULL && r->reply->partial != NULL)
+		r->reply->partial(r->client, r, f->data, f->mask, f->block,
+		    f->host);
 }
 
 /* A host past the entry tells the entry, round the rest of the ring,
@@ -561,7 +583,7 @@ send_part(sv *s, const pl_frame *bt)
 static void
 route(sv *s, pl_frame *f)
 {
-	request *r;
+	request *r = NULL;      /* set where s->entry (gcc -O1 cannot tell) */
 	int last = s->self == s->hosts.n - 1;
 
 	switch (f->type) {
@@ -583,8 +605,8 @@ route(sv *s, pl_frame *f)
 		/* at the entry: its own blocks' result, on its way on */
 		if (s->entry) {
 			r->parts = 1;
-			if (r->client != NULL && r->client->http != NULL)
-				sh_partial(r->client, r, f->data, f->mask,
+			if (r->client != NULL && r->reply->partial != NULL)
+				r->reply->partial(r->client, r, f->data, f->mask,
 				    f->block, 1);
 		} else if (f->stream && f->block < s->spec.blocks)
 			/* not the exit's frame for the next position block */
@@ -807,6 +829,9 @@ sv_shutdown(sv *s)
 	}
 	s->closing_handles = s->compute != NULL ? 6 : 5;
 	sv_metrics_stop(s);
+	if (s->http != NULL)
+		hs_server_close(s->http, NULL, NULL);
+	s->http = NULL;
 	uv_close((uv_handle_t *)&s->listener, on_handle_closed);
 	uv_close((uv_handle_t *)&s->cron, on_handle_closed);
 	uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);

@@ -2,7 +2,8 @@
  * mutual TLS over each (tls_stream.h) with the peer told apart by its id,
  * the frame reader that lets each kind of peer send only its own frames,
  * the rate of clients at an open entry, and the link to the next host,
- * pinned to its id.  What the frames do is serve.c's. */
+ * pinned to its id.  What the frames do is serve.c's; a connection that
+ * speaks HTTP is handed on through s->http_ops (serve_http.c). */
 #include "config.h"
 
 #include <stdio.h>
@@ -100,7 +101,6 @@ on_conn_closed(uv_handle_t *h)
 			break;
 		}
 	tls_conn_free(c->tls);
-	sh_conn_free(c);
 	free(c->body);
 	free(c);
 }
@@ -124,6 +124,8 @@ conn_begin_close(conn *c, const char *why)
 	if (why != NULL)
 		log_info("pipeline: closing %s%s: %s", c->outbound ? "the link "
 		    "to " : "", c->peer, why);
+	if (c->http != NULL)
+		c->s->http_ops->gone(c);
 	sv_conn_gone(c->s, c, why);
 	return 1;
 }
@@ -276,8 +278,17 @@ frame_bytes_kind(const conn *c, const pl_frame *f)
 	return SV_BYTES_RING;
 }
 
-/* Feeds plaintext to the frame reader of c; returns -1 when c was
- * closed. */
+/* Whether the first byte of a connection starts an HTTP request: a
+ * method's capital letter, which no frame length below PL_FRAME_MAX
+ * starts with. */
+static int
+is_http(unsigned char first)
+{
+	return first >= 'A' && first <= 'Z';
+}
+
+/* Feeds plaintext to the frame reader of c (or its HTTP side); returns
+ * -1 when c was closed. */
 static int
 conn_feed(conn *c, const char *p, size_t n)
 {
@@ -285,8 +296,13 @@ conn_feed(conn *c, const char *p, size_t n)
 	char err[KN_ERR_LEN];
 
 	if (c->http != NULL || (n > 0 && !c->outbound && c->frames == 0 &&
-	    c->hdr_got == 0 && sh_is_http((unsigned char)p[0])))
-		return sh_feed(c, p, n);
+	    c->hdr_got == 0 && is_http((unsigned char)p[0]))) {
+		int rc = s->http_ops->feed(c, p, n);
+
+		if (rc > 0)
+			sv_conn_hold(c, 1);
+		return rc < 0 ? -1 : 0;
+	}
 	while (n > 0 && !c->closing) {
 		if (c->partial_since == 0)
 			c->partial_since = kn_now();
@@ -408,7 +424,7 @@ conn_deliver(void *arg, const char *data, size_t len)
 	}
 	conn_charge(c, len);
 	conn_feed(c, data, len);
-	return c->closing || c->paused;
+	return c->closing || c->paused || c->http_full;
 }
 
 /* The handshake failed (or a record was bad): the alert goes out, then
@@ -455,21 +471,42 @@ on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		conn_established(c);
 }
 
-/* A paused client has paid: what the engine kept first, then the
- * socket again. */
+/* What the engine kept first, then the socket again, unless c is to
+ * wait still. */
 static void
-conn_resume(conn *c)
+conn_read_again(conn *c)
 {
-	int rc;
+	int rc = ts_feed((uv_stream_t *)&c->tcp, c->tls, NULL, 0, conn_deliver,
+	    c);
 
-	c->paused = 0;
-	rc = ts_feed((uv_stream_t *)&c->tcp, c->tls, NULL, 0, conn_deliver, c);
 	if (rc < 0 && !c->closing) {
 		conn_tls_failed(c, rc);
 		return;
 	}
-	if (!c->closing && !c->paused)
+	if (!c->closing && !c->paused && !c->http_full)
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* A paused client has paid: it is read again, unless its HTTP answer
+ * still holds it. */
+static void
+conn_resume(conn *c)
+{
+	c->paused = 0;
+	if (!c->http_full)
+		conn_read_again(c);
+}
+
+void
+sv_conn_hold(conn *c, int hold)
+{
+	if (c->closing || hold == c->http_full)
+		return;
+	c->http_full = hold;
+	if (hold)
+		uv_read_stop((uv_stream_t *)&c->tcp);
+	else if (!c->paused)
+		conn_read_again(c);
 }
 
 /* Accepting ------------------------------------------------------------- */

@@ -1,51 +1,52 @@
 /* HTTP on the pipeline host's own port: GET /v1/status and, at the entry,
  * POST /v1/completions in the shape OpenAI-style clients send, answered
  * whole or as server-sent events.  A connection whose first byte is a
- * method's capital letter speaks HTTP (no frame length starts with one),
- * so TLS, peer kinds and an open entry's limits are serve_conn.c's; the
- * answer of a completion comes later from the ring, which the synchronous
- * handler of http_server.c cannot wait for.  The bytes of a request and a
- * completion's JSON are read, and bounded, by serve_request.c. */
+ * method's capital letter speaks HTTP (no frame length starts with one):
+ * serve_conn.c keeps its TLS, peer kind, an open entry's limits and byte
+ * counts, and feeds its plaintext to the daemon's one HTTP server
+ * (daemon/net/http_server.h) as a link, whose handlers are here.  The
+ * answer of a completion comes later from the ring: its handler defers
+ * it, and the ring's answer, failure or progress finishes or streams it
+ * through the request's sv_reply_ops.  A completion's JSON is read, and
+ * bounded, by serve_request.c. */
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <http_parser.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 
 #include "daemon/core/log.h"
+#include "daemon/net/http_route.h"
+#include "daemon/net/http_server.h"
 #include "daemon/pipeline/internal.h"
 #include "daemon/pipeline/serve_request.h"
-#include "kernels/clock.h"
+#include "kernels/error.h"
 
-#define SH_MAX_HELD ((size_t)64 * 1024)     /* pipelined while busy */
+/* As the pipeline port read HTTP before it had the daemon's server: a
+ * request's headers and body, and a stalled one's time. */
+#define SH_MAX_HEADER ((size_t)16 * 1024)
+#define SH_STALL_MS 10000u
 
+/* A connection's HTTP side: its link to the server, and the completion
+ * waiting for the ring (one at a time: the server reads nothing the
+ * client pipelined after it until it is answered). */
 struct sh_conn {
-	sr_request req;         /* the request read, then answered */
-	int busy;               /* its completion is in flight */
-	char *held;             /* bytes after the request, while busy */
-	size_t held_len;
-	/* the completion in flight */
+	hs_link *link;          /* NULL once the server let go of it */
+	hs_deferred *d;         /* the completion's answer, or NULL */
 	int stream;
 	int head_sent;          /* the event stream's status line is out */
-	int head_only;
 	size_t sent;            /* output bytes streamed so far */
 	size_t text_sent;       /* of which their text carried */
 	int plen;
 	uint64_t id;
 	long long created;
 };
-
-int
-sh_is_http(unsigned char first)
-{
-	return first >= 'A' && first <= 'Z';
-}
 
 /* Text for JSON ---------------------------------------------------------- */
 
@@ -138,77 +139,35 @@ base64_json(const unsigned char *p, size_t n)
 	return j;
 }
 
-/* Writing ---------------------------------------------------------------- */
+/* Answers ----------------------------------------------------------------- */
 
+/* A whole answer: status and a JSON text (body, malloc'd, taken; NULL:
+ * out of memory), one line for a person at a terminal. */
 static void
-write_copy(conn *c, const char *data, size_t len)
+respond_body(hs_response *res, int status, char *body)
 {
-	char *b = malloc(len ? len : 1);
-
-	if (b == NULL) {
-		sv_conn_close(c, "out of memory");
-		return;
-	}
-	memcpy(b, data, len);
-	sv_conn_write(c, b, len);
-}
-
-static void request_done(conn *c);
-static int feed(conn *c, const char *p, size_t n);
-
-/* A whole response: status and a JSON text (body, malloc'd, taken; NULL:
- * out of memory). */
-static void
-respond_body(conn *c, int status, const char *reason, char *body)
-{
-	char head[256];
 	size_t blen;
-	int hl;
 
 	if (body == NULL) {
-		sv_conn_close(c, "out of memory");
+		hs_response_text(res, 503, "out of memory");
 		return;
 	}
 	blen = strlen(body);
-	hl = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: "
-	    "application/json\r\nContent-Length: %zu\r\n%s\r\n", status, reason,
-	    blen + 1, c->http->req.close_after ? "Connection: close\r\n" : "");
-	write_copy(c, head, (size_t)hl);
-	if (!c->http->head_only) {
-		body[blen] = '\n';      /* one line for a person at a terminal */
-		sv_conn_write(c, body, blen + 1);
-	} else
+	body[blen] = '\n';
+	if (hs_response_status(res, status) == 0)
+		hs_response_body_owned(res, "application/json", body, blen + 1);
+	else
 		free(body);
-	request_done(c);
 }
 
 /* The same with o (taken) as the body. */
 static void
-respond_json(conn *c, int status, const char *reason, json_t *o)
+respond_json(hs_response *res, int status, json_t *o)
 {
 	char *body = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 
 	json_decref(o);
-	respond_body(c, status, reason, body);
-}
-
-static const char *
-reason_of(int status)
-{
-	switch (status) {
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 413: return "Payload Too Large";
-	case 421: return "Misdirected Request";
-	case 429: return "Too Many Requests";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	default: return "Error";
-	}
+	respond_body(res, status, body);
 }
 
 /* An error the way OpenAI-style clients read it. */
@@ -221,11 +180,11 @@ error_json(int status, const char *msg)
 }
 
 static void
-respond_error(conn *c, int status, const char *fmt, ...)
+respond_error(hs_response *res, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 static void
-respond_error(conn *c, int status, const char *fmt, ...)
+respond_error(hs_response *res, int status, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -233,26 +192,48 @@ respond_error(conn *c, int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	respond_json(c, status, reason_of(status), error_json(status, msg));
+	respond_json(res, status, error_json(status, msg));
+}
+
+/* Whether c's completion waits for the ring (the server has not let go
+ * of it). */
+static sh_conn *
+waiting(conn *c)
+{
+	return c->closing || c->http == NULL || c->http->d == NULL ? NULL :
+	    c->http;
+}
+
+/* The completion's answer goes whole: d is the server's again. */
+static void
+finish(sh_conn *h)
+{
+	hs_deferred *d = h->d;
+
+	h->d = NULL;
+	h->stream = h->head_sent = 0;
+	hs_deferred_finish(d);
 }
 
 /* One server-sent event in its own chunk: "data: TEXT\n\n". */
 static void
 sse_event(conn *c, const char *text)
 {
-	size_t n = strlen(text) + 8;
-	char *b = malloc(n + 32);
-	int hl;
+	sh_conn *h = waiting(c);
+	size_t n = strlen(text);
+	char *b;
 
-	if (b == NULL) {
+	if (h == NULL)
+		return;         /* an event before failed, and closed c */
+	if ((b = malloc(n + 8)) == NULL) {
 		sv_conn_close(c, "out of memory");
 		return;
 	}
-	hl = snprintf(b, 32, "%zx\r\n", n);
-	memcpy(b + hl, "data: ", 6);
-	memcpy(b + hl + 6, text, n - 8);
-	memcpy(b + hl + n - 2, "\n\n\r\n", 4);
-	sv_conn_write(c, b, (size_t)hl + n + 2);
+	memcpy(b, "data: ", 6);
+	memcpy(b + 6, text, n);
+	memcpy(b + 6 + n, "\n\n", 2);
+	hs_deferred_stream_chunk(h->d, b, n + 8);
+	free(b);
 }
 
 static void
@@ -269,13 +250,21 @@ sse_json(conn *c, json_t *o)
 	free(t);
 }
 
-/* The last event, and the chunked body's end. */
+/* The last event, and the chunked body's end: d is the server's again. */
 static void
 sse_end(conn *c)
 {
+	sh_conn *h;
+	hs_deferred *d;
+
 	sse_event(c, "[DONE]");
-	write_copy(c, "0\r\n\r\n", 5);
-	request_done(c);
+	/* a write that failed closed c, and its HTTP side went */
+	if ((h = waiting(c)) == NULL)
+		return;
+	d = h->d;
+	h->d = NULL;
+	h->stream = h->head_sent = 0;
+	hs_deferred_stream_end(d);
 }
 
 /* Completions ------------------------------------------------------------ */
@@ -321,38 +310,50 @@ usage_json(const sh_conn *h, size_t len)
 	    (json_int_t)(h->plen + len));
 }
 
-void
-sh_answer(conn *c, request *r, const unsigned char *data, size_t len)
+static void
+reply_answer(conn *c, request *r, const unsigned char *data, size_t len)
 {
-	sh_conn *h = c->http;
+	sh_conn *h = waiting(c);
 	json_t *o;
 
 	(void)r;
-	if (c->closing || h == NULL || !h->busy)
+	if (h == NULL)
 		return;
 	o = completion_json(c->s, h, choice_json(h, data, len, len,
 	    "length"));
 	json_object_set_new(o, "usage", usage_json(h, len));
 	if (!h->head_sent) {
-		respond_json(c, 200, "OK", o);
+		respond_json(hs_deferred_response(h->d), 200, o);
+		finish(h);
 		return;
 	}
 	sse_json(c, o);
 	sse_end(c);
 }
 
-void
-sh_fail(conn *c, request *r, sv_err kind, const char *msg)
+/* The status of a request that failed at the entry or round the ring. */
+static int
+status_of_failure(sv_err kind)
 {
-	sh_conn *h = c->http;
-	int status = kind == SV_ERR_TIMEOUT ? 504 :
-	    kind == SV_ERR_SHUTDOWN ? 503 : 502;
+	switch (kind) {
+	case SV_ERR_TIMEOUT: return 504;
+	case SV_ERR_SHUTDOWN: return 503;
+	default: return 502;
+	}
+}
+
+static void
+reply_fail(conn *c, request *r, sv_err kind, const char *msg)
+{
+	sh_conn *h = waiting(c);
+	int status = status_of_failure(kind);
 
 	(void)r;
-	if (c->closing || h == NULL || !h->busy)
+	if (h == NULL)
 		return;
 	if (!h->head_sent) {
-		respond_error(c, status, "%s", msg);
+		respond_error(hs_deferred_response(h->d), status, "%s", msg);
+		finish(h);
 		return;
 	}
 	/* the status line has gone: the error is an event */
@@ -360,24 +361,18 @@ sh_fail(conn *c, request *r, sv_err kind, const char *msg)
 	sse_end(c);
 }
 
-int
-sh_streams(const conn *c)
-{
-	return c->http != NULL && c->http->busy && c->http->stream;
-}
-
-void
-sh_partial(conn *c, request *r, const unsigned char *data,
+static void
+reply_partial(conn *c, request *r, const unsigned char *data,
     const unsigned char *mask, int next_block, int host)
 {
-	sh_conn *h = c->http;
+	sh_conn *h = waiting(c);
 	const ph_host *by = &c->s->hosts.v[host - 1];
 	size_t n = (size_t)(r->end - r->fixed), known = 0, i;
 	unsigned char *out;
 	json_t *o, *partial, *masked;
 
-	if (c->closing || h == NULL || !h->busy || !h->head_sent ||
-	    r->end < r->fixed || (out = malloc(n + 1)) == NULL)
+	if (h == NULL || !h->head_sent || r->end < r->fixed ||
+	    (out = malloc(n + 1)) == NULL)
 		return;
 	/* decided positions stay decided: the prefix decided so far is
 	 * the output's, the rest of the window is shown as it stands */
@@ -401,19 +396,27 @@ sh_partial(conn *c, request *r, const unsigned char *data,
 	sse_json(c, o);
 }
 
-void
-sh_partial_byte(conn *c, request *r, int pos)
+static void
+reply_partial_byte(conn *c, request *r, int pos)
 {
-	sh_conn *h = c->http;
+	sh_conn *h = waiting(c);
 	const unsigned char *out = r->seq + r->fixed;
 	size_t k = (size_t)(pos - r->fixed) + 1;
 
-	if (c->closing || h == NULL || !h->busy || !h->head_sent)
+	if (h == NULL || !h->head_sent)
 		return;
 	sse_json(c, completion_json(c->s, h, choice_json(h, out, k,
 	    h->text_sent + utf8_whole(out + h->text_sent, k - h->text_sent),
 	    NULL)));
 }
+
+/* How serve.c answers a completion's request. */
+static const sv_reply_ops completion_reply = {
+	.answer = reply_answer,
+	.fail = reply_fail,
+	.partial = reply_partial,
+	.partial_byte = reply_partial_byte,
+};
 
 static int
 status_of_kind(sv_err kind)
@@ -426,213 +429,320 @@ status_of_kind(sv_err kind)
 	}
 }
 
+/* The server lets go of c's completion before its answer (the client
+ * went, a timeout, shutdown): the request loses its client, so its work
+ * stops at the next housekeeping, here and round the ring. */
 static void
-post_completions(conn *c)
+completion_gone(void *arg)
 {
-	sv *s = c->s;
+	conn *c = arg;
+
+	if (c->http != NULL) {
+		c->http->d = NULL;
+		c->http->stream = c->http->head_sent = 0;
+	}
+	if (!c->closing)
+		sv_conn_close(c, NULL);
+}
+
+static void
+post_completions(sv *s, conn *c, const hs_request *req, hs_response *res)
+{
 	sh_conn *h = c->http;
 	pl_frame f = { .type = PL_GEN };
 	char msg[PL_MSG_LEN];
 	sv_err kind;
 	int stream = 0, status;
 
-	if (c->kind == SV_PEER_PREV || c->kind == SV_PEER_HOST) {
-		sv_count_error(s, SV_ERR_REFUSED);
-		respond_error(c, 403, "hosts of the ring send no completions; "
-		    "a client's peer id must be on a client line");
-		return;
-	}
 	if (s->soma != NULL) {
 		sv_count_error(s, SV_ERR_REFUSED);
-		respond_error(c, 404, "a SOMA host serves no completions: its "
+		respond_error(res, 404, "a SOMA host serves no completions: its "
 		    "clients route themselves (shardmeter generate --mode soma "
 		    "--peers)");
 		return;
 	}
 	if (!s->entry || s->compute == NULL) {
 		sv_count_error(s, SV_ERR_REFUSED);
-		respond_error(c, 421, "this host is not the entry; send "
+		respond_error(res, 421, "this host is not the entry; send "
 		    "completions to %s", s->hosts.v[0].addr);
 		return;
 	}
-	if ((status = sr_completion(h->req.body, h->req.body_len, &s->spec,
+	if ((status = sr_completion(req->body, req->body_len, &s->spec,
 	    &f, &stream, msg, sizeof(msg))) != 0) {
 		sv_count_error(s, status == 400 ? SV_ERR_INVALID : SV_ERR_MEMORY);
-		respond_error(c, status, "%s", msg);
+		respond_error(res, status, "%s", msg);
 		return;
 	}
 	h->stream = stream;
+	h->head_sent = 0;
 	h->sent = h->text_sent = 0;
 	h->plen = (int)f.data_len;
 	h->id = s->next_id;     /* the ring's id of the request to come */
 	h->created = (long long)time(NULL);
-	if (sv_start_request(s, c, &f, msg, sizeof(msg), &kind) != 0) {
+	/* the answer comes from the ring: its place is kept meanwhile */
+	if ((h->d = hs_response_defer(res, completion_gone, c)) == NULL) {
 		pl_frame_clear(&f);
-		respond_error(c, status_of_kind(kind), "%s", msg);
+		sv_count_error(s, SV_ERR_MEMORY);
+		respond_error(res, 503, "out of memory");
+		return;
+	}
+	if (sv_start_request(s, c, &f, &completion_reply, stream, msg,
+	    sizeof(msg), &kind) != 0) {
+		pl_frame_clear(&f);
+		if (waiting(c) != NULL) {
+			respond_error(hs_deferred_response(h->d),
+			    status_of_kind(kind), "%s", msg);
+			finish(h);
+		}
 		return;
 	}
 	pl_frame_clear(&f);
-	if (h->busy && stream && !c->closing) {
-		char head[160];
-		int hl = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\n"
-		    "Content-Type: text/event-stream\r\nCache-Control: no-cache"
-		    "\r\nTransfer-Encoding: chunked\r\n%s\r\n", h->req.close_after ?
-		    "Connection: close\r\n" : "");
+	/* answered already (out of memory), or its events begin */
+	if (stream && waiting(c) != NULL) {
+		hs_response *sr = hs_deferred_response(h->d);
 
-		write_copy(c, head, (size_t)hl);
-		h->head_sent = 1;
+		if (hs_response_status(sr, 200) != 0 ||
+		    hs_response_body_owned(sr, "text/event-stream", NULL,
+		    0) != 0 || hs_response_header(sr, "Cache-Control",
+		    "no-cache") != 0 || hs_deferred_stream_begin(h->d) != 0)
+			return;         /* the connection closes: gone */
+		if ((h = waiting(c)) != NULL)
+			h->head_sent = 1;
 	}
 }
 
 /* Requests ---------------------------------------------------------------- */
 
+/* Who the caller is to the routes: the host list's hosts and clients
+ * may read the status, clients (listed or at an open entry) send
+ * completions; without TLS every peer is both. */
+#define SH_LISTED HR_ROLE(0)
+#define SH_CLIENT HR_ROLE(1)
+
+static unsigned
+route_who(void *ctx, const hs_request *req)
+{
+	const conn *c = req->link_arg;
+
+	(void)ctx;
+	switch (c->kind) {
+	case SV_PEER_ANY:
+	case SV_PEER_CLIENT:
+		return SH_LISTED | SH_CLIENT;
+	case SV_PEER_OPEN:
+		return SH_CLIENT;
+	case SV_PEER_PREV:
+	case SV_PEER_HOST:
+		return SH_LISTED;
+	default:
+		return 0;
+	}
+}
+
+/* A refusal of the dispatch, counted, in the words this port has
+ * always used. */
 static void
-get_status(conn *c)
+route_refuse(void *ctx, const hs_request *req, hs_response *res,
+    int status, const hr_route *row, const hr_match *m)
+{
+	sv *s = ctx;
+
+	(void)m;
+	if (status == 405) {
+		sv_count_error(s, SV_ERR_INVALID);
+		respond_error(res, 405, "%s is not allowed on %s (%s)",
+		    req->method, row->pattern, row->method);
+		return;
+	}
+	sv_count_error(s, SV_ERR_REFUSED);
+	if (row->who == SH_LISTED)
+		respond_error(res, 403, "the status is for the host list's "
+		    "hosts and clients");
+	else
+		respond_error(res, 403, "hosts of the ring send no completions; "
+		    "a client's peer id must be on a client line");
+}
+
+static void
+route_not_found(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	(void)m;
+	sv_count_error(ctx, SV_ERR_INVALID);
+	respond_error(res, 404, "no such resource: %s %s (a pipeline host "
+	    "serves GET /v1/status and, at the entry, POST /v1/completions)",
+	    req->method, req->path);
+}
+
+static void
+route_status(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
 	size_t len;
 
-	respond_body(c, 200, "OK", sv_status_json(c->s, &len));
+	(void)req;
+	(void)m;
+	respond_body(res, 200, sv_status_json(ctx, &len));
 }
 
 static void
-handle(conn *c)
+route_completions(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
 {
-	sh_conn *h = c->http;
-	int method = sr_method(&h->req);
-	size_t plen = sr_path_len(&h->req);
-	const char *url = h->req.url;
-
-	c->s->st.http_requests++;
-	h->head_only = method == HTTP_HEAD;
-	if (plen == 10 && memcmp(url, "/v1/status", 10) == 0) {
-		if (method != HTTP_GET && method != HTTP_HEAD) {
-			sv_count_error(c->s, SV_ERR_INVALID);
-			respond_error(c, 405, "%s is not allowed on /v1/status "
-			    "(GET)", http_method_str(method));
-		} else if (c->kind == SV_PEER_OPEN) {
-			sv_count_error(c->s, SV_ERR_REFUSED);
-			respond_error(c, 403, "the status is for the host list's "
-			    "hosts and clients");
-		} else
-			get_status(c);
-		return;
-	}
-	if (plen == 15 && memcmp(url, "/v1/completions", 15) == 0) {
-		if (method != HTTP_POST) {
-			sv_count_error(c->s, SV_ERR_INVALID);
-			respond_error(c, 405, "%s is not allowed on "
-			    "/v1/completions (POST)", http_method_str(method));
-		} else
-			post_completions(c);
-		return;
-	}
-	sv_count_error(c->s, SV_ERR_INVALID);
-	respond_error(c, 404, "no such resource: %s %.*s (a pipeline host "
-	    "serves GET /v1/status and, at the entry, POST /v1/completions)",
-	    http_method_str(method), (int)plen, url);
+	(void)m;
+	post_completions(ctx, req->link_arg, req, res);
 }
 
-/* The request is answered: the connection closes or takes the next. */
+/* The pipeline port's endpoints. */
+static const hr_route routes[] = {
+	{ "GET", "/v1/status", SH_LISTED, 0, route_status, NULL },
+	{ "POST", "/v1/completions", SH_CLIENT, 0, route_completions, NULL },
+};
+
+/* Every request of the pipeline port, through its route table. */
 static void
-request_done(conn *c)
+on_request(void *ctx, const hs_request *req, hs_response *res)
 {
-	sh_conn *h = c->http;
-	char *held;
-	size_t n;
+	sv *s = ctx;
+	const conn *c = req->link_arg;
+	const hr_table table = {
+		.rows = routes, .nrows = sizeof(routes) / sizeof(routes[0]),
+		.ctx = s, .who = route_who, .refuse = route_refuse,
+		.not_found = route_not_found,
+	};
 
-	h->busy = 0;
-	h->stream = h->head_sent = 0;
-	if (h->req.close_after) {
-		sr_free(&h->req);
-		sv_conn_finish(c);
+	s->st.http_requests++;
+	if (c == NULL || c->http == NULL) {
+		respond_error(res, 503, "the connection is closing");
 		return;
 	}
-	c->partial_since = 0;
-	sr_next(&h->req);
-	held = h->held;
-	n = h->held_len;
-	h->held = NULL;
-	h->held_len = 0;
-	if (n > 0)
-		feed(c, held, n);
-	free(held);
+	hr_dispatch(&table, req, res, NULL);
 }
 
-/* Parses n bytes at p (counted already), answering a whole request. */
+/* The answers the server makes itself (bytes that are no request, too
+ * many of them, a stalled request) in the JSON clients read here. */
+static void
+on_error(void *ctx, const hs_error *e, hs_response *res)
+{
+	sv *s = ctx;
+
+	if (e->status == 413 || e->status == 431) {
+		sv_count_error(s, SV_ERR_INVALID);
+		respond_error(res, 413, "the request is too large");
+	} else if (e->parse_error != NULL) {
+		sv_count_error(s, SV_ERR_INVALID);
+		respond_error(res, e->status, "%s", e->parse_error);
+	} else
+		respond_error(res, e->status, "%s", e->msg);
+}
+
+/* The link: what the server writes, and when it is done -------------------- */
+
 static int
-feed(conn *c, const char *p, size_t n)
+link_write(void *arg, char *buf, size_t len)
+{
+	return sv_conn_write(arg, buf, len);
+}
+
+/* The server has let go of the link: c closes, once written or now. */
+static void
+link_finish(void *arg)
+{
+	conn *c = arg;
+
+	if (c->http != NULL)
+		c->http->link = NULL;
+	sv_conn_finish(c);
+}
+
+static void
+link_close(void *arg)
+{
+	conn *c = arg;
+
+	if (c->http != NULL)
+		c->http->link = NULL;
+	sv_conn_close(c, NULL);
+}
+
+static void
+link_resume(void *arg)
+{
+	sv_conn_hold(arg, 0);
+}
+
+static const hs_link_ops link_ops = {
+	.write = link_write,
+	.finish = link_finish,
+	.close = link_close,
+	.resume = link_resume,
+};
+
+/* Plaintext of c, which speaks HTTP: fed to its link (made on the first
+ * call). */
+static int
+http_feed(conn *c, const char *p, size_t n)
 {
 	sh_conn *h = c->http;
-	char msg[PL_MSG_LEN];
-	size_t used;
-	int status;
 
+	c->s->st.bytes_in[SV_BYTES_HTTP] += n;
 	if (h == NULL) {
 		if ((h = calloc(1, sizeof(*h))) == NULL) {
 			sv_conn_close(c, "out of memory");
 			return -1;
 		}
 		c->http = h;
-		sr_init(&h->req);
-	}
-	if (h->busy || h->req.complete) {
-		char *grown;
-
-		if (h->held_len + n > SH_MAX_HELD ||
-		    (grown = realloc(h->held, h->held_len + n)) == NULL) {
-			sv_conn_close(c, "too many HTTP requests sent ahead");
-			return -1;
-		}
-		memcpy(grown + h->held_len, p, n);
-		h->held = grown;
-		h->held_len += n;
-		return 0;
-	}
-	status = sr_execute(&h->req, p, n, &used, msg, sizeof(msg));
-	/* a request under way since its first byte: serve_conn.c's stall
-	 * check */
-	if (h->req.begun && c->partial_since == 0)
-		c->partial_since = kn_now();
-	if (status != 0) {
-		sv_count_error(c->s, SV_ERR_INVALID);
-		h->req.close_after = 1;
-		h->head_only = 0;
-		h->req.complete = h->busy = 1;
-		respond_error(c, status, "%s", msg);
-		return -1;
-	}
-	if (!h->req.complete)
-		return 0;
-	/* the bytes after this request wait for its answer; they were
-	 * counted already */
-	if (used < n) {
-		if ((h->held = malloc(n - used)) == NULL) {
+		h->link = hs_link_new(c->s->http, &link_ops, c, c->peer, c->addr,
+		    c->tls != NULL ? tls_conn_peer_id(c->tls) : NULL);
+		if (h->link == NULL) {
 			sv_conn_close(c, "out of memory");
 			return -1;
 		}
-		memcpy(h->held, p + used, n - used);
-		h->held_len = n - used;
 	}
-	c->partial_since = 0;
-	h->busy = 1;
-	handle(c);
+	if (h->link == NULL)
+		return 1;       /* closing: nothing more is read */
+	if (hs_link_feed(h->link, p, n) != 0)
+		return c->closing ? -1 : 1;
 	return c->closing ? -1 : 0;
 }
 
-int
-sh_feed(conn *c, const char *p, size_t n)
+/* c is closing: its link goes, and with it a completion's answer (the
+ * request has lost its client: serve.c ends it). */
+static void
+http_gone(conn *c)
 {
-	c->s->st.bytes_in[SV_BYTES_HTTP] += n;
-	return feed(c, p, n);
+	sh_conn *h = c->http;
+	hs_link *l;
+
+	if (h == NULL)
+		return;
+	c->http = NULL;
+	if ((l = h->link) != NULL) {
+		h->link = NULL;
+		hs_link_close(l);
+	}
+	free(h);
 }
 
-void
-sh_conn_free(conn *c)
+static const sv_http_ops http_ops = {
+	.feed = http_feed,
+	.gone = http_gone,
+};
+
+int
+sh_start(sv *s, char *err)
 {
-	if (c->http == NULL)
-		return;
-	sr_free(&c->http->req);
-	free(c->http->held);
-	free(c->http);
-	c->http = NULL;
+	hs_config cfg;
+	char why[HS_ERR_LEN];
+
+	hs_config_defaults(&cfg);
+	cfg.max_header_bytes = SH_MAX_HEADER;
+	cfg.max_body_bytes = SR_MAX_BODY;
+	cfg.header_timeout_ms = SH_STALL_MS;
+	cfg.request_timeout_ms = SH_STALL_MS;
+	cfg.error_answer = on_error;
+	if (hs_server_new(&s->http, s->loop, &cfg, on_request, s, why) != 0)
+		return kn_error(err, KN_ENOMEM, "pipeline: HTTP: %s", why);
+	s->http_ops = &http_ops;
+	return KN_OK;
 }

@@ -218,12 +218,16 @@ start_compute(sv *s, char *err)
 static int
 start_loop(sv *s, const struct sockaddr_storage *sa, char *err)
 {
+	int rc;
+
 	uv_tcp_init(s->loop, &s->listener);
 	s->listener.data = s;
 	if (uv_tcp_bind(&s->listener, (const struct sockaddr *)sa, 0) != 0 ||
 	    uv_listen((uv_stream_t *)&s->listener, 256, sv_on_connection) != 0)
 		return kn_error(err, KN_EIO, "cannot listen on %s",
 		    s->hosts.v[s->self].addr);
+	if ((rc = sh_start(s, err)) != KN_OK)
+		return rc;
 	uv_timer_init(s->loop, &s->cron);
 	s->cron.data = s;
 	uv_timer_start(&s->cron, sv_on_cron, SV_CRON_MS, SV_CRON_MS);
