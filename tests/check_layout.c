@@ -275,6 +275,45 @@ START_TEST(test_every_daemon_folder_is_a_layer)
 }
 END_TEST
 
+static void
+count_parser_calls(const char *rel, const char *abs, void *arg)
+{
+	tally *t = arg;
+	char line[1024];
+	int here = 0;
+	FILE *f;
+	size_t n = strlen(rel);
+
+	if (n < 2 || strcmp(rel + n - 2, ".c") != 0)
+		return;
+	f = fopen(abs, "r");
+	ck_assert_msg(f != NULL, "cannot read %s", abs);
+	while (fgets(line, sizeof(line), f) != NULL)
+		here |= strstr(line, "http_parser_" "execute(") != NULL;
+	fclose(f);
+	/* the first file named, and how many */
+	if (here && t->files++ == 0)
+		snprintf(t->first, sizeof(t->first), "%s", rel);
+}
+
+/* One HTTP stack: a single file runs the request parser, so every port's
+ * requests meet the same bounds (tests and scripts included: a second
+ * parser there would test something the daemon does not run). */
+START_TEST(test_one_http_parser)
+{
+	static const char *tops[] = { "kernels", "proto", "soma", "plan",
+	    "daemon", "scripts", "tests" };
+	tally t = { 0 };
+	size_t i;
+
+	for (i = 0; i < sizeof(tops) / sizeof(tops[0]); i++)
+		walk(tops[i], count_parser_calls, &t);
+	ck_assert_msg(t.files == 1, "%d files call http_parser_execute (%s)",
+	    t.files, t.first);
+	ck_assert_str_eq(t.first, "daemon/net/http_server.c");
+}
+END_TEST
+
 int
 main(void)
 {
@@ -285,6 +324,7 @@ main(void)
 	tcase_add_test(tc, test_daemon_root_holds_main_only);
 	tcase_add_test(tc, test_one_internal_header_per_folder);
 	tcase_add_test(tc, test_every_daemon_folder_is_a_layer);
+	tcase_add_test(tc, test_one_http_parser);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
