@@ -756,7 +756,7 @@ static const hr_route block_routes[] = {
 };
 
 static void
-block_tree(void *ctx, const hs_request *req, hs_response *res,
+tree_block(void *ctx, const hs_request *req, hs_response *res,
     const hr_match *m)
 {
 	node *n = ctx;
@@ -782,7 +782,7 @@ static const int64_t block_max[] = { INT_MAX };
 
 /* Below /v1/probe/: probe.c's table, on the probe's own state. */
 static void
-probe_tree(void *ctx, const hs_request *req, hs_response *res,
+tree_probe(void *ctx, const hs_request *req, hs_response *res,
     const hr_match *m)
 {
 	node *n = ctx;
@@ -802,9 +802,9 @@ static const hr_route routes[] = {
 	    NULL },
 	{ "POST", "/v1/strikes/clear", HR_OPERATOR, PEERS_KIND_OTHER,
 	    post_strikes_clear, NULL },
-	{ NULL, "/v1/probe/{*}", HR_ANYONE, PEERS_KIND_OTHER, probe_tree,
+	{ NULL, "/v1/probe/{*}", HR_ANYONE, PEERS_KIND_OTHER, tree_probe,
 	    NULL },
-	{ NULL, "/v1/blocks/{n}/{*}", HR_ANYONE, PEERS_KIND_OTHER, block_tree,
+	{ NULL, "/v1/blocks/{n}/{*}", HR_ANYONE, PEERS_KIND_OTHER, tree_block,
 	    block_max },
 };
 
