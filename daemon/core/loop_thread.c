@@ -166,6 +166,25 @@ lt_submit(lt_thread *t, lt_item *item)
 }
 
 void
+lt_submit_all(lt_thread *t, lt_item *first)
+{
+	lt_item *last = first;
+
+	if (first == NULL)
+		return;
+	while (last->next != NULL)
+		last = last->next;
+	pthread_mutex_lock(&t->lock);
+	if (t->in_tail != NULL)
+		t->in_tail->next = first;
+	else
+		t->in_head = first;
+	t->in_tail = last;
+	pthread_cond_signal(&t->wake);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void
 lt_stop(lt_thread *t)
 {
 	pthread_mutex_lock(&t->lock);

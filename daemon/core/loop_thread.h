@@ -42,6 +42,9 @@ int lt_start(lt_thread **out, uv_loop_t *loop, const lt_opts *o, char *err);
 
 /* Queues item for the thread and wakes it if it waits. */
 void lt_submit(lt_thread *t, lt_item *item);
+/* Queues the chain first (linked by next, NULL-ended) at once, so the
+ * thread's next lt_wait takes all of it or none of it. */
+void lt_submit_all(lt_thread *t, lt_item *first);
 /* Asks the thread to stop and wakes it; it sees the request at its next
  * lt_wait or lt_stopping. */
 void lt_stop(lt_thread *t);

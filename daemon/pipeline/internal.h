@@ -331,6 +331,10 @@ struct sc {
 	sc_opts o;
 	pr_spec spec;
 	lt_thread *lt;
+	/* the loop's: jobs held back while a read is dispatched (sc_hold),
+	 * to go to the thread together */
+	int holds;
+	lt_item *held_head, *held_tail;
 	void (*done)(void *, sc_job *);
 	void *ctx;
 	void (*closed)(void *);

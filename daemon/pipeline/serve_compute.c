@@ -272,7 +272,31 @@ sc_serves(const sc *c, pl_mode mode)
 void
 sc_submit(sc *c, sc_job *job)
 {
-	lt_submit(c->lt, &job->link);
+	if (c->holds == 0) {
+		lt_submit(c->lt, &job->link);
+		return;
+	}
+	job->link.next = NULL;
+	if (c->held_tail != NULL)
+		c->held_tail->next = &job->link;
+	else
+		c->held_head = &job->link;
+	c->held_tail = &job->link;
+}
+
+void
+sc_hold(sc *c)
+{
+	c->holds++;
+}
+
+void
+sc_release(sc *c)
+{
+	if (--c->holds > 0 || c->held_head == NULL)
+		return;
+	lt_submit_all(c->lt, c->held_head);
+	c->held_head = c->held_tail = NULL;
 }
 
 uint64_t

@@ -60,6 +60,13 @@ int sc_start(sc **out, uv_loop_t *loop, const sc_opts *o,
     size_t notelen, char *err);
 int sc_serves(const sc *c, pl_mode mode);
 void sc_submit(sc *c, sc_job *job);
+/* Between sc_hold and sc_release (which nest) submitted jobs are held,
+ * then go to the thread in one piece: the frames of one read reach the
+ * thread together, so a request and the end frame that cancels it, come
+ * in the same read, are never split by a round that computes the first
+ * for no one. */
+void sc_hold(sc *c);
+void sc_release(sc *c);
 /* Jobs dropped unfinished because their request ended (an end frame
  * came while they ran): for the status. */
 uint64_t sc_jobs_cancelled(sc *c);

@@ -452,6 +452,7 @@ static void
 on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	conn *c = st->data;
+	sc *k = c->s->compute;
 	int rc;
 
 	if (c->closing)
@@ -462,7 +463,11 @@ on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		    uv_strerror((int)nread));
 		return;
 	}
+	if (k != NULL)
+		sc_hold(k);
 	rc = ts_feed(st, c->tls, buf->base, (size_t)nread, conn_deliver, c);
+	if (k != NULL)
+		sc_release(k);
 	if (rc < 0 && !c->closing) {
 		conn_tls_failed(c, rc);
 		return;
@@ -476,9 +481,14 @@ on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 static void
 conn_read_again(conn *c)
 {
-	int rc = ts_feed((uv_stream_t *)&c->tcp, c->tls, NULL, 0, conn_deliver,
-	    c);
+	sc *k = c->s->compute;
+	int rc;
 
+	if (k != NULL)
+		sc_hold(k);
+	rc = ts_feed((uv_stream_t *)&c->tcp, c->tls, NULL, 0, conn_deliver, c);
+	if (k != NULL)
+		sc_release(k);
 	if (rc < 0 && !c->closing) {
 		conn_tls_failed(c, rc);
 		return;
