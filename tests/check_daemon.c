@@ -1014,10 +1014,9 @@ START_TEST(test_disk_full)
 		return;
 	}
 	snprintf(filler, sizeof(filler), "%s/filler", disk);
-	/* The pause must come in the middle of training.  On a loaded
-	 * machine the trainer can run all its steps before the disk is
-	 * full (a checkpoint written into the room the previous one left
-	 * can beat the filler), and pause only at its last checkpoint:
+	/* The pause must come in the middle of training.  The trainer
+	 * (a tiny model) can run all its steps before the filler makes a
+	 * checkpoint write fail, and pause only at its last checkpoint:
 	 * then again, with four times the steps and a fresh state
 	 * folder. */
 	for (attempt = 0;; attempt++) {
