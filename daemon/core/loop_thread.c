@@ -53,18 +53,18 @@ struct lt_thread {
 	void *closed_arg;
 };
 
-/* Appends item to one of t's queues; wake: the inbox, whose thread may
- * wait. */
+/* Appends the chain first .. last (linked by next, last's next NULL) to
+ * one of t's queues at once; wake: the inbox, whose thread may wait. */
 static void
-push(lt_thread *t, lt_item **head, lt_item **tail, lt_item *item, int wake)
+push(lt_thread *t, lt_item **head, lt_item **tail, lt_item *first,
+    lt_item *last, int wake)
 {
 	pthread_mutex_lock(&t->lock);
-	item->next = NULL;
 	if (*tail != NULL)
-		(*tail)->next = item;
+		(*tail)->next = first;
 	else
-		*head = item;
-	*tail = item;
+		*head = first;
+	*tail = last;
 	if (wake)
 		pthread_cond_signal(&t->wake);
 	pthread_mutex_unlock(&t->lock);
@@ -162,7 +162,8 @@ lt_start(lt_thread **out, uv_loop_t *loop, const lt_opts *o, char *err)
 void
 lt_submit(lt_thread *t, lt_item *item)
 {
-	push(t, &t->in_head, &t->in_tail, item, 1);
+	item->next = NULL;
+	push(t, &t->in_head, &t->in_tail, item, item, 1);
 }
 
 void
@@ -174,14 +175,7 @@ lt_submit_all(lt_thread *t, lt_item *first)
 		return;
 	while (last->next != NULL)
 		last = last->next;
-	pthread_mutex_lock(&t->lock);
-	if (t->in_tail != NULL)
-		t->in_tail->next = first;
-	else
-		t->in_head = first;
-	t->in_tail = last;
-	pthread_cond_signal(&t->wake);
-	pthread_mutex_unlock(&t->lock);
+	push(t, &t->in_head, &t->in_tail, first, last, 1);
 }
 
 void
@@ -220,7 +214,8 @@ lt_close(lt_thread *t, void (*closed)(void *arg), void *arg)
 void
 lt_post(lt_thread *t, lt_item *item)
 {
-	push(t, &t->out_head, &t->out_tail, item, 0);
+	item->next = NULL;
+	push(t, &t->out_head, &t->out_tail, item, item, 0);
 	uv_async_send(&t->async);
 }
 
