@@ -114,6 +114,33 @@ size_table(const kn_model_shape *s, int64_t shapes[P_COUNT][3],
 	}
 }
 
+int
+kn_model_table(const kn_model_shape *s, kn_tensor *out, int max)
+{
+	int64_t shapes[P_COUNT][3];
+	int ndims[P_COUNT], i, k;
+	size_t off = 0;
+
+	if (max < P_COUNT)
+		return -1;
+	size_table(s, shapes, ndims);
+	for (i = 0; i < P_COUNT; i++) {
+		kn_tensor *t = &out[i];
+
+		memset(t, 0, sizeof(*t));
+		snprintf(t->name, sizeof(t->name), "%s", param_names[i]);
+		t->ndim = ndims[i];
+		for (k = 0; k < ndims[i]; k++)
+			t->shape[k] = shapes[i][k];
+		t->offset = off;
+		off += kn_tensor_numel(t);
+	}
+	return P_COUNT;
+}
+
+_Static_assert(P_COUNT <= KN_MODEL_TENSORS, "KN_MODEL_TENSORS holds the "
+    "table");
+
 size_t
 kn_model_params_for(const kn_model_shape *s)
 {

@@ -100,6 +100,12 @@ double kn_model_flops_per_window(const kn_model_shape *shape);
 /* The size table: name, shape and offset of every parameter tensor, data
  * pointing into the backend's parameter buffer. */
 const kn_tensor *kn_model_tensors(const kn_model *m, int *count);
+/* The same table for shape without a model (data NULL), for a reader
+ * that checks a checkpoint of a block it does not train: the count of
+ * tensors written to out, or -1 when max is too small (KN_MODEL_TENSORS
+ * always fits). */
+#define KN_MODEL_TENSORS 32
+int kn_model_table(const kn_model_shape *shape, kn_tensor *out, int max);
 float *kn_model_params(kn_model *m);      /* backend memory */
 float *kn_model_grads(kn_model *m);       /* backend memory */
 /* Host copies of the parameters (num_params floats). */
