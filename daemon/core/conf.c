@@ -329,6 +329,14 @@ const pr_key cf_keys[] = {
 	  .def = 1048576,
 	  .doc = "bytes per second read from each connection of a client the "
 	  "host list does not name (open entry)" },
+	{ .section = "", .name = "mirrors", .type = PR_KEY_INT,
+	  FIELD(mirrors), .min = 0, .max = CF_MAX_MIRRORS, .def = 1,
+	  .doc = "hosts of other blocks that keep a copy of each block's "
+	  "newest checkpoint and optimizer state; 0: none" },
+	{ .section = "", .name = "mirror_budget", .type = PR_KEY_SIZE,
+	  FIELD(mirror_budget), .def = 4.0 * 1024 * 1024 * 1024,
+	  .doc = "the disk this host may fill with other blocks' copies "
+	  "(bytes, or with M or G)" },
 };
 
 #define NKEYS (sizeof(cf_keys) / sizeof(cf_keys[0]))

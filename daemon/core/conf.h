@@ -16,6 +16,8 @@
 #define CF_MAX_STREAMS 16
 #define CF_MIN_CHUNK 4096
 #define CF_MAX_CHUNK ((size_t)1 << 30)
+/* mirrors at most: a copy on every host of a large run is no use */
+#define CF_MAX_MIRRORS 16
 
 typedef struct {
 	char listen_host[CF_HOST_LEN];
@@ -72,6 +74,11 @@ typedef struct {
 	char pipeline_open_entry[4];    /* no | yes: any TLS client at the entry */
 	int pipeline_client_requests;   /* in flight per unlisted client */
 	int pipeline_client_rate;       /* bytes/s per unlisted client */
+	/* mirrors (mirror.c): other hosts that keep a copy of each block's
+	 * newest checkpoint and optimizer state, and the bytes this host
+	 * may keep of other blocks' copies */
+	int mirrors;
+	size_t mirror_budget;
 } cf_config;
 
 /* One row per key (proto/keys.h), which parsing, validation, defaults
