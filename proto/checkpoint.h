@@ -58,8 +58,8 @@ int pr_ckpt_peek(const char *buf, size_t len, pr_ckpt_meta *meta_out,
     char *err);
 
 /* The optimizer state (AdamW m and v, nparams floats each, and the step
- * t), a local file that is never sent.  Its own magic, same strictness;
- * v must be >= 0. */
+ * t), sent only to the run's daemons (mirrors, bootstraps).  Its own
+ * magic, same strictness; v must be >= 0. */
 int pr_ckpt_encode_optim(const pr_ckpt_meta *meta, size_t nparams,
     const float *m, const float *v, int t, char **buf, size_t *len,
     char *err);

@@ -185,6 +185,44 @@ status_strikes(const peers_list *pl, json_t *const *status)
 	}
 }
 
+/* The copies of other blocks each daemon keeps as their mirror, and
+ * what a daemon's bootstrap installed: one line each, nothing when no
+ * daemon mirrors anything. */
+static void
+status_mirrors(const peers_list *pl, json_t *const *status)
+{
+	int i, header = 0;
+
+	for (i = 0; i < pl->n; i++) {
+		json_t *m = json_object_get(status[i], "mirrors"), *e;
+		json_t *bs = json_object_get(status[i], "bootstrap");
+		size_t k;
+
+		json_array_foreach(json_object_get(m, "held"), k, e) {
+			if (!header++)
+				printf("\nmirrors (copies of other blocks' "
+				    "newest checkpoints)\n");
+			printf("  %-22s holds block %lld step %lld round %lld "
+			    "(%.1f MiB of %.1f) from %s\n", pl->v[i].addr,
+			    (long long)integer(e, "block"),
+			    (long long)integer(e, "step"),
+			    (long long)integer(e, "round"),
+			    (integer(e, "bytes") + integer(e,
+			    "optimizer_bytes")) / 1048576.0,
+			    integer(m, "budget") / 1048576.0,
+			    json_string_value(json_object_get(e, "from")));
+		}
+		if (strcmp(json_string_value(json_object_get(bs, "outcome")) ?
+		    json_string_value(json_object_get(bs, "outcome")) : "",
+		    "installed") == 0)
+			printf("%s bootstrapped from %s at step %lld round "
+			    "%lld\n", pl->v[i].addr, json_string_value(
+			    json_object_get(bs, "from")),
+			    (long long)integer(bs, "step"),
+			    (long long)integer(bs, "round"));
+	}
+}
+
 /* One screen of status; returns the number of peers that answered. */
 static int
 status_once(const peers_list *pl)
@@ -203,6 +241,7 @@ status_once(const peers_list *pl)
 		status[i] = status_peer(pl, i, &sum);
 	status_print_run(&sum);
 	status_strikes(pl, status);
+	status_mirrors(pl, status);
 	cli_status_predicted(pl, status);
 	for (i = 0; i < pl->n; i++)
 		json_decref(status[i]);

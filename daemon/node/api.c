@@ -292,6 +292,10 @@ api_status_json(node *n, size_t *len)
 	if (n->predicted != NULL)
 		json_object_set_new(o, "predicted", pd_status_json(n->predicted,
 		    &n->peers));
+	if (n->mirror != NULL)
+		json_object_set_new(o, "mirrors", mr_status_json(n->mirror));
+	if (n->bootstrap != NULL)
+		json_object_set_new(o, "bootstrap", bs_status_json(n->bootstrap));
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	*len = text ? strlen(text) : 0;
@@ -751,6 +755,8 @@ block_rounds(void *ctx, const hs_request *req, hs_response *res,
 static const hr_route block_routes[] = {
 	{ "GET", "checkpoint", HR_ANYONE, PEERS_KIND_CHECKPOINT,
 	    serve_checkpoint, NULL },
+	{ "GET", "optimizer", HR_PEER, PEERS_KIND_CHECKPOINT,
+	    mr_api_optimizer, NULL },
 	{ NULL, "rounds/{n}/{*}", HR_ANYONE, PEERS_KIND_UPDATE, block_rounds,
 	    NULL },
 };
@@ -806,6 +812,12 @@ static const hr_route routes[] = {
 	    NULL },
 	{ NULL, "/v1/blocks/{n}/{*}", HR_ANYONE, PEERS_KIND_OTHER, tree_block,
 	    block_max },
+	{ "GET", "/v1/mirrors/{n}", HR_PEER, PEERS_KIND_OTHER, mr_api_mirror,
+	    block_max },
+	{ "GET", "/v1/mirrors/{n}/checkpoint", HR_PEER, PEERS_KIND_CHECKPOINT,
+	    mr_api_mirror_checkpoint, block_max },
+	{ "GET", "/v1/mirrors/{n}/optimizer", HR_PEER, PEERS_KIND_CHECKPOINT,
+	    mr_api_mirror_optimizer, block_max },
 };
 
 /* The metrics listener's one row: not metered (its exchanges are no

@@ -738,6 +738,17 @@ start_worker(node *n, char *err)
 	return wk_start(&n->training.worker, n->loop, &wo, on_event, n, err);
 }
 
+/* The bootstrap is over (bootstrap.h): the trainer starts from what the
+ * state directory holds now. */
+static void
+on_bootstrapped(node *n)
+{
+	char err[PR_ERR_LEN];
+
+	if (start_worker(n, err) != 0)
+		on_worker_error(n, err);
+}
+
 static void
 start_signals(node *n)
 {
@@ -838,6 +849,7 @@ node_watch_checkpoint(void *arg, int peer, int64_t step, int64_t round,
 
 	if (n->training.rounds != NULL)
 		rounds_diverged(n->training.rounds, peer, step, round, sha256);
+	mr_on_checkpoint(n->mirror, peer, step, round, sha256);
 }
 
 static void
@@ -953,7 +965,10 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	n->cron.data = n;
 	uv_timer_start(&n->cron, on_cron, 200, CRON_MS);
 	start_signals(n);
-	return start_worker(n, err);
+	if ((rc = mr_start(n, err)) != 0)
+		return rc;
+	return bs_wanted(n) ? bs_start(n, on_bootstrapped, err) :
+	    start_worker(n, err);
 }
 
 void
@@ -963,6 +978,10 @@ node_free(node *n)
 	n->probe = NULL;
 	pd_free(n->predicted);
 	n->predicted = NULL;
+	mr_free(n->mirror);
+	bs_free(n->bootstrap);
+	n->mirror = NULL;
+	n->bootstrap = NULL;
 	hs_shared_unref(n->ckpt.body);
 	n->ckpt.body = NULL;
 	node_soma_free(&n->soma_expert);

@@ -16,6 +16,8 @@
 #include "daemon/rounds/rounds.h"
 #include "daemon/core/strikes.h"
 #include "daemon/node/api.h"
+#include "daemon/node/bootstrap.h"
+#include "daemon/node/mirror.h"
 #include "daemon/node/node_soma.h"
 #include "daemon/node/node_trust.h"
 #include "daemon/node/peer_watch.h"
@@ -123,6 +125,8 @@ typedef struct node {
 	pw_watch watch;                 /* peer_watch.c: the peers' health */
 	struct pb_state *probe;         /* probe.c, opaque */
 	struct pd_state *predicted;     /* predicted.c; NULL without a plan */
+	mr_state *mirror;               /* mirror.c; NULL: mirrors nothing */
+	bs_state *bootstrap;            /* bootstrap.c; NULL: none ran */
 } node;
 
 /* Loads the spec and the peer list named by n->cfg (already validated)

@@ -1,0 +1,37 @@
+/* Bootstrap (bootstrap.c): before the trainer starts, a daemon whose
+ * state directory holds no checkpoint of its block, or an older one than
+ * the run has, asks the other hosts of its block (their checkpoint) and
+ * every host of another block (its mirror of ours, mirror.h) for the
+ * newest (step, round, sha256), fetches that checkpoint and its
+ * optimizer state, checks them (the hash it was named by, the spec's
+ * shape, finite values; where several sources name the same step, the
+ * majority's hash), and installs them in the state directory, so that
+ * the trainer resumes from that step.  A source that serves bytes not
+ * matching its hash is refused and counted against it (strikes.h).
+ * Nobody reachable, or nothing newer: the trainer starts from what the
+ * state directory holds, with a line in the log saying so.  Every
+ * request is bounded in time and tried at most BS_TRIES times, so a
+ * bootstrap always ends.  node.c starts it; on the loop thread. */
+#ifndef SM_BOOTSTRAP_H
+#define SM_BOOTSTRAP_H
+
+#include <jansson.h>
+
+struct node;
+typedef struct bs_state bs_state;
+
+/* Tries of one source before the next is asked. */
+#define BS_TRIES 2
+
+/* Whether n has anyone to ask: a BlockTrain daemon with another daemon
+ * line in its peer list. */
+int bs_wanted(const struct node *n);
+/* Starts the bootstrap of n into n->bootstrap; then(n) runs on the loop
+ * once it is over, whatever came of it, unless the daemon is stopping.
+ * 0 or KN_E* with the reason in err (PR_ERR_LEN). */
+int bs_start(struct node *n, void (*then)(struct node *n), char *err);
+void bs_free(bs_state *b);
+/* What the bootstrap did, for /v1/status; NULL when none ran. */
+json_t *bs_status_json(const bs_state *b);
+
+#endif
