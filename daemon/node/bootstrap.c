@@ -4,10 +4,12 @@
  * libuv's pool (file work). */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/core/log.h"
@@ -53,6 +55,11 @@ struct bs_state {
 	int64_t step, round;
 	int refusals;
 	double took;            /* seconds, once over */
+	/* a host with no checkpoint asks again, BS_ASKS times in all,
+	 * when nobody answered: the others may be starting, or not have
+	 * its new identity yet */
+	uv_timer_t again;
+	int asks;
 };
 
 int
@@ -72,6 +79,7 @@ bs_wanted(const node *n)
 static void
 finish(bs_state *b, const char *outcome)
 {
+	uv_close((uv_handle_t *)&b->again, NULL);
 	b->outcome = outcome;
 	b->took = kn_now() - b->began;
 	free(b->ckpt);
@@ -195,6 +203,11 @@ job_run(uv_work_t *w)
 	if ((j->rc = mr_check_pair(&n->spec, n->run_id, n->cfg.block,
 	    b->want_sha, &p, &j->v, j->err)) != 0) {
 		j->refused = 1;
+		return;
+	}
+	if (mkdir(n->cfg.state_dir, 0755) != 0 && errno != EEXIST) {
+		j->rc = kn_error(j->err, KN_EIO, "cannot create %s: %s",
+		    n->cfg.state_dir, strerror(errno));
 		return;
 	}
 	/* the state first, as the trainer writes them: a crash between
@@ -383,6 +396,8 @@ fetch(bs_state *b)
 
 /* ---- asking ---- */
 
+static void on_again(uv_timer_t *t);
+
 /* The newest (step, round) named, the majority's hash at it, and its
  * sources in the order to ask them: hosts of the block first (the
  * originals), then mirrors, each in list order. */
@@ -402,6 +417,13 @@ decide(bs_state *b)
 		if (best < 0 || c->step > b->c[best].step || (c->step ==
 		    b->c[best].step && c->round > b->c[best].round))
 			best = i;
+	}
+	if (answered == 0 && b->local_step < 0 && b->asks < BS_ASKS) {
+		log_info("bootstrap: none of the %d other hosts answered (ask "
+		    "%d of %d); asking again in %d s", b->nc, b->asks, BS_ASKS,
+		    b->asks);
+		uv_timer_start(&b->again, on_again, (uint64_t)b->asks * 1000, 0);
+		return;
 	}
 	if (answered == 0) {
 		char why[128];
@@ -508,33 +530,17 @@ on_claim(void *ctx, hc_result *r)
 		decide(b);
 }
 
-int
-bs_start(node *n, void (*then)(node *n), char *err)
+/* One round of asking every other daemon line. */
+static void
+ask(bs_state *b)
 {
-	bs_state *b;
-	char path[96];
+	node *n = b->n;
+	char path[96], err[KN_ERR_LEN];
 	int i;
 
-	if ((b = calloc(1, sizeof(*b))) == NULL ||
-	    (b->c = calloc((size_t)n->peers.n + 1, sizeof(*b->c))) == NULL ||
-	    (b->order = calloc((size_t)n->peers.n + 1, sizeof(int))) ==
-	    NULL) {
-		if (b != NULL)
-			free(b->c);
-		free(b);
-		return kn_error(err, KN_ENOMEM, "out of memory");
-	}
-	n->bootstrap = b;
-	b->n = n;
-	b->then = then;
-	b->began = kn_now();
-	b->outcome = "asking";
-	b->local_step = local_step(n);
-	n->report.state = "bootstrapping";
-	if (b->local_step >= n->spec.steps) {
-		finish(b, "current");
-		return KN_OK;
-	}
+	b->asks++;
+	b->nc = 0;
+	memset(b->c, 0, ((size_t)n->peers.n + 1) * sizeof(*b->c));
 	for (i = 0; i < n->peers.n; i++) {
 		const peers_entry *p = &n->peers.v[i];
 		struct bs_claim *c = &b->c[b->nc];
@@ -561,11 +567,54 @@ bs_start(node *n, void (*then)(node *n), char *err)
 		}
 		b->pending++;
 	}
-	log_info("bootstrap: asking %d other host(s) for the newest checkpoint "
-	    "of block %d (the state directory holds %s)", b->pending,
-	    n->cfg.block, b->local_step >= 0 ? "one" : "none");
+	if (b->asks == 1)
+		log_info("bootstrap: asking %d other host(s) for the newest "
+		    "checkpoint of block %d (the state directory holds %s)",
+		    b->pending, n->cfg.block, b->local_step >= 0 ? "one" :
+		    "none");
 	if (b->pending == 0)
 		decide(b);
+}
+
+static void
+on_again(uv_timer_t *t)
+{
+	bs_state *b = t->data;
+
+	if (b->n->stopping)
+		finish(b, "failed");
+	else
+		ask(b);
+}
+
+int
+bs_start(node *n, void (*then)(node *n), char *err)
+{
+	bs_state *b;
+
+	if ((b = calloc(1, sizeof(*b))) == NULL ||
+	    (b->c = calloc((size_t)n->peers.n + 1, sizeof(*b->c))) == NULL ||
+	    (b->order = calloc((size_t)n->peers.n + 1, sizeof(int))) ==
+	    NULL) {
+		if (b != NULL)
+			free(b->c);
+		free(b);
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	}
+	n->bootstrap = b;
+	b->n = n;
+	b->then = then;
+	b->began = kn_now();
+	b->outcome = "asking";
+	b->local_step = local_step(n);
+	uv_timer_init(n->loop, &b->again);
+	b->again.data = b;
+	n->report.state = "bootstrapping";
+	if (b->local_step >= n->spec.steps) {
+		finish(b, "current");
+		return KN_OK;
+	}
+	ask(b);
 	return KN_OK;
 }
 

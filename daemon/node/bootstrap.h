@@ -8,10 +8,12 @@
  * majority's hash), and installs them in the state directory, so that
  * the trainer resumes from that step.  A source that serves bytes not
  * matching its hash is refused and counted against it (strikes.h).
- * Nobody reachable, or nothing newer: the trainer starts from what the
- * state directory holds, with a line in the log saying so.  Every
- * request is bounded in time and tried at most BS_TRIES times, so a
- * bootstrap always ends.  node.c starts it; on the loop thread. */
+ * Nobody reachable (asked BS_ASKS times by a daemon with no checkpoint
+ * at all), or nothing newer: the trainer starts from what the state
+ * directory holds, with a line in the log saying so.  Every request is
+ * bounded in time and a transfer tried at most BS_TRIES times per
+ * source, so a bootstrap always ends.  node.c starts it; on the loop
+ * thread. */
 #ifndef SM_BOOTSTRAP_H
 #define SM_BOOTSTRAP_H
 
@@ -22,6 +24,9 @@ typedef struct bs_state bs_state;
 
 /* Tries of one source before the next is asked. */
 #define BS_TRIES 2
+/* Rounds of asking, 1 s and then 2 s apart, when nobody answers a host
+ * that holds no checkpoint at all. */
+#define BS_ASKS 3
 
 /* Whether n has anyone to ask: a BlockTrain daemon with another daemon
  * line in its peer list. */

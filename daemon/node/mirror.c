@@ -412,10 +412,14 @@ mr_start(node *n, char *err)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	m->n = n;
 	mirror_dir(n, d, sizeof(d));
-	if (mkdir(d, 0700) != 0 && errno != EEXIST) {
+	/* a host that cannot keep copies still trains its block; the
+	 * state dir is made as the trainer makes it */
+	if (need > 0 && ((mkdir(n->cfg.state_dir, 0755) != 0 && errno !=
+	    EEXIST) || (mkdir(d, 0700) != 0 && errno != EEXIST))) {
+		log_warnx("mirror: cannot make %s: %s: this host keeps no "
+		    "copies of other blocks", d, strerror(errno));
 		free(m);
-		return kn_error(err, KN_EIO, "cannot make %s: %s", d,
-		    strerror(errno));
+		return KN_OK;
 	}
 	for (b = 1; b <= n->spec.blocks && b <= PR_MAX_BLOCKS; b++)
 		if (copy_wanted(m, b))
