@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "daemon/core/peers.h"
+#include "daemon/node/bootstrap.h"
 #include "daemon/node/mirror.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
@@ -218,6 +219,62 @@ START_TEST(test_check_pair)
 	ck_assert(!v.optim_ok);
 	free(optim);
 	free(ckpt);
+}
+END_TEST
+
+static struct bs_claim
+claim(int mirror, int64_t step, int64_t round, char hash)
+{
+	struct bs_claim c = { .mirror = mirror, .answered = 1, .valid = 1,
+	    .step = step, .round = round };
+
+	memset(c.sha, hash, 64);
+	c.sha[64] = '\0';
+	return c;
+}
+
+/* The newest step named wins; at it the majority's hash, a tie going to
+ * the block's own host; hosts are asked before mirrors. */
+START_TEST(test_choose)
+{
+	struct bs_claim c[6];
+	int order[6], n;
+
+	/* a host of the block and two mirrors at step 600: two say b */
+	c[0] = claim(0, 600, 0, 'a');
+	c[1] = claim(1, 600, 0, 'b');
+	c[2] = claim(1, 600, 0, 'b');
+	c[3] = claim(1, 500, 0, 'c');
+	n = bs_choose(c, 4, 0, 1000, order);
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(order[0], 1);
+	ck_assert_int_eq(order[1], 2);
+	/* one against one: the host's, asked first */
+	c[2] = claim(1, 600, 0, 'c');
+	n = bs_choose(c, 3, 0, 1000, order);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_eq(order[0], 0);
+	/* the same hash from a mirror and a host: the host first */
+	c[1] = claim(1, 600, 0, 'a');
+	n = bs_choose(c, 2, 0, 1000, order);
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(order[0], 0);
+	ck_assert_int_eq(order[1], 1);
+	/* a later round of the same step is newer; a step beyond the run
+	 * is no claim to take */
+	c[2] = claim(1, 600, 1, 'd');
+	c[3] = claim(0, 5000, 0, 'e');
+	n = bs_choose(c, 4, 0, 1000, order);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_eq(order[0], 2);
+	/* only steps above what the state directory holds, never step 0 */
+	ck_assert_int_eq(bs_choose(c, 3, 599, 1000, order), 1);
+	ck_assert_int_eq(bs_choose(c, 3, 600, 1000, order), 0);
+	c[4] = claim(0, 0, 0, 'f');
+	ck_assert_int_eq(bs_choose(c + 4, 1, 0, 1000, order), 0);
+	c[5] = claim(0, 700, 0, 'g');
+	c[5].valid = 0;
+	ck_assert_int_eq(bs_choose(c + 5, 1, 0, 1000, order), 0);
 }
 END_TEST
 
@@ -646,6 +703,7 @@ main(void)
 	tcase_add_test(tc, test_assign);
 	tcase_add_test(tc, test_budget);
 	tcase_add_test(tc, test_check_pair);
+	tcase_add_test(tc, test_choose);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loopback");
 	tcase_add_checked_fixture(tc, setup, teardown);

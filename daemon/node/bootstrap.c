@@ -23,17 +23,6 @@
 #define BS_TIMEOUT_MS 30000L
 #define BS_RATE ((uint64_t)256 * 1024)
 
-/* What one other daemon said it holds of our block. */
-struct bs_claim {
-	char addr[CF_HOST_LEN + 8];
-	int mirror;             /* 1: its mirror's copy; 0: a host of ours */
-	int answered;           /* any HTTP answer */
-	int valid;              /* it named a checkpoint */
-	int64_t step, round;
-	uint64_t bytes;
-	char sha[65];
-};
-
 struct bs_state {
 	struct node *n;
 	void (*then)(struct node *n);
@@ -398,26 +387,61 @@ fetch(bs_state *b)
 
 static void on_again(uv_timer_t *t);
 
-/* The newest (step, round) named, the majority's hash at it, and its
- * sources in the order to ask them: hosts of the block first (the
- * originals), then mirrors, each in list order. */
+int
+bs_choose(const struct bs_claim *c, int n, int64_t floor, int64_t steps,
+    int *order)
+{
+	int i, k, best = -1, votes, top = 0, count = 0;
+
+	for (i = 0; i < n; i++) {
+		if (!c[i].valid || c[i].step <= floor || c[i].step > steps)
+			continue;
+		if (best < 0 || c[i].step > c[best].step || (c[i].step ==
+		    c[best].step && c[i].round > c[best].round))
+			best = i;
+	}
+	if (best < 0)
+		return 0;
+	/* the hash most sources of that step name; a tie goes to the one a
+	 * host of the block names, then to the first in the list */
+	for (i = 0, k = best; i < n; i++) {
+		int j;
+
+		if (!c[i].valid || c[i].step != c[k].step || c[i].round !=
+		    c[k].round)
+			continue;
+		for (j = 0, votes = 0; j < n; j++)
+			votes += c[j].valid && c[j].step == c[i].step &&
+			    c[j].round == c[i].round &&
+			    strcmp(c[j].sha, c[i].sha) == 0;
+		if (votes > top || (votes == top && !c[i].mirror &&
+		    c[best].mirror)) {
+			top = votes;
+			best = i;
+		}
+	}
+	for (k = 0; k < 2; k++)
+		for (i = 0; i < n; i++)
+			if (c[i].valid && c[i].mirror == k && c[i].step ==
+			    c[best].step && c[i].round == c[best].round &&
+			    strcmp(c[i].sha, c[best].sha) == 0)
+				order[count++] = i;
+	return count;
+}
+
+/* The newest checkpoint named, and its sources (bs_choose); or the
+ * trainer starts from the state directory, or nobody answered a host
+ * with nothing and it asks again. */
 static void
 decide(bs_state *b)
 {
 	node *n = b->n;
-	int i, k, answered = 0, best = -1, votes, top = 0;
+	int i, answered = 0;
 	int64_t floor = b->local_step > 0 ? b->local_step : 0;
+	const struct bs_claim *w;
 
-	for (i = 0; i < b->nc; i++) {
-		const struct bs_claim *c = &b->c[i];
-
-		answered += c->answered;
-		if (!c->valid || c->step <= floor || c->step > n->spec.steps)
-			continue;
-		if (best < 0 || c->step > b->c[best].step || (c->step ==
-		    b->c[best].step && c->round > b->c[best].round))
-			best = i;
-	}
+	for (i = 0; i < b->nc; i++)
+		answered += b->c[i].answered;
 	if (answered == 0 && b->local_step < 0 && b->asks < BS_ASKS) {
 		log_info("bootstrap: none of the %d other hosts answered (ask "
 		    "%d of %d); asking again in %d s", b->nc, b->asks, BS_ASKS,
@@ -433,7 +457,8 @@ decide(bs_state *b)
 		start_from_disk(b, "nobody", why);
 		return;
 	}
-	if (best < 0) {
+	b->norder = bs_choose(b->c, b->nc, floor, n->spec.steps, b->order);
+	if (b->norder == 0) {
 		char why[160];
 
 		snprintf(why, sizeof(why), "%d of %d other hosts answered, none "
@@ -442,27 +467,10 @@ decide(bs_state *b)
 		start_from_disk(b, "current", why);
 		return;
 	}
-	b->want_step = b->c[best].step;
-	b->want_round = b->c[best].round;
-	/* the hash most sources of that step name; a tie goes to the one a
-	 * host of the block names, then to the first in the list */
-	for (i = 0; i < b->nc; i++) {
-		const struct bs_claim *c = &b->c[i];
-
-		if (!c->valid || c->step != b->want_step || c->round !=
-		    b->want_round)
-			continue;
-		for (k = 0, votes = 0; k < b->nc; k++)
-			votes += b->c[k].valid && b->c[k].step == c->step &&
-			    b->c[k].round == c->round &&
-			    strcmp(b->c[k].sha, c->sha) == 0;
-		if (votes > top || (votes == top && !c->mirror &&
-		    b->c[best].mirror)) {
-			top = votes;
-			best = i;
-		}
-	}
-	memcpy(b->want_sha, b->c[best].sha, sizeof(b->want_sha));
+	w = &b->c[b->order[0]];
+	b->want_step = w->step;
+	b->want_round = w->round;
+	memcpy(b->want_sha, w->sha, sizeof(b->want_sha));
 	for (i = 0; i < b->nc; i++)
 		if (b->c[i].valid && b->c[i].step == b->want_step &&
 		    b->c[i].round == b->want_round &&
@@ -470,14 +478,7 @@ decide(bs_state *b)
 			log_warnx("bootstrap: %s names another checkpoint of "
 			    "step %" PRId64 " (sha256 %.16s...) than the %d "
 			    "that name %.16s...: not asked", b->c[i].addr,
-			    b->want_step, b->c[i].sha, top, b->want_sha);
-	for (k = 0; k < 2; k++)
-		for (i = 0; i < b->nc; i++)
-			if (b->c[i].valid && b->c[i].mirror == k &&
-			    b->c[i].step == b->want_step &&
-			    b->c[i].round == b->want_round &&
-			    strcmp(b->c[i].sha, b->want_sha) == 0)
-				b->order[b->norder++] = i;
+			    b->want_step, b->c[i].sha, b->norder, b->want_sha);
 	fetch(b);
 }
 

@@ -18,9 +18,31 @@
 #define SM_BOOTSTRAP_H
 
 #include <jansson.h>
+#include <stdint.h>
+
+#include "daemon/core/conf.h"
 
 struct node;
 typedef struct bs_state bs_state;
+
+/* What one other daemon said it holds of our block. */
+struct bs_claim {
+	char addr[CF_HOST_LEN + 8];
+	int mirror;             /* 1: its mirror's copy; 0: a host of ours */
+	int answered;           /* any HTTP answer */
+	int valid;              /* it named a checkpoint */
+	int64_t step, round;
+	uint64_t bytes;
+	char sha[65];
+};
+
+/* Of the n claims, the newest (step, then round) above floor and at most
+ * steps, and the sha256 most of the claims of that step and round name
+ * (a tie: one a host of the block names, then the first): the indices of
+ * the claims naming it into order (hosts of the block first, then
+ * mirrors, each in list order), their count; 0 when none is newer. */
+int bs_choose(const struct bs_claim *c, int n, int64_t floor,
+    int64_t steps, int *order);
 
 /* Tries of one source before the next is asked. */
 #define BS_TRIES 2
