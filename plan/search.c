@@ -27,6 +27,7 @@ struct ctx {
 	int usable[PN_MAX_HOSTS];       /* hosts that can hold a block */
 	int nusable;
 	double evaluated;
+	int skipped;                    /* rings without hosts to spare */
 	int total_layers;               /* the spec's, which splits share */
 	/* pn_train_bytes(s, L) = bytes0 + L * bytes_per_layer */
 	double bytes0, bytes_per_layer;
@@ -44,6 +45,12 @@ pn_options_defaults(pn_options *o)
 	o->exhaustive_limit = 20000;
 	o->tie = 0.01;
 	o->split = 1;
+}
+
+double
+pn_serve_bytes(const pr_spec *s, int layers)
+{
+	return 4.0 * (double)pn_block_params(s, layers);
 }
 
 double
@@ -492,19 +499,264 @@ choose_ring(struct ctx *x, pn_candidate *c)
 	}
 }
 
+/* Seconds of one traversal of c's ring with block b's ring host lost
+ * and h taking its frames, p being pn_predict's for c. */
+static double
+loss_with(struct ctx *x, pn_candidate *c, const pn_prediction *p, int b,
+    int h)
+{
+	pn_serve_loss l;
+	int nalt = c->nalt[b], first = c->alt[b][0];
+
+	c->nalt[b] = 1;
+	c->alt[b][0] = h;
+	pn_serve_loss_of(x->t, x->s, c, p, b, 0, &l);
+	c->nalt[b] = nalt;
+	c->alt[b][0] = first;
+	x->evaluated++;
+	return l.latency_s;
+}
+
+/* Kuhn's augmenting path from block b among the pairs of cost at most
+ * limit, hosts tried cheapest first (order[b]). */
+static int
+augment(int b, int F, const double *cost, const int *order, double limit,
+    int *owner, unsigned char *seen)
+{
+	int i;
+
+	for (i = 0; i < F; i++) {
+		int f = order[(size_t)b * F + i];
+
+		/* taken hosts cost INFINITY after the order was made */
+		if (cost[(size_t)b * F + f] > limit || seen[f])
+			continue;
+		seen[f] = 1;
+		if (owner[f] < 0 || augment(owner[f], F, cost, order, limit,
+		    owner, seen)) {
+			owner[f] = b;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Whether every block gets a host of cost at most limit; owner[f]: the
+ * block host f goes to, -1: none. */
+static int
+match_all(int T, int F, const double *cost, const int *order, double limit,
+    int *owner, unsigned char *seen)
+{
+	int b;
+
+	for (b = 0; b < F; b++)
+		owner[b] = -1;
+	for (b = 0; b < T; b++) {
+		memset(seen, 0, (size_t)F);
+		if (!augment(b, F, cost, order, limit, owner, seen))
+			return 0;
+	}
+	return 1;
+}
+
+struct priced {
+	double cost;
+	int f;
+};
+
+static int
+by_cost(const void *a, const void *b)
+{
+	const struct priced *x = a, *y = b;
+
+	return x->cost < y->cost ? -1 : x->cost > y->cost ? 1 : x->f - y->f;
+}
+
+static int
+by_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* --goal serve: the ring's other hosts from the hosts it leaves free
+ * that hold the block's weights, one round per further host of a block:
+ * each round gives every block one host so that the slowest traversal
+ * with a ring host lost (and that one taking its frames) is the
+ * fastest it can be, a bottleneck assignment solved by matching under
+ * the smallest cost that lets every block have one.  0, or -1 when the
+ * free hosts cannot give every block its hosts. */
+static int
+alternates_free(struct ctx *x, pn_candidate *c, const pn_prediction *p,
+    int N)
+{
+	int T = c->blocks, F = 0, free_h[PN_MAX_HOSTS], b, f, j, k, rc = -1;
+	unsigned char taken[PN_MAX_HOSTS] = { 0 }, *seen;
+	double *cost, *sorted;
+	int *order, *owner;
+	struct priced *row;
+
+	for (b = 0; b < T; b++)
+		taken[c->ring[b]] = 1;
+	for (f = 0; f < x->nusable; f++)
+		if (!taken[x->usable[f]])
+			free_h[F++] = x->usable[f];
+	if (F < T * (N - 1))
+		return -1;
+	cost = malloc((size_t)T * F * sizeof(*cost));
+	sorted = malloc((size_t)T * F * sizeof(*sorted));
+	order = malloc((size_t)T * F * sizeof(*order));
+	owner = malloc((size_t)F * sizeof(*owner));
+	seen = malloc((size_t)F);
+	row = malloc((size_t)F * sizeof(*row));
+	if (cost == NULL || sorted == NULL || order == NULL || owner == NULL ||
+	    seen == NULL || row == NULL)
+		goto out;
+	for (b = 0; b < T; b++)
+		for (f = 0; f < F; f++) {
+			const topo_host *h = &x->t->hosts[free_h[f]];
+
+			cost[(size_t)b * F + f] = h->memory_bytes <
+			    pn_serve_bytes(x->s, c->layers[b]) ? INFINITY :
+			    loss_with(x, c, p, b, free_h[f]);
+		}
+	for (b = 0; b < T; b++) {
+		for (f = 0; f < F; f++)
+			row[f] = (struct priced){ cost[(size_t)b * F + f], f };
+		qsort(row, (size_t)F, sizeof(*row), by_cost);
+		for (f = 0; f < F; f++)
+			order[(size_t)b * F + f] = row[f].f;
+	}
+	for (k = 1; k < N; k++) {
+		int n = 0, lo = 0, hi;
+
+		for (f = 0; f < (int)((size_t)T * F); f++)
+			if (cost[f] < INFINITY)
+				sorted[n++] = cost[f];
+		qsort(sorted, (size_t)n, sizeof(double), by_double);
+		if (n == 0 || !match_all(T, F, cost, order, sorted[n - 1],
+		    owner, seen))
+			goto out;
+		/* the smallest limit that still matches every block */
+		hi = n - 1;
+		while (lo < hi) {
+			int mid = (lo + hi) / 2;
+
+			if (match_all(T, F, cost, order, sorted[mid], owner,
+			    seen))
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		match_all(T, F, cost, order, sorted[hi], owner, seen);
+		for (f = 0; f < F; f++) {
+			if (owner[f] < 0)
+				continue;
+			b = owner[f];
+			c->alt[b][c->nalt[b]++] = free_h[f];
+			/* taken: no block may have it again */
+			for (j = 0; j < T; j++)
+				cost[(size_t)j * F + f] = INFINITY;
+		}
+	}
+	rc = 0;
+out:
+	free(cost);
+	free(sorted);
+	free(order);
+	free(owner);
+	free(seen);
+	free(row);
+	return rc;
+}
+
+/* --goal both: each block's other ring hosts among its training
+ * replicas, those that serve fastest in its ring host's place first. */
+static int
+alternates_replicas(struct ctx *x, pn_candidate *c, const pn_prediction *p,
+    int N)
+{
+	int b, r, k;
+
+	for (b = 0; b < c->blocks; b++) {
+		double cost[PN_MAX_REPLICAS];
+		int order[PN_MAX_REPLICAS], n = 0;
+
+		if (c->nrep[b] < N)
+			return -1;
+		for (r = 0; r < c->nrep[b]; r++)
+			if (c->host[b][r] != c->ring[b]) {
+				cost[n] = loss_with(x, c, p, b, c->host[b][r]);
+				order[n++] = r;
+			}
+		/* by cost, replica order among equals (n < 64) */
+		for (r = 1; r < n; r++)
+			for (k = r; k > 0 && cost[k] < cost[k - 1]; k--) {
+				double tc = cost[k];
+				int to = order[k];
+
+				cost[k] = cost[k - 1];
+				order[k] = order[k - 1];
+				cost[k - 1] = tc;
+				order[k - 1] = to;
+			}
+		for (k = 0; k < N - 1; k++)
+			c->alt[b][c->nalt[b]++] = c->host[b][order[k]];
+	}
+	return 0;
+}
+
+/* Gives c's ring its other hosts (--serve-replicas).  0, or -1 when
+ * the hosts cannot give every block as many. */
+static int
+choose_alternates(struct ctx *x, pn_candidate *c)
+{
+	int N = x->o->serve_replicas;
+	pn_prediction *p;
+	int rc;
+
+	memset(c->nalt, 0, sizeof(c->nalt));
+	memset(c->alt, 0, sizeof(c->alt));
+	if (N <= 1)
+		return 0;
+	if ((p = malloc(sizeof(*p))) == NULL)
+		return -1;
+	rc = -1;
+	if (pn_predict(x->t, x->s, x->m, c, p, NULL) == 0)
+		rc = x->o->goal == PN_GOAL_BOTH ?
+		    alternates_replicas(x, c, p, N) :
+		    alternates_free(x, c, p, N);
+	free(p);
+	if (rc != 0) {
+		memset(c->nalt, 0, sizeof(c->nalt));
+		memset(c->alt, 0, sizeof(c->alt));
+	}
+	return rc;
+}
+
 struct results {
 	pn_result *v;
 	int n, cap;
 };
 
+/* Adds c to the results, with its ring and the ring's other hosts for
+ * a serving goal; a ring the hosts cannot give its other hosts is left
+ * out (counted in x->skipped). */
 static int
-add_result(struct ctx *x, struct results *rs, pn_candidate *c, char *err)
+add_result(struct ctx *x, struct results *rs, const pn_candidate *given,
+    char *err)
 {
+	pn_candidate c_copy = *given, *c = &c_copy;
 	pn_result *r;
 	int rc;
 
 	if (x->o->goal != PN_GOAL_TRAIN && c->ring[0] < 0)
 		choose_ring(x, c);
+	if (x->o->goal != PN_GOAL_TRAIN && choose_alternates(x, c) != 0) {
+		x->skipped++;
+		return KN_OK;
+	}
 	if (rs->n == rs->cap) {
 		int cap = rs->cap ? 2 * rs->cap : 64;
 		pn_result *v = realloc(rs->v, (size_t)cap * sizeof(*v));
@@ -518,6 +770,7 @@ add_result(struct ctx *x, struct results *rs, pn_candidate *c, char *err)
 	r->c = *c;
 	if ((rc = pn_predict(x->t, x->s, x->m, c, &r->p, err)) != 0)
 		return rc;
+	pn_predict_train_loss(x->t, x->s, x->m, c, &r->p);
 	r->score = x->o->goal == PN_GOAL_SERVE ? r->p.bt.latency_s :
 	    r->p.train_s;
 	r->simplicity = simplicity(x->s, c);
@@ -533,11 +786,19 @@ search_train(struct ctx *x, struct results *rs, pn_plan *plan, char *err)
 	const pr_spec *s = x->s;
 	int T = s->blocks, R, Rmax = x->nusable / T, hs[PN_MAX_H], nh, i;
 	int rc, warm[PN_MAX_HOSTS], have_warm;
+	/* --goal both serves from the training replicas */
+	int Rmin = o->goal == PN_GOAL_BOTH && o->serve_replicas > 1 ?
+	    o->serve_replicas : 1;
 
 	if (o->max_replicas > 0 && Rmax > o->max_replicas)
 		Rmax = o->max_replicas;
 	if (Rmax > PN_MAX_REPLICAS)
 		Rmax = PN_MAX_REPLICAS;
+	if ((o->replicas > 0 ? o->replicas : Rmax) < Rmin)
+		return kn_error(err, KN_EINVAL, "%d serving hosts per block "
+		    "need as many training replicas with --goal both; %s %d",
+		    Rmin, o->replicas > 0 ? "--replicas gives" : "the hosts "
+		    "allow at most", o->replicas > 0 ? o->replicas : Rmax);
 	if (o->nh > 0) {
 		nh = o->nh;
 		memcpy(hs, o->h, sizeof(int) * nh);
@@ -549,7 +810,7 @@ search_train(struct ctx *x, struct results *rs, pn_plan *plan, char *err)
 			if (cand[i] >= 1 && (nh == 0 || hs[nh - 1] != cand[i]))
 				hs[nh++] = cand[i];
 	}
-	for (R = o->replicas > 0 ? o->replicas : 1;
+	for (R = o->replicas > 0 ? o->replicas : Rmin;
 	    R <= (o->replicas > 0 ? o->replicas : Rmax); R++) {
 		int ih, enc, z, st, ov;
 
@@ -613,6 +874,7 @@ serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
     char *err)
 {
 	int T = x->s->blocks, idx[PR_MAX_BLOCKS] = { 0 }, b, k, n = 0, rc = 0;
+	int added;
 	size_t cap = (size_t)x->o->exhaustive_limit + 1;
 	struct ring *all = malloc(cap * sizeof(*all));
 	pn_prediction p;
@@ -640,7 +902,9 @@ serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
 			break;
 	}
 	qsort(all, (size_t)n, sizeof(*all), by_latency);
-	for (k = 0; k < n && k < top && rc == 0; k++) {
+	/* a ring without hosts to spare for its blocks adds no row */
+	for (k = 0, added = rs->n; k < n && rs->n - added < top && rc == 0;
+	    k++) {
 		for (b = 0; b < T; b++)
 			c->host[b][0] = c->ring[b] = all[k].host[b];
 		rc = add_result(x, rs, c, err);
@@ -654,8 +918,13 @@ search_serve(struct ctx *x, struct results *rs, pn_plan *plan, int top,
     char *err)
 {
 	int T = x->s->blocks, slot[PN_MAX_HOSTS], b, rc;
+	int N = x->o->serve_replicas > 1 ? x->o->serve_replicas : 1;
 	pn_candidate c;
 
+	if (T * N > x->nusable)
+		return kn_error(err, KN_EINVAL, "%d blocks of %d serving hosts "
+		    "need %d hosts; the topology has %d that can hold a block",
+		    T, N, T * N, x->nusable);
 	plan->placements = placements(x->nusable, T, 1);
 	base_candidate(x->s, &c);
 	for (b = 0; b < T; b++)
@@ -717,14 +986,27 @@ search_serve(struct ctx *x, struct results *rs, pn_plan *plan, int top,
 	}
 }
 
+/* A ring's traversal with its worst host lost; a ring that fails then,
+ * or no ring, is the worst. */
+static double
+loss_key(const pn_result *r)
+{
+	return !r->p.serve || r->p.serve_lost.fails ? INFINITY :
+	    r->p.serve_lost.latency_s;
+}
+
+/* By score, then simplicity, then the ring's worst host lost. */
 static int
 by_score(const void *a, const void *b)
 {
 	const pn_result *x = a, *y = b;
+	double lx = loss_key(x), ly = loss_key(y);
 
 	if (x->score != y->score)
 		return x->score < y->score ? -1 : 1;
-	return x->simplicity - y->simplicity;
+	if (x->simplicity != y->simplicity)
+		return x->simplicity - y->simplicity;
+	return lx < ly ? -1 : lx > ly;
 }
 
 /* Drops rows that repeat an earlier one's candidate. */
@@ -738,13 +1020,20 @@ int
 pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
     const pn_options *o, int top, pn_plan *plan, char *err)
 {
-	struct ctx x = { t, s, m, o, { 0 }, 0, 0, pr_spec_total_layers(s), 0, 0 };
+	struct ctx x = { t, s, m, o, { 0 }, 0, 0, 0, pr_spec_total_layers(s), 0,
+	    0 };
 	int split = o->split && o->goal != PN_GOAL_SERVE;
 	struct results rs = { NULL, 0, 0 };
 	int i, n, rc;
 
 	memset(plan, 0, sizeof(*plan));
 	plan->exhaustive = 1;
+	if (o->serve_replicas > PN_MAX_SERVE)
+		return kn_error(err, KN_EINVAL, "at most %d serving hosts per "
+		    "block, not %d", PN_MAX_SERVE, o->serve_replicas);
+	if (o->serve_replicas > 1 && o->goal == PN_GOAL_TRAIN)
+		return kn_error(err, KN_EINVAL, "serving hosts per block need a "
+		    "serving goal (serve or both)");
 	x.bytes_per_layer = pn_train_bytes(s, 2) - pn_train_bytes(s, 1);
 	x.bytes0 = pn_train_bytes(s, 1) - x.bytes_per_layer;
 	for (i = 0; i < t->nhosts; i++)
@@ -758,10 +1047,17 @@ pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
 		plan->def.c.steps = pn_steps_for(s, 1, s->local_steps, 1);
 	if ((rc = pn_predict(t, s, m, &plan->def.c, &plan->def.p, err)) != 0)
 		return rc;
+	pn_predict_train_loss(t, s, m, &plan->def.c, &plan->def.p);
 	plan->def.score = o->goal == PN_GOAL_SERVE ? plan->def.p.bt.latency_s :
 	    plan->def.p.train_s;
 	rc = o->goal == PN_GOAL_SERVE ? search_serve(&x, &rs, plan, top, err) :
 	    search_train(&x, &rs, plan, err);
+	if (rc == 0 && rs.n == 0)
+		rc = kn_error(err, KN_EINVAL, "no candidate gives every block "
+		    "%d serving hosts: %d ring(s) left too few hosts free with "
+		    "the memory for a block's weights (at least %.3g bytes)",
+		    o->serve_replicas, x.skipped, pn_serve_bytes(s,
+		    min_layers(s, 0)));
 	if (rc != 0) {
 		free(rs.v);
 		return rc;
