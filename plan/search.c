@@ -18,6 +18,9 @@
 
 /* Local search passes at most: each pass tries every swap once. */
 #define MAX_PASSES 64
+/* Rings as fast as the last of the table's that the search still gives
+ * other hosts, at most: their worst loss ranks them. */
+#define MAX_TIED 256
 
 struct ctx {
 	const topo_topology *t;
@@ -874,7 +877,8 @@ serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
     char *err)
 {
 	int T = x->s->blocks, idx[PR_MAX_BLOCKS] = { 0 }, b, k, n = 0, rc = 0;
-	int added;
+	int added, before;
+	double last = INFINITY;
 	size_t cap = (size_t)x->o->exhaustive_limit + 1;
 	struct ring *all = malloc(cap * sizeof(*all));
 	pn_prediction p;
@@ -902,12 +906,21 @@ serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
 			break;
 	}
 	qsort(all, (size_t)n, sizeof(*all), by_latency);
-	/* a ring without hosts to spare for its blocks adds no row */
-	for (k = 0, added = rs->n; k < n && rs->n - added < top && rc == 0;
-	    k++) {
+	/* a ring without hosts to spare for its blocks adds no row; with
+	 * other hosts, rings as fast as the last row are rows too (up to
+	 * MAX_TIED more), so that of equal rings the one that loses a host
+	 * best ranks first */
+	for (k = 0, added = rs->n; k < n && rc == 0; k++) {
+		if (rs->n - added >= top && !(x->o->serve_replicas > 1 &&
+		    rs->n - added < top + MAX_TIED &&
+		    all[k].latency <= last * (1 + 1e-12)))
+			break;
 		for (b = 0; b < T; b++)
 			c->host[b][0] = c->ring[b] = all[k].host[b];
+		before = rs->n;
 		rc = add_result(x, rs, c, err);
+		if (rs->n > before)
+			last = all[k].latency;
 	}
 	free(all);
 	return rc;

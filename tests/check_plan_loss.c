@@ -328,6 +328,27 @@ START_TEST(test_serve_replicas_search)
 		}
 		/* the default has one host a block */
 		ck_assert(plan.def.p.serve_lost.fails);
+		/* with one row asked for, of the fastest rings the one that
+		 * loses a host best */
+		{
+			pn_plan one;
+			char err[KN_ERR_LEN];
+			pn_model m;
+			double best = INFINITY;
+
+			pn_model_defaults(&m);
+			ck_assert_msg(pn_search(&t, &s, &m, &o, 1, &one, err) == 0,
+			    "%s", err);
+			ck_assert_int_eq(one.n, 1);
+			for (i = 0; i < plan.nall; i++)
+				if (plan.v[i].score == plan.v[0].score)
+					best = fmin(best,
+					    plan.v[i].p.serve_lost.latency_s);
+			ck_assert_double_eq(one.v[0].score, plan.v[0].score);
+			ck_assert_double_eq_tol(one.v[one.chosen].p.serve_lost.
+			    latency_s, best, TOL);
+			pn_plan_free(&one);
+		}
 		pn_plan_free(&plan);
 		topo_free(&t);
 	}

@@ -4,6 +4,7 @@
  * first choice as files blocktraind runs (plan/output.h). */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,9 +294,11 @@ print_serve_loss(const topo_topology *t, const pn_prediction *p)
 		    "of block %d\n", t->hosts[l->host].name, l->block + 1);
 		return;
 	}
-	printf("      one host down: %s (+%s), worst %s (block %d), its frame "
+	/* the other host may serve faster than the ring's, found by swaps */
+	printf("      one host down: %s (%s%s), worst %s (block %d), its frame "
 	    "re-sent to %s\n", duration(l->latency_s, d1, sizeof(d1)),
-	    duration(l->latency_s - p->bt.latency_s, d2, sizeof(d2)),
+	    l->latency_s >= p->bt.latency_s ? "+" : "-",
+	    duration(fabs(l->latency_s - p->bt.latency_s), d2, sizeof(d2)),
 	    t->hosts[l->host].name, l->block + 1, t->hosts[l->via].name);
 }
 
@@ -396,14 +399,13 @@ print_losses(const topo_topology *t, const pn_result *r, pn_goal goal)
 	char d1[32], d2[32], d3[32], d4[32];
 
 	printf("one host down, the worst to lose:\n");
-	if (goal == PN_GOAL_SERVE)
-		;       /* the ring's hosts train nothing the plan ranks */
-	else if (l->host >= 0 && l->halts)
+	/* the serving goal ranks no training */
+	if (goal != PN_GOAL_SERVE && l->host >= 0 && l->halts)
 		printf("  training: %s, the only replica of block %d: that block "
 		    "stops until a host takes it over; %.4g positions/s go on "
 		    "in the others\n", t->hosts[l->host].name, l->block + 1,
 		    l->positions_per_s);
-	else if (l->host >= 0)
+	else if (goal != PN_GOAL_SERVE && l->host >= 0)
 		printf("  training: %s (block %d): its block's round %s (was "
 		    "%s), %s to the steps (was %s), %.4g positions/s\n",
 		    t->hosts[l->host].name, l->block + 1,
