@@ -299,6 +299,21 @@ START_TEST(test_leave)
 }
 END_TEST
 
+/* The same with overlapped rounds: the round in flight at the boundary
+ * is awaited and applied before the new engine starts. */
+START_TEST(test_leave_overlapped)
+{
+	char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/daemon.conf", dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "a"));
+	fputs("overlap_rounds = yes\n", f);
+	fclose(f);
+	leave(1);
+}
+END_TEST
+
 START_TEST(test_coordinator_leaves)
 {
 	char path[128], line[512];
@@ -333,6 +348,7 @@ main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_join);
 	tcase_add_test(tc, test_leave);
+	tcase_add_test(tc, test_leave_overlapped);
 	tcase_add_test(tc, test_coordinator_leaves);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
