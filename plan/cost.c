@@ -341,12 +341,45 @@ pn_predict_block(const topo_topology *t, const pr_spec *s, const pn_model *m,
 	}
 }
 
+/* The ring's other hosts: each in the topology, none twice in the ring
+ * (a host serves one block: the pipeline's hosts list each once). */
+static int
+check_ring(const topo_topology *t, const pn_candidate *c, char *err)
+{
+	unsigned char in_ring[PN_MAX_HOSTS] = { 0 };
+	int b, k;
+
+	for (b = 0; b < c->blocks; b++)
+		if (c->ring[b] >= 0 && c->ring[b] < t->nhosts)
+			in_ring[c->ring[b]] = 1;
+	for (b = 0; b < c->blocks; b++) {
+		if (c->nalt[b] < 0 || c->nalt[b] > PN_MAX_SERVE - 1)
+			return kn_error(err, KN_EINVAL, "block %d: %d other "
+			    "serving hosts (at most %d)", b + 1, c->nalt[b],
+			    PN_MAX_SERVE - 1);
+		if (c->nalt[b] > 0 && c->ring[b] < 0)
+			return kn_error(err, KN_EINVAL, "block %d: other serving "
+			    "hosts but no ring host", b + 1);
+		for (k = 0; k < c->nalt[b]; k++) {
+			int h = c->alt[b][k];
+
+			if (h < 0 || h >= t->nhosts)
+				return kn_error(err, KN_EINVAL, "block %d: serving "
+				    "host %d is not in the topology", b + 1, h);
+			if (in_ring[h]++)
+				return kn_error(err, KN_EINVAL, "host %s is twice "
+				    "in the serving ring", t->hosts[h].name);
+		}
+	}
+	return KN_OK;
+}
+
 static int
 check_candidate(const topo_topology *t, const pr_spec *s, const pn_candidate *c,
     char *err)
 {
 	unsigned char used[PN_MAX_HOSTS] = { 0 };
-	int b, r, replicated = 0;
+	int b, r, replicated = 0, rc;
 
 	if (c->blocks != s->blocks)
 		return kn_error(err, KN_EINVAL, "the candidate has %d blocks, "
@@ -373,6 +406,8 @@ check_candidate(const topo_topology *t, const pr_spec *s, const pn_candidate *c,
 				    t->hosts[h].name);
 		}
 	}
+	if ((rc = check_ring(t, c, err)) != 0)
+		return rc;
 	if (replicated && c->steps % c->local_steps != 0)
 		return kn_error(err, KN_EINVAL, "steps (%d) must be a multiple "
 		    "of the local steps (%d) when a block has replicas",
@@ -380,17 +415,25 @@ check_candidate(const topo_topology *t, const pr_spec *s, const pn_candidate *c,
 	return KN_OK;
 }
 
-/* One hop of the ring: frame bytes from a to b, nothing when a is b. */
+/* One hop of the ring, sign times: frame bytes from a to b, nothing
+ * when a is b. */
 static void
-hop(const topo_topology *t, int a, int b, double bytes, pn_breakdown *part)
+hop_times(const topo_topology *t, int a, int b, double bytes,
+    pn_breakdown *part, double sign)
 {
 	struct path p;
 
 	if (a == b)
 		return;
 	p = one_way(t, a, b, bytes, 1);
-	part->transfer += p.bw;
-	part->latency += p.lat;
+	part->transfer += sign * p.bw;
+	part->latency += sign * p.lat;
+}
+
+static void
+hop(const topo_topology *t, int a, int b, double bytes, pn_breakdown *part)
+{
+	hop_times(t, a, b, bytes, part, 1);
 }
 
 double
@@ -458,38 +501,120 @@ served_pass_s(const topo_topology *t, const pr_spec *s, int host,
 	    (t->shape.window * measured_flops(t));
 }
 
+/* A pipeline frame's bytes: the window's symbols and mask, and the
+ * frame's own. */
+static double
+frame_bytes(const pr_spec *s)
+{
+	return 2.0 * s->window + PN_FRAME_BYTES;
+}
+
+/* Seconds block b computes on host in one traversal: those of its share
+ * of PN_SERVE_STEPS denoising steps that unmask a position, a forward
+ * pass over the window each (bt_denoise_block skips the others). */
+static double
+block_serve_s(const topo_topology *t, const pr_spec *s,
+    const pn_candidate *c, int output_bytes, int b, int host)
+{
+	double passes = pn_bt_passes(s, PN_SERVE_STEPS, b, output_bytes);
+	/* the block unmasks its interval's share of the output */
+	double picked = output_bytes * (s->cuts[b + 1] - s->cuts[b]);
+
+	return passes * served_pass_s(t, s, host, c->layers[b],
+	    passes > 0 ? picked / passes : 1.0);
+}
+
 /* The BlockTrain traversal: the host of block T first, down to block 1,
- * whose host sends the output back to the entry; each block runs those
- * of its share of PN_SERVE_STEPS denoising steps that unmask a position,
- * a forward pass over the window each (bt_denoise_block skips the
- * others). */
+ * whose host sends the output back to the entry. */
 static void
 predict_serve_bt(const topo_topology *t, const pr_spec *s,
     const pn_candidate *c, pn_prediction *p)
 {
-	double busy[PN_MAX_HOSTS] = { 0 }, frame = 2.0 * s->window +
-	    PN_FRAME_BYTES, worst = 0;
+	double busy[PN_MAX_HOSTS] = { 0 }, worst = 0;
 	int b, T = c->blocks;
 
 	memset(&p->bt, 0, sizeof(p->bt));
 	for (b = T - 1; b >= 0; b--) {
-		double passes = pn_bt_passes(s, PN_SERVE_STEPS, b,
-		    p->output_bytes);
-		/* the block unmasks its interval's share of the output */
-		double picked = p->output_bytes * (s->cuts[b + 1] - s->cuts[b]);
-		double pass = passes * served_pass_s(t, s, c->ring[b],
-		    c->layers[b], passes > 0 ? picked / passes : 1.0);
+		double pass = block_serve_s(t, s, c, p->output_bytes, b,
+		    c->ring[b]);
 
 		p->bt.part.compute += pass;
 		busy[c->ring[b]] += pass;
 		hop(t, c->ring[b], b > 0 ? c->ring[b - 1] : c->ring[T - 1],
-		    frame, &p->bt.part);
+		    frame_bytes(s), &p->bt.part);
 	}
 	for (b = 0; b < T; b++)
 		worst = fmax(worst, busy[c->ring[b]]);
 	p->bt.latency_s = p->bt.part.compute + p->bt.part.transfer +
 	    p->bt.part.latency;
 	p->bt.bytes_per_s = p->output_bytes / worst;
+}
+
+void
+pn_serve_loss_of(const topo_topology *t, const pr_spec *s,
+    const pn_candidate *c, const pn_prediction *p, int b, int k,
+    pn_serve_loss *loss)
+{
+	int T = c->blocks, x = c->ring[b], y, entry, prev;
+	double frame = frame_bytes(s);
+
+	memset(loss, 0, sizeof(*loss));
+	loss->block = b;
+	loss->host = k == 0 ? x : c->alt[b][k - 1];
+	if (k > 0) {
+		/* not on a request's path while the ring host is up */
+		loss->via = x;
+		loss->latency_s = p->bt.latency_s;
+		loss->part = p->bt.part;
+		return;
+	}
+	if (c->nalt[b] == 0) {
+		loss->fails = 1;
+		loss->via = -1;
+		return;
+	}
+	loss->via = y = c->alt[b][0];
+	loss->part = p->bt.part;
+	loss->part.compute += block_serve_s(t, s, c, p->output_bytes, b, y) -
+	    block_serve_s(t, s, c, p->output_bytes, b, x);
+	/* the lost host's way on, and the other host's */
+	entry = b == T - 1 ? y : c->ring[T - 1];
+	hop_times(t, x, b > 0 ? c->ring[b - 1] : c->ring[T - 1], frame,
+	    &loss->part, -1);
+	hop_times(t, y, b > 0 ? c->ring[b - 1] : entry, frame, &loss->part, 1);
+	if (b < T - 1) {
+		/* the re-send: the hop to the lost host was paid already */
+		prev = c->ring[b + 1];
+		hop_times(t, prev, y, frame, &loss->part, 1);
+	} else if (T > 1) {
+		/* the client re-sends to the next entry (its own link is not
+		 * in the topology, as for every request), to which block 1's
+		 * host returns the output */
+		hop_times(t, c->ring[0], x, frame, &loss->part, -1);
+		hop_times(t, c->ring[0], y, frame, &loss->part, 1);
+	}
+	loss->latency_s = loss->part.compute + loss->part.transfer +
+	    loss->part.latency;
+}
+
+/* The ring host whose loss hurts most: a failed ring first (the first
+ * in traversal order), else the slowest re-routed traversal. */
+static void
+predict_serve_loss(const topo_topology *t, const pr_spec *s,
+    const pn_candidate *c, pn_prediction *p)
+{
+	pn_serve_loss l;
+	int b, k, have = 0;
+
+	for (b = c->blocks - 1; b >= 0; b--)
+		for (k = 0; k <= c->nalt[b]; k++) {
+			pn_serve_loss_of(t, s, c, p, b, k, &l);
+			if (!have || (l.fails && !p->serve_lost.fails) ||
+			    (!l.fails && !p->serve_lost.fails &&
+			    l.latency_s > p->serve_lost.latency_s))
+				p->serve_lost = l;
+			have = 1;
+		}
 }
 
 /* The causal LM split evenly by layers over the ring's hosts in order
@@ -559,6 +684,8 @@ pn_predict(const topo_topology *t, const pr_spec *s, const pn_model *m,
 			    bp->update_bytes * 3600 / bp->round_s);
 	}
 	p->output_bytes = s->window;
+	p->train_lost.host = -1;
+	p->serve_lost.host = p->serve_lost.via = -1;
 	p->serve = 1;
 	for (b = 0; b < c->blocks; b++)
 		if (c->ring[b] < 0 || c->ring[b] >= t->nhosts)
@@ -566,8 +693,58 @@ pn_predict(const topo_topology *t, const pr_spec *s, const pn_model *m,
 	if (p->serve) {
 		predict_serve_bt(t, s, c, p);
 		predict_serve_ar(t, s, c, p);
+		predict_serve_loss(t, s, c, p);
 	}
 	return KN_OK;
+}
+
+void
+pn_predict_train_loss(const topo_topology *t, const pr_spec *s,
+    const pn_model *m, const pn_candidate *c, pn_prediction *p)
+{
+	pn_train_loss *w = &p->train_lost;
+	pn_candidate *d = malloc(sizeof(*d));
+	pn_prediction *q = malloc(sizeof(*q));
+	int b, r, i;
+
+	memset(w, 0, sizeof(*w));
+	w->host = -1;
+	if (d == NULL || q == NULL)
+		goto out;       /* nothing predicted: host stays -1 */
+	for (b = 0; b < c->blocks; b++)
+		for (r = 0; r < c->nrep[b]; r++) {
+			pn_train_loss l = { c->host[b][r], b, 0, 0, 0, 0 };
+
+			if (c->nrep[b] == 1) {
+				l.halts = 1;
+				l.positions_per_s = p->positions_per_s -
+				    p->block[b].positions_per_s;
+			} else {
+				*d = *c;
+				/* the others keep their order: the next one
+				 * coordinates when replica 0 leaves */
+				for (i = r; i + 1 < c->nrep[b]; i++)
+					d->host[b][i] = c->host[b][i + 1];
+				d->nrep[b]--;
+				/* no serving */
+				d->ring[0] = -1;
+				memset(d->nalt, 0, sizeof(d->nalt));
+				if (pn_predict(t, s, m, d, q, NULL) != 0)
+					continue;
+				l.round_s = q->block[b].round_s;
+				l.positions_per_s = q->positions_per_s;
+				l.train_s = q->train_s;
+			}
+			if (w->host < 0 || (l.halts && (!w->halts ||
+			    l.positions_per_s < w->positions_per_s)) ||
+			    (!l.halts && !w->halts && (l.train_s > w->train_s ||
+			    (l.train_s == w->train_s &&
+			    l.positions_per_s < w->positions_per_s))))
+				*w = l;
+		}
+out:
+	free(d);
+	free(q);
 }
 
 void

@@ -21,6 +21,9 @@
 #define PN_SERVE_STEPS 64
 /* a pipeline frame's fixed bytes beside its payload (PROTOCOL.md) */
 #define PN_FRAME_BYTES 150
+/* hosts of one block in the serving ring at most (shardmeter plan
+ * --serve-replicas) */
+#define PN_MAX_SERVE 8
 
 /* The update encodings (proto/update.h's pr_encoding, which the daemon's
  * update_encoding names) are 0 .. PN_ENCS - 1. */
@@ -39,8 +42,14 @@ typedef struct {
 	pr_encoding enc;
 	int zstd;                               /* updates zstd-compressed */
 	int streams;                            /* TCP streams per transfer */
-	/* serving: the host of each block in the pipeline ring, -1: none */
+	/* serving: the host of each block in the pipeline ring, -1: none;
+	 * a request takes it while it is up */
 	int ring[PR_MAX_BLOCKS];
+	/* the other hosts of block b in the ring, in the order a request
+	 * is re-sent to them when ring[b] is down (the pipeline host
+	 * list's later lines of that block); nalt[b] 0: ring[b] alone */
+	int nalt[PR_MAX_BLOCKS];
+	int alt[PR_MAX_BLOCKS][PN_MAX_SERVE - 1];
 } pn_candidate;
 
 /* Where time goes, in seconds; the parts add up to the whole. */
@@ -72,6 +81,34 @@ typedef struct {
 	double bytes_per_s;     /* output bytes/s with the ring saturated */
 } pn_serve_mode;
 
+/* One host of the ring lost: it dies as a request's frame reaches it.
+ * The host before it (the client, for the entry) re-sends the frame to
+ * the block's next host, which computes the block and sends on; the
+ * hop to the lost host was already paid.  Losing a host that is not
+ * the one a request takes changes nothing; losing a block's only host
+ * fails the ring. */
+typedef struct {
+	int host;               /* the host lost, -1: none */
+	int block;              /* its block, 0-based */
+	int fails;              /* no other host of its block: the ring fails */
+	int via;                /* the host that takes its frame, -1: none */
+	double latency_s;       /* one request, one output, re-routed */
+	pn_breakdown part;      /* latency_s: compute and network */
+} pn_serve_loss;
+
+/* One training replica lost for the whole run: its block goes on with
+ * the others (the next in the block's order coordinating when it was
+ * replica 0), each still training the candidate's steps; a block's only
+ * replica lost stops that block (until a host takes it over). */
+typedef struct {
+	int host;               /* the host lost, -1: none */
+	int block;              /* its block, 0-based */
+	int halts;              /* it was its block's only replica */
+	double round_s;         /* that block's round without it */
+	double positions_per_s; /* all blocks together */
+	double train_s;         /* to every block's steps; 0 when halts */
+} pn_train_loss;
+
 typedef struct {
 	pn_block_pred block[PR_MAX_BLOCKS];
 	int slowest;                    /* the block that decides train_s */
@@ -82,6 +119,13 @@ typedef struct {
 	pn_serve_mode bt;               /* blocktrain: one traversal */
 	pn_serve_mode ar;               /* causal LM: one traversal per byte */
 	int output_bytes;               /* of the serve predictions */
+	/* serve: the host of the ring whose loss hurts most (a failed
+	 * ring first, then the slowest traversal; pn_serve_loss_of gives
+	 * each); host -1 without a ring */
+	pn_serve_loss serve_lost;
+	/* training: the replica whose loss hurts most, after
+	 * pn_predict_train_loss (host -1 before) */
+	pn_train_loss train_lost;
 } pn_prediction;
 
 /* What the model needs beyond the topology and the spec. */
@@ -141,10 +185,25 @@ double pn_forward_rate(const topo_topology *t, const pr_spec *s, int host,
  * its steps that unmask at least one of them (the others are skipped). */
 double pn_bt_passes(const pr_spec *s, int steps, int block, int outputs);
 
-/* Predicts c.  0, or KN_EINVAL with the reason (a host used twice, a
- * host out of range, steps not a multiple of H with replicas). */
+/* Predicts c, the ring with each of its hosts lost too.  0, or
+ * KN_EINVAL with the reason (a host used twice, a host out of range,
+ * steps not a multiple of H with replicas, a host twice in the ring). */
 int pn_predict(const topo_topology *t, const pr_spec *s, const pn_model *m,
     const pn_candidate *c, pn_prediction *p, char *err);
+
+/* Host k of block b's ring hosts (0: c->ring[b], then c->alt[b][k - 1])
+ * lost, p being pn_predict's for c. */
+void pn_serve_loss_of(const topo_topology *t, const pr_spec *s,
+    const pn_candidate *c, const pn_prediction *p, int b, int k,
+    pn_serve_loss *loss);
+
+/* The training replica whose loss for the whole run hurts most into
+ * p->train_lost, p being pn_predict's for c: a block left without a
+ * replica first, else the longest time to the steps (then the fewest
+ * positions/s).  Apart from pn_predict, which the search calls in its
+ * inner loops, as it predicts the run once for every replica. */
+void pn_predict_train_loss(const topo_topology *t, const pr_spec *s,
+    const pn_model *m, const pn_candidate *c, pn_prediction *p);
 
 /* Block b of c alone, its c->layers[b] layers on its hosts (which
  * pn_predict checks first): what pn_predict gives as p->block[b]. */

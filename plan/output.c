@@ -106,6 +106,64 @@ serve_json(const pn_serve_mode *m)
 }
 
 static json_t *
+serve_loss_json(const topo_topology *t, const pn_serve_loss *l)
+{
+	json_t *o = json_pack("{s:s,s:i,s:b}", "host", t->hosts[l->host].name,
+	    "block", l->block + 1, "ring_fails", l->fails);
+
+	if (!l->fails)
+		json_object_set_new(o, "via", json_string(
+		    t->hosts[l->via].name));
+	if (!l->fails) {
+		json_object_set_new(o, "latency_s", json_real(l->latency_s));
+		json_object_set_new(o, "breakdown", breakdown_json(&l->part));
+	}
+	return o;
+}
+
+/* The ring's hosts, block T first, each block's in the order a request
+ * tries them, and one traversal with each of them lost. */
+static void
+serve_hosts_json(const topo_topology *t, const pr_spec *s,
+    const pn_result *r, json_t *serve)
+{
+	const pn_candidate *c = &r->c;
+	json_t *hosts = json_array(), *losses = json_array();
+	pn_serve_loss l;
+	int b, k;
+
+	for (b = c->blocks - 1; b >= 0; b--) {
+		json_t *one = json_array();
+
+		for (k = 0; k <= c->nalt[b]; k++) {
+			json_array_append_new(one, json_string(t->hosts[k == 0 ?
+			    c->ring[b] : c->alt[b][k - 1]].name));
+			pn_serve_loss_of(t, s, c, &r->p, b, k, &l);
+			json_array_append_new(losses, serve_loss_json(t, &l));
+		}
+		json_array_append_new(hosts, one);
+	}
+	json_object_set_new(serve, "hosts", hosts);
+	json_object_set_new(serve, "one_host_down", losses);
+	json_object_set_new(serve, "worst_host_down",
+	    serve_loss_json(t, &r->p.serve_lost));
+}
+
+static json_t *
+train_loss_json(const topo_topology *t, const pn_train_loss *l)
+{
+	json_t *o = json_pack("{s:s,s:i,s:b,s:f}", "host",
+	    t->hosts[l->host].name, "block", l->block + 1, "halts", l->halts,
+	    "positions_per_s", l->positions_per_s);
+
+	if (!l->halts) {
+		json_object_set_new(o, "round_s", json_real(l->round_s));
+		json_object_set_new(o, "train_s", json_real(l->train_s));
+	}
+	return o;
+}
+
+static json_t *
 links_json(const topo_topology *t, const pn_result *r)
 {
 	size_t n = (size_t)t->nhosts * t->nhosts, k;
@@ -126,7 +184,8 @@ links_json(const topo_topology *t, const pn_result *r)
 }
 
 json_t *
-pn_result_json(const topo_topology *t, const pn_result *r, const pn_result *def)
+pn_result_json(const topo_topology *t, const pr_spec *s, const pn_result *r,
+    const pn_result *def)
 {
 	const pn_candidate *c = &r->c;
 	const pn_prediction *p = &r->p;
@@ -161,16 +220,21 @@ pn_result_json(const topo_topology *t, const pn_result *r, const pn_result *def)
 	if (def != NULL && r->score > 0)
 		json_object_set_new(o, "speedup", json_real(def->score /
 		    r->score));
+	if (p->train_lost.host >= 0)
+		json_object_set_new(o, "worst_replica_down",
+		    train_loss_json(t, &p->train_lost));
 	if (p->serve) {
-		json_t *ring = json_array();
+		json_t *ring = json_array(), *serve;
 
 		for (b = c->blocks - 1; b >= 0; b--)
 			json_array_append_new(ring,
 			    json_string(t->hosts[c->ring[b]].name));
-		json_object_set_new(o, "serve", json_pack("{s:o,s:i,s:i,s:o,"
-		    "s:o}", "ring", ring, "output_bytes", p->output_bytes,
-		    "denoising_steps", PN_SERVE_STEPS, "blocktrain",
-		    serve_json(&p->bt), "ar", serve_json(&p->ar)));
+		serve = json_pack("{s:o,s:i,s:i,s:o,s:o}", "ring", ring,
+		    "output_bytes", p->output_bytes, "denoising_steps",
+		    PN_SERVE_STEPS, "blocktrain", serve_json(&p->bt), "ar",
+		    serve_json(&p->ar));
+		serve_hosts_json(t, s, r, serve);
+		json_object_set_new(o, "serve", serve);
 	}
 	return o;
 }
@@ -202,7 +266,7 @@ pn_plan_json(const topo_topology *t, const pr_spec *s, const pn_options *o,
 
 		if (i >= plan->n && i != plan->chosen)
 			continue;
-		r = pn_result_json(t, &plan->v[i], &plan->def);
+		r = pn_result_json(t, s, &plan->v[i], &plan->def);
 
 		json_object_set_new(r, "rank", json_integer(i + 1));
 		json_array_append_new(cands, r);
@@ -212,7 +276,8 @@ pn_plan_json(const topo_topology *t, const pr_spec *s, const pn_options *o,
 	    t->measured_at, "spec_run_id", run_id, "search", "method",
 	    plan->exhaustive ? "exhaustive" : "greedy and swaps",
 	    "evaluated", plan->evaluated, "placements_per_option_set",
-	    plan->placements, "default", pn_result_json(t, &plan->def, NULL),
+	    plan->placements, "default", pn_result_json(t, s, &plan->def,
+	    NULL),
 	    "candidates", cands, "chosen", plan->chosen + 1);
 	if (chosen_id[0])
 		json_object_set_new(root, "run_id", json_string(chosen_id));
@@ -293,19 +358,25 @@ write_pipeline(const char *dir, const topo_topology *t, const pn_candidate *c,
 {
 	char path[PR_PATH_LEN], addr[TOPO_NAME_LEN + 8];
 	FILE *f;
-	int b;
+	int b, k, several = 0;
 
 	if ((f = open_out(dir, "pipeline", path, sizeof(path), err)) == NULL)
 		return KN_EIO;
 	fprintf(f, "# written by shardmeter plan: the ring in traversal order, "
 	    "the entry first\n");
-	for (b = c->blocks - 1; b >= 0; b--) {
-		int h = c->ring[b];
+	for (b = 0; b < c->blocks; b++)
+		several |= c->nalt[b] > 0;
+	if (several)
+		fprintf(f, "# several lines of a block: its hosts in the order a "
+		    "request tries them\n");
+	for (b = c->blocks - 1; b >= 0; b--)
+		for (k = 0; k <= c->nalt[b]; k++) {
+			int h = k == 0 ? c->ring[b] : c->alt[b][k - 1];
 
-		pn_host_addr(t, h, addr, sizeof(addr));
-		fprintf(f, "%s %d%s%s\n", addr, b + 1, t->hosts[h].id[0] ?
-		    " " : "", t->hosts[h].id);
-	}
+			pn_host_addr(t, h, addr, sizeof(addr));
+			fprintf(f, "%s %d%s%s\n", addr, b + 1,
+			    t->hosts[h].id[0] ? " " : "", t->hosts[h].id);
+		}
 	return close_out(f, path, err);
 }
 

@@ -39,10 +39,10 @@ void pn_host_addr(const topo_topology *t, int h, char *buf, size_t len);
 int pn_candidate_spec(const pr_spec *s, const pn_candidate *c, pr_spec *out,
     char *err);
 
-/* The predictions of r as JSON (the caller's reference); def, when not
- * NULL, gives the speedup. */
-json_t *pn_result_json(const topo_topology *t, const pn_result *r,
-    const pn_result *def);
+/* The predictions of r for spec s as JSON (the caller's reference);
+ * def, when not NULL, gives the speedup. */
+json_t *pn_result_json(const topo_topology *t, const pr_spec *s,
+    const pn_result *r, const pn_result *def);
 json_t *pn_plan_json(const topo_topology *t, const pr_spec *s,
     const pn_options *o, const pn_plan *plan);
 

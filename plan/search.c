@@ -14,10 +14,14 @@
 #include <string.h>
 
 #include "kernels/error.h"
+#include "plan/ring_hosts.h"
 #include "plan/search.h"
 
 /* Local search passes at most: each pass tries every swap once. */
 #define MAX_PASSES 64
+/* Rings as fast as the last of the table's that the search still gives
+ * other hosts, at most: their worst loss ranks them. */
+#define MAX_TIED 256
 
 struct ctx {
 	const topo_topology *t;
@@ -27,6 +31,7 @@ struct ctx {
 	int usable[PN_MAX_HOSTS];       /* hosts that can hold a block */
 	int nusable;
 	double evaluated;
+	int skipped;                    /* rings without hosts to spare */
 	int total_layers;               /* the spec's, which splits share */
 	/* pn_train_bytes(s, L) = bytes0 + L * bytes_per_layer */
 	double bytes0, bytes_per_layer;
@@ -44,6 +49,12 @@ pn_options_defaults(pn_options *o)
 	o->exhaustive_limit = 20000;
 	o->tie = 0.01;
 	o->split = 1;
+}
+
+double
+pn_serve_bytes(const pr_spec *s, int layers)
+{
+	return 4.0 * (double)pn_block_params(s, layers);
 }
 
 double
@@ -492,19 +503,50 @@ choose_ring(struct ctx *x, pn_candidate *c)
 	}
 }
 
+/* Gives c's ring its other hosts (--serve-replicas).  0, or -1 when
+ * the hosts cannot give every block as many. */
+static int
+choose_alternates(struct ctx *x, pn_candidate *c)
+{
+	int N = x->o->serve_replicas;
+	pn_prediction *p;
+	int rc = -1;
+
+	memset(c->nalt, 0, sizeof(c->nalt));
+	memset(c->alt, 0, sizeof(c->alt));
+	if (N <= 1)
+		return 0;
+	if ((p = malloc(sizeof(*p))) == NULL)
+		return -1;
+	if (pn_predict(x->t, x->s, x->m, c, p, NULL) == 0)
+		rc = pn_ring_hosts(x->t, x->s, p, c, N, x->o->goal ==
+		    PN_GOAL_BOTH, x->usable, x->nusable, &x->evaluated);
+	free(p);
+	return rc;
+}
+
 struct results {
 	pn_result *v;
 	int n, cap;
 };
 
+/* Adds c to the results, with its ring and the ring's other hosts for
+ * a serving goal; a ring the hosts cannot give its other hosts is left
+ * out (counted in x->skipped). */
 static int
-add_result(struct ctx *x, struct results *rs, pn_candidate *c, char *err)
+add_result(struct ctx *x, struct results *rs, const pn_candidate *given,
+    char *err)
 {
+	pn_candidate c_copy = *given, *c = &c_copy;
 	pn_result *r;
 	int rc;
 
 	if (x->o->goal != PN_GOAL_TRAIN && c->ring[0] < 0)
 		choose_ring(x, c);
+	if (x->o->goal != PN_GOAL_TRAIN && choose_alternates(x, c) != 0) {
+		x->skipped++;
+		return KN_OK;
+	}
 	if (rs->n == rs->cap) {
 		int cap = rs->cap ? 2 * rs->cap : 64;
 		pn_result *v = realloc(rs->v, (size_t)cap * sizeof(*v));
@@ -518,6 +560,7 @@ add_result(struct ctx *x, struct results *rs, pn_candidate *c, char *err)
 	r->c = *c;
 	if ((rc = pn_predict(x->t, x->s, x->m, c, &r->p, err)) != 0)
 		return rc;
+	pn_predict_train_loss(x->t, x->s, x->m, c, &r->p);
 	r->score = x->o->goal == PN_GOAL_SERVE ? r->p.bt.latency_s :
 	    r->p.train_s;
 	r->simplicity = simplicity(x->s, c);
@@ -533,11 +576,19 @@ search_train(struct ctx *x, struct results *rs, pn_plan *plan, char *err)
 	const pr_spec *s = x->s;
 	int T = s->blocks, R, Rmax = x->nusable / T, hs[PN_MAX_H], nh, i;
 	int rc, warm[PN_MAX_HOSTS], have_warm;
+	/* --goal both serves from the training replicas */
+	int Rmin = o->goal == PN_GOAL_BOTH && o->serve_replicas > 1 ?
+	    o->serve_replicas : 1;
 
 	if (o->max_replicas > 0 && Rmax > o->max_replicas)
 		Rmax = o->max_replicas;
 	if (Rmax > PN_MAX_REPLICAS)
 		Rmax = PN_MAX_REPLICAS;
+	if ((o->replicas > 0 ? o->replicas : Rmax) < Rmin)
+		return kn_error(err, KN_EINVAL, "%d serving hosts per block "
+		    "need as many training replicas with --goal both; %s %d",
+		    Rmin, o->replicas > 0 ? "--replicas gives" : "the hosts "
+		    "allow at most", o->replicas > 0 ? o->replicas : Rmax);
 	if (o->nh > 0) {
 		nh = o->nh;
 		memcpy(hs, o->h, sizeof(int) * nh);
@@ -549,7 +600,7 @@ search_train(struct ctx *x, struct results *rs, pn_plan *plan, char *err)
 			if (cand[i] >= 1 && (nh == 0 || hs[nh - 1] != cand[i]))
 				hs[nh++] = cand[i];
 	}
-	for (R = o->replicas > 0 ? o->replicas : 1;
+	for (R = o->replicas > 0 ? o->replicas : Rmin;
 	    R <= (o->replicas > 0 ? o->replicas : Rmax); R++) {
 		int ih, enc, z, st, ov;
 
@@ -613,6 +664,8 @@ serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
     char *err)
 {
 	int T = x->s->blocks, idx[PR_MAX_BLOCKS] = { 0 }, b, k, n = 0, rc = 0;
+	int added, before;
+	double last = INFINITY;
 	size_t cap = (size_t)x->o->exhaustive_limit + 1;
 	struct ring *all = malloc(cap * sizeof(*all));
 	pn_prediction p;
@@ -640,10 +693,21 @@ serve_all(struct ctx *x, struct results *rs, pn_candidate *c, int top,
 			break;
 	}
 	qsort(all, (size_t)n, sizeof(*all), by_latency);
-	for (k = 0; k < n && k < top && rc == 0; k++) {
+	/* a ring without hosts to spare for its blocks adds no row; with
+	 * other hosts, rings as fast as the last row are rows too (up to
+	 * MAX_TIED more), so that of equal rings the one that loses a host
+	 * best ranks first */
+	for (k = 0, added = rs->n; k < n && rc == 0; k++) {
+		if (rs->n - added >= top && !(x->o->serve_replicas > 1 &&
+		    rs->n - added < top + MAX_TIED &&
+		    all[k].latency <= last * (1 + 1e-12)))
+			break;
 		for (b = 0; b < T; b++)
 			c->host[b][0] = c->ring[b] = all[k].host[b];
+		before = rs->n;
 		rc = add_result(x, rs, c, err);
+		if (rs->n > before)
+			last = all[k].latency;
 	}
 	free(all);
 	return rc;
@@ -654,8 +718,13 @@ search_serve(struct ctx *x, struct results *rs, pn_plan *plan, int top,
     char *err)
 {
 	int T = x->s->blocks, slot[PN_MAX_HOSTS], b, rc;
+	int N = x->o->serve_replicas > 1 ? x->o->serve_replicas : 1;
 	pn_candidate c;
 
+	if (T * N > x->nusable)
+		return kn_error(err, KN_EINVAL, "%d blocks of %d serving hosts "
+		    "need %d hosts; the topology has %d that can hold a block",
+		    T, N, T * N, x->nusable);
 	plan->placements = placements(x->nusable, T, 1);
 	base_candidate(x->s, &c);
 	for (b = 0; b < T; b++)
@@ -717,14 +786,27 @@ search_serve(struct ctx *x, struct results *rs, pn_plan *plan, int top,
 	}
 }
 
+/* A ring's traversal with its worst host lost; a ring that fails then,
+ * or no ring, is the worst. */
+static double
+loss_key(const pn_result *r)
+{
+	return !r->p.serve || r->p.serve_lost.fails ? INFINITY :
+	    r->p.serve_lost.latency_s;
+}
+
+/* By score, then simplicity, then the ring's worst host lost. */
 static int
 by_score(const void *a, const void *b)
 {
 	const pn_result *x = a, *y = b;
+	double lx = loss_key(x), ly = loss_key(y);
 
 	if (x->score != y->score)
 		return x->score < y->score ? -1 : 1;
-	return x->simplicity - y->simplicity;
+	if (x->simplicity != y->simplicity)
+		return x->simplicity - y->simplicity;
+	return lx < ly ? -1 : lx > ly;
 }
 
 /* Drops rows that repeat an earlier one's candidate. */
@@ -738,13 +820,20 @@ int
 pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
     const pn_options *o, int top, pn_plan *plan, char *err)
 {
-	struct ctx x = { t, s, m, o, { 0 }, 0, 0, pr_spec_total_layers(s), 0, 0 };
+	struct ctx x = { t, s, m, o, { 0 }, 0, 0, 0, pr_spec_total_layers(s), 0,
+	    0 };
 	int split = o->split && o->goal != PN_GOAL_SERVE;
 	struct results rs = { NULL, 0, 0 };
 	int i, n, rc;
 
 	memset(plan, 0, sizeof(*plan));
 	plan->exhaustive = 1;
+	if (o->serve_replicas > PN_MAX_SERVE)
+		return kn_error(err, KN_EINVAL, "at most %d serving hosts per "
+		    "block, not %d", PN_MAX_SERVE, o->serve_replicas);
+	if (o->serve_replicas > 1 && o->goal == PN_GOAL_TRAIN)
+		return kn_error(err, KN_EINVAL, "serving hosts per block need a "
+		    "serving goal (serve or both)");
 	x.bytes_per_layer = pn_train_bytes(s, 2) - pn_train_bytes(s, 1);
 	x.bytes0 = pn_train_bytes(s, 1) - x.bytes_per_layer;
 	for (i = 0; i < t->nhosts; i++)
@@ -758,10 +847,17 @@ pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
 		plan->def.c.steps = pn_steps_for(s, 1, s->local_steps, 1);
 	if ((rc = pn_predict(t, s, m, &plan->def.c, &plan->def.p, err)) != 0)
 		return rc;
+	pn_predict_train_loss(t, s, m, &plan->def.c, &plan->def.p);
 	plan->def.score = o->goal == PN_GOAL_SERVE ? plan->def.p.bt.latency_s :
 	    plan->def.p.train_s;
 	rc = o->goal == PN_GOAL_SERVE ? search_serve(&x, &rs, plan, top, err) :
 	    search_train(&x, &rs, plan, err);
+	if (rc == 0 && rs.n == 0)
+		rc = kn_error(err, KN_EINVAL, "no candidate gives every block "
+		    "%d serving hosts: %d ring(s) left too few hosts free with "
+		    "the memory for a block's weights (at least %.3g bytes)",
+		    o->serve_replicas, x.skipped, pn_serve_bytes(s,
+		    min_layers(s, 0)));
 	if (rc != 0) {
 		free(rs.v);
 		return rc;

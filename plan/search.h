@@ -2,7 +2,7 @@
  * best placement per set of options (replicas, H, encoding, zstd,
  * streams, overlap), found exhaustively when the placements are few and
  * by a greedy start and pairwise swaps when they are many; for serving,
- * the host of each block in the pipeline ring.  shardmeter plan calls it;
+ * the hosts of each block in the pipeline ring.  shardmeter plan calls it;
  * tests/check_plan.c checks its choices on constructed topologies. */
 #ifndef PN_SEARCH_H
 #define PN_SEARCH_H
@@ -29,6 +29,11 @@ typedef struct {
 	 * placement's hosts train fastest (a faster host, a larger block),
 	 * rather than each block keeping the spec's */
 	int split;
+	/* serving: hosts of each block in the ring (0 or 1: one), the
+	 * first the one a request takes, the others where it is re-sent
+	 * when that one is down; with PN_GOAL_BOTH they are the block's
+	 * training replicas, so every candidate has at least as many */
+	int serve_replicas;
 	/* placements per option set up to which the search is exhaustive */
 	double exhaustive_limit;
 	/* the first choice: the simplest candidate within this fraction of
@@ -77,6 +82,10 @@ int pn_steps_for(const pr_spec *s, int R, int H, int same_steps);
 int pn_search(const topo_topology *t, const pr_spec *s, const pn_model *m,
     const pn_options *o, int top, pn_plan *plan, char *err);
 void pn_plan_free(pn_plan *plan);
+
+/* A lower bound of the device memory that serving a block of layers
+ * layers needs: its parameters in f32. */
+double pn_serve_bytes(const pr_spec *s, int layers);
 
 /* A lower bound of the device memory that training a block of layers
  * layers needs: parameters, gradients and AdamW's two moments in f32. */

@@ -4,6 +4,7 @@
  * first choice as files blocktraind runs (plan/output.h). */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,7 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		{ "same-steps", no_argument, NULL, 'S' },
 		{ "share-steps", no_argument, NULL, 'X' },
 		{ "equal-blocks", no_argument, NULL, 'E' },
+		{ "serve-replicas", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -170,6 +172,11 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 		case 'R':
 			if (cli_parse_int("plan", "max-replicas", optarg, 1,
 			    PN_MAX_REPLICAS, &a->o.max_replicas) != 0)
+				return 2;
+			break;
+		case 'N':
+			if (cli_parse_int("plan", "serve-replicas", optarg, 1,
+			    PN_MAX_SERVE, &a->o.serve_replicas) != 0)
 				return 2;
 			break;
 		case 'k':
@@ -217,6 +224,11 @@ plan_parse(const struct cmd_entry *self, struct plan_args *a, int argc,
 			fprintf(stderr, "%s", self->usage);
 			return 2;
 		}
+	}
+	if (a->o.serve_replicas > 1 && a->o.goal == PN_GOAL_TRAIN) {
+		fprintf(stderr, "shardmeter plan: --serve-replicas needs --goal "
+		    "serve or both\n");
+		return 2;
 	}
 	if (a->pick >= 0 && a->out == NULL) {
 		fprintf(stderr, "shardmeter plan: --pick needs --out DIR\n");
@@ -268,6 +280,46 @@ split_str(const pn_candidate *c, char *buf, size_t len)
 	return buf;
 }
 
+/* "412.0 ms if h3 (block 2) is lost, re-sent to h7" */
+static void
+print_serve_loss(const topo_topology *t, const pn_prediction *p)
+{
+	const pn_serve_loss *l = &p->serve_lost;
+	char d1[32], d2[32];
+
+	if (l->host < 0)
+		return;
+	if (l->fails) {
+		printf("      one host down: the ring fails: %s is the only host "
+		    "of block %d\n", t->hosts[l->host].name, l->block + 1);
+		return;
+	}
+	/* the other host may serve faster than the ring's, found by swaps */
+	printf("      one host down: %s (%s%s), worst %s (block %d), its frame "
+	    "re-sent to %s\n", duration(l->latency_s, d1, sizeof(d1)),
+	    l->latency_s >= p->bt.latency_s ? "+" : "-",
+	    duration(fabs(l->latency_s - p->bt.latency_s), d2, sizeof(d2)),
+	    t->hosts[l->host].name, l->block + 1, t->hosts[l->via].name);
+}
+
+/* the ring, block T first; a block of several hosts in brackets, the
+ * one a request takes first */
+static void
+print_ring(const topo_topology *t, const pn_candidate *c)
+{
+	int b, k;
+
+	printf("      ring:");
+	for (b = c->blocks - 1; b >= 0; b--) {
+		printf(" %s%s", c->nalt[b] > 0 ? "[" : "",
+		    t->hosts[c->ring[b]].name);
+		for (k = 0; k < c->nalt[b]; k++)
+			printf(" %s", t->hosts[c->alt[b][k]].name);
+		printf("%s", c->nalt[b] > 0 ? "]" : "");
+	}
+	printf("\n");
+}
+
 static void
 print_row(const topo_topology *t, const pn_result *r, const pn_result *def,
     const char *rank, pn_goal goal)
@@ -276,7 +328,6 @@ print_row(const topo_topology *t, const pn_result *r, const pn_result *def,
 	const pn_prediction *p = &r->p;
 	const pn_block_pred *bp = &p->block[p->slowest];
 	char d1[32], d2[32], d3[32], d4[32], split[PR_MAX_BLOCKS * 6];
-	int b;
 
 	if (goal == PN_GOAL_SERVE) {
 		printf("%-5s %9s %7.2fx (compute %s, network %s) %10.4g B/s"
@@ -288,10 +339,8 @@ print_row(const topo_topology *t, const pn_result *r, const pn_result *def,
 		    sizeof(d3)), p->bt.bytes_per_s,
 		    duration(p->ar.latency_s, d4, sizeof(d4)), p->output_bytes,
 		    p->ar.bytes_per_s);
-		printf("      ring:");
-		for (b = c->blocks - 1; b >= 0; b--)
-			printf(" %s", t->hosts[c->ring[b]].name);
-		printf("\n");
+		print_ring(t, c);
+		print_serve_loss(t, p);
 		return;
 	}
 	printf("%-5s %2d %5d %-4s %-4s %2d %-3s %9s %7.2fx %11.4g %9s "
@@ -311,7 +360,7 @@ print_row(const topo_topology *t, const pn_result *r, const pn_result *def,
 	if (bp->round_cpu_s > 0)
 		printf("; round work %.3g s", bp->round_cpu_s);
 	printf("\n");
-	if (p->serve && goal == PN_GOAL_BOTH)
+	if (p->serve && goal == PN_GOAL_BOTH) {
 		printf("      serve: one traversal %s (compute %.3g s, network "
 		    "%.3g s), %.4g B/s batched; ar %s per %d B, %.4g B/s\n",
 		    duration(p->bt.latency_s, d1, sizeof(d1)),
@@ -319,6 +368,8 @@ print_row(const topo_topology *t, const pn_result *r, const pn_result *def,
 		    p->bt.part.latency, p->bt.bytes_per_s,
 		    duration(p->ar.latency_s, d2, sizeof(d2)), p->output_bytes,
 		    p->ar.bytes_per_s);
+		print_serve_loss(t, p);
+	}
 }
 
 static void
@@ -332,8 +383,47 @@ print_placement(const topo_topology *t, const pn_candidate *c)
 			printf(" %s", t->hosts[c->host[b][r]].name);
 		if (c->ring[b] >= 0)
 			printf("; serves from %s", t->hosts[c->ring[b]].name);
+		for (r = 0; r < c->nalt[b]; r++)
+			printf(", then %s", t->hosts[c->alt[b][r]].name);
 		printf("\n");
 	}
+}
+
+/* What losing one host does to the first choice: training, then the
+ * ring. */
+static void
+print_losses(const topo_topology *t, const pn_result *r, pn_goal goal)
+{
+	const pn_train_loss *l = &r->p.train_lost;
+	const pn_serve_loss *sl = &r->p.serve_lost;
+	char d1[32], d2[32], d3[32], d4[32];
+
+	printf("one host down, the worst to lose:\n");
+	/* the serving goal ranks no training */
+	if (goal != PN_GOAL_SERVE && l->host >= 0 && l->halts)
+		printf("  training: %s, the only replica of block %d: that block "
+		    "stops until a host takes it over; %.4g positions/s go on "
+		    "in the others\n", t->hosts[l->host].name, l->block + 1,
+		    l->positions_per_s);
+	else if (goal != PN_GOAL_SERVE && l->host >= 0)
+		printf("  training: %s (block %d): its block's round %s (was "
+		    "%s), %s to the steps (was %s), %.4g positions/s\n",
+		    t->hosts[l->host].name, l->block + 1,
+		    duration(l->round_s, d1, sizeof(d1)),
+		    duration(r->p.block[l->block].round_s, d2, sizeof(d2)),
+		    duration(l->train_s, d3, sizeof(d3)),
+		    duration(r->p.train_s, d4, sizeof(d4)), l->positions_per_s);
+	if (sl->host < 0)
+		return;
+	if (sl->fails)
+		printf("  serving: %s, the only host of block %d: the ring "
+		    "fails\n", t->hosts[sl->host].name, sl->block + 1);
+	else
+		printf("  serving: %s (block %d): one traversal %s re-sent to "
+		    "%s (was %s)\n", t->hosts[sl->host].name, sl->block + 1,
+		    duration(sl->latency_s, d1, sizeof(d1)),
+		    t->hosts[sl->via].name, duration(r->p.bt.latency_s, d2,
+		    sizeof(d2)));
 }
 
 static void
@@ -404,6 +494,7 @@ print_plan(const topo_topology *t, const pr_spec *s, const struct plan_args *a,
 	printf("\nfirst choice (*: the simplest within %.0f%% of the fastest):"
 	    "\n", a->o.tie * 100);
 	print_placement(t, &plan->v[plan->chosen].c);
+	print_losses(t, &plan->v[plan->chosen], a->o.goal);
 	print_missing(a);
 }
 
@@ -472,7 +563,8 @@ const struct cmd_entry cmd_plan_entry = {
 	    "    [--goal train|serve|both] [--top N] [--out DIR]\n"
 	    "    [--replicas R | --max-replicas R] [--local-steps H,H,...]\n"
 	    "    [--zstd-ratio ENC=RATIO] [--max-streams K] [--all-options]\n"
-	    "    [--pick K] [--share-steps] [--equal-blocks]\n"
+	    "    [--pick K] [--share-steps] [--equal-blocks] "
+	    "[--serve-replicas N]\n"
 	    "Predicts, for the hosts and links of the topology file (from "
 	    "'shardmeter probe'\nor written by hand), how the run spec would "
 	    "train and serve under each\ncandidate: which hosts train which "
@@ -487,6 +579,12 @@ const struct cmd_entry cmd_plan_entry = {
 	    "serve: the\n               latency of one pipeline traversal; both: "
 	    "train, with the ring\n"
 	    "  --replicas   plan exactly R replicas per block\n"
+	    "  --serve-replicas  N hosts per block in the serving ring (1 to "
+	    "8, default 1):\n               the first on a request's path, "
+	    "the others taking its\n               frame, re-sent, when it "
+	    "is down; with --goal both, N of\n               the block's "
+	    "replicas.  Each serving row gives one traversal\n"
+	    "               with the worst host of the ring lost\n"
 	    "  --local-steps  the H to try (default: the spec's H/2, H, 2H, "
 	    "4H)\n"
 	    "  --zstd-ratio compressed/raw size of an encoding under zstd "

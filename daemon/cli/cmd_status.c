@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/cli/cmd.h"
@@ -185,6 +186,60 @@ status_strikes(const peers_list *pl, json_t *const *status)
 	}
 }
 
+/* The replicas that joined or left a block, as the daemons that stayed
+ * saw the change take effect (status "roster"): one line a change,
+ * however many replicas of the block report it. */
+static void
+status_roster(const peers_list *pl, json_t *const *status)
+{
+	char seen[64][96];
+	int i, nseen = 0, header = 0;
+
+	for (i = 0; i < pl->n; i++) {
+		json_t *c = json_object_get(json_object_get(status[i], "roster"),
+		    "changes"), *e;
+		size_t k;
+
+		json_array_foreach(c, k, e) {
+			const char *addr = json_string_value(json_object_get(e,
+			    "addr")), *what = json_string_value(
+			    json_object_get(e, "what"));
+			char key[96], when[32];
+			time_t at = (time_t)json_number_value(json_object_get(e,
+			    "at"));
+			struct tm tm;
+			int j, dup = 0;
+
+			if (addr == NULL || what == NULL)
+				continue;
+			snprintf(key, sizeof(key), "%d %s %s %lld",
+			    pl->v[i].block, addr, what,
+			    (long long)integer(e, "round"));
+			for (j = 0; j < nseen; j++)
+				dup |= strcmp(seen[j], key) == 0;
+			if (dup)
+				continue;
+			if (nseen < 64)
+				snprintf(seen[nseen++], sizeof(seen[0]), "%s", key);
+			gmtime_r(&at, &tm);
+			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%SZ", &tm);
+			if (!header++)
+				printf("\nreplicas that joined or left\n");
+			printf("  block %d: %s %s at step %lld (round %lld), %s\n",
+			    pl->v[i].block, addr, what,
+			    (long long)integer(e, "step"),
+			    (long long)integer(e, "round"), when);
+		}
+		if (json_is_string(json_object_get(json_object_get(status[i],
+		    "roster"), "pending")) && strcmp(json_string_value(
+		    json_object_get(json_object_get(status[i], "roster"),
+		    "pending")), "none") != 0)
+			printf("  %s: a change of block %d's replicas takes effect "
+			    "at its next round boundary\n", pl->v[i].addr,
+			    pl->v[i].block);
+	}
+}
+
 /* The copies of other blocks each daemon keeps as their mirror, and
  * what a daemon's bootstrap installed: one line each, nothing when no
  * daemon mirrors anything. */
@@ -241,6 +296,7 @@ status_once(const peers_list *pl)
 		status[i] = status_peer(pl, i, &sum);
 	status_print_run(&sum);
 	status_strikes(pl, status);
+	status_roster(pl, status);
 	status_mirrors(pl, status);
 	cli_status_predicted(pl, status);
 	for (i = 0; i < pl->n; i++)

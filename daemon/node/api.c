@@ -199,6 +199,35 @@ soma_status(node *n, json_t *o)
 }
 
 /* The latest round times, oldest first, and the round of the first. */
+/* Our block's replicas now, whether a change waits for the round
+ * boundary, and the latest joins and leaves as they took effect here. */
+static json_t *
+roster_json(const node *n)
+{
+	const node_report *r = &n->report;
+	json_t *o = json_object(), *now = json_array(), *changes = json_array();
+	int64_t i, first;
+
+	for (i = 0; i < n->training.roster_n; i++)
+		json_array_append_new(now, json_string(n->training.roster[i]));
+	first = r->roster_changes_n > NODE_ROSTER_CHANGES ?
+	    r->roster_changes_n - NODE_ROSTER_CHANGES : 0;
+	for (i = first; i < r->roster_changes_n; i++) {
+		const struct node_roster_change *c =
+		    &r->roster_changes[i % NODE_ROSTER_CHANGES];
+
+		json_array_append_new(changes, json_pack("{s:s,s:s,s:f,s:I,s:I}",
+		    "addr", c->addr, "what", c->joined ? "joined" : "left",
+		    "at", c->at, "step", (json_int_t)c->step, "round",
+		    (json_int_t)c->round));
+	}
+	json_object_set_new(o, "replicas", now);
+	json_object_set_new(o, "pending", json_string(n->training.leaving ?
+	    "leaving" : n->training.reshape ? "change" : "none"));
+	json_object_set_new(o, "changes", changes);
+	return o;
+}
+
 static json_t *
 round_times_json(const node *n)
 {
@@ -284,6 +313,8 @@ api_status_json(node *n, size_t *len)
 	    r->client_out));
 	json_object_set_new(o, "peers", peers_json(n));
 	json_object_set_new(o, "strikes", strikes_json(n));
+	if (!n->soma)
+		json_object_set_new(o, "roster", roster_json(n));
 	json_object_set_new(o, "rollbacks", json_integer(r->rollbacks));
 	if (r->rollbacks > 0)
 		json_object_set_new(o, "rolled_back", json_pack("{s:I,s:I}",
@@ -741,9 +772,21 @@ block_rounds(void *ctx, const hs_request *req, hs_response *res,
 		if (n->soma)
 			hs_response_text(res, 404, "expert %d exchanges no "
 			    "updates", node_soma_of(n)->expert);
-		else
-			hs_response_text(res, 404, "block %d has one replica: "
+		else if (n->training.reshape) {
+			/* the new engine starts in a moment: the sender tries
+			 * again, and a coordinator keeps waiting for us */
+			hs_response_header(res, "Retry-After", "1");
+			hs_response_text(res, 503, "block %d: this replica starts "
+			    "its new roster at this round boundary; try again",
+			    n->cfg.block);
+		} else {
+			/* one replica here: a replica that counts us in its
+			 * roster has taken a list we have not (rounds.h) */
+			hs_response_text(res, 409, "block %d has one replica here: "
 			    "it exchanges no updates", n->cfg.block);
+			hs_response_header(res, ROUNDS_STATE_HEADER,
+			    ROUNDS_STATE_ROSTER);
+		}
 		return;
 	}
 	if (!rounds_handle(node_rounds_of(n), req, res, m->num[1], m->rest))

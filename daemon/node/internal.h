@@ -7,6 +7,7 @@
 #define SM_DAEMON_NODE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "daemon/blocktrain/verify.h"
 #include "daemon/node/worker.h"
@@ -33,6 +34,8 @@ struct wk_worker {
 	pthread_mutex_t hold_lock;
 	pthread_cond_t hold_moved;
 	int hold, held, ended;
+	/* wk_stop_at_round's: stop at the next round boundary */
+	atomic_int stop_at_round;
 	wk_event_fn on_event;
 	void *ctx;
 	void (*closed)(void *);
@@ -76,5 +79,13 @@ int wk__check_round(wk_worker *w, kn_model *m, const float *start,
 int wk__adopt(wk_worker *w, tr_trainer *t, const wk_outcome *o, char *err);
 /* The thread's work with o.soma (worker_soma.c). */
 void wk__run_soma(lt_thread *lt, void *arg);
+
+/* node.c, for roster.c: a new engine's parts, a stop as on SIGTERM,
+ * and the end of the daemon on an error it cannot go on from. */
+struct node;
+int node__start_rounds(struct node *n, char *err);
+int node__start_worker(struct node *n, char *err);
+void node__stop(struct node *n);
+void node__fail(struct node *n, const char *msg);
 
 #endif

@@ -17,6 +17,7 @@
 #include "daemon/node/api.h"
 #include "daemon/core/log.h"
 #include "daemon/node/node.h"
+#include "daemon/node/roster.h"
 #include "daemon/node/predicted.h"
 #include "daemon/node/probe.h"
 #include "kernels/clock.h"
@@ -284,8 +285,16 @@ on_event(void *ctx, wk_event *ev)
 		    n->spec.steps);
 		break;
 	case WK_STOPPED:
+		if (node_roster_stopped(n)) {
+			log_info("stopped at step %lld, the round boundary, for "
+			    "the new roster", (long long)n->ckpt.step);
+			break;
+		}
 		log_info("stopped at step %lld with a checkpoint",
 		    (long long)n->ckpt.step);
+		if (n->training.leaving)
+			log_info("left the run: this host is no longer in the "
+			    "peer list");
 		shutdown_node(n);
 		break;
 	case WK_PAUSED:
@@ -351,6 +360,20 @@ shutdown_node(node *n)
 	hc_client_close(n->client, NULL, NULL);
 }
 
+void
+node__fail(node *n, const char *msg)
+{
+	on_worker_error(n, msg);
+}
+
+void
+node__stop(node *n)
+{
+	n->stopping = 1;
+	n->report.state = "stopping";
+	shutdown_node(n);
+}
+
 static void
 on_stop_signal(uv_signal_t *h, int sig)
 {
@@ -372,8 +395,8 @@ on_stop_signal(uv_signal_t *h, int sig)
 }
 
 /* Whether a freshly read peer list can replace ours: our own line and
- * block must stay (a daemon cannot change block), and so must the
- * replicas of our block.  i is our line in it. */
+ * block must stay (a daemon cannot change block); the replicas of our
+ * block may change (roster.c).  i is our line in it. */
 static int
 peers_acceptable(node *n, const peers_list *fresh, int *i)
 {
@@ -386,20 +409,7 @@ peers_acceptable(node *n, const peers_list *fresh, int *i)
 		    node_soma_of(n)->expert);
 		return 0;
 	}
-	if (*i < 0 || fresh->v[*i].block != n->cfg.block) {
-		log_warnx("SIGHUP: the new peer list lacks %s serving block %d; "
-		    "keeping the old one", n->peers.v[n->self].addr,
-		    n->cfg.block);
-		return 0;
-	}
-	if (n->training.rounds != NULL ?
-	    !rounds_same_replicas(n->training.rounds, fresh) :
-	    peers_replicas(fresh, n->cfg.block) != 1) {
-		log_warnx("SIGHUP: the replicas of block %d changed; that needs "
-		    "a restart of them all, keeping the old list", n->cfg.block);
-		return 0;
-	}
-	return 1;
+	return node_roster_hup(n, fresh, *i) == NODE_ROSTER_TAKE;
 }
 
 /* Whether a list names the same daemons and operators as ours: a SIGHUP
@@ -475,6 +485,7 @@ on_hup(uv_signal_t *h, int sig)
 	log_info("SIGHUP: peer list reloaded, %d peers, %d clients",
 	    n->peers.n, n->peers.nclients);
 	node_trust_reloaded(n);
+	node_roster_changed(n);
 }
 
 /* plan = FILE: the predictions for our block, refused at start when
@@ -670,8 +681,8 @@ node_rounds_commit(void *arg, rounds_outcome *ro)
 	n->training.in_round = 0;
 }
 
-static int
-start_rounds(node *n, char *err)
+int
+node__start_rounds(node *n, char *err)
 {
 	rounds_config rc = {
 		.loop = n->loop,
@@ -707,8 +718,8 @@ start_rounds(node *n, char *err)
 	return rounds_new(&n->training.rounds, &rc, err);
 }
 
-static int
-start_worker(node *n, char *err)
+int
+node__start_worker(node *n, char *err)
 {
 	wk_opts wo;
 
@@ -745,7 +756,7 @@ on_bootstrapped(node *n)
 {
 	char err[PR_ERR_LEN];
 
-	if (start_worker(n, err) != 0)
+	if (node__start_worker(n, err) != 0)
 		on_worker_error(n, err);
 }
 
@@ -947,7 +958,8 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	start_watch(n);
 	if ((rc = start_probe(n, err)) != 0)
 		return rc;
-	if ((rc = start_rounds(n, err)) != 0)
+	if ((rc = node_roster_init(n, err)) != 0 ||
+	    (rc = node__start_rounds(n, err)) != 0)
 		return rc;
 	if (n->soma)
 		log_info("run %s, expert %d of %d, listening on %s:%d",
@@ -968,7 +980,7 @@ node_start(node *n, uv_loop_t *loop, const kn_backend *be, char *err)
 	if ((rc = mr_start(n, err)) != 0)
 		return rc;
 	return bs_wanted(n) ? bs_start(n, on_bootstrapped, err) :
-	    start_worker(n, err);
+	    node__start_worker(n, err);
 }
 
 void
@@ -985,6 +997,7 @@ node_free(node *n)
 	hs_shared_unref(n->ckpt.body);
 	n->ckpt.body = NULL;
 	node_soma_free(&n->soma_expert);
+	node_roster_free(n);
 	free(n->spec_body);
 	peers_free(&n->peers);
 	node_trust_free(n);

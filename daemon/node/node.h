@@ -61,6 +61,17 @@ typedef struct node_report {
 	/* bytes with callers that are not peers (tools, clients), by
 	 * node_meter; a peer's are in its line of the peer list */
 	uint64_t client_in[PEERS_KINDS], client_out[PEERS_KINDS];
+	/* replicas of our block that joined or left, as the changes took
+	 * effect here: the latest NODE_ROSTER_CHANGES, roster_changes_n in
+	 * all */
+#define NODE_ROSTER_CHANGES 32
+	struct node_roster_change {
+		double at;              /* wall clock, seconds */
+		int64_t step, round;    /* the engine's first */
+		int joined;             /* else left */
+		char addr[CF_HOST_LEN + 8];
+	} roster_changes[NODE_ROSTER_CHANGES];
+	int64_t roster_changes_n;
 } node_report;
 
 /* The latest checkpoint, served as is: peers download it while a newer
@@ -86,6 +97,14 @@ typedef struct node_training {
 	/* called at each roll-back with that round and step: where the
 	 * rounds learn which round's outcome to exclude; NULL: nobody */
 	void (*on_rollback)(struct node *n, int64_t round, int64_t step);
+	/* the roster of the engine (trainer and rounds) running now, our
+	 * block's replicas in the list's order (roster.c) */
+	char (*roster)[CF_HOST_LEN + 8];
+	int roster_n;
+	/* a changed roster waits for the round boundary (1), the engine is
+	 * being closed for the new one (2); leaving: our line left the
+	 * list, the daemon stops at the round boundary */
+	int reshape, leaving;
 } node_training;
 
 /* The daemon.  Its first fields are the run, set by blocktraind.c (cfg,

@@ -657,7 +657,7 @@ training_step(wk_worker *w, struct training *tg)
 	char err[KN_ERR_LEN];
 	float loss = 0;
 	int64_t step;
-	int round_due, rc;
+	int round_due, boundary, rc;
 
 	/* a non-finite loss rolls back, and the same batch is tried again
 	 * from the weights rolled back to */
@@ -671,6 +671,13 @@ training_step(wk_worker *w, struct training *tg)
 	if (training_report(w, tg, step, loss) != 0)
 		return -1;
 	round_due = o->replicas > 1 && step % o->local_steps == 0;
+	/* a replica alone ends its "rounds" too: the round is the same
+	 * count of local_steps on every replica of a block, so that one
+	 * that joins it later (roster.c) starts from the same round as the
+	 * weights it joins with */
+	if (o->replicas <= 1 && o->local_steps > 0 &&
+	    step % o->local_steps == 0)
+		tr_trainer_set_round(tg->t, tr_trainer_round(tg->t) + 1);
 	if (round_due) {
 		rc = overlapping(o) ? overlap_round(w, tg, err) :
 		    run_round(w, tg->t, tg->start, err);
@@ -686,8 +693,16 @@ training_step(wk_worker *w, struct training *tg)
 		if (lt_stopping(w->lt))
 			return 1;
 	}
-	if (round_due || (o->replicas <= 1 && step % o->checkpoint_every == 0))
-		return training_checkpoint(w, tg);
+	boundary = o->local_steps > 0 && step % o->local_steps == 0 &&
+	    atomic_load(&w->stop_at_round);
+	if ((round_due || boundary ||
+	    (o->replicas <= 1 && step % o->checkpoint_every == 0)) &&
+	    training_checkpoint(w, tg) != 0)
+		return -1;
+	if (boundary) {
+		lt_stop(w->lt);
+		return 1;
+	}
 	return 0;
 }
 
@@ -858,6 +873,12 @@ void
 wk_stop(wk_worker *w)
 {
 	lt_stop(w->lt);
+}
+
+void
+wk_stop_at_round(wk_worker *w)
+{
+	atomic_store(&w->stop_at_round, 1);
 }
 
 void

@@ -130,6 +130,12 @@ int wk_start(wk_worker **out, uv_loop_t *loop, const wk_opts *o,
 /* Asks the thread to stop at the next step boundary; it writes the
  * checkpoint and sends WK_STOPPED. */
 void wk_stop(wk_worker *w);
+/* Asks the thread to stop at the next round boundary instead (every
+ * local_steps steps), once that round's outcome is in the weights: the
+ * checkpoint it writes is the start of the next round on every replica,
+ * so a new engine (a changed roster) can go on from it.  WK_STOPPED
+ * follows as after wk_stop. */
+void wk_stop_at_round(wk_worker *w);
 /* After WK_ROUND_READY: the round's outcome (o is copied, its buffers
  * taken over by the thread).  The members' updates are checked on the
  * block's held-out cases and those kept combined robustly, applied as

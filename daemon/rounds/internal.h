@@ -21,7 +21,15 @@ struct rounds {
 	/* the trainer's last checkpoint */
 	int64_t ckpt_step, ckpt_round;
 	char ckpt_sha256[65];
-	int rep_peer[MAX_REPLICAS];     /* replica index -> peer index */
+	/* The roster: the block's replicas when the engine started, in
+	 * the peer list's order, fixed for its life (a changed list takes
+	 * effect at a round boundary, with a new engine).  Each is found
+	 * again by address in the live list after a SIGHUP; one no longer
+	 * listed has left and is down for good (rep_peer -1). */
+	char rep_addr[MAX_REPLICAS][CF_HOST_LEN + 8];
+	int rep_peer[MAX_REPLICAS];     /* replica index -> peer index, -1 */
+	peers_entry gone;               /* what a replica that left looks like */
+	char roster[ROUNDS_ROSTER_LEN]; /* the roster's hash, hex */
 	int64_t round;                  /* the round we gather, -1: none */
 	int active;                     /* our own update is in */
 	double ready_at;
@@ -30,6 +38,9 @@ struct rounds {
 	size_t len[MAX_REPLICAS];
 	float *delta[MAX_REPLICAS];
 	int fetching[MAX_REPLICAS];
+	/* answered that it counts this round by another roster: neither
+	 * waited for nor offered our update again this round */
+	unsigned char roster_differs[MAX_REPLICAS];
 	int pushed[MAX_REPLICAS];       /* 0 to do, 1 in flight, 2 accepted */
 	double push_at[MAX_REPLICAS];   /* no offer to a replica before */
 	double behind_wait[MAX_REPLICAS];       /* its last wait, 0: none */
@@ -68,6 +79,10 @@ struct rounds {
 	float *early_delta[MAX_REPLICAS];
 };
 
+/* The replica index in the roster of the peer at line peer of the live
+ * list, or -1 (another block's, or not in the roster). */
+int rounds__replica_of_peer(const rounds *r, int peer);
+
 /* The round the replica stands at (see rounds.c). */
 int64_t rounds__current_round(const rounds *r);
 /* An update for round (its bytes as sent) decoded into the current
@@ -80,7 +95,10 @@ int rounds__hold_update(rounds *r, const char *buf, size_t len,
     int64_t round, int sender, int *replica_out, char *err);
 /* The members a commit answer (res, handle_commit's JSON) lists, as a
  * bit set; 0 when it lists none or cannot be read. */
-uint64_t rounds__commit_members(const rounds *r, const hc_result *res);
+/* The members of a commit answer; *other_roster set when the
+ * coordinator named another roster (its indices are not ours). */
+uint64_t rounds__commit_members(const rounds *r, const hc_result *res,
+    int *other_roster);
 /* Drops the updates held for the round after ours. */
 void rounds__drop_early(rounds *r);
 /* Whether replica k is quarantined (rounds_ops.quarantined). */

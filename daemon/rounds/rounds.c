@@ -88,6 +88,7 @@ drop_round(rounds *r)
 	free_slots(r->bytes, r->delta, r->len);
 	for (i = 0; i < MAX_REPLICAS; i++) {
 		r->fetching[i] = 0;
+		r->roster_differs[i] = 0;
 		r->pushed[i] = 0;
 		r->push_at[i] = 0;
 		r->behind_wait[i] = 0;
@@ -135,8 +136,9 @@ journal(rounds *r, const char *fmt, ...)
 static void
 meter(rounds *r, int replica, int kind, const hc_result *res)
 {
-	r->cfg.ops.meter(r->cfg.arg, r->rep_peer[replica], kind, res->bytes_in,
-	    res->bytes_out);
+	if (r->rep_peer[replica] >= 0)
+		r->cfg.ops.meter(r->cfg.arg, r->rep_peer[replica], kind,
+		    res->bytes_in, res->bytes_out);
 }
 
 static const char *peer_addr(const rounds *r, int replica);
@@ -176,16 +178,65 @@ rounds__refused(rounds *r, int replica, int kind, const char *fmt, ...)
 		r->cfg.ops.refused(r->cfg.arg, r->rep_peer[replica], kind, why);
 }
 
+/* A replica that left the list is down, seen long ago, never probed. */
 static peers_entry *
 replica_peer(const rounds *r, int replica)
 {
+	if (r->rep_peer[replica] < 0)
+		return (peers_entry *)&r->gone;
 	return &r->cfg.peers->v[r->rep_peer[replica]];
+}
+
+static int
+replica_gone(const rounds *r, int replica)
+{
+	return r->rep_peer[replica] < 0;
 }
 
 static const char *
 peer_addr(const rounds *r, int replica)
 {
-	return replica_peer(r, replica)->addr;
+	return r->rep_addr[replica];
+}
+
+int
+rounds__replica_of_peer(const rounds *r, int peer)
+{
+	int k;
+
+	for (k = 0; k < r->cfg.replicas; k++)
+		if (r->rep_peer[k] >= 0 && r->rep_peer[k] == peer)
+			return k;
+	return -1;
+}
+
+void
+rounds_roster_of(const peers_list *pl, int block, char out[ROUNDS_ROSTER_LEN])
+{
+	char hex[65], err[KN_ERR_LEN], *text;
+	size_t len = 0, cap = 1;
+	int i;
+
+	for (i = 0; i < pl->n; i++)
+		cap += strlen(pl->v[i].addr) + strlen(pl->v[i].id_text) + 2;
+	if ((text = malloc(cap)) == NULL) {
+		snprintf(out, ROUNDS_ROSTER_LEN, "%s", "0");
+		return;
+	}
+	for (i = 0; i < pl->n; i++)
+		if (pl->v[i].block == block)
+			len += (size_t)snprintf(text + len, cap - len, "%s %s\n",
+			    pl->v[i].addr, pl->v[i].id_text);
+	if (pr_ckpt_sha256_hex(text, len, hex, err) != 0)
+		snprintf(hex, sizeof(hex), "%s", "0");
+	free(text);
+	snprintf(out, ROUNDS_ROSTER_LEN, "%.*s", ROUNDS_ROSTER_LEN - 1, hex);
+}
+
+const char *
+rounds_roster(const rounds *r)
+{
+	return r->roster;
 }
 
 static void on_timer(uv_timer_t *t);
@@ -195,6 +246,7 @@ int
 rounds_new(rounds **out, const rounds_config *cfg, char *err)
 {
 	rounds *r;
+	int i, k;
 
 	*out = NULL;
 	if (cfg->replicas > MAX_REPLICAS)
@@ -207,6 +259,22 @@ rounds_new(rounds **out, const rounds_config *cfg, char *err)
 	if ((r = calloc(1, sizeof(*r))) == NULL)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	r->cfg = *cfg;
+	for (i = 0, k = 0; i < cfg->peers->n && k < MAX_REPLICAS; i++)
+		if (cfg->peers->v[i].block == cfg->block)
+			snprintf(r->rep_addr[k++], sizeof(r->rep_addr[0]), "%s",
+			    cfg->peers->v[i].addr);
+	if (k != cfg->replicas) {
+		free(r);
+		return kn_error(err, KN_EINVAL, "the peer list names %d "
+		    "replica(s) of block %d, not %d", k, cfg->block,
+		    cfg->replicas);
+	}
+	rounds_roster_of(cfg->peers, cfg->block, r->roster);
+	r->gone.state = PEERS_DOWN;
+	r->gone.last_seen = 1;
+	r->gone.port = 0;
+	snprintf(r->gone.why, sizeof(r->gone.why), "%s",
+	    "left the peer list");
 	rounds_remap(r);
 	r->round = -1;
 	r->committed_round = -1;
@@ -275,7 +343,7 @@ void
 rounds_diverged(rounds *r, int peer, int64_t step, int64_t round,
     const char *their_sha256)
 {
-	int k = peers_replica_index(r->cfg.peers, peer);
+	int k = rounds__replica_of_peer(r, peer);
 
 	/* only the same step after the same (real) round can be compared,
 	 * and only the replica of higher index gives way.  Besides two
@@ -320,11 +388,13 @@ void
 rounds_remap(rounds *r)
 {
 	const peers_list *pl = r->cfg.peers;
-	int i, k = 0;
+	int k, i;
 
-	for (i = 0; i < pl->n && k < MAX_REPLICAS; i++)
-		if (pl->v[i].block == r->cfg.block)
-			r->rep_peer[k++] = i;
+	for (k = 0; k < r->cfg.replicas; k++) {
+		i = peers_find(pl, r->rep_addr[k]);
+		r->rep_peer[k] = i >= 0 && pl->v[i].block == r->cfg.block ? i :
+		    -1;
+	}
 }
 
 /* The coordinator: the lowest replica index that is up (we count), and
@@ -359,9 +429,9 @@ url_for(const rounds *r, int replica, char *url, size_t len,
 	va_start(ap, fmt);
 	vsnprintf(path, sizeof(path), fmt, ap);
 	va_end(ap);
-	snprintf(url, len, "%s://%s%s%sfrom=%s", hc_scheme(r->cfg.client),
-	    peer_addr(r, replica), path, strchr(path, '?') ? "&" : "?",
-	    r->cfg.advertise);
+	snprintf(url, len, "%s://%s%s%sroster=%s&from=%s",
+	    hc_scheme(r->cfg.client), peer_addr(r, replica), path,
+	    strchr(path, '?') ? "&" : "?", r->roster, r->cfg.advertise);
 }
 
 /* One request in flight; it holds r alive until its answer. */
@@ -624,7 +694,7 @@ catch_up(rounds *r, int k)
 {
 	char url[1024];
 
-	if (r->catching_up || k == r->cfg.replica)
+	if (r->catching_up || k == r->cfg.replica || replica_gone(r, k))
 		return;
 	if (rounds__quarantined(r, k)) {
 		log_warnx("round %" PRId64 ": replica %d (%s) is quarantined: its "
@@ -742,6 +812,15 @@ on_pushed(void *ctx, hc_result *res)
 		/* over there: it has moved on, we adopt its weights; behind:
 		 * it will catch up, so offer again */
 		if (res->header != NULL &&
+		    strcmp(res->header, ROUNDS_STATE_ROSTER) == 0) {
+			if (!r->roster_differs[c.replica])
+				log_info("round %" PRId64 ": %s counts this round "
+				    "by another roster (a peer list change on its "
+				    "way): not waited for", c.round,
+				    peer_addr(r, c.replica));
+			r->roster_differs[c.replica] = 1;
+			r->pushed[c.replica] = 2;
+		} else if (res->header != NULL &&
 		    strcmp(res->header, ROUNDS_STATE_OVER) == 0) {
 			if (r->pushed[c.replica] == 2)
 				return;         /* another part said so */
@@ -836,7 +915,7 @@ on_commit(void *ctx, hc_result *res)
 	struct call c;
 	rounds *r = call_end(ctx, &c);
 	uint64_t members;
-	int k, missing = 0;
+	int k, missing = 0, other;
 
 	if (r == NULL)
 		return;
@@ -851,7 +930,16 @@ on_commit(void *ctx, hc_result *res)
 	}
 	if (res->status != 200)
 		return;		/* not decided yet: poll again */
-	members = rounds__commit_members(r, res);
+	members = rounds__commit_members(r, res, &other);
+	if (other) {
+		/* the coordinator counts by another roster: its members'
+		 * indices are not ours, its weights are the round's */
+		log_info("round %" PRId64 ": the coordinator %s decided with "
+		    "another roster; adopting its checkpoint", r->round,
+		    peer_addr(r, c.replica));
+		catch_up(r, coordinator(r));
+		return;
+	}
 	if (!(members & (1ULL << r->cfg.replica))) {
 		catch_up(r, coordinator(r));
 		return;
@@ -911,7 +999,7 @@ push(rounds *r)
 		char url[1024];
 
 		if (k == r->cfg.replica || r->pushed[k] == 2 || r->mine == NULL ||
-		    now(r) < r->push_at[k])
+		    now(r) < r->push_at[k] || replica_gone(r, k))
 			continue;
 		if (r->nparts > 1) {
 			push_parts(r, k);
@@ -960,8 +1048,8 @@ coordinate(rounds *r, double t)
 			continue;       /* neither a member nor waited for */
 		if (r->delta[i] != NULL)
 			members |= 1ULL << i;
-		else if (p->state == PEERS_UP ||
-		    p->state == PEERS_UNKNOWN || p->last_seen == 0)
+		else if (!r->roster_differs[i] && (p->state == PEERS_UP ||
+		    p->state == PEERS_UNKNOWN || p->last_seen == 0))
 			/* up, or never seen yet (starting): worth waiting for;
 			 * one that was seen and went down is not */
 			waiting++;

@@ -24,6 +24,16 @@
 #define ROUNDS_STATE_HEADER "X-Round-State"
 #define ROUNDS_STATE_OVER "over"
 #define ROUNDS_STATE_BEHIND "behind"
+/* ... and to an update from a replica the receiver's roster (its
+ * block's replicas for this round) does not hold, or that sent with
+ * another roster: a changed peer list is taking effect at a round
+ * boundary; not a refusal, the sender offers again later */
+#define ROUNDS_STATE_ROSTER "roster"
+/* A roster's hash: the first 16 hex digits of the sha256 of its lines
+ * "host:port peer-id\n", sent as ?roster= on every request of the
+ * round protocol and in the commit. */
+#define ROUNDS_ROSTER_LEN 17
+
 /* ... and to a part of an update (update_streams): the receiver already
  * holds that part; it counts as delivered */
 #define ROUNDS_STATE_HAVE "have"
@@ -139,10 +149,19 @@ size_t rounds_assembling(const rounds *r);
 /* Housekeeping tick (the daemon's cron). */
 void rounds_cron(rounds *r);
 /* SIGHUP: whether a new peer list keeps the block's replicas, the same
- * addresses in the same order (the round protocol depends on it); and
- * the replica map rebuilt once the new list is in place. */
+ * addresses in the same order as the engine's roster (otherwise the
+ * daemon starts a new engine at the next round boundary); and the map
+ * from the roster to the new list rebuilt once it is in place, a
+ * replica no longer listed being down for the rest of the engine's
+ * life. */
 int rounds_same_replicas(const rounds *r, const peers_list *fresh);
 void rounds_remap(rounds *r);
+/* The roster's hash (ROUNDS_ROSTER_LEN - 1 hex digits) of block's
+ * replicas in pl, as rounds_new fixes it: into out. */
+void rounds_roster_of(const peers_list *pl, int block,
+    char out[ROUNDS_ROSTER_LEN]);
+/* The engine's roster's hash. */
+const char *rounds_roster(const rounds *r);
 /* A replica of our block, at line peer, reports another checkpoint for
  * the step and round of ours: two coordinators decided differently.  The
  * replica of higher index adopts the other's weights at its next

@@ -68,6 +68,23 @@ param(const char *query, const char *name, size_t *vlen, int *twice)
 	return found;
 }
 
+int
+rp_query_value(const char *query, const char *name, char *out, size_t outlen)
+{
+	size_t vlen = 0;
+	int twice = 0;
+	const char *v = query != NULL ? param(query, name, &vlen, &twice) :
+	    NULL;
+
+	if (outlen == 0)
+		return 0;
+	out[0] = '\0';
+	if (v == NULL)
+		return 0;
+	snprintf(out, outlen, "%.*s", (int)vlen, v);
+	return 1;
+}
+
 /* A decimal parameter: digits only, no leading zero, at most max. */
 static int
 number(const char *query, const char *name, size_t max, size_t *out,

@@ -43,6 +43,10 @@ typedef struct {
  * request is a whole update, KN_EINVAL with the reason when it names a
  * part badly (a parameter missing, repeated or out of range). */
 int rp_parse(const hs_request *req, rp_part *p, char *err);
+/* The value of name in a query ("a=1&b=2") into out (truncated to
+ * outlen - 1): 1, or 0 when absent ("" in out). */
+int rp_query_value(const char *query, const char *name, char *out,
+    size_t outlen);
 
 /* One replica's update being put together, for the round in progress. */
 typedef struct {

@@ -93,7 +93,23 @@ sender_replica(const rounds *r, const uint8_t *id)
 
 	if (i < 0 || r->cfg.peers->v[i].block != r->cfg.block)
 		return -1;
-	return peers_replica_index(r->cfg.peers, i);
+	return rounds__replica_of_peer(r, i);
+}
+
+/* Whether a request comes from outside this engine's roster: a replica
+ * our roster does not hold (joining, or one we are about to drop), or
+ * one that sends with another roster.  Neither is a fault: a changed
+ * peer list takes effect at each replica's next round boundary, so for
+ * a round the two may disagree. */
+static int
+other_roster(const rounds *r, const hs_request *req, int sender)
+{
+	char theirs[ROUNDS_ROSTER_LEN + 8];
+
+	if (req->peer_id != NULL && sender < 0)
+		return 1;
+	return rp_query_value(req->query, "roster", theirs, sizeof(theirs)) &&
+	    strcmp(theirs, r->roster) != 0;
 }
 
 /* A part of replica p->replica's update for the current round: put
@@ -175,6 +191,14 @@ handle_post_update(void *ctx, const hs_request *req, hs_response *res,
 		    "updates are refused until the operator clears it", sender);
 		return;
 	}
+	if (other_roster(r, req, sender)) {
+		hs_response_text(res, 409, "this replica's roster for round %"
+		    PRId64 " is %s, another than the sender's: a changed peer "
+		    "list takes effect at the next round", current, r->roster);
+		hs_response_header(res, ROUNDS_STATE_HEADER,
+		    ROUNDS_STATE_ROSTER);
+		return;
+	}
 	if ((in_parts = rp_parse(req, &part, err)) < 0) {
 		hs_response_text(res, 400, "part refused: %s", err);
 		return;
@@ -232,15 +256,24 @@ handle_post_update(void *ctx, const hs_request *req, hs_response *res,
 
 /* The reader of handle_commit's answer, kept beside its writer. */
 uint64_t
-rounds__commit_members(const rounds *r, const hc_result *res)
+rounds__commit_members(const rounds *r, const hc_result *res,
+    int *other)
 {
 	json_t *root, *arr;
 	json_error_t jerr;
 	uint64_t members = 0;
+	const char *roster;
 	size_t i;
 
+	*other = 0;
 	if ((root = json_loadb(res->body, res->body_len, 0, &jerr)) == NULL)
 		return 0;
+	roster = json_string_value(json_object_get(root, "roster"));
+	if (roster != NULL && strcmp(roster, r->roster) != 0) {
+		*other = 1;
+		json_decref(root);
+		return 0;
+	}
 	arr = json_object_get(root, "members");
 	for (i = 0; i < json_array_size(arr); i++) {
 		json_int_t m = json_integer_value(json_array_get(arr, i));
@@ -267,8 +300,9 @@ handle_commit(void *ctx, const hs_request *req, hs_response *res,
 		for (k = 0; k < r->cfg.replicas; k++)
 			if (r->members & (1ULL << k))
 				json_array_append_new(members, json_integer(k));
-		hs_response_json(res, 200, json_pack("{s:I,s:o}", "round",
-		    (json_int_t)round, "members", members));
+		hs_response_json(res, 200, json_pack("{s:I,s:o,s:s}", "round",
+		    (json_int_t)round, "members", members, "roster",
+		    r->roster));
 		return;
 	}
 	if (round < r->committed_round || round < r->ckpt_round)
