@@ -337,7 +337,8 @@ start(int i, int block)
 /* The copy of block that daemon i holds (its status), with step at
  * least min, within limit seconds: its step, or -1. */
 static long long
-wait_copy(int i, int block, long long min, double limit, char *sha)
+wait_copy_round(int i, int block, long long min, double limit, char *sha,
+    long long *round)
 {
 	double t0 = kn_now();
 
@@ -356,6 +357,9 @@ wait_copy(int i, int block, long long min, double limit, char *sha)
 				if (sha != NULL)
 					snprintf(sha, 65, "%s", json_string_value(
 					    json_object_get(e, "sha256")));
+				if (round != NULL)
+					*round = json_integer_value(
+					    json_object_get(e, "round"));
 			}
 		json_decref(j);
 		if (step >= 0)
@@ -363,6 +367,12 @@ wait_copy(int i, int block, long long min, double limit, char *sha)
 		usleep(100000);
 	} while (kn_now() - t0 < limit);
 	return -1;
+}
+
+static long long
+wait_copy(int i, int block, long long min, double limit, char *sha)
+{
+	return wait_copy_round(i, block, min, limit, sha, NULL);
 }
 
 /* Bytes of the files in state dir i's mirror folder. */
@@ -564,6 +574,11 @@ START_TEST(test_budget_refused)
 }
 END_TEST
 
+/* Steps of test_host_replaced's run: the host of block 2 is killed
+ * well before them (a few seconds in), and the new host trains the
+ * rest in seconds. */
+#define STEPS_B 6000
+
 /* (b) the only host of block 2 is lost with its state directory; a new
  * host with a new identity, on a new line of the list, takes block 2
  * over from the mirror's step, and the run finishes. */
@@ -577,12 +592,12 @@ START_TEST(test_host_replaced)
 	double t0;
 	json_t *j;
 
-	write_run(1500, "");
+	write_run(STEPS_B, "");
 	write_peers(2, daemons, blocks);
 	start(0, 1);
 	start(1, 2);
-	step = wait_copy(0, 2, 200, 40, sha);
-	ck_assert_msg(step >= 200, "no copy of block 2 on daemon 0");
+	step = wait_copy(0, 2, 100, 40, sha);
+	ck_assert_msg(step >= 100, "no copy of block 2 on daemon 0");
 	/* the host and its disk are gone */
 	tu_stop(&pids[1], SIGKILL, 15);
 	state_of(1, state, sizeof(state));
@@ -611,7 +626,7 @@ START_TEST(test_host_replaced)
 	    tu_wait_state(base_port + 2, 1, "done", 1), "new host idle");
 	from = trained_from(2);
 	fprintf(stderr, "# replaced: the mirror held step %lld, the new host "
-	    "trained from step %lld\n", step, from);
+	    "trained from step %lld to %d\n", step, from, STEPS_B);
 	ck_assert_int_ge(from, step);
 	ck_assert_int_gt(from, 0);
 	ck_assert(log_has(2, "bootstrap: installed the checkpoint of block 2"));
@@ -622,7 +637,7 @@ START_TEST(test_host_replaced)
 	json_decref(j);
 	ck_assert_msg(tu_wait_state(base_port, 1, "done", 50) &&
 	    tu_wait_state(base_port + 2, 1, "done", 50), "run not done");
-	ck_assert_int_eq(tu_status_int(base_port + 2, "step"), 1500);
+	ck_assert_int_eq(tu_status_int(base_port + 2, "step"), STEPS_B);
 	ck_assert_int_eq(tu_stop(&pids[0], SIGTERM, 15), 0);
 	ck_assert_int_eq(tu_stop(&pids[2], SIGTERM, 15), 0);
 }
@@ -635,7 +650,7 @@ START_TEST(test_bad_mirror_refused)
 {
 	int daemons[2] = { 0, 1 }, blocks[2] = { 1, 2 };
 	char state[128], path[512], cmd[700], sha[65], id[128];
-	long long step, strikes = -1;
+	long long step, round = 0, strikes = -1;
 	json_t *j, *e;
 	size_t k;
 	FILE *f;
@@ -647,15 +662,25 @@ START_TEST(test_bad_mirror_refused)
 	step = wait_copy(0, 2, 100, 40, sha);
 	ck_assert_msg(step >= 100, "no copy of block 2 on daemon 0");
 	tu_stop(&pids[1], SIGKILL, 15);
-	step = wait_copy(0, 2, 0, 1, sha);
 	j = tu_status(base_port);
 	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(j,
 	    "id")));
 	json_decref(j);
-	/* a byte of the copy's checkpoint flipped in place */
-	snprintf(path, sizeof(path), "%s/state0/mirror/block-2-%lld-0.ckpt",
-	    dir, step);
-	ck_assert_ptr_nonnull(f = fopen(path, "r+b"));
+	/* a byte of the copy's checkpoint flipped in place (once a pull
+	 * under way at the kill has ended) */
+	{
+		double t0 = kn_now();
+
+		usleep(800000);
+		do {
+			usleep(200000);
+			step = wait_copy_round(0, 2, 0, 1, sha, &round);
+			snprintf(path, sizeof(path), "%s/state0/mirror/"
+			    "block-2-%lld-%lld.ckpt", dir, step, round);
+		} while ((f = fopen(path, "r+b")) == NULL &&
+		    kn_now() - t0 < 10);
+	}
+	ck_assert_ptr_nonnull(f);
 	fseek(f, 0, SEEK_END);
 	fseek(f, ftell(f) / 2, SEEK_SET);
 	{
