@@ -55,6 +55,16 @@ struct mr_copy {
 	size_t ckpt_in;
 };
 
+/* The disk a copy held takes: its files, and block-B.json's room (a
+ * few hundred bytes: numbers, two hashes and an address). */
+#define MR_META_BYTES ((uint64_t)1024)
+
+static uint64_t
+copy_size(const struct mr_copy *c)
+{
+	return c->ckpt_len + c->optim_len + MR_META_BYTES;
+}
+
 struct mr_state {
 	struct node *n;
 	uint64_t used;                  /* bytes of the copies held */
@@ -329,7 +339,7 @@ load_copy(mr_state *m, int block)
 	if (c->optim_sha[0] == '\0')
 		c->optim_len = 0;
 	c->held = 1;
-	m->used += c->ckpt_len + c->optim_len;
+	m->used += copy_size(c);
 	log_info("mirror: holding block %d step %" PRId64 " round %" PRId64
 	    " (%" PRIu64 " bytes, sha256 %.16s...)", block, c->step, c->round,
 	    c->ckpt_len + c->optim_len, c->sha);
@@ -558,7 +568,7 @@ job_done(uv_work_t *w, int status)
 	(void)status;
 	c->pulling = 0;
 	if (j->old_gone && c->held) {
-		m->used -= c->ckpt_len + c->optim_len;
+		m->used -= copy_size(c);
 		c->held = 0;
 	}
 	if (j->refused) {
@@ -578,7 +588,7 @@ job_done(uv_work_t *w, int status)
 	} else {
 		/* the copy before is gone: removed, or written over */
 		if (c->held)
-			m->used -= c->ckpt_len + c->optim_len;
+			m->used -= copy_size(c);
 		c->held = 1;
 		c->step = j->v.got.step;
 		c->round = j->v.got.round;
@@ -589,7 +599,7 @@ job_done(uv_work_t *w, int status)
 		c->optim_len = j->v.optim_ok ? j->optim_len : 0;
 		snprintf(c->from, sizeof(c->from), "%s", j->src);
 		c->at = (double)time(NULL);
-		m->used += c->ckpt_len + c->optim_len;
+		m->used += copy_size(c);
 		if (!j->v.optim_ok)
 			c->next_try = kn_now() + MR_RETRY_S;
 		log_info("mirror: holding block %d step %" PRId64 " round %"
@@ -614,7 +624,8 @@ pull_write(mr_state *m, int block, char *optim, size_t optim_len)
 {
 	node *n = m->n;
 	struct mr_copy *c = &m->copy[block];
-	uint64_t add = c->ckpt_in + (optim != NULL ? optim_len : 0);
+	uint64_t add = c->ckpt_in + (optim != NULL ? optim_len : 0) +
+	    MR_META_BYTES;
 	uint64_t budget = n->cfg.mirror_budget;
 	struct mr_job *j = calloc(1, sizeof(*j));
 
@@ -629,13 +640,14 @@ pull_write(mr_state *m, int block, char *optim, size_t optim_len)
 	/* never above the budget, a write's new files and the copy they
 	 * replace together: when they do not fit, the old copy goes first */
 	if (m->used + add > budget) {
-		uint64_t old = c->held ? c->ckpt_len + c->optim_len : 0;
+		uint64_t old = c->held ? copy_size(c) : 0;
 
 		if (m->used - old + add > budget) {
 			log_warnx("mirror: the copy of block %d at step %" PRId64
 			    " takes %" PRIu64 " bytes; mirror_budget (%" PRIu64
 			    ") has %" PRIu64 " free: not kept", block,
-			    c->want_step, add, budget, budget - (m->used - old));
+			    c->want_step, add, budget, m->used - old < budget ?
+			    budget - (m->used - old) : 0);
 			free(optim);
 			free(j);
 			pull_failed(c, MR_REFUSED_RETRY_S);
