@@ -275,6 +275,7 @@ on_optim(void *ctx, hc_result *r)
 	const struct bs_claim *c = &b->c[b->order[b->at]];
 	struct bs_job *j;
 
+	uv_timer_stop(&b->again);
 	if (b->n->stopping) {
 		finish(b, "failed");
 		return;
@@ -311,6 +312,7 @@ on_ckpt(void *ctx, hc_result *r)
 	}
 	meter(b, c->addr, PEERS_KIND_CHECKPOINT, r);
 	if (r->error != NULL || r->status != 200) {
+		uv_timer_stop(&b->again);
 		log_warnx("bootstrap: the checkpoint from %s (try %d of %d): %s",
 		    c->addr, b->tries, BS_TRIES, r->error ? r->error :
 		    "its answer was not 200");
@@ -337,6 +339,20 @@ on_ckpt(void *ctx, hc_result *r)
 		log_warnx("bootstrap: %s: %s", c->addr, err);
 		next_source(b);
 	}
+}
+
+/* While a transfer is under way (the timer idle between asks serves). */
+static void
+on_progress(uv_timer_t *t)
+{
+	bs_state *b = t->data;
+
+	if (b->at < b->norder)
+		log_info("bootstrap: still fetching the checkpoint of step %"
+		    PRId64 " from %s: %.0fs so far (at most %" PRIu64 " bytes "
+		    "and its optimizer state)", b->want_step,
+		    b->c[b->order[b->at]].addr, kn_now() - b->fetch_began,
+		    b->c[b->order[b->at]].bytes);
 }
 
 /* The next try at the source in hand, or the next source. */
@@ -375,8 +391,12 @@ fetch(bs_state *b)
 		b->fetch_began = kn_now();
 		b->outcome = "fetching";
 		if (request(b, c, path, BS_TIMEOUT_MS + (long)(most / BS_RATE) *
-		    1000, (size_t)most, on_ckpt, b, err) == 0)
+		    1000, (size_t)most, on_ckpt, b, err) == 0) {
+			/* a large pair over a slow link: a line now and then */
+			uv_timer_start(&b->again, on_progress,
+			    BS_PROGRESS_S * 1000, BS_PROGRESS_S * 1000);
 			return;
+		}
 		log_warnx("bootstrap: %s: %s", c->addr, err);
 		b->at++;
 		b->tries = 0;

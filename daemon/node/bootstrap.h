@@ -49,6 +49,8 @@ int bs_choose(const struct bs_claim *c, int n, int64_t floor,
 /* Rounds of asking, 1 s and then 2 s apart, when nobody answers a host
  * that holds no checkpoint at all. */
 #define BS_ASKS 3
+/* Seconds between the log's lines while a transfer is under way. */
+#define BS_PROGRESS_S 15
 
 /* Whether n has anyone to ask: a BlockTrain daemon with another daemon
  * line in its peer list. */
