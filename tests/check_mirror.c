@@ -182,6 +182,7 @@ START_TEST(test_check_pair)
 	char *ckpt, *optim;
 	size_t clen, olen;
 	mr_verdict v;
+	mr_claim c;
 	mr_pair p;
 
 	load_spec(&s, 2);
@@ -189,36 +190,66 @@ START_TEST(test_check_pair)
 	make_pair(&s, run_id, 300, 300, &ckpt, &clen, &optim, &olen);
 	ck_assert_int_eq(pr_ckpt_sha256_hex(ckpt, clen, sha, err), 0);
 	p = (mr_pair){ ckpt, clen, optim, olen };
-	ck_assert_msg(mr_check_pair(&s, run_id, 1, sha, &p, &v, err) == 0,
+	c = (mr_claim){ .step = 300 };
+	memcpy(c.sha, sha, 65);
+	ck_assert_msg(mr_check_pair(&s, run_id, 1, &c, &p, &v, err) == 0,
 	    "%s", err);
 	ck_assert_int_eq(v.got.step, 300);
+	ck_assert_str_eq(v.sha, sha);
 	ck_assert(v.optim_ok);
 	/* another block's shape, another run: refused, not for the hash */
-	ck_assert_int_ne(mr_check_pair(&s, run_id, 2, sha, &p, &v, err), 0);
+	ck_assert_int_ne(mr_check_pair(&s, run_id, 2, &c, &p, &v, err), 0);
 	ck_assert(!v.hash_bad);
 	ck_assert_int_ne(mr_check_pair(&s, "0123456789abcdef0123456789abcdef"
-	    "0123456789abcdef0123456789abcdef", 1, sha, &p, &v, err), 0);
+	    "0123456789abcdef0123456789abcdef", 1, &c, &p, &v, err), 0);
 	/* a byte changed: not the bytes named */
 	ckpt[clen / 2] ^= 0x40;
-	ck_assert_int_ne(mr_check_pair(&s, run_id, 1, sha, &p, &v, err), 0);
+	ck_assert_int_ne(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
 	ck_assert(v.hash_bad);
 	ck_assert_ptr_nonnull(strstr(err, "hash"));
+	/* nor when an ETag came with them that they do not match either */
+	mr_etag("\"0123456789abcdef0123456789abcdef0123456789abcdef"
+	    "0123456789abcdef\"", c.etag);
+	ck_assert_int_eq(strlen(c.etag), 64);
+	ck_assert_int_ne(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
+	ck_assert(v.hash_bad);
 	ckpt[clen / 2] ^= 0x40;
+	/* the host trained on since it named step 200: the newer step,
+	 * under the hash that came with it, is taken */
+	c = (mr_claim){ .step = 200 };
+	memset(c.sha, 'e', 64);
+	memcpy(c.etag, sha, 65);
+	ck_assert_int_eq(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
+	/* but not the step it named under another hash, nor an older one */
+	c.step = 300;
+	ck_assert_int_ne(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
+	ck_assert(v.hash_bad);
+	c.step = 400;
+	memcpy(c.sha, sha, 65);
+	ck_assert_int_ne(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "older"));
 	free(optim);
 	free(ckpt);
 	/* a state of another step is not the checkpoint's */
 	make_pair(&s, run_id, 300, 400, &ckpt, &clen, &optim, &olen);
 	ck_assert_int_eq(pr_ckpt_sha256_hex(ckpt, clen, sha, err), 0);
 	p = (mr_pair){ ckpt, clen, optim, olen };
-	ck_assert_int_eq(mr_check_pair(&s, run_id, 1, sha, &p, &v, err), 0);
+	c = (mr_claim){ .step = 300 };
+	memcpy(c.sha, sha, 65);
+	ck_assert_int_eq(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
 	ck_assert(!v.optim_ok);
 	ck_assert_ptr_nonnull(strstr(v.optim_why, "step 400"));
 	/* and none at all */
 	p.optim = NULL;
-	ck_assert_int_eq(mr_check_pair(&s, run_id, 1, sha, &p, &v, err), 0);
+	ck_assert_int_eq(mr_check_pair(&s, run_id, 1, &c, &p, &v, err), 0);
 	ck_assert(!v.optim_ok);
 	free(optim);
 	free(ckpt);
+	/* ETags as they come */
+	mr_etag(NULL, c.etag);
+	ck_assert_str_eq(c.etag, "");
+	mr_etag("\"abc\"", c.etag);
+	ck_assert_str_eq(c.etag, "");
 }
 END_TEST
 
@@ -529,6 +560,14 @@ START_TEST(test_mirror_holds_copy)
 	/* the mirror of block 1 is daemon 1's */
 	ck_assert_int_ge(wait_copy(1, 1, 100, 20, NULL), 100);
 	tu_act_as(NULL);
+	/* hosts that trained on between their status and a pull are not
+	 * counted against: nobody refused anything */
+	for (step = 0; step < 2; step++) {
+		j = tu_status(base_port + (int)step);
+		ck_assert_int_eq(json_array_size(json_object_get(json_object_get(
+		    j, "strikes"), "peers")), 0);
+		json_decref(j);
+	}
 	{
 		char out[8192], want[64];
 

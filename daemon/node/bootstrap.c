@@ -34,6 +34,7 @@ struct bs_state {
 	int norder, at, tries;
 	int64_t want_step, want_round;
 	char want_sha[65];
+	char etag[65];          /* of the checkpoint fetched; "": none */
 	char *ckpt;
 	size_t ckpt_len;
 	double began, fetch_began;
@@ -187,10 +188,13 @@ job_run(uv_work_t *w)
 	bs_state *b = j->b;
 	const node *n = b->n;
 	mr_pair p = { b->ckpt, b->ckpt_len, j->optim, j->optim_len };
+	mr_claim claim = { b->want_step, b->want_round, "", "" };
 	char path[PR_PATH_LEN + 32];
 
+	memcpy(claim.sha, b->want_sha, sizeof(claim.sha));
+	memcpy(claim.etag, b->etag, sizeof(claim.etag));
 	if ((j->rc = mr_check_pair(&n->spec, n->run_id, n->cfg.block,
-	    b->want_sha, &p, &j->v, j->err)) != 0) {
+	    &claim, &p, &j->v, j->err)) != 0) {
 		j->refused = 1;
 		return;
 	}
@@ -257,13 +261,13 @@ job_done(uv_work_t *w, int status)
 	    PRId64 " round %" PRId64 " from %s%s (%zu bytes in %.1fs, sha256 "
 	    "%.16s...)%s%s", n->cfg.block, b->step, b->round, c->addr,
 	    c->mirror ? "'s mirror" : "", b->ckpt_len, kn_now() -
-	    b->fetch_began, b->want_sha, j->v.optim_ok ? " with its optimizer "
+	    b->fetch_began, j->v.sha, j->v.optim_ok ? " with its optimizer "
 	    "state" : "; without its optimizer state (the moments start "
 	    "afresh): ", j->v.optim_ok ? "" : j->v.optim_why[0] ?
 	    j->v.optim_why : "none served");
 	node_journal(n, "bootstrap: installed step %" PRId64 " round %" PRId64
 	    " from %s%s, sha256 %s", b->step, b->round, c->addr, c->mirror ?
-	    " (mirror)" : "", b->want_sha);
+	    " (mirror)" : "", j->v.sha);
 	free(j);
 	finish(b, "installed");
 }
@@ -324,6 +328,8 @@ on_ckpt(void *ctx, hc_result *r)
 	}
 	b->ckpt_len = r->body_len;
 	b->ckpt = hc_result_take_body(r);
+	/* a host may have trained on since it named its checkpoint */
+	mr_etag(r->etag, b->etag);
 	log_info("bootstrap: %zu bytes of checkpoint from %s in %.1fs; now its "
 	    "optimizer state", b->ckpt_len, c->addr, kn_now() -
 	    b->fetch_began);
@@ -390,6 +396,7 @@ fetch(bs_state *b)
 			    n->cfg.block);
 		b->fetch_began = kn_now();
 		b->outcome = "fetching";
+		b->etag[0] = '\0';
 		if (request(b, c, path, BS_TIMEOUT_MS + (long)(most / BS_RATE) *
 		    1000, (size_t)most, on_ckpt, b, err) == 0) {
 			/* a large pair over a slow link: a line now and then */

@@ -48,8 +48,7 @@ struct mr_copy {
 	/* the pull under way */
 	int pulling;
 	double next_try;                /* kn_now */
-	int64_t want_step, want_round;
-	char want_sha[65];
+	mr_claim want;                  /* what the host's status named */
 	char src[CF_HOST_LEN + 8];
 	char *ckpt;
 	size_t ckpt_in;
@@ -183,23 +182,42 @@ is_sha_hex(const char *s)
 	return s[64] == '\0';
 }
 
+void
+mr_etag(const char *header, char out[65])
+{
+	size_t n = header != NULL ? strlen(header) : 0;
+
+	out[0] = '\0';
+	if (n == 66 && header[0] == '"' && header[65] == '"') {
+		header++;
+		n -= 2;
+	}
+	if (n == 64) {
+		memcpy(out, header, 64);
+		out[64] = '\0';
+		if (!is_sha_hex(out))
+			out[0] = '\0';
+	}
+}
+
 int
 mr_check_pair(const pr_spec *s, const char *run_id, int block,
-    const char *want_sha, const mr_pair *p, mr_verdict *v, char *err)
+    const mr_claim *c, const mr_pair *p, mr_verdict *v, char *err)
 {
 	kn_model_shape shape = pr_spec_block_shape(s, block - 1);
 	kn_tensor tab[KN_MODEL_TENSORS];
 	pr_ckpt_meta expect = { 0 }, gopt;
-	char sha[65], why[PR_ERR_LEN];
+	const char *named = c->etag[0] != '\0' ? c->etag : c->sha;
+	char why[PR_ERR_LEN];
 	int count, topt, rc;
 
 	memset(v, 0, sizeof(*v));
-	if ((rc = pr_ckpt_sha256_hex(p->ckpt, p->ckpt_len, sha, err)) != 0)
+	if ((rc = pr_ckpt_sha256_hex(p->ckpt, p->ckpt_len, v->sha, err)) != 0)
 		return rc;
-	if (strcmp(sha, want_sha) != 0) {
+	if (strcmp(v->sha, named) != 0) {
 		v->hash_bad = 1;
 		return kn_error(err, KN_EINVAL, "its %zu bytes hash to %.16s..., "
-		    "not to the %.16s... it named", p->ckpt_len, sha, want_sha);
+		    "not to the %.16s... it named", p->ckpt_len, v->sha, named);
 	}
 	snprintf(expect.run_id, sizeof(expect.run_id), "%s", run_id);
 	expect.block = block;
@@ -212,6 +230,19 @@ mr_check_pair(const pr_spec *s, const char *run_id, int block,
 	    NULL, &v->got, why)) != 0)
 		return kn_error(err, rc, "the checkpoint does not decode: %.200s",
 		    why);
+	if (v->got.step < c->step || (v->got.step == c->step &&
+	    v->got.round < c->round))
+		return kn_error(err, KN_EINVAL, "it serves step %" PRId64
+		    " round %" PRId64 ", older than the step %" PRId64 " round %"
+		    PRId64 " it named", v->got.step, v->got.round, c->step,
+		    c->round);
+	if (strcmp(v->sha, c->sha) != 0 && v->got.step == c->step &&
+	    v->got.round == c->round) {
+		v->hash_bad = 1;
+		return kn_error(err, KN_EINVAL, "it serves step %" PRId64
+		    " round %" PRId64 " as %.16s..., having named %.16s... for "
+		    "it", c->step, c->round, v->sha, c->sha);
+	}
 	if (p->optim == NULL)
 		return KN_OK;
 	if (pr_ckpt_decode_optim(p->optim, p->optim_len, &expect,
@@ -460,7 +491,7 @@ struct mr_job {
 	int block;
 	char *ckpt, *optim;
 	size_t ckpt_len, optim_len;
-	char want_sha[65];
+	mr_claim claim;
 	char src[CF_HOST_LEN + 8];
 	int drop_old;           /* the copy held goes before the new one */
 	int had_old;
@@ -511,7 +542,7 @@ job_write(struct mr_job *j)
 	}
 	o = json_pack("{s:i,s:I,s:I,s:s,s:I,s:s,s:f}", "block", j->block,
 	    "step", (json_int_t)g->step, "round", (json_int_t)g->round,
-	    "sha256", j->want_sha, "bytes", (json_int_t)j->ckpt_len, "from",
+	    "sha256", j->v.sha, "bytes", (json_int_t)j->ckpt_len, "from",
 	    j->src, "at", (double)time(NULL));
 	if (o != NULL && j->v.optim_ok)
 		json_object_set_new(o, "optimizer", json_pack("{s:s,s:I}",
@@ -549,12 +580,17 @@ job_run(uv_work_t *w)
 	const node *n = j->m->n;
 	mr_pair p = { j->ckpt, j->ckpt_len, j->optim, j->optim_len };
 
-	j->rc = mr_check_pair(&n->spec, n->run_id, j->block, j->want_sha, &p,
+	j->rc = mr_check_pair(&n->spec, n->run_id, j->block, &j->claim, &p,
 	    &j->v, j->err);
-	if (j->rc == 0)
-		job_write(j);
-	else
+	if (j->rc != 0)
 		j->refused = 1;
+	else if (j->had_old && (j->v.got.step < j->old_step ||
+	    (j->v.got.step == j->old_step && j->v.got.round < j->old_round)))
+		/* a newer copy came meanwhile: nothing to keep */
+		j->rc = kn_error(j->err, KN_EINVAL, "step %" PRId64 " is older "
+		    "than the copy held", j->v.got.step);
+	else
+		job_write(j);
 }
 
 static void
@@ -592,7 +628,7 @@ job_done(uv_work_t *w, int status)
 		c->held = 1;
 		c->step = j->v.got.step;
 		c->round = j->v.got.round;
-		memcpy(c->sha, j->want_sha, sizeof(c->sha));
+		memcpy(c->sha, j->v.sha, sizeof(c->sha));
 		snprintf(c->optim_sha, sizeof(c->optim_sha), "%s",
 		    j->v.optim_ok ? j->v.optim_sha : "");
 		c->ckpt_len = j->ckpt_len;
@@ -646,7 +682,7 @@ pull_write(mr_state *m, int block, char *optim, size_t optim_len)
 			log_warnx("mirror: the copy of block %d at step %" PRId64
 			    " takes %" PRIu64 " bytes; mirror_budget (%" PRIu64
 			    ") has %" PRIu64 " free: not kept", block,
-			    c->want_step, add, budget, m->used - old < budget ?
+			    c->want.step, add, budget, m->used - old < budget ?
 			    budget - (m->used - old) : 0);
 			free(optim);
 			free(j);
@@ -663,7 +699,7 @@ pull_write(mr_state *m, int block, char *optim, size_t optim_len)
 	c->ckpt = NULL;
 	j->optim = optim;
 	j->optim_len = optim_len;
-	memcpy(j->want_sha, c->want_sha, sizeof(j->want_sha));
+	j->claim = c->want;
 	snprintf(j->src, sizeof(j->src), "%s", c->src);
 	if (uv_queue_work(n->loop, &j->work, job_run, job_done) != 0) {
 		free(j->ckpt);
@@ -767,6 +803,9 @@ on_ckpt(void *ctx, hc_result *r)
 	}
 	c->ckpt_in = r->body_len;
 	c->ckpt = hc_result_take_body(r);
+	/* the host may have trained on since its status: the bytes are
+	 * checked against what came with them */
+	mr_etag(r->etag, c->want.etag);
 	if (pull_get(m, block, "optimizer", on_optim, err) != 0) {
 		log_warnx("mirror: block %d from %s: %s", block, c->src, err);
 		pull_failed(c, MR_RETRY_S);
@@ -805,9 +844,10 @@ mr_on_checkpoint(mr_state *m, int peer, int64_t step, int64_t round,
 	    p->id_text))
 		return;
 	c->pulling = 1;
-	c->want_step = step;
-	c->want_round = round;
-	snprintf(c->want_sha, sizeof(c->want_sha), "%s", sha256);
+	memset(&c->want, 0, sizeof(c->want));
+	c->want.step = step;
+	c->want.round = round;
+	snprintf(c->want.sha, sizeof(c->want.sha), "%s", sha256);
 	snprintf(c->src, sizeof(c->src), "%s", p->addr);
 	if (pull_get(m, b, "checkpoint", on_ckpt, err) != 0) {
 		log_warnx("mirror: block %d from %s: %s", b, p->addr, err);

@@ -58,22 +58,42 @@ typedef struct mr_pair {
 
 /* What mr_check_pair found. */
 typedef struct mr_verdict {
-	int hash_bad;           /* the bytes do not hash to the claim */
+	int hash_bad;           /* the bytes are not the ones named */
 	pr_ckpt_meta got;       /* the checkpoint's meta, when valid */
+	char sha[65];           /* the checkpoint's sha256, when valid */
 	int optim_ok;           /* the optimizer state is of the same step */
 	char optim_sha[65];     /* its sha256, when optim_ok */
 	char optim_why[160];    /* why not, when given and not ok */
 } mr_verdict;
 
-/* Checks a pair of block of run_id: the checkpoint's sha256 is
- * want_sha (64 hex digits), it decodes against the spec's shape of the
- * block with every value finite; the optimizer state, when given, of
- * the same run, block, step and round, decodes with the block's
- * parameter count.  0 (the checkpoint good; v->optim_ok for the
- * state), or KN_EINVAL / KN_ENUM with the reason in err (PR_ERR_LEN),
- * v->hash_bad when the bytes are not the ones claimed.  Thread-safe. */
+/* What a source named of the checkpoint it serves: the step, round and
+ * sha256 (64 hex digits) it claimed beforehand (its status, its
+ * mirror's description), and the ETag of the answer that brought the
+ * bytes ("" when none came). */
+typedef struct mr_claim {
+	int64_t step, round;
+	char sha[65];
+	char etag[65];
+} mr_claim;
+
+/* The sha256 of an ETag header ("\"hex\"" or hex) into out, "" when it
+ * is none. */
+void mr_etag(const char *header, char out[65]);
+
+/* Checks a pair of block of run_id from a source that named c: the
+ * checkpoint's bytes hash to the ETag that came with them (to the
+ * claim's sha256 without one), they decode against the spec's shape of
+ * the block with every value finite, and they are the checkpoint
+ * claimed or a newer one (a host trains on between its status and the
+ * fetch: a newer step under another hash is that, the claimed step
+ * under another hash is not); the optimizer state, when given, of the
+ * same run, block, step and round, decodes with the block's parameter
+ * count.  0 (the checkpoint good, its sha256 in v->sha; v->optim_ok for
+ * the state), or KN_EINVAL / KN_ENUM with the reason in err
+ * (PR_ERR_LEN), v->hash_bad when the bytes are not the ones named.
+ * Thread-safe. */
 int mr_check_pair(const pr_spec *s, const char *run_id, int block,
-    const char *want_sha, const mr_pair *p, mr_verdict *v, char *err);
+    const mr_claim *c, const mr_pair *p, mr_verdict *v, char *err);
 
 /* Counts a refusal of what the peer at addr served against it (the
  * strikes' checkpoint kind), with the journal and the log. */
