@@ -113,20 +113,6 @@ local_step(const node *n)
 }
 
 static int
-sha_ok(const char *s)
-{
-	size_t i;
-
-	if (s == NULL || strlen(s) != 64)
-		return 0;
-	for (i = 0; i < 64; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' &&
-		    s[i] <= 'f')))
-			return 0;
-	return 1;
-}
-
-static int
 request(bs_state *b, const struct bs_claim *c, const char *path,
     long timeout_ms, size_t max_body, hc_done_fn done, void *ctx, char *err)
 {
@@ -539,7 +525,7 @@ on_claim(void *ctx, hc_result *r)
 			ck = c->mirror ? root : json_object_get(root,
 			    "checkpoint");
 		sha = json_string_value(json_object_get(ck, "sha256"));
-		if (ck != NULL && sha_ok(sha)) {
+		if (ck != NULL && mr_sha_ok(sha)) {
 			c->valid = 1;
 			c->step = json_integer_value(json_object_get(ck,
 			    "step"));

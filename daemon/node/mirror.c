@@ -50,8 +50,8 @@ struct mr_copy {
 	double next_try;                /* kn_now */
 	mr_claim want;                  /* what the host's status named */
 	char src[CF_HOST_LEN + 8];
-	char *ckpt;
-	size_t ckpt_in;
+	char *ckpt, *optim;             /* what came so far */
+	size_t ckpt_in, optim_in;
 };
 
 /* The disk a copy held takes: its files, and block-B.json's room (a
@@ -168,96 +168,6 @@ mr_budget_check(const pr_spec *s, const peers_list *pl, int self,
 	    sum / 1048576.0);
 }
 
-/* ---- the check of a pair ---- */
-
-static int
-is_sha_hex(const char *s)
-{
-	int i;
-
-	for (i = 0; i < 64; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' &&
-		    s[i] <= 'f')))
-			return 0;
-	return s[64] == '\0';
-}
-
-void
-mr_etag(const char *header, char out[65])
-{
-	size_t n = header != NULL ? strlen(header) : 0;
-
-	out[0] = '\0';
-	if (n == 66 && header[0] == '"' && header[65] == '"') {
-		header++;
-		n -= 2;
-	}
-	if (n == 64) {
-		memcpy(out, header, 64);
-		out[64] = '\0';
-		if (!is_sha_hex(out))
-			out[0] = '\0';
-	}
-}
-
-int
-mr_check_pair(const pr_spec *s, const char *run_id, int block,
-    const mr_claim *c, const mr_pair *p, mr_verdict *v, char *err)
-{
-	kn_model_shape shape = pr_spec_block_shape(s, block - 1);
-	kn_tensor tab[KN_MODEL_TENSORS];
-	pr_ckpt_meta expect = { 0 }, gopt;
-	const char *named = c->etag[0] != '\0' ? c->etag : c->sha;
-	char why[PR_ERR_LEN];
-	int count, topt, rc;
-
-	memset(v, 0, sizeof(*v));
-	if ((rc = pr_ckpt_sha256_hex(p->ckpt, p->ckpt_len, v->sha, err)) != 0)
-		return rc;
-	if (strcmp(v->sha, named) != 0) {
-		v->hash_bad = 1;
-		return kn_error(err, KN_EINVAL, "its %zu bytes hash to %.16s..., "
-		    "not to the %.16s... it named", p->ckpt_len, v->sha, named);
-	}
-	snprintf(expect.run_id, sizeof(expect.run_id), "%s", run_id);
-	expect.block = block;
-	snprintf(expect.kind, sizeof(expect.kind), "block");
-	count = kn_model_table(&shape, tab, KN_MODEL_TENSORS);
-	if (count < 0)
-		return kn_error(err, KN_EINVAL, "no tensor table for block %d",
-		    block);
-	if ((rc = pr_ckpt_decode(p->ckpt, p->ckpt_len, &expect, tab, count,
-	    NULL, &v->got, why)) != 0)
-		return kn_error(err, rc, "the checkpoint does not decode: %.200s",
-		    why);
-	if (v->got.step < c->step || (v->got.step == c->step &&
-	    v->got.round < c->round))
-		return kn_error(err, KN_EINVAL, "it serves step %" PRId64
-		    " round %" PRId64 ", older than the step %" PRId64 " round %"
-		    PRId64 " it named", v->got.step, v->got.round, c->step,
-		    c->round);
-	if (strcmp(v->sha, c->sha) != 0 && v->got.step == c->step &&
-	    v->got.round == c->round) {
-		v->hash_bad = 1;
-		return kn_error(err, KN_EINVAL, "it serves step %" PRId64
-		    " round %" PRId64 " as %.16s..., having named %.16s... for "
-		    "it", c->step, c->round, v->sha, c->sha);
-	}
-	if (p->optim == NULL)
-		return KN_OK;
-	if (pr_ckpt_decode_optim(p->optim, p->optim_len, &expect,
-	    kn_model_params_for(&shape), NULL, NULL, &topt, &gopt, why) != 0)
-		snprintf(v->optim_why, sizeof(v->optim_why), "%.150s", why);
-	else if (gopt.step != v->got.step || gopt.round != v->got.round)
-		snprintf(v->optim_why, sizeof(v->optim_why), "of step %" PRId64
-		    " round %" PRId64 ", not the checkpoint's", gopt.step,
-		    gopt.round);
-	else if (pr_ckpt_sha256_hex(p->optim, p->optim_len, v->optim_sha,
-	    why) == 0)
-		v->optim_ok = 1;
-	return KN_OK;
-}
-
 void
 mr_refused(node *n, const char *addr, const char *why)
 {
@@ -359,12 +269,12 @@ load_copy(mr_state *m, int block)
 	json_decref(j);
 	snprintf(why, sizeof(why), "its checkpoint");
 	copy_path(m->n, block, c->step, c->round, "ckpt", path, sizeof(path));
-	if (!is_sha_hex(c->sha) || !file_is(path, c->ckpt_len, c->sha))
+	if (!mr_sha_ok(c->sha) || !file_is(path, c->ckpt_len, c->sha))
 		goto bad;
 	snprintf(why, sizeof(why), "its optimizer state");
 	copy_path(m->n, block, c->step, c->round, "optim", path,
 	    sizeof(path));
-	if (c->optim_sha[0] != '\0' && (!is_sha_hex(c->optim_sha) ||
+	if (c->optim_sha[0] != '\0' && (!mr_sha_ok(c->optim_sha) ||
 	    !file_is(path, c->optim_len, c->optim_sha)))
 		goto bad;
 	if (c->optim_sha[0] == '\0')
@@ -477,8 +387,10 @@ mr_free(mr_state *m)
 
 	if (m == NULL)
 		return;
-	for (b = 0; b <= PR_MAX_BLOCKS; b++)
+	for (b = 0; b <= PR_MAX_BLOCKS; b++) {
 		free(m->copy[b].ckpt);
+		free(m->copy[b].optim);
+	}
 	free(m);
 }
 
@@ -509,7 +421,8 @@ pull_failed(struct mr_copy *c, double retry_s)
 	c->pulling = 0;
 	c->next_try = kn_now() + retry_s;
 	free(c->ckpt);
-	c->ckpt = NULL;
+	free(c->optim);
+	c->ckpt = c->optim = NULL;
 }
 
 static void
@@ -656,17 +569,18 @@ job_done(uv_work_t *w, int status)
 /* Both files are in: the budget decides whether the copy can be kept,
  * and the pool checks and writes it. */
 static void
-pull_write(mr_state *m, int block, char *optim, size_t optim_len)
+pull_write(mr_state *m, int block)
 {
 	node *n = m->n;
 	struct mr_copy *c = &m->copy[block];
+	char *optim = c->optim;
+	size_t optim_len = c->optim_in;
 	uint64_t add = c->ckpt_in + (optim != NULL ? optim_len : 0) +
 	    MR_META_BYTES;
 	uint64_t budget = n->cfg.mirror_budget;
 	struct mr_job *j = calloc(1, sizeof(*j));
 
 	if (j == NULL) {
-		free(optim);
 		pull_failed(c, MR_RETRY_S);
 		return;
 	}
@@ -684,7 +598,6 @@ pull_write(mr_state *m, int block, char *optim, size_t optim_len)
 			    ") has %" PRIu64 " free: not kept", block,
 			    c->want.step, add, budget, m->used - old < budget ?
 			    budget - (m->used - old) : 0);
-			free(optim);
 			free(j);
 			pull_failed(c, MR_REFUSED_RETRY_S);
 			return;
@@ -699,6 +612,7 @@ pull_write(mr_state *m, int block, char *optim, size_t optim_len)
 	c->ckpt = NULL;
 	j->optim = optim;
 	j->optim_len = optim_len;
+	c->optim = NULL;
 	j->claim = c->want;
 	snprintf(j->src, sizeof(j->src), "%s", c->src);
 	if (uv_queue_work(n->loop, &j->work, job_run, job_done) != 0) {
@@ -719,32 +633,6 @@ meter_call(mr_state *m, const char *addr, const hc_result *r)
 {
 	node_meter(m->n, peers_find(&m->n->peers, addr),
 	    PEERS_KIND_CHECKPOINT, r->bytes_in, r->bytes_out);
-}
-
-static void
-on_optim(void *ctx, hc_result *r)
-{
-	struct mr_call *call = ctx;
-	mr_state *m = call->m;
-	int block = call->block;
-	struct mr_copy *c = &m->copy[block];
-	char *optim = NULL;
-	size_t len = 0;
-
-	free(call);
-	if (m->n->stopping) {
-		pull_failed(c, 0);
-		return;
-	}
-	meter_call(m, c->src, r);
-	if (r->error == NULL && r->status == 200) {
-		len = r->body_len;
-		optim = hc_result_take_body(r);
-	} else
-		log_info("mirror: %s served no optimizer state of block %d (%s): "
-		    "the copy is kept without it", c->src, block,
-		    r->error ? r->error : "its answer was not 200");
-	pull_write(m, block, optim, len);
 }
 
 static int
@@ -787,7 +675,6 @@ on_ckpt(void *ctx, hc_result *r)
 	mr_state *m = call->m;
 	int block = call->block;
 	struct mr_copy *c = &m->copy[block];
-	char err[KN_ERR_LEN];
 
 	free(call);
 	if (m->n->stopping) {
@@ -806,7 +693,37 @@ on_ckpt(void *ctx, hc_result *r)
 	/* the host may have trained on since its status: the bytes are
 	 * checked against what came with them */
 	mr_etag(r->etag, c->want.etag);
-	if (pull_get(m, block, "optimizer", on_optim, err) != 0) {
+	pull_write(m, block);
+}
+
+/* The optimizer state comes first: the host writes it just before each
+ * checkpoint, which it serves from memory once both are written, so
+ * the state read first and the checkpoint read next are of the same
+ * step unless a whole checkpoint was written between the two; read the
+ * other way, a state written but not yet served would not match. */
+static void
+on_optim(void *ctx, hc_result *r)
+{
+	struct mr_call *call = ctx;
+	mr_state *m = call->m;
+	int block = call->block;
+	struct mr_copy *c = &m->copy[block];
+	char err[KN_ERR_LEN];
+
+	free(call);
+	if (m->n->stopping) {
+		pull_failed(c, 0);
+		return;
+	}
+	meter_call(m, c->src, r);
+	if (r->error == NULL && r->status == 200) {
+		c->optim_in = r->body_len;
+		c->optim = hc_result_take_body(r);
+	} else
+		log_info("mirror: %s served no optimizer state of block %d (%s): "
+		    "the copy is kept without it", c->src, block,
+		    r->error ? r->error : "its answer was not 200");
+	if (pull_get(m, block, "checkpoint", on_ckpt, err) != 0) {
 		log_warnx("mirror: block %d from %s: %s", block, c->src, err);
 		pull_failed(c, MR_RETRY_S);
 	}
@@ -829,7 +746,7 @@ mr_on_checkpoint(mr_state *m, int peer, int64_t step, int64_t round,
 	b = p->block;
 	/* step 0 is what every host of a block makes alone from the seed */
 	if (step <= 0 || round < 0 || !copy_wanted(m, b) ||
-	    !is_sha_hex(sha256))
+	    !mr_sha_ok(sha256))
 		return;
 	c = &m->copy[b];
 	if (c->pulling || kn_now() < c->next_try)
@@ -849,7 +766,7 @@ mr_on_checkpoint(mr_state *m, int peer, int64_t step, int64_t round,
 	c->want.round = round;
 	snprintf(c->want.sha, sizeof(c->want.sha), "%s", sha256);
 	snprintf(c->src, sizeof(c->src), "%s", p->addr);
-	if (pull_get(m, b, "checkpoint", on_ckpt, err) != 0) {
+	if (pull_get(m, b, "optimizer", on_optim, err) != 0) {
 		log_warnx("mirror: block %d from %s: %s", b, p->addr, err);
 		pull_failed(c, MR_RETRY_S);
 	}

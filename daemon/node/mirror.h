@@ -7,7 +7,7 @@
  * copy under state_dir/mirror/ within mirror_budget bytes.  node.c
  * starts it and hands it the peers' checkpoints; api.c routes
  * /v1/mirrors/ and /v1/blocks/{b}/optimizer to it.  Loop thread, but
- * for mr_check_pair, which runs on libuv's pool. */
+ * for mr_check_pair (mirror_check.c), which runs on libuv's pool. */
 #ifndef SM_MIRROR_H
 #define SM_MIRROR_H
 
@@ -46,6 +46,10 @@ uint64_t mr_copy_bytes(const pr_spec *s, int block);
  * *need (may be NULL) receives the bytes needed. */
 int mr_budget_check(const pr_spec *s, const peers_list *pl, int self,
     int mirrors, uint64_t budget, uint64_t *need, char *err);
+
+/* Whether s is a sha256 as the daemons write it: 64 lowercase hex
+ * digits and nothing more (mirror_check.c, as the two below). */
+int mr_sha_ok(const char *s);
 
 /* A pair fetched from a peer: the checkpoint and, when it came, the
  * optimizer state (optim NULL). */
