@@ -23,6 +23,7 @@ struct client {
 	const char *addr;
 	tls_ctx *tls;           /* NULL: plain TCP */
 	const uint8_t *pin;
+	const ph_list *hosts;   /* --peers: any entry that is up */
 	pc_request req;
 	int requests, timeout_ms, index;
 	double *latency;        /* requests seconds */
@@ -41,8 +42,9 @@ run_client(void *arg)
 	pc_conn *conn;
 	int i;
 
-	if (pc_connect(&conn, c->addr, c->tls, c->pin, c->timeout_ms,
-	    err) != 0) {
+	if ((c->hosts != NULL ? pc_connect_entry(&conn, c->hosts, 0, c->tls,
+	    c->timeout_ms, NULL, err) : pc_connect(&conn, c->addr, c->tls,
+	    c->pin, c->timeout_ms, err)) != 0) {
 		c->failed = c->requests;
 		snprintf(c->why, sizeof(c->why), "%s", err);
 		return NULL;
@@ -208,6 +210,7 @@ clients_new(const struct bench_opts *o, tls_ctx *tls, const ph_list *hosts)
 		cl[i].addr = o->addr;
 		cl[i].tls = tls;
 		cl[i].pin = tls != NULL ? hosts->v[0].id : NULL;
+		cl[i].hosts = o->peers != NULL ? hosts : NULL;
 		cl[i].req.mode = o->mode;
 		cl[i].req.prompt = o->prompt;
 		cl[i].req.prompt_len = strlen(o->prompt);
