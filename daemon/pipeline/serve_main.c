@@ -265,6 +265,10 @@ log_started(const sv *s, const char *desc)
 		    "weights" : "logical shape with random weights" : "trained",
 		    s->nlinks > 0 ? s->hosts.v[s->links[0].host].addr : "none",
 		    desc);
+	if (s->nlinks > 1 && s->cfg.pipeline_next[0])
+		log_warnx("pipeline: pipeline_next (%s) stands for a single next "
+		    "host; the list gives %d, reached at their own addresses",
+		    s->cfg.pipeline_next, s->nlinks);
 	if (s->nlinks > 1)
 		log_info("pipeline: %d hosts serve the next blocks%s", s->nlinks,
 		    s->spare ? "; a frame goes to another when one fails" :
