@@ -327,10 +327,12 @@ void sv_link_down(sv *s, sv_link *l, const char *why);
 void sv_links_cron(sv *s, double now);
 /* A ping, pong or ack frame on c. */
 void sv_links_frame(sv *s, conn *c, const pl_frame *f);
-/* A bt or ar frame of id came from c: to ack once passed on.  And the
- * work of id has gone on from here (its frame sent on, and acked where
- * it is held): the host before is told. */
+/* A bt or ar frame of id came from c: to ack once passed on.  The
+ * frames of id held for the next stage (or waiting for a link there);
+ * and the work of id has gone on from here (its frame sent on where
+ * nothing is held, or acked where it was): the host before is told. */
 void sv_links_owe(sv *s, conn *c, uint64_t id);
+int sv_links_held(const sv *s, uint64_t id);
 void sv_links_passed(sv *s, uint64_t id);
 /* The request id ended: what is held or owed for it goes. */
 void sv_links_forget(sv *s, uint64_t id);

@@ -204,9 +204,12 @@ sv_on_compute_done(void *ctx, sc_job *job)
 	s->st.jobs++;
 	s->st.job_compute_s += job->compute_us / 1e6;
 	if (!s->stopping) {
+		int held = sv_links_held(s, job->in.id);
+
 		route(s, &job->out);
-		/* the work came from the host before and has gone on */
-		if (job->kind != SC_END)
+		/* the work came from the host before and has gone on; where
+		 * its frame is held here, once the next host acks it */
+		if (job->kind != SC_END && sv_links_held(s, job->in.id) == held)
 			sv_links_passed(s, job->in.id);
 	}
 	sc_job_free(job);

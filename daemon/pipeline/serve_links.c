@@ -235,10 +235,14 @@ sv_links_send(sv *s, const pl_frame *f)
 
 /* Acks -------------------------------------------------------------- */
 
+/* In order: a request of position blocks may owe two traversals' acks
+ * for a while, the older first. */
 static void
 owe_remove(sv *s, int i)
 {
-	s->owes[i] = s->owes[--s->nowes];
+	memmove(&s->owes[i], &s->owes[i + 1], (size_t)(s->nowes - i - 1) *
+	    sizeof(s->owes[0]));
+	s->nowes--;
 }
 
 void
@@ -262,21 +266,19 @@ sv_links_owe(sv *s, conn *c, uint64_t id)
 	s->nowes++;
 }
 
-static int
-held_has(const sv *s, uint64_t id)
+int
+sv_links_held(const sv *s, uint64_t id)
 {
 	const queued *q;
-	int i;
+	int i, n = 0;
 
 	for (i = 0; i < s->nlinks; i++) {
 		for (q = s->links[i].held; q != NULL; q = q->next)
-			if (q->id == id)
-				return 1;
+			n += q->id == id;
 		for (q = s->links[i].q_head; q != NULL; q = q->next)
-			if (q->id == id && q->work)
-				return 1;
+			n += q->id == id && q->work;
 	}
-	return 0;
+	return n;
 }
 
 void
@@ -284,8 +286,6 @@ sv_links_passed(sv *s, uint64_t id)
 {
 	int i;
 
-	if (s->nowes == 0 || held_has(s, id))
-		return;		/* acked once the next host acks us */
 	for (i = 0; i < s->nowes; i++) {
 		pl_frame f = { .type = PL_ACK, .id = id };
 
@@ -298,21 +298,36 @@ sv_links_passed(sv *s, uint64_t id)
 	}
 }
 
-/* Removes what l holds of id; 1 when it held some. */
+/* Removes what l holds of id: all of it, or (one) its oldest frame; 1
+ * when it held some. */
 static int
-held_remove(sv_link *l, uint64_t id)
+held_remove(sv_link *l, uint64_t id, int one)
 {
-	queued **p, *q;
+	queued **p, *q, **oldest = NULL;
 	int found = 0;
 
 	for (p = &l->held; (q = *p) != NULL;) {
-		if (q->id == id) {
-			*p = q->next;
-			queued_free(q);
-			l->nheld--;
-			found = 1;
-		} else
+		if (q->id != id) {
 			p = &q->next;
+			continue;
+		}
+		if (one) {
+			/* the list is newest first */
+			oldest = p;
+			p = &q->next;
+			continue;
+		}
+		*p = q->next;
+		queued_free(q);
+		l->nheld--;
+		found = 1;
+	}
+	if (oldest != NULL) {
+		q = *oldest;
+		*oldest = q->next;
+		queued_free(q);
+		l->nheld--;
+		found = 1;
 	}
 	return found;
 }
@@ -327,7 +342,9 @@ sv_links_frame(sv *s, conn *c, const pl_frame *f)
 		sv_conn_send(c, &pong);
 		break;
 	case PL_ACK:
-		if (c->outbound && c->link != NULL && held_remove(c->link, f->id))
+		/* the host before is acked in turn: our part is done */
+		if (c->outbound && c->link != NULL &&
+		    held_remove(c->link, f->id, 1))
 			sv_links_passed(s, f->id);
 		break;
 	default:
@@ -343,7 +360,7 @@ queue_remove(sv_link *l, uint64_t id)
 
 	l->q_tail = NULL;
 	for (p = &l->q_head; (q = *p) != NULL;) {
-		if (q->id == id) {
+		if (q->id == id && q->work) {
 			*p = q->next;
 			queued_free(q);
 			l->q_len--;
@@ -360,7 +377,7 @@ sv_links_forget(sv *s, uint64_t id)
 	int i;
 
 	for (i = 0; i < s->nlinks; i++) {
-		held_remove(&s->links[i], id);
+		held_remove(&s->links[i], id, 0);
 		queue_remove(&s->links[i], id);
 	}
 	for (i = 0; i < s->nowes; i++)

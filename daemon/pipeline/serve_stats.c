@@ -320,6 +320,10 @@ sv_metrics_text(sv *s, size_t *len)
 	    "dropped unfinished because their request ended.");
 	fprintf(f, "blocktrain_serve_jobs_cancelled_total %" PRIu64 "\n",
 	    s->compute != NULL ? sc_jobs_cancelled(s->compute) : 0);
+	head(f, "rerouted_total", "counter", "Frames sent on to another host "
+	    "of the next blocks after the one they went to failed.");
+	fprintf(f, "blocktrain_serve_rerouted_total %" PRIu64 "\n",
+	    s->st.rerouted);
 	head(f, "uptime_seconds", "gauge", "Seconds since the host started.");
 	fprintf(f, "blocktrain_serve_uptime_seconds %.3f\n", kn_now() -
 	    s->started);
