@@ -25,7 +25,7 @@ static const struct pr_mp_format frame_format = {
 
 static const char *const type_names[PL_NTYPES] = {
 	"gen", "bt", "ar", "tok", "out", "err", "end", "score", "logp",
-	"step", "dist", "part", "ping", "pong", "ack"
+	"step", "dist", "part", "ping", "pong", "ack", "redo"
 };
 
 enum {
@@ -64,6 +64,7 @@ static const int type_keys[PL_NTYPES][14] = {
 	[PL_PING] = { -1 },
 	[PL_PONG] = { -1 },
 	[PL_ACK] = { -1 },
+	[PL_REDO] = { -1 },
 };
 
 const char *

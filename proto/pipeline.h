@@ -44,6 +44,9 @@ typedef enum {
 	PL_PING,        /* host -> next host */
 	PL_PONG,        /* next host -> host, the ping's id */
 	PL_ACK,         /* next host -> host */
+	/* host -> (ring) -> entry: an ar request lost the KV caches of its
+	 * path with a host; the entry runs it again from position 0 */
+	PL_REDO,
 	PL_NTYPES
 } pl_type;
 

@@ -558,7 +558,7 @@ END_TEST
 /* The frames between hosts of a stage: the id and nothing else. */
 START_TEST(test_link_frames)
 {
-	pl_type t[] = { PL_PING, PL_PONG, PL_ACK };
+	pl_type t[] = { PL_PING, PL_PONG, PL_ACK, PL_REDO };
 	char err[KN_ERR_LEN], *buf;
 	size_t len, i;
 	pl_frame f, g;

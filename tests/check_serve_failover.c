@@ -3,9 +3,10 @@
  * no training), real sockets over mutual TLS on loopback.  A request
  * whose next host is stopped while it holds the request, then killed,
  * goes on through the other host of that block with the output a
- * healthy ring gives, at the entry's hop and at an inner one; both
- * entries answer; a client tries the next entry when the first is down;
- * a host that restarts is linked to again and takes requests. */
+ * healthy ring gives, at the entry's hop and at an inner one; an ar
+ * request that loses the KV caches of its path runs again from position
+ * 0; both entries answer; a client tries the next entry when the first
+ * is down; a host that restarts is linked to again and takes requests. */
 #include "config.h"
 
 #include <check.h>
@@ -293,6 +294,52 @@ START_TEST(test_reroute_mid_request)
 }
 END_TEST
 
+/* ar: a traversal after the first needs the KV caches of its hosts.
+ * The request's host of block 2 is stopped after its first traversal
+ * (the exits held back until then) and its partner is down; the partner
+ * comes back, the host is killed, and the entry runs the request again
+ * from position 0 on the new path, with the output it would have had. */
+START_TEST(test_ar_redo)
+{
+	pc_request r = request_for("Th", 20, 4);
+	unsigned char expect[64];
+	long long jobs0, jobs2;
+	pc_result res;
+	pc_conn *c;
+	char err[KN_ERR_LEN];
+
+	r.mode = PL_MODE_AR;
+	expect_output(0, &r, expect);
+	tu_stop(&host_pid[3], SIGTERM, 15);
+	jobs0 = tu_status_int(port_of(0), "jobs");
+	jobs2 = tu_status_int(port_of(2), "jobs");
+	ck_assert_int_eq(kill(host_pid[4], SIGSTOP), 0);
+	ck_assert_int_eq(kill(host_pid[5], SIGSTOP), 0);
+	ck_assert_int_eq(open_entry(0, &c, err), 0);
+	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
+	/* the first traversal has passed host 2: host 2 holds its cache */
+	wait_jobs(2, jobs2, 30);
+	ck_assert_int_eq(kill(host_pid[2], SIGSTOP), 0);
+	ck_assert_int_eq(kill(host_pid[4], SIGCONT), 0);
+	ck_assert_int_eq(kill(host_pid[5], SIGCONT), 0);
+	/* the first byte is back and the second traversal has gone to
+	 * host 2, stopped */
+	wait_jobs(0, jobs0 + 1, 30);
+	start_host(3);
+	wait_linked_to(3, 30);
+	tu_stop(&host_pid[2], SIGKILL, 15);
+	ck_assert_int_eq(pc_recv(c, &res, 60000, err), 0);
+	ck_assert_msg(res.ok, "the ar request failed with its host: %s",
+	    res.error);
+	ck_assert_uint_eq(res.len, (size_t)r.length);
+	ck_assert_msg(memcmp(res.output, expect, res.len) == 0, "the request "
+	    "run again answered another output");
+	pc_result_clear(&res);
+	pc_close(c);
+	ck_assert_int_gt(tu_status_int(port_of(0), "rerouted"), 0);
+}
+END_TEST
+
 /* The client, shardmeter generate --peers among them, tries the next
  * entry when the first is down. */
 START_TEST(test_entry_failover)
@@ -378,6 +425,7 @@ main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_reroute_mid_request);
+	tcase_add_test(tc, test_ar_redo);
 	tcase_add_test(tc, test_entry_failover);
 	tcase_add_test(tc, test_restart_rejoins);
 	suite_add_tcase(s, tc);

@@ -138,14 +138,21 @@ typedef struct queued {
 	uint64_t id;
 	char *buf;
 	size_t len;
-	int work;                       /* bt or ar: re-sent on failover */
+	/* bt or ar: re-sent on failover (SV_WORK), or an ar frame after
+	 * position 0, which needs the KV cache of the host it went to
+	 * (SV_WORK_CACHED: its request starts again instead) */
+	int work;
 	struct queued *next;
 } queued;
+
+enum { SV_WORK = 1, SV_WORK_CACHED = 2 };
 
 /* One persistent link to a host of the next stage (serve_links.c). */
 struct sv_link {
 	conn *c;                        /* NULL: down */
 	int host;                       /* its line in the host list */
+	unsigned gen;                   /* times it came up: a new process
+					 * behind it has none of our caches */
 	double retry_at;                /* down: not connected before */
 	double backoff;                 /* s: grows while it keeps failing */
 	double ping_at;                 /* the last keep-alive sent */
@@ -161,6 +168,14 @@ typedef struct sv_owe {
 	uint64_t id;
 	conn *from;
 } sv_owe;
+
+/* The link an ar request, or one of position blocks, went on, and its
+ * generation then: the host that holds the request's caches. */
+typedef struct sv_pin {
+	uint64_t id;
+	int link;
+	unsigned gen;
+} sv_pin;
 
 typedef struct request request;
 
@@ -239,6 +254,8 @@ struct sv {
 	uint64_t ping_id;
 	sv_owe *owes;                   /* what we owe the stage before */
 	int nowes, owes_cap;
+	sv_pin *pins;
+	int npins, pins_cap;
 	request *requests;
 	int inflight;
 	uint64_t next_id;
@@ -269,6 +286,9 @@ void sv_conn_gone(sv *s, conn *c, const char *why);
 /* At the entry: the request id is lost (msg, kind SV_ERR_LINK) with a
  * link, if it is still in flight; and every request in flight. */
 void sv_request_lost(sv *s, uint64_t id, const char *msg);
+/* At the entry: the ar request id lost its KV caches with a host of its
+ * path; it starts again from position 0 with the bytes it has. */
+void sv_request_redo(sv *s, uint64_t id);
 void sv_requests_lost(sv *s, const char *msg);
 /* Fails what is in flight, closes every handle; the loop then ends. */
 void sv_shutdown(sv *s);

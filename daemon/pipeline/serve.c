@@ -491,6 +491,43 @@ handle_tok(sv *s, pl_frame *f)
 	sc_submit(s->compute, job);
 }
 
+void
+sv_request_redo(sv *s, uint64_t id)
+{
+	request *r = request_find(s, id);
+	int n, i;
+	sc_job *job;
+
+	if (r == NULL || r->mode != PL_MODE_AR)
+		return;		/* it ended meanwhile */
+	/* the prompt and the bytes had so far, in one traversal that makes
+	 * every cache of the new path at position 0 (ours too) and emits
+	 * the next byte: the draws are keyed by position, so the output is
+	 * the one the request would have had */
+	n = r->fixed + r->traversals;
+	job = sc_job_new(SC_AR);
+	job->in.type = PL_AR;
+	job->in.id = r->id;
+	job->in.pos = 0;
+	job->in.count = n;
+	job->in.temperature = r->temperature;
+	job->in.seed = r->seed;
+	job->in.fixed = r->fixed;
+	job->in.end = r->end;
+	if ((job->sym = malloc((size_t)n * sizeof(int32_t))) == NULL) {
+		sc_job_free(job);
+		request_fail(s, r, SV_ERR_MEMORY, "out of memory");
+		return;
+	}
+	for (i = 0; i < n; i++)
+		job->sym[i] = r->seq[i];
+	log_info("pipeline: request %llu lost a host of its path after %d "
+	    "bytes; running it again from position 0",
+	    (unsigned long long)r->id, r->traversals);
+	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	sc_submit(s->compute, job);
+}
+
 /* The window of a host further round the ring, back at the entry: it
  * must be the next stage's (a host line's, when each block has one
  * host), with the window and block that stage's blocks leave. */
@@ -596,6 +633,12 @@ route(sv *s, pl_frame *f)
 			r->traversals += f->traversals;
 			request_answer(s, r, f->data, f->data_len);
 		}
+		break;
+	case PL_REDO:
+		if (!s->entry)
+			sv_links_send(s, f);
+		else
+			sv_request_redo(s, f->id);
 		break;
 	case PL_ERR:
 		if (!s->entry) {

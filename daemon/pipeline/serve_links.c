@@ -30,6 +30,9 @@
  * and a link that has sent nothing back for DEAD_S is closed. */
 #define PING_S 1.0
 #define DEAD_S 5.0
+/* Requests pinned to the host of their caches, at most (the oldest pin
+ * goes first; an end frame removes one). */
+#define PINS_MAX 4096
 
 static int
 link_up(const sv_link *l)
@@ -126,6 +129,75 @@ link_of_owner(sv *s, uint64_t id)
 	return &s->links[owner < s->nlinks ? owner : 0];
 }
 
+/* Pins ------------------------------------------------------------ */
+
+static sv_pin *
+pin_find(sv *s, uint64_t id)
+{
+	int i;
+
+	for (i = 0; i < s->npins; i++)
+		if (s->pins[i].id == id)
+			return &s->pins[i];
+	return NULL;
+}
+
+static void
+pin_remove(sv *s, uint64_t id)
+{
+	sv_pin *p = pin_find(s, id);
+
+	if (p == NULL)
+		return;
+	memmove(p, p + 1, (size_t)(&s->pins[s->npins] - (p + 1)) *
+	    sizeof(*p));
+	s->npins--;
+}
+
+/* id's frames went on l, whose next generation holds them when it is
+ * not up yet. */
+static void
+pin_set(sv *s, uint64_t id, const sv_link *l)
+{
+	sv_pin *p = pin_find(s, id);
+
+	if (p == NULL) {
+		if (s->npins == s->pins_cap) {
+			int cap = s->pins_cap ? 2 * s->pins_cap : 64;
+			sv_pin *v;
+
+			if (cap > PINS_MAX) {
+				pin_remove(s, s->pins[0].id);
+				cap = s->pins_cap;
+			} else if ((v = realloc(s->pins, (size_t)cap *
+			    sizeof(*v))) == NULL)
+				return;		/* unpinned: it may redo */
+			else
+				s->pins = v;
+			s->pins_cap = cap;
+		}
+		p = &s->pins[s->npins++];
+		p->id = id;
+	}
+	p->link = (int)(l - s->links);
+	p->gen = l->gen + !link_up(l);
+}
+
+/* The ar request id lost the caches of its path: the entry runs it
+ * again from position 0 (here, or told round the ring). */
+static void
+redo(sv *s, uint64_t id)
+{
+	pl_frame f = { .type = PL_REDO, .id = id };
+
+	s->st.rerouted++;
+	pin_remove(s, id);
+	if (s->entry)
+		sv_request_redo(s, id);
+	else
+		sv_links_send(s, &f);
+}
+
 /* Sending ----------------------------------------------------------- */
 
 static queued *
@@ -159,7 +231,8 @@ link_write(sv *s, sv_link *l, uint64_t id, char *buf, size_t len, int work)
 		char *copy = malloc(len);
 		queued *q;
 
-		if (copy != NULL && (q = queued_new(id, copy, len, 1)) != NULL) {
+		if (copy != NULL && (q = queued_new(id, copy, len, work)) !=
+		    NULL) {
 			memcpy(copy, buf, len);
 			q->next = l->held;
 			l->held = q;
@@ -200,12 +273,39 @@ link_put(sv *s, sv_link *l, uint64_t id, char *buf, size_t len, int work)
 	return 0;
 }
 
+/* The link for f where the next stage has hosts to spare: its request's
+ * pinned one while the same process is behind it, else one chosen; NULL
+ * when an ar frame after position 0 lost the host of its caches (the
+ * request is then started again). */
+static sv_link *
+link_for(sv *s, const pl_frame *f)
+{
+	int cached = f->type == PL_AR && f->pos > 0;
+	int pinned = f->type == PL_AR || (f->type == PL_BT && f->pos_block > 0);
+	sv_pin *p = pin_find(s, f->id);
+	sv_link *l = NULL;
+
+	if (p != NULL && link_up(&s->links[p->link]) &&
+	    s->links[p->link].gen == p->gen)
+		l = &s->links[p->link];
+	else if (p != NULL && cached) {
+		redo(s, f->id);
+		return NULL;
+	}
+	if (l == NULL)
+		l = link_choose(s, f->id, NULL);
+	if (pinned)
+		pin_set(s, f->id, l);
+	return l;
+}
+
 void
 sv_links_send(sv *s, const pl_frame *f)
 {
 	char *buf, err[KN_ERR_LEN];
 	size_t len;
-	int work = f->type == PL_BT || f->type == PL_AR, i;
+	int work = f->type == PL_BT || f->type == PL_AR ? f->type == PL_AR &&
+	    f->pos > 0 ? SV_WORK_CACHED : SV_WORK : 0, i;
 	sv_link *l;
 
 	if (s->nlinks == 0)
@@ -221,13 +321,15 @@ sv_links_send(sv *s, const pl_frame *f)
 		}
 		return;
 	}
+	l = s->nlinks == 1 ? &s->links[0] : s->spare ? link_for(s, f) :
+	    link_of_owner(s, f->id);
+	if (l == NULL)
+		return;
 	if (pl_frame_encode(f, &buf, &len, err) != 0) {
 		log_warnx("pipeline: cannot encode a %s frame: %s",
 		    pl_type_name(f->type), err);
 		return;
 	}
-	l = s->nlinks == 1 ? &s->links[0] : s->spare ? link_choose(s, f->id,
-	    NULL) : link_of_owner(s, f->id);
 	if (link_put(s, l, f->id, buf, len, work) != 0)
 		sv_request_lost(s, f->id, "the link to the next host is "
 		    "congested");
@@ -380,6 +482,7 @@ sv_links_forget(sv *s, uint64_t id)
 		held_remove(&s->links[i], id, 0);
 		queue_remove(&s->links[i], id);
 	}
+	pin_remove(s, id);
 	for (i = 0; i < s->nowes; i++)
 		if (s->owes[i].id == id)
 			owe_remove(s, i--);
@@ -402,6 +505,7 @@ sv_link_up(sv *s, sv_link *l)
 {
 	queued *q, *next;
 
+	l->gen++;
 	l->c->heard = kn_now();
 	l->ping_at = l->c->heard;
 	for (q = l->q_head; q != NULL; q = next) {
@@ -418,16 +522,36 @@ sv_link_up(sv *s, sv_link *l)
 static int
 reroute(sv *s, sv_link *from, queued *list, const char *why)
 {
-	queued *q, *next;
+	queued *q, *next, *r;
 	int moved = 0;
 
+	/* an earlier traversal of a request that starts again is not sent
+	 * twice (marked before anything is freed) */
+	for (q = list; q != NULL; q = q->next)
+		for (r = list; r != NULL && q->work == SV_WORK; r = r->next)
+			if (r->id == q->id && r->work == SV_WORK_CACHED)
+				q->work = -1;
 	for (q = list; q != NULL; q = next) {
 		sv_link *to = link_choose(s, q->id, from);
 
 		next = q->next;
-		if (to != NULL && link_put(s, to, q->id, q->buf, q->len,
+		if (q->work < 0) {
+			free(q->buf);
+			if (!s->entry)
+				sv_links_passed(s, q->id);
+		} else if (q->work == SV_WORK_CACHED) {
+			/* its caches went with the host: the request starts
+			 * again, and the host before has nothing to keep */
+			free(q->buf);
+			redo(s, q->id);
+			if (!s->entry)
+				sv_links_passed(s, q->id);
+			moved++;
+		} else if (to != NULL && link_put(s, to, q->id, q->buf, q->len,
 		    q->work) == 0) {
-			s->st.rerouted += q->work;
+			if (pin_find(s, q->id) != NULL)
+				pin_set(s, q->id, to);
+			s->st.rerouted++;
 			moved++;
 		} else {
 			if (to == NULL)
@@ -555,4 +679,7 @@ sv_links_free(sv *s)
 	free(s->owes);
 	s->owes = NULL;
 	s->nowes = s->owes_cap = 0;
+	free(s->pins);
+	s->pins = NULL;
+	s->npins = s->pins_cap = 0;
 }

@@ -198,6 +198,8 @@ frames(void)
 	frame(&f, "ack");
 	f = (pl_frame){ .type = PL_PING, .id = 9 };
 	frame(&f, "ping");
+	f = (pl_frame){ .type = PL_REDO, .id = 3 };
+	frame(&f, "redo");
 	f = (pl_frame){ .type = PL_AR, .id = 3, .temperature = 0, .seed = 7,
 	    .fixed = 1, .end = 4, .pos = 1, .count = 2, .width = 2,
 	    .data = (unsigned char *)hidden, .data_len = sizeof(hidden) };
