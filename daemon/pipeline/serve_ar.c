@@ -238,8 +238,8 @@ sc__ar_run(sc *c, sc_job *list)
 		nb = 0;
 		for (prev = &list; (j = *prev) != NULL && nb < 256;) {
 			if ((!c->o.ar_last || j->in.temperature ==
-			    lead->in.temperature) && rows + j->in.count <= cap &&
-			    !in_batch(batch, nb, j->in.id)) {
+			    lead->in.temperature) && rows + j->in.count <=
+			    cap && !in_batch(batch, nb, j->in.id)) {
 				*prev = j->next;
 				batch[nb++] = j;
 				rows += j->in.count;

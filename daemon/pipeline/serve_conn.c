@@ -701,8 +701,8 @@ sv_conns_cron(sv *s, double now)
 		    s->nlinks > 1 && now - c->opened >
 		    s->cfg.handshake_timeout_ms / 1000.0) {
 			/* one of several: not left to the kernel's minutes */
-			snprintf(why, sizeof(why), "cannot connect within %d ms",
-			    s->cfg.handshake_timeout_ms);
+			snprintf(why, sizeof(why), "cannot connect within %d "
+			    "ms", s->cfg.handshake_timeout_ms);
 			sv_conn_close(c, why);
 		} else if (c->partial_since > 0 &&
 		    now - c->partial_since > PARTIAL_S)

@@ -171,7 +171,7 @@ pin_set(sv *s, uint64_t id, const sv_link *l)
 				cap = s->pins_cap;
 			} else if ((v = realloc(s->pins, (size_t)cap *
 			    sizeof(*v))) == NULL)
-				return;		/* unpinned: it may redo */
+				return;	/* unpinned: it may redo */
 			else
 				s->pins = v;
 			s->pins_cap = cap;
@@ -358,8 +358,9 @@ sv_links_owe(sv *s, conn *c, uint64_t id)
 		int cap = s->owes_cap ? 2 * s->owes_cap : 64;
 		sv_owe *v = realloc(s->owes, (size_t)cap * sizeof(*v));
 
+		/* never acked: held there until the request ends */
 		if (v == NULL)
-			return;		/* never acked: held there until end */
+			return;
 		s->owes = v;
 		s->owes_cap = cap;
 	}
@@ -604,8 +605,9 @@ sv_link_down(sv *s, sv_link *l, const char *why)
 		    "down (%.100s: %.60s)", s->hosts.v[l->host].block_hi,
 		    s->hosts.v[l->host].block_lo, addr, why);
 		if (list != NULL && (moved = reroute(s, l, list, msg)) > 0)
-			log_info("pipeline: %s failed (%s): %d frame(s) sent on "
-			    "to the other hosts of its blocks", addr, why, moved);
+			log_info("pipeline: %s failed (%s): %d frame(s) sent "
+			    "on to the other hosts of its blocks", addr, why,
+			    moved);
 		return;
 	}
 	l->retry_at = now + RECONNECT_S;

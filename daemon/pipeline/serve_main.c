@@ -266,13 +266,13 @@ log_started(const sv *s, const char *desc)
 		    s->nlinks > 0 ? s->hosts.v[s->links[0].host].addr : "none",
 		    desc);
 	if (s->nlinks > 1 && s->cfg.pipeline_next[0])
-		log_warnx("pipeline: pipeline_next (%s) stands for a single next "
-		    "host; the list gives %d, reached at their own addresses",
-		    s->cfg.pipeline_next, s->nlinks);
+		log_warnx("pipeline: pipeline_next (%s) stands for a single "
+		    "next host; the list gives %d, reached at their own "
+		    "addresses", s->cfg.pipeline_next, s->nlinks);
 	if (s->nlinks > 1)
-		log_info("pipeline: %d hosts serve the next blocks%s", s->nlinks,
-		    s->spare ? "; a frame goes to another when one fails" :
-		    " (the entries)");
+		log_info("pipeline: %d hosts serve the next blocks%s",
+		    s->nlinks, s->spare ? "; a frame goes to another when "
+		    "one fails" : " (the entries)");
 	if (s->metrics != NULL)
 		log_info("pipeline: /metrics on http://%s; GET /v1/status%s on "
 		    "the pipeline port", s->metrics_addr, s->entry &&
