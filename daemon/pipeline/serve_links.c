@@ -83,30 +83,20 @@ sv_links_any_up(const sv *s)
 
 /* Which link ---------------------------------------------------------- */
 
-/* Spreads ids over the hosts of a stage (an entry's ids count up). */
-static uint64_t
-mix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	return x;
-}
-
-/* The link for id's frames: the same host of the next stage for every
- * frame of the id while it stays up, so that a streamed part goes just
- * before its bt and an ar request finds its KV caches; one that is up
- * first, then one coming up, then one whose backoff is over, then any;
- * never avoid.  NULL when there is no other. */
+/* The link for a frame: the first host of the next stage in the list's
+ * order whose link is up (the one shardmeter plan --serve-replicas puts
+ * first is the one it predicts a request to take), then one coming up,
+ * then one whose backoff is over, then any; never avoid.  NULL when
+ * there is no other. */
 static sv_link *
-link_choose(sv *s, uint64_t id, const sv_link *avoid)
+link_choose(sv *s, const sv_link *avoid)
 {
 	double now = kn_now();
-	int n = s->nlinks, h = (int)(mix(id) % (uint64_t)n), pass, i;
+	int n = s->nlinks, pass, i;
 
 	for (pass = 0; pass < 4; pass++)
 		for (i = 0; i < n; i++) {
-			sv_link *l = &s->links[(h + i) % n];
+			sv_link *l = &s->links[i];
 
 			if (l == avoid)
 				continue;
@@ -293,7 +283,7 @@ link_for(sv *s, const pl_frame *f)
 		return NULL;
 	}
 	if (l == NULL)
-		l = link_choose(s, f->id, NULL);
+		l = link_choose(s, NULL);
 	if (pinned)
 		pin_set(s, f->id, l);
 	return l;
@@ -533,7 +523,7 @@ reroute(sv *s, sv_link *from, queued *list, const char *why)
 			if (r->id == q->id && r->work == SV_WORK_CACHED)
 				q->work = -1;
 	for (q = list; q != NULL; q = next) {
-		sv_link *to = link_choose(s, q->id, from);
+		sv_link *to = link_choose(s, from);
 
 		next = q->next;
 		if (q->work < 0) {
