@@ -5,8 +5,9 @@
  * goes on through the other host of that block with the output a
  * healthy ring gives, at the entry's hop and at an inner one; an ar
  * request that loses the KV caches of its path runs again from position
- * 0; both entries answer; a client tries the next entry when the first
- * is down; a host that restarts is linked to again and takes requests. */
+ * 0; a host that stops is left by the links' keep-alive; both entries
+ * answer; a client tries the next entry when the first is down; a host
+ * that restarts is linked to again and takes requests. */
 #include "config.h"
 
 #include <check.h>
@@ -294,6 +295,38 @@ START_TEST(test_reroute_mid_request)
 }
 END_TEST
 
+/* A host that stops (SIGSTOP: its connections stay up) while it holds a
+ * request is found by the links' keep-alive; the request goes on through
+ * the other host of its block, and the stopped one, back, is used again. */
+START_TEST(test_stopped_host_left)
+{
+	pc_request r = request_for("So ", 16, 8);
+	unsigned char expect[64];
+	long long jobs0;
+	pc_result res;
+	pc_conn *c;
+	char err[KN_ERR_LEN];
+
+	expect_output(0, &r, expect);
+	jobs0 = tu_status_int(port_of(0), "jobs");
+	ck_assert_int_eq(kill(host_pid[2], SIGSTOP), 0);
+	ck_assert_int_eq(open_entry(0, &c, err), 0);
+	ck_assert_int_eq(pc_send(c, &r, NULL, err), 0);
+	/* the entry ran it and sent it to host 2, the first of block 2 */
+	wait_jobs(0, jobs0, 30);
+	ck_assert_int_eq(pc_recv(c, &res, 60000, err), 0);
+	ck_assert_msg(res.ok, "%s", res.error);
+	ck_assert(memcmp(res.output, expect, res.len) == 0);
+	pc_result_clear(&res);
+	pc_close(c);
+	ck_assert_int_gt(tu_status_int(port_of(0), "rerouted"), 0);
+	ck_assert_int_eq(kill(host_pid[2], SIGCONT), 0);
+	wait_linked_to(2, 30);
+	expect_output(1, &r, expect + 32);
+	ck_assert(memcmp(expect, expect + 32, (size_t)r.length) == 0);
+}
+END_TEST
+
 /* ar: a traversal after the first needs the KV caches of its hosts.
  * The request's host of block 2 is stopped after its first traversal
  * (the exits held back until then) and its partner is down; the partner
@@ -428,6 +461,7 @@ main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_reroute_mid_request);
 	tcase_add_test(tc, test_ar_redo);
+	tcase_add_test(tc, test_stopped_host_left);
 	tcase_add_test(tc, test_entry_failover);
 	tcase_add_test(tc, test_restart_rejoins);
 	suite_add_tcase(s, tc);

@@ -252,6 +252,7 @@ struct sv {
 	sv_link links[PH_MAX_HOSTS];
 	int nlinks, spare;
 	uint64_t ping_id;
+	double links_cron_at;           /* the last keep-alive check */
 	sv_owe *owes;                   /* what we owe the stage before */
 	int nowes, owes_cap;
 	sv_pin *pins;

@@ -618,7 +618,11 @@ sv_link_down(sv *s, sv_link *l, const char *why)
 void
 sv_links_cron(sv *s, double now)
 {
-	int i;
+	/* this host stood still (stopped, or its loop held up): what it
+	 * did not hear meanwhile says nothing of the others */
+	int stalled = s->links_cron_at > 0 && now - s->links_cron_at > 1.0, i;
+
+	s->links_cron_at = now;
 
 	for (i = 0; i < s->nlinks; i++) {
 		sv_link *l = &s->links[i];
@@ -635,6 +639,8 @@ sv_links_cron(sv *s, double now)
 		}
 		if (s->nlinks < 2 || !link_up(l))
 			continue;
+		if (stalled)
+			l->c->heard = now;
 		if (now - l->c->heard > DEAD_S) {
 			char why[64];
 
