@@ -5,7 +5,8 @@
  * goes on through the other host of that block with the output a
  * healthy ring gives, at the entry's hop and at an inner one; an ar
  * request that loses the KV caches of its path runs again from position
- * 0; a host that stops is left by the links' keep-alive; both entries
+ * 0; a host that stops is left by the links' keep-alive; only the hosts
+ * of the stage before send a host frames; both entries
  * answer; a client tries the next entry when the first is down; a host
  * that restarts is linked to again and takes requests. */
 #include "config.h"
@@ -373,6 +374,49 @@ START_TEST(test_ar_redo)
 }
 END_TEST
 
+/* Who may send what, with several hosts a block: any host of the stage
+ * before may ping a host (and is answered), a host of its own stage may
+ * send it nothing, and a frame from it closes the connection. */
+START_TEST(test_stage_trust)
+{
+	pl_frame f = { .type = PL_PING, .id = 41 }, g;
+	char state[128], err[KN_ERR_LEN], *buf, got[256];
+	size_t len;
+	ssize_t n;
+	tu_tls *t;
+
+	ck_assert_int_eq(pl_frame_encode(&f, &buf, &len, err), 0);
+	/* host 1, the second entry, is of the stage before host 2's */
+	snprintf(state, sizeof(state), "%s/host1", dir);
+	tu_act_as(state);
+	ck_assert_ptr_nonnull(t = tu_tls_connect(port_of(2)));
+	ck_assert_int_eq(tu_tls_write(t, buf, len), 0);
+	n = tu_tls_read(t, got, sizeof(got), 10);
+	ck_assert_int_gt(n, PL_HEADER);
+	ck_assert_int_eq(pl_frame_decode(got + PL_HEADER, (size_t)n -
+	    PL_HEADER, &g, err), 0);
+	ck_assert_int_eq(g.type, PL_PONG);
+	ck_assert(g.id == 41);
+	tu_tls_close(t);
+	/* host 3 serves block 2 beside host 2: it sends host 2 nothing */
+	snprintf(state, sizeof(state), "%s/host3", dir);
+	tu_act_as(state);
+	ck_assert_ptr_nonnull(t = tu_tls_connect(port_of(2)));
+	ck_assert_int_eq(tu_tls_write(t, buf, len), 0);
+	ck_assert_int_eq(tu_tls_read(t, got, sizeof(got), 10), 0);
+	tu_tls_close(t);
+	tu_act_as(NULL);
+	free(buf);
+	/* the ring is as it was */
+	{
+		pc_request r = request_for("Tr ", 8, 2);
+		unsigned char out[64];
+
+		expect_output(0, &r, out);
+	}
+}
+END_TEST
+
 /* The client, shardmeter generate --peers among them, tries the next
  * entry when the first is down. */
 START_TEST(test_entry_failover)
@@ -462,6 +506,7 @@ main(void)
 	tcase_add_test(tc, test_reroute_mid_request);
 	tcase_add_test(tc, test_ar_redo);
 	tcase_add_test(tc, test_stopped_host_left);
+	tcase_add_test(tc, test_stage_trust);
 	tcase_add_test(tc, test_entry_failover);
 	tcase_add_test(tc, test_restart_rejoins);
 	suite_add_tcase(s, tc);
