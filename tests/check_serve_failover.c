@@ -6,9 +6,9 @@
  * healthy ring gives, at the entry's hop and at an inner one; an ar
  * request that loses the KV caches of its path runs again from position
  * 0; a host that stops is left by the links' keep-alive; only the hosts
- * of the stage before send a host frames; both entries
- * answer; a client tries the next entry when the first is down; a host
- * that restarts is linked to again and takes requests. */
+ * of the stage before send a host frames; both entries answer; a client
+ * tries the next entry when the first is down; a host that restarts is
+ * linked to again and takes requests. */
 #include "config.h"
 
 #include <check.h>
