@@ -288,6 +288,24 @@ START_TEST(test_reroute_mid_request)
 		expect_output(1, &a, other + 32);
 		ck_assert(memcmp(other, other + 32, 8) == 0);
 	}
+	/* a completion streamed from the second entry: its own window,
+	 * then block 2's host's, in stage order, then the end */
+	{
+		char body[256], *first, *second;
+		tu_body out;
+
+		snprintf(body, sizeof(body), "{\"prompt\":\"The \","
+		    "\"max_tokens\":8,\"seed\":3,\"steps\":12,"
+		    "\"stream\":true}");
+		ck_assert_int_eq(tu_http("POST", port_of(1), "/v1/completions",
+		    "Content-Type: application/json", body, strlen(body), &out),
+		    200);
+		ck_assert_ptr_nonnull(first = strstr(out.data, "\"host\":2,"));
+		ck_assert_ptr_nonnull(second = strstr(out.data, "\"host\":3,"));
+		ck_assert(first < second);
+		ck_assert_ptr_nonnull(strstr(out.data, "data: [DONE]"));
+		free(out.data);
+	}
 	/* the entry's own next host goes, then an inner host's */
 	reroute_at(2, &r, expect);
 	reroute_at(5, &r, expect);

@@ -217,7 +217,8 @@ struct request {
 	double temperature;
 	uint64_t seed;
 	int stream;                     /* bt: the hosts send their windows */
-	int parts;                      /* bt: host lines whose window went */
+	int parts;                      /* bt: stages whose window went (host
+					 * lines, with one host a block) */
 	int pos_block, pblock;          /* bt of position blocks: L and the
 					 * position block in the ring now */
 	unsigned char *seq;             /* ar: the window so far */

@@ -529,21 +529,23 @@ sv_request_redo(sv *s, uint64_t id)
 }
 
 /* The window of a host further round the ring, back at the entry: it
- * must be the next stage's (a host line's, when each block has one
- * host), with the window and block that stage's blocks leave. */
+ * must be from a host of the next stage (the next host line, with one
+ * host a block), with the window and block that stage's blocks leave. */
 static void
 handle_part(sv *s, pl_frame *f)
 {
 	request *r = request_find(s, f->id);
 	const ph_list *pl = &s->hosts;
+	int stage = f->host >= 1 && f->host <= pl->n ?
+	    pl->v[f->host - 1].stage + 1 : 0;
 
 	if (r == NULL)
 		return;		/* it failed or timed out meanwhile */
 	/* a window had already: its stage ran twice after a failover */
-	if (r->stream && f->host <= r->parts)
+	if (r->stream && stage >= 1 && stage <= r->parts)
 		return;
-	if (!r->stream || f->host != r->parts + 1 || f->host >= pl->nstages ||
-	    f->block != pl->v[pl->stage_first[f->host - 1]].block_lo - 1 ||
+	if (!r->stream || stage != r->parts + 1 || stage >= pl->nstages ||
+	    f->block != pl->v[f->host - 1].block_lo - 1 ||
 	    f->data_len != (size_t)s->spec.window) {
 		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline sent a host's "
 		    "window out of order, or one the request did not ask for");
@@ -562,7 +564,7 @@ handle_part(sv *s, pl_frame *f)
 static void
 send_part(sv *s, const pl_frame *bt)
 {
-	pl_frame p = { .type = PL_PART, .id = bt->id, .host = s->stage + 1,
+	pl_frame p = { .type = PL_PART, .id = bt->id, .host = s->self + 1,
 	    .block = bt->block };
 
 	/* borrowed: the bt frame still owns them */
@@ -598,10 +600,10 @@ route(sv *s, pl_frame *f)
 		}
 		/* at the entry: its own blocks' result, on its way on */
 		if (s->entry) {
-			r->parts = 1;
+			r->parts = 1;	/* windows had, by stage */
 			if (r->client != NULL && r->reply->partial != NULL)
 				r->reply->partial(r->client, r, f->data, f->mask,
-				    f->block, 1);
+				    f->block, s->self + 1);
 		} else if (f->stream && f->block < s->spec.blocks)
 			/* not the exit's frame for the next position block */
 			send_part(s, f);

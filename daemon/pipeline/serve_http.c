@@ -366,7 +366,7 @@ reply_partial(conn *c, request *r, const unsigned char *data,
     const unsigned char *mask, int next_block, int host)
 {
 	sh_conn *h = waiting(c);
-	const ph_host *by = &c->s->hosts.v[c->s->hosts.stage_first[host - 1]];
+	const ph_host *by = &c->s->hosts.v[host - 1];
 	size_t n = (size_t)(r->end - r->fixed), known = 0, i;
 	unsigned char *out;
 	json_t *o, *partial, *masked;
