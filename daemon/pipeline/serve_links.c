@@ -25,7 +25,7 @@
 /* With several: a failed host is left alone this long, doubling while
  * it keeps failing, up to BACKOFF_MAX_S. */
 #define BACKOFF_S 0.25
-#define BACKOFF_MAX_S 4.0
+#define BACKOFF_MAX_S 2.0
 /* Keep-alive, on links to a stage of several hosts: a ping this often,
  * and a link that has sent nothing back for DEAD_S is closed. */
 #define PING_S 1.0
