@@ -137,11 +137,23 @@ place_json(const sv *s, json_t *o)
 	    me->block_lo));
 	json_object_set_new(o, "layers", json_pack("[i,i]", me->layer_lo,
 	    me->layer_hi));
-	if (s->hosts.n > 1)
-		json_object_set_new(o, "next", json_string(s->hosts.v[(s->self +
-		    1) % s->hosts.n].addr));
-	json_object_set_new(o, "link_up", json_boolean(s->hosts.n < 2 ||
-	    (s->link != NULL && s->link->up)));
+	if (s->nlinks > 0)
+		json_object_set_new(o, "next", json_string(s->hosts.v[
+		    s->links[0].host].addr));
+	json_object_set_new(o, "link_up", json_boolean(s->nlinks == 0 ||
+	    sv_links_any_up(s)));
+	if (s->nlinks > 1) {
+		json_t *links = json_array();
+		int i;
+
+		for (i = 0; i < s->nlinks; i++)
+			json_array_append_new(links, json_pack("{s:s,s:b}",
+			    "addr", s->hosts.v[s->links[i].host].addr, "up",
+			    s->links[i].c != NULL && s->links[i].c->up));
+		json_object_set_new(o, "links", links);
+	}
+	json_object_set_new(o, "rerouted", json_integer((json_int_t)
+	    s->st.rerouted));
 }
 
 char *
@@ -308,6 +320,10 @@ sv_metrics_text(sv *s, size_t *len)
 	    "dropped unfinished because their request ended.");
 	fprintf(f, "blocktrain_serve_jobs_cancelled_total %" PRIu64 "\n",
 	    s->compute != NULL ? sc_jobs_cancelled(s->compute) : 0);
+	head(f, "rerouted_total", "counter", "Frames sent on to another host "
+	    "of the next blocks after the one they went to failed.");
+	fprintf(f, "blocktrain_serve_rerouted_total %" PRIu64 "\n",
+	    s->st.rerouted);
 	head(f, "uptime_seconds", "gauge", "Seconds since the host started.");
 	fprintf(f, "blocktrain_serve_uptime_seconds %.3f\n", kn_now() -
 	    s->started);

@@ -23,6 +23,7 @@ struct client {
 	const char *addr;
 	tls_ctx *tls;           /* NULL: plain TCP */
 	const uint8_t *pin;
+	const ph_list *hosts;   /* --peers: any entry that is up */
 	pc_request req;
 	int requests, timeout_ms, index;
 	double *latency;        /* requests seconds */
@@ -33,16 +34,39 @@ struct client {
 	char why[PL_MSG_LEN];
 };
 
+/* One request and its answer; with --peers, an entry that goes before it
+ * answers is left for the next one, and the request sent there. */
+static int
+ask_entry(struct client *c, pc_conn **conn, int *entry, pc_result *res,
+    char *err)
+{
+	int tries = 0, rc;
+
+	for (;;) {
+		if ((rc = pc_send(*conn, &c->req, NULL, err)) == 0)
+			rc = pc_recv(*conn, res, c->timeout_ms, err);
+		if (rc != KN_EIO || c->hosts == NULL ||
+		    ++tries > ph_stage_size(c->hosts, 0))
+			return rc;
+		pc_close(*conn);
+		*conn = NULL;
+		if ((rc = pc_connect_entry(conn, c->hosts, *entry + 1, c->tls,
+		    c->timeout_ms, entry, err)) != 0)
+			return rc;
+	}
+}
+
 static void *
 run_client(void *arg)
 {
 	struct client *c = arg;
 	char err[KN_ERR_LEN];
 	pc_conn *conn;
-	int i;
+	int i, entry = 0;
 
-	if (pc_connect(&conn, c->addr, c->tls, c->pin, c->timeout_ms,
-	    err) != 0) {
+	if ((c->hosts != NULL ? pc_connect_entry(&conn, c->hosts, 0, c->tls,
+	    c->timeout_ms, &entry, err) : pc_connect(&conn, c->addr, c->tls,
+	    c->pin, c->timeout_ms, err)) != 0) {
 		c->failed = c->requests;
 		snprintf(c->why, sizeof(c->why), "%s", err);
 		return NULL;
@@ -53,8 +77,7 @@ run_client(void *arg)
 
 		/* each request its own seed: no two outputs alike */
 		c->req.seed = 1000003ULL * (uint64_t)c->index + (uint64_t)i + 1;
-		if (pc_send(conn, &c->req, NULL, err) != 0 ||
-		    pc_recv(conn, &res, c->timeout_ms, err) != 0) {
+		if (ask_entry(c, &conn, &entry, &res, err) != 0) {
 			c->failed++;
 			snprintf(c->why, sizeof(c->why), "%s", err);
 			break;
@@ -208,6 +231,7 @@ clients_new(const struct bench_opts *o, tls_ctx *tls, const ph_list *hosts)
 		cl[i].addr = o->addr;
 		cl[i].tls = tls;
 		cl[i].pin = tls != NULL ? hosts->v[0].id : NULL;
+		cl[i].hosts = o->peers != NULL ? hosts : NULL;
 		cl[i].req.mode = o->mode;
 		cl[i].req.prompt = o->prompt;
 		cl[i].req.prompt_len = strlen(o->prompt);
