@@ -350,6 +350,9 @@ struct sc {
 	atomic_int ncaches;                     /* the loop reads it too */
 	atomic_uint_fast64_t cancelled;         /* jobs dropped unfinished */
 	float *ar_scratch;                      /* window floats */
+	/* posted by the thread once its warm-up passes ran (sc_start waits) */
+	uv_sem_t warmed;
+	double warm_s;                          /* they took */
 };
 
 /* The job's answer becomes an error: prefix, then msg. */
