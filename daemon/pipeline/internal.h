@@ -65,6 +65,9 @@ typedef struct {
 	/* requests answered at the entry: arrival to answer */
 	uint64_t lat_count[SV_LAT_BUCKETS + 1];  /* not cumulative */
 	double lat_sum;
+	/* the slowest of them and its compute on all hosts, seconds: the
+	 * buckets hide one stalled request */
+	double lat_max, lat_max_compute;
 	/* over those requests: frames between the hosts, and the time
 	 * they took beside the compute (latency - compute, summed) */
 	uint64_t hops;
