@@ -113,7 +113,8 @@ static int
 warm_block(sc *c, kn_model *m, char *err)
 {
 	int n = c->spec.window, L = bg_pos_block(&c->spec), i, rc;
-	int32_t *sym = malloc((size_t)n * sizeof(int32_t)), row = 0, out;
+	int32_t *sym = malloc((size_t)n * sizeof(int32_t));
+	int32_t row = 0, out;
 	float u = 0.5f;
 	kn_kv *kv = NULL;
 
