@@ -65,6 +65,9 @@ typedef struct {
 	/* requests answered at the entry: arrival to answer */
 	uint64_t lat_count[SV_LAT_BUCKETS + 1];  /* not cumulative */
 	double lat_sum;
+	/* the slowest of them and its compute on all hosts, seconds: the
+	 * buckets hide one stalled request */
+	double lat_max, lat_max_compute;
 	/* over those requests: frames between the hosts, and the time
 	 * they took beside the compute (latency - compute, summed) */
 	uint64_t hops;
@@ -443,6 +446,9 @@ struct sc {
 	atomic_int ncaches;                     /* the loop reads it too */
 	atomic_uint_fast64_t cancelled;         /* jobs dropped unfinished */
 	float *ar_scratch;                      /* window floats */
+	/* posted by the thread once its warm-up passes ran (sc_start waits) */
+	uv_sem_t warmed;
+	double warm_s;                          /* they took */
 };
 
 /* The job's answer becomes an error: prefix, then msg. */

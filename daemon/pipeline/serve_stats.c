@@ -42,6 +42,10 @@ sv_stats_answered(sv *s, const request *r)
 		;
 	s->st.lat_count[b]++;
 	s->st.lat_sum += lat;
+	if (lat > s->st.lat_max) {
+		s->st.lat_max = lat;
+		s->st.lat_max_compute = compute;
+	}
 	/* with the client's request and its answer */
 	s->st.hops += (uint64_t)r->hops + 2;
 	s->st.compute_s += compute;
@@ -118,6 +122,9 @@ latency_json(const sv *s)
 		json_object_set_new(o, "p50_ms", json_real(quantile_ms(s, 0.5)));
 		json_object_set_new(o, "p90_ms", json_real(quantile_ms(s, 0.9)));
 		json_object_set_new(o, "p99_ms", json_real(quantile_ms(s, 0.99)));
+		json_object_set_new(o, "max_ms", json_real(s->st.lat_max * 1e3));
+		json_object_set_new(o, "max_compute_ms",
+		    json_real(s->st.lat_max_compute * 1e3));
 	}
 	return o;
 }
@@ -245,6 +252,10 @@ metrics_latency(FILE *f, const sv *s)
 	    PRIu64 "\nblocktrain_serve_latency_seconds_sum %.6f\n"
 	    "blocktrain_serve_latency_seconds_count %" PRIu64 "\n", cum,
 	    s->st.lat_sum, cum);
+	head(f, "latency_max_seconds", "gauge", "The slowest request answered "
+	    "at the entry since the host started.");
+	fprintf(f, "blocktrain_serve_latency_max_seconds %.6f\n",
+	    s->st.lat_max);
 }
 
 static void

@@ -2,9 +2,10 @@
  * its own connection to the pipeline's entry host (over TLS as an
  * operator identity when the host list has peer ids), each sending N
  * requests one after the other.  Prints one line of key=value figures:
- * latency per request, output bytes per second over the whole run, and
- * the hosts' compute and the rest per frame hop (the pipeline's own
- * overhead). */
+ * latency per request (mean, p50, p99, the slowest and its compute, so
+ * that a stall of a few requests shows), output bytes per second over
+ * the whole run, and the hosts' compute and the rest per frame hop (the
+ * pipeline's own overhead). */
 #include "config.h"
 
 #include <getopt.h>
@@ -26,7 +27,8 @@ struct client {
 	const ph_list *hosts;   /* --peers: any entry that is up */
 	pc_request req;
 	int requests, timeout_ms, index;
-	double *latency;        /* requests seconds */
+	double *latency;        /* requests seconds; 0: never answered */
+	double *compute;        /* each request's compute, seconds */
 	uint64_t compute_us, bytes;
 	long hops, traversals;
 	size_t frame_bytes;
@@ -83,6 +85,7 @@ run_client(void *arg)
 			break;
 		}
 		c->latency[i] = kn_now() - t0;
+		c->compute[i] = res.compute_us / 1e6;
 		if (!res.ok) {
 			c->failed++;
 			snprintf(c->why, sizeof(c->why), "%s", res.error);
@@ -107,6 +110,21 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The q quantile (0 < q <= 1) of sorted v (n >= 1) by nearest rank: the
+ * ceil(q n)-th smallest, a latency some request took (p99 of 20 requests
+ * is the slowest; of 200, the second slowest). */
+static double
+rank_quantile(const double *sorted, int n, double q)
+{
+	int rank = (int)(q * n);
+
+	if ((double)rank < q * n)
+		rank++;
+	if (rank < 1)
+		rank = 1;
+	return sorted[(rank > n ? n : rank) - 1];
+}
+
 /* What the command line asks for. */
 struct bench_opts {
 	const char *addr, *prompt;
@@ -116,10 +134,12 @@ struct bench_opts {
 	pl_mode mode;
 };
 
-/* All clients' figures together; latency holds every request's,
- * sorted. */
+/* All clients' figures together; latency holds every answered
+ * request's (answered of them), sorted. */
 struct totals {
 	double *latency, sum;
+	int answered;
+	double slowest_compute; /* of the slowest request, seconds */
 	uint64_t compute, bytes;
 	long hops, trav;
 	int failed;
@@ -242,6 +262,7 @@ clients_new(const struct bench_opts *o, tls_ctx *tls, const ph_list *hosts)
 		cl[i].timeout_ms = o->timeout_ms;
 		cl[i].index = i;
 		cl[i].latency = calloc((size_t)o->requests, sizeof(double));
+		cl[i].compute = calloc((size_t)o->requests, sizeof(double));
 	}
 	return cl;
 }
@@ -269,13 +290,23 @@ gather(const struct client *cl, const struct bench_opts *o,
     struct totals *t)
 {
 	int i, j, total = o->clients * o->requests;
+	double slowest = 0;
 
 	memset(t, 0, sizeof(*t));
 	t->latency = calloc((size_t)total, sizeof(double));
 	for (i = 0; i < o->clients; i++) {
 		for (j = 0; j < o->requests; j++) {
-			t->latency[i * o->requests + j] = cl[i].latency[j];
-			t->sum += cl[i].latency[j];
+			double lat = cl[i].latency[j];
+
+			/* a request never answered has no latency */
+			if (lat <= 0)
+				continue;
+			if (lat > slowest) {
+				slowest = lat;
+				t->slowest_compute = cl[i].compute[j];
+			}
+			t->latency[t->answered++] = lat;
+			t->sum += lat;
 		}
 		t->failed += cl[i].failed;
 		t->compute += cl[i].compute_us;
@@ -286,30 +317,36 @@ gather(const struct client *cl, const struct bench_opts *o,
 			fprintf(stderr, "pipeline-bench: client %d: %s\n", i,
 			    cl[i].why);
 	}
-	qsort(t->latency, (size_t)total, sizeof(double), cmp_double);
+	qsort(t->latency, (size_t)t->answered, sizeof(double), cmp_double);
 }
 
-/* Overhead: what a request took beyond the hosts' compute, per frame
- * hop (client -> entry, host -> host, entry -> client). */
+/* Latency over the answered requests: the mean (latency_ms), p50, p99,
+ * the slowest and the compute of that slowest one.  Overhead: what a
+ * request took beyond the hosts' compute, per frame hop (client ->
+ * entry, host -> host, entry -> client). */
 static void
 print_result(const struct bench_opts *o, const struct totals *t,
     double wall, size_t frame_bytes)
 {
-	int total = o->clients * o->requests;
-	double sum = t->sum;
+	int total = o->clients * o->requests, n = t->answered;
+	double sum = t->sum, mean = n ? sum / n : 0;
 
 	printf("mode=%s clients=%d requests=%d length=%d steps=%d failed=%d "
 	    "latency_ms=%.3f latency_p50_ms=%.3f latency_max_ms=%.3f "
 	    "Bps=%.2f latency_Bps=%.2f compute_ms=%.3f hops=%.1f "
 	    "traversals=%.1f overhead_us_per_hop=%.1f frame_bytes=%zu "
-	    "wall_s=%.3f\n", pl_mode_name(o->mode), o->clients, o->requests,
-	    o->length, o->steps, t->failed, 1e3 * sum / total,
-	    1e3 * t->latency[total / 2], 1e3 * t->latency[total - 1],
-	    t->bytes / wall, o->length / (sum / total),
+	    "wall_s=%.3f latency_p99_ms=%.3f slowest_compute_ms=%.3f\n",
+	    pl_mode_name(o->mode), o->clients, o->requests,
+	    o->length, o->steps, t->failed, 1e3 * mean,
+	    n ? 1e3 * rank_quantile(t->latency, n, 0.5) : 0,
+	    n ? 1e3 * t->latency[n - 1] : 0,
+	    t->bytes / wall, mean > 0 ? o->length / mean : 0,
 	    t->compute / 1e3 / total, (double)t->hops / total,
 	    (double)t->trav / total,
 	    t->hops ? (sum - t->compute / 1e6) / t->hops * 1e6 : 0.0,
-	    frame_bytes, wall);
+	    frame_bytes, wall,
+	    n ? 1e3 * rank_quantile(t->latency, n, 0.99) : 0,
+	    1e3 * t->slowest_compute);
 }
 
 int
@@ -332,8 +369,10 @@ main(int argc, char **argv)
 	wall = run_clients(cl, o.clients);
 	gather(cl, &o, &t);
 	print_result(&o, &t, wall, cl[0].frame_bytes);
-	for (i = 0; i < o.clients; i++)
+	for (i = 0; i < o.clients; i++) {
 		free(cl[i].latency);
+		free(cl[i].compute);
+	}
 	free(cl);
 	free(t.latency);
 	tls_ctx_free(tls);
