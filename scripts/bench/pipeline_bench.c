@@ -129,6 +129,7 @@ rank_quantile(const double *sorted, int n, double q)
 struct bench_opts {
 	const char *addr, *prompt;
 	const char *peers, *identity;   /* --peers, --identity */
+	const char *latencies;          /* --latencies: appended, ms a line */
 	int length, steps, clients, requests, timeout_ms;
 	double temp;
 	pl_mode mode;
@@ -162,6 +163,7 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		{ "requests", required_argument, NULL, 'n' },
 		{ "temperature", required_argument, NULL, 't' },
 		{ "timeout", required_argument, NULL, 'w' },
+		{ "latencies", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -186,16 +188,20 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		case 'n': o->requests = atoi(optarg); break;
 		case 't': o->temp = atof(optarg); break;
 		case 'w': o->timeout_ms = atoi(optarg); break;
+		case 'L': o->latencies = optarg; break;
 		case 'h':
 			printf("usage: pipeline-bench --addr HOST:PORT | --peers "
 			    "HOSTS [--identity DIR]\n    [--mode blocktrain|ar] "
 			    "[--length M] [--steps K] [--prompt P]\n    "
 			    "[--clients C] [--requests N] [--temperature T] "
-			    "[--timeout MS]\n"
+			    "[--timeout MS]\n    [--latencies FILE]\n"
 			    "--addr: plain TCP to the entry; --peers: the entry "
 			    "of the host list, over TLS\npinned to its peer id "
 			    "as the operator identity in DIR when the list has "
-			    "ids.\n");
+			    "ids.\n--latencies: each answered request's latency "
+			    "in ms appended to FILE, a line each\n(a steady "
+			    "stream run in batches, its percentiles taken over "
+			    "all).\n");
 			return 0;
 		default:
 			return 2;
@@ -349,6 +355,27 @@ print_result(const struct bench_opts *o, const struct totals *t,
 	    1e3 * t->slowest_compute);
 }
 
+/* --latencies: the answered requests' latencies appended, for figures
+ * over many runs of the tool. */
+static int
+write_latencies(const char *path, const struct totals *t)
+{
+	FILE *f = fopen(path, "a");
+	int i;
+
+	if (f == NULL) {
+		perror(path);
+		return -1;
+	}
+	for (i = 0; i < t->answered; i++)
+		fprintf(f, "%.3f\n", 1e3 * t->latency[i]);
+	if (fclose(f) != 0) {
+		perror(path);
+		return -1;
+	}
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -369,6 +396,8 @@ main(int argc, char **argv)
 	wall = run_clients(cl, o.clients);
 	gather(cl, &o, &t);
 	print_result(&o, &t, wall, cl[0].frame_bytes);
+	if (o.latencies != NULL && write_latencies(o.latencies, &t) != 0)
+		rc = 1;
 	for (i = 0; i < o.clients; i++) {
 		free(cl[i].latency);
 		free(cl[i].compute);
@@ -377,5 +406,5 @@ main(int argc, char **argv)
 	free(t.latency);
 	tls_ctx_free(tls);
 	ph_free(&hosts);
-	return t.failed ? 1 : 0;
+	return t.failed || rc ? 1 : 0;
 }
