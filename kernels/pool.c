@@ -1,6 +1,14 @@
 /* A fixed pool of worker threads behind kn_pool_run().  Workers wait on a
  * condition variable between jobs; the caller takes tasks too, so a pool of
- * n threads has n-1 workers.  Tasks are handed out by an atomic counter. */
+ * n threads has n-1 workers.  Tasks are handed out by an atomic counter
+ * tagged with the job's generation, and the caller waits only for the
+ * tasks that were taken, never for a worker that has not woken yet: on a
+ * machine whose cores are busy with other processes a worker may wait a
+ * whole time slice (milliseconds) to run, and a forward pass of a small
+ * model is dozens of jobs, so waiting for every worker to check in made
+ * one pass ten to twenty times slower (a pipeline request seconds
+ * instead of tens of milliseconds).  A late worker finds the tasks gone,
+ * or a newer job, and takes nothing of the old one. */
 #include "config.h"
 
 #include <errno.h>
@@ -44,12 +52,14 @@ static struct {
 	unsigned long generation;  /* bumped per job */
 	atomic_ulong published;    /* generation, for workers that poll */
 	int quit;
-	/* the job in flight */
+	/* the job in flight, under lock: fn, ctx and ntasks */
 	kn_pool_fn fn;
 	void *ctx;
 	int ntasks;
-	atomic_int next;
-	atomic_int busy;           /* workers still inside the job */
+	/* (generation & 0xffffffff) << 32 | the next task to take: a task is
+	 * taken only while the generation is still the taker's */
+	atomic_ullong claim;
+	atomic_int finished;       /* tasks of this job done */
 	pthread_mutex_t run_lock;  /* one job at a time from outside */
 } pool = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -71,20 +81,50 @@ poll_pause(int i)
 static _Thread_local int in_task;
 static _Thread_local int self_thread;  /* 0 for the caller */
 
-static void
-pool_take(int thread)
+static unsigned long long
+claim_of(unsigned long generation, int task)
 {
-	int t;
+	return (unsigned long long)(generation & 0xffffffffUL) << 32 |
+	    (unsigned)task;
+}
 
-	while ((t = atomic_fetch_add(&pool.next, 1)) < pool.ntasks)
-		pool.fn(pool.ctx, t, thread);
+/* One job as the thread saw it when it began: its tasks are claimed
+ * against its generation. */
+struct pool_job {
+	unsigned long generation;
+	kn_pool_fn fn;
+	void *ctx;
+	int ntasks;
+};
+
+/* Takes tasks of job until none is left or a newer job began; returns
+ * whether this thread finished the job's last task. */
+static int
+pool_take(const struct pool_job *job, int thread)
+{
+	unsigned long long tag = claim_of(job->generation, 0), v;
+	int last = 0;
+
+	v = atomic_load(&pool.claim);
+	for (;;) {
+		int t = (int)(v & 0xffffffffULL);
+
+		if ((v & ~0xffffffffULL) != tag || t >= job->ntasks)
+			return last;
+		if (!atomic_compare_exchange_weak(&pool.claim, &v, v + 1))
+			continue;
+		job->fn(job->ctx, t, thread);
+		last = atomic_fetch_add(&pool.finished, 1) + 1 == job->ntasks;
+		v = atomic_load(&pool.claim);
+	}
 }
 
 static void *
 pool_worker(void *arg)
 {
-	int thread = (int)(intptr_t)arg;
+	int thread = (int)(intptr_t)arg, last;
 	unsigned long seen = 0;
+	struct pool_job job;
 	char name[16];
 
 	/* the compute pool's share of a host's CPU, apart in top -H */
@@ -108,11 +148,16 @@ pool_worker(void *arg)
 			pthread_cond_wait(&pool.start, &pool.lock);
 		if (pool.quit)
 			break;
-		seen = pool.generation;
+		seen = job.generation = pool.generation;
+		job.fn = pool.fn;
+		job.ctx = pool.ctx;
+		job.ntasks = pool.ntasks;
 		pthread_mutex_unlock(&pool.lock);
-		pool_take(thread);
+		last = pool_take(&job, thread);
 		pthread_mutex_lock(&pool.lock);
-		if (--pool.busy == 0)
+		/* under the lock, so the caller cannot miss it between its
+		 * check and its wait */
+		if (last)
 			pthread_cond_signal(&pool.done);
 	}
 	pthread_mutex_unlock(&pool.lock);
@@ -219,6 +264,7 @@ kn_pool_threads(void)
 void
 kn_pool_run(int ntasks, kn_pool_fn fn, void *ctx)
 {
+	struct pool_job job;
 	int t;
 
 	if (ntasks <= 0)
@@ -235,23 +281,25 @@ kn_pool_run(int ntasks, kn_pool_fn fn, void *ctx)
 	pool.fn = fn;
 	pool.ctx = ctx;
 	pool.ntasks = ntasks;
-	atomic_store(&pool.next, 0);
-	atomic_store(&pool.busy, pool.nworkers);
+	atomic_store(&pool.finished, 0);
 	pool.generation++;
+	job = (struct pool_job){ pool.generation, fn, ctx, ntasks };
+	atomic_store(&pool.claim, claim_of(pool.generation, 0));
 	atomic_store_explicit(&pool.published, pool.generation,
 	    memory_order_release);
 	pthread_cond_broadcast(&pool.start);
 	pthread_mutex_unlock(&pool.lock);
 
 	in_task = 1;
-	pool_take(0);
+	pool_take(&job, 0);
 	in_task = 0;
 
+	/* every task is taken now; wait for those still running */
 	for (t = 0; t < KN_POOL_SPIN + KN_POOL_YIELDS &&
-	    atomic_load(&pool.busy) > 0; t++)
+	    atomic_load(&pool.finished) < ntasks; t++)
 		poll_pause(t);
 	pthread_mutex_lock(&pool.lock);
-	while (pool.busy > 0)
+	while (atomic_load(&pool.finished) < ntasks)
 		pthread_cond_wait(&pool.done, &pool.lock);
 	pthread_mutex_unlock(&pool.lock);
 	pthread_mutex_unlock(&pool.run_lock);

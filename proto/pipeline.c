@@ -25,7 +25,7 @@ static const struct pr_mp_format frame_format = {
 
 static const char *const type_names[PL_NTYPES] = {
 	"gen", "bt", "ar", "tok", "out", "err", "end", "score", "logp",
-	"step", "dist", "part"
+	"step", "dist", "part", "ping", "pong", "ack", "redo"
 };
 
 enum {
@@ -61,6 +61,10 @@ static const int type_keys[PL_NTYPES][14] = {
 	[PL_STEP] = { K_EXPERT, K_POS, K_DATA, -1 },
 	[PL_DIST] = { K_EXPERT, K_POS, K_DATA, K_COMPUTE, -1 },
 	[PL_PART] = { K_HOST, K_BLOCK, K_DATA, K_MASK, -1 },
+	[PL_PING] = { -1 },
+	[PL_PONG] = { -1 },
+	[PL_ACK] = { -1 },
+	[PL_REDO] = { -1 },
 };
 
 const char *

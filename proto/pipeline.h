@@ -37,6 +37,16 @@ typedef enum {
 	PL_DIST,        /* expert host -> client: the next byte's log-probs */
 	PL_PART,        /* host -> (ring) -> entry: a streamed request's
 			 * window after that host's blocks */
+	/* Between hosts of a block served by several (proto/PROTOCOL.md,
+	 * "Failover"): the keep-alive of a link and its answer, and the
+	 * word that a bt or ar frame of the id has been passed on, so its
+	 * sender may forget it.  No keys but the id. */
+	PL_PING,        /* host -> next host */
+	PL_PONG,        /* next host -> host, the ping's id */
+	PL_ACK,         /* next host -> host */
+	/* host -> (ring) -> entry: an ar request lost the KV caches of its
+	 * path with a host; the entry runs it again from position 0 */
+	PL_REDO,
 	PL_NTYPES
 } pl_type;
 

@@ -461,6 +461,134 @@ START_TEST(test_host_list_ids)
 }
 END_TEST
 
+/* Several hosts for the same blocks: lines one after another with the
+ * same range make a stage; every block is still covered in traversal
+ * order, the causal layers are split over the stages, and a list of one
+ * host a block has as many stages as lines. */
+START_TEST(test_host_list_stages)
+{
+	ph_list pl;
+	pr_spec run;
+	char err[PR_ERR_LEN], text[1024], a[ID_LEN], b[ID_LEN];
+	int i;
+
+	tu_temp_dir(tmpdir, sizeof(tmpdir), "check_pipeline");
+	/* two entries for 4-3, one host for 2, three for 1 */
+	ck_assert_msg(ph_load(&pl, write_list("127.0.0.1:1 4-3\n"
+	    "127.0.0.1:2 4-3\n127.0.0.1:3 2\n127.0.0.1:4 1\n127.0.0.1:5 1\n"
+	    "127.0.0.1:6 1\n"), err) == 0, "%s", err);
+	ck_assert_int_eq(pl.n, 6);
+	ck_assert_int_eq(pl.nstages, 3);
+	ck_assert_int_eq(ph_stage_size(&pl, 0), 2);
+	ck_assert_int_eq(ph_stage_size(&pl, 1), 1);
+	ck_assert_int_eq(ph_stage_size(&pl, 2), 3);
+	ck_assert_int_eq(ph_stage_size(&pl, 3), 0);
+	ck_assert_int_eq(pl.stage_first[1], 2);
+	ck_assert_int_eq(pl.stage_first[2], 3);
+	ck_assert_int_eq(pl.v[1].stage, 0);
+	ck_assert_int_eq(pl.v[5].stage, 2);
+	/* 8 causal layers over 3 stages: 2, 3, 3, each host its stage's */
+	pr_spec_defaults(&run);
+	run.layers_per_block = 2;
+	ck_assert_int_eq(ph_assign(&pl, &run, err), 0);
+	ck_assert_int_eq(pl.v[0].layer_hi, 2);
+	ck_assert_int_eq(pl.v[1].layer_lo, 0);
+	ck_assert_int_eq(pl.v[1].layer_hi, 2);
+	ck_assert_int_eq(pl.v[2].layer_lo, 2);
+	ck_assert_int_eq(pl.v[2].layer_hi, 5);
+	for (i = 3; i < 6; i++) {
+		ck_assert_int_eq(pl.v[i].layer_lo, 5);
+		ck_assert_int_eq(pl.v[i].layer_hi, 8);
+	}
+	/* one stage of two hosts: each serves the whole model */
+	ck_assert_int_eq(ph_load(&pl, write_list("127.0.0.1:1 2-1\n"
+	    "127.0.0.1:2 2-1\n"), err), 0);
+	ck_assert_int_eq(pl.nstages, 1);
+	run.blocks = 2;
+	ck_assert_int_eq(ph_assign(&pl, &run, err), 0);
+	ck_assert_int_eq(pl.v[1].layer_lo, 0);
+	ck_assert_int_eq(pl.v[1].layer_hi, 4);
+	/* one host a block: a stage a line, as before */
+	ck_assert_int_eq(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:2 1\n"), err), 0);
+	ck_assert_int_eq(pl.nstages, 2);
+	ck_assert_int_eq(pl.v[1].stage, 1);
+	/* a range that overlaps the one before without being it */
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 3-2\n"
+	    "127.0.0.1:2 3\n127.0.0.1:3 2-1\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "same range"));
+	/* hosts of one stage apart from each other */
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:2 1\n127.0.0.1:3 2\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "traversal order"));
+	/* the same address twice in one stage, a stage that skips a block,
+	 * block 1 with no host */
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:1 2\n127.0.0.1:3 1\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "twice"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 3\n"
+	    "127.0.0.1:2 3\n127.0.0.1:3 1\n"), err), 0);
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:2 2\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "block 1"));
+	/* two stages for two causal layers: one each, whatever the hosts */
+	ck_assert_int_eq(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:2 2\n127.0.0.1:3 1\n"), err), 0);
+	run.layers_per_block = 1;
+	ck_assert_int_eq(ph_assign(&pl, &run, err), 0);
+	ck_assert_int_eq(pl.v[1].layer_hi, 1);
+	ck_assert_int_eq(pl.v[2].layer_lo, 1);
+	/* ids stay one a line; a logical shape with two hosts a block */
+	snprintf(text, sizeof(text), "127.0.0.1:1 1 %s\n127.0.0.1:2 1 %s\n",
+	    some_id(1, a), some_id(1, b));
+	ck_assert_int_ne(ph_load(&pl, write_list(text), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "twice"));
+	ck_assert_msg(ph_load(&pl, write_list("shape width=64 heads=4 "
+	    "layers=2 window=32 blocks=2\n127.0.0.1:1 2\n127.0.0.1:2 2\n"
+	    "127.0.0.1:3 1\n127.0.0.1:4 1\n"), err) == 0, "%s", err);
+	ck_assert_int_eq(pl.nstages, 2);
+	ck_assert_int_eq(pl.v[3].layer_lo, 2);
+	ck_assert_int_eq(pl.v[3].layer_hi, 4);
+	ph_free(&pl);
+	unlink(write_list(""));
+	rmdir(tmpdir);
+}
+END_TEST
+
+/* The frames between hosts of a stage: the id and nothing else. */
+START_TEST(test_link_frames)
+{
+	pl_type t[] = { PL_PING, PL_PONG, PL_ACK, PL_REDO };
+	char err[KN_ERR_LEN], *buf;
+	size_t len, i;
+	pl_frame f, g;
+
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		f = (pl_frame){ .type = t[i], .id = 0x0100000000000007ULL };
+		ck_assert_int_eq(pl_frame_encode(&f, &buf, &len, err), 0);
+		ck_assert_msg(pl_frame_decode(buf + PL_HEADER, len - PL_HEADER,
+		    &g, err) == 0, "%s", err);
+		ck_assert_int_eq(g.type, t[i]);
+		ck_assert(g.id == f.id);
+		free(buf);
+	}
+	ck_assert_str_eq(pl_type_name(PL_ACK), "ack");
+	/* a key of another type is refused */
+	f = (pl_frame){ .type = PL_ERR, .id = 3 };
+	snprintf(f.message, sizeof(f.message), "x");
+	ck_assert_int_eq(pl_frame_encode(&f, &buf, &len, err), 0);
+	/* "err" becomes "ack", its message now a key too many */
+	{
+		size_t at = tu_find(buf, len, "err");
+
+		memcpy(buf + at, "ack", 3);
+		ck_assert_int_ne(pl_frame_decode(buf + PL_HEADER, len -
+		    PL_HEADER, &g, err), 0);
+	}
+	free(buf);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -472,6 +600,8 @@ main(void)
 	tcase_add_test(tc, test_stream_and_part);
 	tcase_add_test(tc, test_host_list);
 	tcase_add_test(tc, test_host_list_ids);
+	tcase_add_test(tc, test_host_list_stages);
+	tcase_add_test(tc, test_link_frames);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon/core/conf.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "plan/cost.h"
 #include "plan/output.h"
@@ -611,6 +612,15 @@ START_TEST(test_written_pipeline)
 			ck_assert_str_eq(addr[line], want);
 			ck_assert_int_eq(block[line], b + 1);
 		}
+	/* and the daemons read it: three stages of two hosts */
+	{
+		ph_list pl;
+
+		ck_assert_msg(ph_load(&pl, path, err) == 0, "%s", err);
+		ck_assert_int_eq(pl.n, 6);
+		ck_assert_int_eq(ph_stage_size(&pl, 0), 2);
+		ph_free(&pl);
+	}
 
 	snprintf(path, sizeof(path), "%s/plan.json", dir);
 	j = json_load_file(path, 0, &jerr);

@@ -74,6 +74,33 @@ START_TEST(test_nested)
 }
 END_TEST
 
+/* Short jobs back to back, as a forward pass makes them: each task once,
+ * and none of a job after kn_pool_run returned (a worker that woke late
+ * must not take a task of a job the caller finished alone, nor of the
+ * next one under the old one's generation). */
+START_TEST(test_short_jobs_end_with_the_run)
+{
+	static struct count_job j;
+	int threads, round, i, n;
+
+	for (threads = 2; threads <= 4; threads++) {
+		ck_assert_int_eq(kn_pool_init(threads, NULL), 0);
+		for (round = 0; round < 3000; round++) {
+			n = 1 + round % 7;
+			for (i = 0; i < n; i++)
+				atomic_store(&j.hits[i], 0);
+			kn_pool_run(n, count_task, &j);
+			for (i = 0; i < n; i++)
+				ck_assert_int_eq(atomic_load(&j.hits[i]), 1);
+		}
+		/* whatever ran late would have left a 2 behind */
+		for (i = 0; i < 7; i++)
+			ck_assert_int_le(atomic_load(&j.hits[i]), 1);
+	}
+	kn_pool_shutdown();
+}
+END_TEST
+
 int
 main(void)
 {
@@ -85,6 +112,7 @@ main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_every_task_once);
 	tcase_add_test(tc, test_nested);
+	tcase_add_test(tc, test_short_jobs_end_with_the_run);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

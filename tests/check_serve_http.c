@@ -14,6 +14,7 @@
 #include <check.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -779,7 +780,7 @@ START_TEST(test_status_counts)
 {
 	enum { NHTTP = 5, NFRAMES = 3, NBAD = 2 };
 	char req[512], answer[8192], addr[32], err[KN_ERR_LEN];
-	json_t *before, *after;
+	json_t *before, *after, *lat;
 	size_t in = 0, out = 0, sent, fin = 0, fout = 0, len;
 	long long hops = -1;
 	tu_body m;
@@ -857,6 +858,16 @@ START_TEST(test_status_counts)
 	    "requests", "total", NULL));
 	ck_assert(metric(m.data, "blocktrain_serve_latency_seconds_count") ==
 	    (double)get(after, "latency", "count", NULL));
+	/* the slowest request is one of those the mean is over */
+	lat = json_object_get(after, "latency");
+	ck_assert(json_is_number(json_object_get(lat, "max_ms")) &&
+	    json_is_number(json_object_get(lat, "max_compute_ms")));
+	ck_assert(json_number_value(json_object_get(lat, "max_ms")) >=
+	    json_number_value(json_object_get(lat, "mean_ms")) * (1 - 1e-9));
+	ck_assert(json_number_value(json_object_get(lat, "max_compute_ms"))
+	    >= 0);
+	ck_assert(fabs(metric(m.data, "blocktrain_serve_latency_max_seconds") *
+	    1e3 - json_number_value(json_object_get(lat, "max_ms"))) < 1e-2);
 	ck_assert(metric(m.data, "blocktrain_serve_bytes_total{direction=\"in\","
 	    "kind=\"client\"}") == (double)get(after, "bytes", "in", "client"));
 	ck_assert(metric(m.data, "blocktrain_serve_errors_total{kind="

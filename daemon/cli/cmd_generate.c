@@ -165,19 +165,17 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 }
 
 /* The request and its answer, over TLS pinned to the entry's id when
- * the host list gives it. */
+ * the host list gives it; the next entry when one is down. */
 static int
 gen_ask(const struct gen_args *g, const ph_list *hosts,
     const pc_request *req, pc_result *res, char *err)
 {
-	const ph_host *entry = &hosts->v[0];
 	tls_ctx *tls = NULL;
 	int rc;
 
-	if (entry->has_id && (rc = cli_operator_tls(&tls, err)) != 0)
+	if (hosts->v[0].has_id && (rc = cli_operator_tls(&tls, err)) != 0)
 		return rc;
-	rc = pc_generate(entry->addr, tls, entry->has_id ? entry->id : NULL,
-	    req, res, g->timeout_ms, err);
+	rc = pc_generate_entries(hosts, tls, req, res, g->timeout_ms, err);
 	tls_ctx_free(tls);
 	return rc;
 }
@@ -403,9 +401,10 @@ const struct cmd_entry cmd_generate_entry = {
 	    "(blocktraind -S) whose\nhost list is HOSTS: the "
 	    "request goes to its first host, the entry, over\n"
 	    "mutual TLS as your operator identity (shardmeter "
-	    "init --client) when the\nlist has peer ids; M "
-	    "defaults to 64 there, and an answer that does not\n"
-	    "come in MS ms (default 30000) is an error.  "
+	    "init --client) when the\nlist has peer ids, and to "
+	    "the next host of the same blocks when that one is\n"
+	    "down; M defaults to 64 there, and an answer that "
+	    "does not come in MS ms\n(default 30000) is an error.  "
 	    "--verbose adds the\nlatency and the hosts' compute "
 	    "time on stderr.\n"
 	    "Continues PROMPT by M bytes (default: to the end of "

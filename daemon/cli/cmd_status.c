@@ -336,8 +336,9 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		return 2;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	/* a pipeline host list, or a peer list (a ring of one block per
-	 * host reads as either: the hosts' answers tell) */
+	/* a pipeline host list, or a peer list (a ring of one block a
+	 * line, one host or several for each, reads as either: the hosts'
+	 * answers tell) */
 	pipeline = loaded = ph_load(&hosts, peers, herr) == 0;
 	if (peers_load(&pl, peers, err) != 0) {
 		if (!pipeline) {

@@ -70,6 +70,20 @@ ms(json_t *o, const char *key)
 		printf(" %7.2f", json_number_value(v));
 }
 
+/* With several hosts for the next blocks: how many links are down,
+ * while some is up. */
+static void
+links_down(json_t *s)
+{
+	json_t *links = json_object_get(s, "links"), *l;
+	size_t i, down = 0;
+
+	json_array_foreach(links, i, l)
+		down += !json_is_true(json_object_get(l, "up"));
+	if (down > 0 && down < json_array_size(links))
+		printf("  %zu OF %zu LINKS DOWN", down, json_array_size(links));
+}
+
 /* One host's line: its place, requests, latency and traffic. */
 static void
 host_line(const ph_host *h, json_t *s, const char *err)
@@ -97,9 +111,11 @@ host_line(const ph_host *h, json_t *s, const char *err)
 	ms(lat, "p50_ms");
 	ms(lat, "p90_ms");
 	ms(s, "per_hop_ms");
-	printf(" %8.1f %10lld %10lld%s\n", count(s, "kv_cache", "bytes") /
+	printf(" %8.1f %10lld %10lld%s", count(s, "kv_cache", "bytes") /
 	    1048576.0, client_bytes(s, "in"), client_bytes(s, "out"),
 	    json_is_false(json_object_get(s, "link_up")) ? "  LINK DOWN" : "");
+	links_down(s);
+	printf("\n");
 }
 
 int

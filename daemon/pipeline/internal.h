@@ -65,6 +65,9 @@ typedef struct {
 	/* requests answered at the entry: arrival to answer */
 	uint64_t lat_count[SV_LAT_BUCKETS + 1];  /* not cumulative */
 	double lat_sum;
+	/* the slowest of them and its compute on all hosts, seconds: the
+	 * buckets hide one stalled request */
+	double lat_max, lat_max_compute;
 	/* over those requests: frames between the hosts, and the time
 	 * they took beside the compute (latency - compute, summed) */
 	uint64_t hops;
@@ -75,6 +78,9 @@ typedef struct {
 	/* requests at the entry whose work was stopped before their answer
 	 * (their client went, or they timed out): here and round the ring */
 	uint64_t cancelled;
+	/* frames sent on to another host of the next stage after the one
+	 * they went to failed */
+	uint64_t rerouted;
 } sv_stats;
 
 /* Who is at the other end of a connection, from its peer id once the TLS
@@ -89,11 +95,16 @@ typedef enum {
 	SV_PEER_OPEN                    /* anyone else, at an open entry */
 } sv_peer;
 
+typedef struct sv_link sv_link;
+
 typedef struct conn {
 	sv *s;
 	uv_tcp_t tcp;
 	uv_shutdown_t shutdown;
 	int outbound;                   /* our link to the next host */
+	sv_link *link;                  /* outbound: the link it is */
+	double heard;                   /* outbound: when it was up, or a
+					 * frame last came from it */
 	int up;                         /* connected and past TLS (outbound) */
 	tls_conn *tls;                  /* NULL: plain TCP */
 	int handshaking;
@@ -123,13 +134,51 @@ typedef struct conn {
 	struct conn *next;
 } conn;
 
-/* A frame waiting for the link to the next host to come up. */
+/* A frame for a link to the next stage: waiting for it to come up, or
+ * (a bt or ar frame, when the next stage has several hosts) sent and
+ * held until the host it went to says it passed it on. */
 typedef struct queued {
 	uint64_t id;
 	char *buf;
 	size_t len;
+	/* bt or ar: re-sent on failover (SV_WORK), or an ar frame after
+	 * position 0, which needs the KV cache of the host it went to
+	 * (SV_WORK_CACHED: its request starts again instead) */
+	int work;
 	struct queued *next;
 } queued;
+
+enum { SV_WORK = 1, SV_WORK_CACHED = 2 };
+
+/* One persistent link to a host of the next stage (serve_links.c). */
+struct sv_link {
+	conn *c;                        /* NULL: down */
+	int host;                       /* its line in the host list */
+	unsigned gen;                   /* times it came up: a new process
+					 * behind it has none of our caches */
+	double retry_at;                /* down: not connected before */
+	double backoff;                 /* s: grows while it keeps failing */
+	double ping_at;                 /* the last keep-alive sent */
+	queued *q_head, *q_tail;        /* waiting for it to come up */
+	int q_len;
+	queued *held;                   /* sent, until its ack */
+	int nheld;
+};
+
+/* A bt or ar frame taken from the host before, to be acked to it once
+ * this host has passed the work on (serve_links.c). */
+typedef struct sv_owe {
+	uint64_t id;
+	conn *from;
+} sv_owe;
+
+/* The link an ar request, or one of position blocks, went on, and its
+ * generation then: the host that holds the request's caches. */
+typedef struct sv_pin {
+	uint64_t id;
+	int link;
+	unsigned gen;
+} sv_pin;
 
 typedef struct request request;
 
@@ -171,7 +220,8 @@ struct request {
 	double temperature;
 	uint64_t seed;
 	int stream;                     /* bt: the hosts send their windows */
-	int parts;                      /* bt: host lines whose window went */
+	int parts;                      /* bt: stages whose window went (host
+					 * lines, with one host a block) */
 	int pos_block, pblock;          /* bt of position blocks: L and the
 					 * position block in the ring now */
 	unsigned char *seq;             /* ar: the window so far */
@@ -189,6 +239,7 @@ struct sv {
 	char run_id[PR_RUN_ID_LEN];
 	ph_list hosts;
 	int self, entry, exit_host;
+	int stage;                      /* our blocks' stage, from 0 */
 	tls_ctx *tls;                   /* NULL: insecure, plain TCP */
 	int open_entry;                 /* the entry takes any TLS client */
 	const kn_backend *be;
@@ -198,10 +249,18 @@ struct sv {
 	uv_timer_t cron;
 	uv_signal_t sigterm, sigint, sighup;
 	conn *conns;
-	conn *link;                     /* to the next host, or NULL */
-	double link_retry;
-	queued *q_head, *q_tail;
-	int q_len;
+	/* the links to the hosts of the next stage (none in a ring of one
+	 * stage); spare: a frame can go to another host of that stage when
+	 * one fails (several hosts, and not the exit, whose answers go to
+	 * the entry that owns the request) */
+	sv_link links[PH_MAX_HOSTS];
+	int nlinks, spare;
+	uint64_t ping_id;
+	double links_cron_at;           /* the last keep-alive check */
+	sv_owe *owes;                   /* what we owe the stage before */
+	int nowes, owes_cap;
+	sv_pin *pins;
+	int npins, pins_cap;
 	request *requests;
 	int inflight;
 	uint64_t next_id;
@@ -226,11 +285,16 @@ void sv_on_cron(uv_timer_t *t);
 void sv_on_compute_done(void *ctx, sc_job *job);
 /* A frame c may send (serve_conn.c checked who c is); takes what f owns. */
 void sv_dispatch(sv *s, conn *c, pl_frame *f);
-/* The link to the next host is up: what waited for it goes. */
-void sv_link_up(sv *s);
-/* c is closing: its requests lose their client; the link's loss fails
- * what was in flight on it. */
+/* c is closing: its requests lose their client; the loss of a link
+ * sends what it held to another host of the next stage, or fails it. */
 void sv_conn_gone(sv *s, conn *c, const char *why);
+/* At the entry: the request id is lost (msg, kind SV_ERR_LINK) with a
+ * link, if it is still in flight; and every request in flight. */
+void sv_request_lost(sv *s, uint64_t id, const char *msg);
+/* At the entry: the ar request id lost its KV caches with a host of its
+ * path; it starts again from position 0 with the bytes it has. */
+void sv_request_redo(sv *s, uint64_t id);
+void sv_requests_lost(sv *s, const char *msg);
 /* Fails what is in flight, closes every handle; the loop then ends. */
 void sv_shutdown(sv *s);
 
@@ -250,8 +314,8 @@ void ss_stop(sv *s);
 /* serve_conn.c */
 
 void sv_on_connection(uv_stream_t *server, int status);
-/* Opens the link to the next host unless it is there or opening. */
-void sv_link_connect(sv *s);
+/* Opens link l unless it is there or opening. */
+void sv_link_connect(sv *s, sv_link *l);
 /* Writes buf (len bytes, taken) to c; -1 when c is or goes closing. */
 int sv_conn_write(conn *c, char *buf, size_t len);
 int sv_conn_send(conn *c, const pl_frame *f);
@@ -270,6 +334,38 @@ void sv_conns_cron(sv *s, double now);
 int sv_conns_recheck(sv *s);
 /* Whether the host list or an open entry lets id in (tls_allow_fn). */
 int sv_allows(void *arg, const uint8_t id[ID_BYTES]);
+
+/* serve_links.c: the links to the next stage, failover, keep-alive */
+
+/* The links of s->self's place in the ring. */
+void sv_links_init(sv *s);
+/* Opens every link. */
+void sv_links_start(sv *s);
+/* Sends f on to the next stage: a request's frames to one host of it
+ * (the same for every frame of an id while it stays up; at the exit,
+ * to the entry that owns the id), an end frame to every host. */
+void sv_links_send(sv *s, const pl_frame *f);
+/* Link l's connection is up (what waited goes), or went (why). */
+void sv_link_up(sv *s, sv_link *l);
+void sv_link_down(sv *s, sv_link *l, const char *why);
+/* Reconnects, keep-alives, links that no longer answer. */
+void sv_links_cron(sv *s, double now);
+/* A ping, pong or ack frame on c. */
+void sv_links_frame(sv *s, conn *c, const pl_frame *f);
+/* A bt or ar frame of id came from c: to ack once passed on.  The
+ * frames of id held for the next stage (or waiting for a link there);
+ * and the work of id has gone on from here (its frame sent on where
+ * nothing is held, or acked where it was): the host before is told. */
+void sv_links_owe(sv *s, conn *c, uint64_t id);
+int sv_links_held(const sv *s, uint64_t id);
+void sv_links_passed(sv *s, uint64_t id);
+/* The request id ended: what is held or owed for it goes. */
+void sv_links_forget(sv *s, uint64_t id);
+/* Inbound c closes: nothing more is owed to it. */
+void sv_links_conn_gone(sv *s, conn *c);
+/* Whether some link is up; at shut-down, everything held goes. */
+int sv_links_any_up(const sv *s);
+void sv_links_free(sv *s);
 
 /* serve_limits.c */
 
@@ -350,6 +446,9 @@ struct sc {
 	atomic_int ncaches;                     /* the loop reads it too */
 	atomic_uint_fast64_t cancelled;         /* jobs dropped unfinished */
 	float *ar_scratch;                      /* window floats */
+	/* posted by the thread once its warm-up passes ran (sc_start waits) */
+	uv_sem_t warmed;
+	double warm_s;                          /* they took */
 };
 
 /* The job's answer becomes an error: prefix, then msg. */

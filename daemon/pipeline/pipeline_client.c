@@ -402,3 +402,62 @@ pc_generate(const char *addr, tls_ctx *tls, const uint8_t *pin,
 	pc_close(c);
 	return rc;
 }
+
+/* The entries ---------------------------------------------------------- */
+
+int
+pc_connect_entry(pc_conn **out, const ph_list *hosts, int first,
+    tls_ctx *tls, int timeout_ms, int *which, char *err)
+{
+	int n = hosts->nstages > 0 ? ph_stage_size(hosts, 0) : 1, i, rc = KN_OK;
+	size_t used = 0;
+	char why[KN_ERR_LEN];
+
+	*out = NULL;
+	if (first < 0 || first >= n)
+		first = 0;
+	err[0] = '\0';
+	for (i = 0; i < n; i++) {
+		const ph_host *h = &hosts->v[(first + i) % n];
+
+		rc = pc_connect(out, h->addr, h->has_id ? tls : NULL,
+		    h->has_id ? h->id : NULL, timeout_ms, why);
+		if (rc == KN_OK) {
+			if (which != NULL)
+				*which = (first + i) % n;
+			return KN_OK;
+		}
+		/* every entry's reason, for the one error at the end */
+		if (used < KN_ERR_LEN - 1)
+			used += (size_t)snprintf(err + used, KN_ERR_LEN - used,
+			    "%s%.200s", used ? "; " : "", why);
+	}
+	if (n > 1 && used < KN_ERR_LEN - 1)
+		snprintf(err + used, KN_ERR_LEN - used, " (every entry of the "
+		    "list tried)");
+	return rc;
+}
+
+int
+pc_generate_entries(const ph_list *hosts, tls_ctx *tls, const pc_request *r,
+    pc_result *res, int timeout_ms, char *err)
+{
+	int n = hosts->nstages > 0 ? ph_stage_size(hosts, 0) : 1, first = 0,
+	    which, rc = KN_EIO, tries;
+	pc_conn *c;
+
+	memset(res, 0, sizeof(*res));
+	for (tries = 0; tries < n; tries++) {
+		if ((rc = pc_connect_entry(&c, hosts, first, tls, timeout_ms,
+		    &which, err)) != 0)
+			return rc;
+		if ((rc = pc_send(c, r, NULL, err)) == 0)
+			rc = pc_recv(c, res, timeout_ms, err);
+		pc_close(c);
+		/* an entry that went before it answered: the next one */
+		if (rc != KN_EIO)
+			return rc;
+		first = which + 1;
+	}
+	return rc;
+}

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "daemon/net/tls.h"
+#include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
 
@@ -68,6 +69,21 @@ int pc_recv(pc_conn *c, pc_result *res, int timeout_ms, char *err);
 void pc_result_clear(pc_result *res);
 /* One request on a connection of its own (tls and pin as pc_connect's). */
 int pc_generate(const char *addr, tls_ctx *tls, const uint8_t *pin,
+    const pc_request *r, pc_result *res, int timeout_ms, char *err);
+
+/* Entry failover: any host of a list's first blocks is an entry.  A
+ * connection to the first entry, from line first on (then round to the
+ * list's first), that connects within timeout_ms and, over TLS pinned
+ * to its line's id when the list has ids (tls the identity to present;
+ * NULL: plain TCP), finishes its handshake; *which (may be NULL) its
+ * line.  err names every entry tried when none did. */
+int pc_connect_entry(pc_conn **out, const ph_list *hosts, int first,
+    tls_ctx *tls, int timeout_ms, int *which, char *err);
+/* One request to the ring of hosts: sent to each entry in turn while the
+ * one tried is down (no connection, or it closed ours before the
+ * answer); an answer, even an error, or a wait past timeout_ms ends it.
+ * The request's seed makes the output the same wherever it ran. */
+int pc_generate_entries(const ph_list *hosts, tls_ctx *tls,
     const pc_request *r, pc_result *res, int timeout_ms, char *err);
 
 #endif

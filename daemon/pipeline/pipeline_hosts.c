@@ -196,7 +196,8 @@ add_host(ph_list *pl, char **tok, int n, const char *path, int lineno,
     char *err)
 {
 	ph_host *h = &pl->v[pl->n];
-	int rc, i, expect;
+	const ph_host *prev;
+	int rc, i, expect, same;
 
 	if (pl->n == PH_MAX_HOSTS)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: more than %d hosts",
@@ -208,9 +209,20 @@ add_host(ph_list *pl, char **tok, int n, const char *path, int lineno,
 	if (pl->soma != (h->block_hi < 0))
 		return kn_error(err, KN_EINVAL, "%.150s:%d: a list gives blocks "
 		    "or experts=, not both", path, lineno);
-	/* traversal order: each host takes over where the last ended */
-	expect = pl->n == 0 ? h->block_hi : pl->v[pl->n - 1].block_lo - 1;
-	if (!pl->soma && h->block_hi != expect)
+	/* traversal order: each host takes over where the last ended, or
+	 * serves the last one's blocks beside it */
+	prev = pl->n > 0 ? &pl->v[pl->n - 1] : NULL;
+	same = !pl->soma && prev != NULL && h->block_hi == prev->block_hi &&
+	    h->block_lo == prev->block_lo;
+	expect = prev == NULL ? h->block_hi : prev->block_lo - 1;
+	if (!pl->soma && !same && prev != NULL &&
+	    h->block_hi == prev->block_hi)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: this host serves "
+		    "blocks %d-%d, the line before %d-%d: hosts of the same "
+		    "blocks give the same range, on lines one after another",
+		    path, lineno, h->block_hi, h->block_lo, prev->block_hi,
+		    prev->block_lo);
+	if (!pl->soma && !same && h->block_hi != expect)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: this host should "
 		    "start at block %d: hosts are listed in traversal order, "
 		    "the last block first", path, lineno, expect);
@@ -223,6 +235,12 @@ add_host(ph_list *pl, char **tok, int n, const char *path, int lineno,
 		return kn_error(err, KN_EINVAL, "%.150s:%d: peer id %s is "
 		    "listed twice", path, lineno, h->id_text);
 	pl->missing_ids += !h->has_id;
+	if (!pl->soma) {
+		if (!same)
+			pl->stage_first[pl->nstages++] = pl->n;
+		h->stage = pl->nstages - 1;
+		pl->stage_first[pl->nstages] = pl->n + 1;
+	}
 	pl->n++;
 	return KN_OK;
 }
@@ -306,14 +324,26 @@ ph_assign(ph_list *pl, const pr_spec *s, char *err)
 	if (pl->v[0].block_hi != blocks)
 		return kn_error(err, KN_EINVAL, "the host list serves %d blocks, "
 		    "the run has %d", pl->v[0].block_hi, blocks);
-	if (total < pl->n)
+	if (total < pl->nstages)
 		return kn_error(err, KN_EINVAL, "%d causal layers cannot be split "
-		    "over %d hosts", total, pl->n);
+		    "over %d %s", total, pl->nstages, pl->nstages == pl->n ?
+		    "hosts" : "stages (block ranges)");
+	/* every host of a stage runs its stage's layers, so that any of
+	 * them can take an ar frame the stage before sends */
 	for (i = 0; i < pl->n; i++) {
-		pl->v[i].layer_lo = i * total / pl->n;
-		pl->v[i].layer_hi = (i + 1) * total / pl->n;
+		int st = pl->v[i].stage, S = pl->nstages;
+
+		pl->v[i].layer_lo = st * total / S;
+		pl->v[i].layer_hi = (st + 1) * total / S;
 	}
 	return KN_OK;
+}
+
+int
+ph_stage_size(const ph_list *pl, int st)
+{
+	return st >= 0 && st < pl->nstages ? pl->stage_first[st + 1] -
+	    pl->stage_first[st] : 0;
 }
 
 void

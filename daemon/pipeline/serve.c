@@ -26,8 +26,6 @@
 #include "proto/intcheck.h"
 #include "proto/pipeline.h"
 
-#define LINK_QUEUE 65536
-
 /* Frames out ------------------------------------------------------------ */
 
 static void
@@ -52,8 +50,6 @@ request_find(sv *s, uint64_t id)
 	return NULL;
 }
 
-static void link_send_frame(sv *s, const pl_frame *f);
-
 /* The KV caches of an autoregressive request go, here and on the ring;
  * with cancel (the request failed or its client went before its answer)
  * any request's work in progress goes too, so that the ring stops
@@ -71,8 +67,8 @@ request_end_ring(sv *s, request *r, int cancel)
 	job = sc_job_new(SC_END);
 	job->in.id = r->id;
 	sc_submit(s->compute, job);
-	if (s->hosts.n > 1 && s->link != NULL && s->link->up)
-		link_send_frame(s, &f);
+	if (sv_links_any_up(s))
+		sv_links_send(s, &f);
 }
 
 static void
@@ -88,6 +84,7 @@ request_remove(sv *s, request *r)
 	s->inflight--;
 	if (r->client != NULL)
 		r->client->inflight--;
+	sv_links_forget(s, r->id);
 	free(r->seq);
 	free(r);
 }
@@ -154,79 +151,21 @@ request_answer(sv *s, request *r, const unsigned char *data, size_t len)
 	request_remove(s, r);
 }
 
+void
+sv_request_lost(sv *s, uint64_t id, const char *msg)
+{
+	request *r = s->entry ? request_find(s, id) : NULL;
+
+	if (r != NULL)
+		request_fail(s, r, SV_ERR_LINK, msg);
+}
+
 /* Every request in flight is lost with the link it went out on. */
-static void
-requests_fail_all(sv *s, sv_err kind, const char *msg)
+void
+sv_requests_lost(sv *s, const char *msg)
 {
 	while (s->requests != NULL)
-		request_fail(s, s->requests, kind, msg);
-}
-
-/* The link to the next host -------------------------------------------- */
-
-
-static void
-queue_drop_all(sv *s, const char *why)
-{
-	queued *q, *next;
-
-	for (q = s->q_head; q != NULL; q = next) {
-		request *r = s->entry ? request_find(s, q->id) : NULL;
-
-		next = q->next;
-		if (r != NULL) {
-			char msg[PL_MSG_LEN];
-
-			snprintf(msg, sizeof(msg), "the next host %s is down: "
-			    "%.150s", s->hosts.v[(s->self + 1) % s->hosts.n].addr,
-			    why);
-			request_fail(s, r, SV_ERR_LINK, msg);
-		}
-		free(q->buf);
-		free(q);
-	}
-	s->q_head = s->q_tail = NULL;
-	s->q_len = 0;
-}
-
-static void
-link_send_frame(sv *s, const pl_frame *f)
-{
-	char *buf, err[KN_ERR_LEN];
-	size_t len;
-	queued *q;
-
-	if (pl_frame_encode(f, &buf, &len, err) != 0) {
-		log_warnx("pipeline: cannot encode a %s frame: %s",
-		    pl_type_name(f->type), err);
-		return;
-	}
-	if (s->link != NULL && s->link->up) {
-		sv_conn_write(s->link, buf, len);
-		return;
-	}
-	/* down or coming up: the frame waits for the connection */
-	if (s->q_len >= LINK_QUEUE || (q = malloc(sizeof(*q))) == NULL) {
-		request *r = s->entry ? request_find(s, f->id) : NULL;
-
-		free(buf);
-		if (r != NULL)
-			request_fail(s, r, SV_ERR_LINK, "the link to the next "
-			    "host is congested");
-		return;
-	}
-	q->id = f->id;
-	q->buf = buf;
-	q->len = len;
-	q->next = NULL;
-	if (s->q_tail != NULL)
-		s->q_tail->next = q;
-	else
-		s->q_head = q;
-	s->q_tail = q;
-	s->q_len++;
-	if (s->link == NULL)
-		sv_link_connect(s);
+		request_fail(s, s->requests, SV_ERR_LINK, msg);
 }
 
 /* Frames in ------------------------------------------------------------- */
@@ -264,8 +203,15 @@ sv_on_compute_done(void *ctx, sc_job *job)
 
 	s->st.jobs++;
 	s->st.job_compute_s += job->compute_us / 1e6;
-	if (!s->stopping)
+	if (!s->stopping) {
+		int held = sv_links_held(s, job->in.id);
+
 		route(s, &job->out);
+		/* the work came from the host before and has gone on; where
+		 * its frame is held here, once the next host acks it */
+		if (job->kind != SC_END && sv_links_held(s, job->in.id) == held)
+			sv_links_passed(s, job->in.id);
+	}
 	sc_job_free(job);
 }
 
@@ -455,6 +401,10 @@ handle_bt_next(sv *s, pl_frame *f)
 
 	if (r == NULL)
 		return;		/* it failed or timed out meanwhile */
+	/* a traversal done twice, after a host failed over */
+	if (r->pos_block > 0 && f->pos_block == r->pos_block &&
+	    f->pblock <= r->pblock && f->pblock >= 0)
+		return;
 	if (r->pos_block == 0 || f->pos_block != r->pos_block ||
 	    f->pblock != r->pblock + 1 || f->block != s->spec.blocks ||
 	    f->fixed != r->fixed || f->end != r->end) {
@@ -496,6 +446,9 @@ handle_tok(sv *s, pl_frame *f)
 
 	if (r == NULL)
 		return;		/* it failed or timed out meanwhile */
+	/* a byte already had: a traversal done twice after a failover */
+	if (f->pos >= r->fixed && f->pos < r->fixed + r->traversals)
+		return;
 	r->compute_us += f->compute_us;
 	r->hops += f->hops;
 	r->traversals++;
@@ -538,18 +491,61 @@ handle_tok(sv *s, pl_frame *f)
 	sc_submit(s->compute, job);
 }
 
+void
+sv_request_redo(sv *s, uint64_t id)
+{
+	request *r = request_find(s, id);
+	int n, i;
+	sc_job *job;
+
+	if (r == NULL || r->mode != PL_MODE_AR)
+		return;		/* it ended meanwhile */
+	/* the prompt and the bytes had so far, in one traversal that makes
+	 * every cache of the new path at position 0 (ours too) and emits
+	 * the next byte: the draws are keyed by position, so the output is
+	 * the one the request would have had */
+	n = r->fixed + r->traversals;
+	job = sc_job_new(SC_AR);
+	job->in.type = PL_AR;
+	job->in.id = r->id;
+	job->in.pos = 0;
+	job->in.count = n;
+	job->in.temperature = r->temperature;
+	job->in.seed = r->seed;
+	job->in.fixed = r->fixed;
+	job->in.end = r->end;
+	if ((job->sym = malloc((size_t)n * sizeof(int32_t))) == NULL) {
+		sc_job_free(job);
+		request_fail(s, r, SV_ERR_MEMORY, "out of memory");
+		return;
+	}
+	for (i = 0; i < n; i++)
+		job->sym[i] = r->seq[i];
+	log_info("pipeline: request %llu lost a host of its path after %d "
+	    "bytes; running it again from position 0",
+	    (unsigned long long)r->id, r->traversals);
+	r->deadline = kn_now() + s->cfg.pipeline_timeout_ms / 1000.0;
+	sc_submit(s->compute, job);
+}
+
 /* The window of a host further round the ring, back at the entry: it
- * must be the next host line's, with the window and block that line's
- * blocks leave. */
+ * must be from a host of the next stage (the next host line, with one
+ * host a block), with the window and block that stage's blocks leave. */
 static void
 handle_part(sv *s, pl_frame *f)
 {
 	request *r = request_find(s, f->id);
+	const ph_list *pl = &s->hosts;
+	int stage = f->host >= 1 && f->host <= pl->n ?
+	    pl->v[f->host - 1].stage + 1 : 0;
 
 	if (r == NULL)
 		return;		/* it failed or timed out meanwhile */
-	if (!r->stream || f->host != r->parts + 1 || f->host >= s->hosts.n ||
-	    f->block != s->hosts.v[f->host - 1].block_lo - 1 ||
+	/* a window had already: its stage ran twice after a failover */
+	if (r->stream && stage >= 1 && stage <= r->parts)
+		return;
+	if (!r->stream || stage != r->parts + 1 || stage >= pl->nstages ||
+	    f->block != pl->v[f->host - 1].block_lo - 1 ||
 	    f->data_len != (size_t)s->spec.window) {
 		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline sent a host's "
 		    "window out of order, or one the request did not ask for");
@@ -576,7 +572,7 @@ send_part(sv *s, const pl_frame *bt)
 	p.data_len = bt->data_len;
 	p.mask = bt->mask;
 	p.mask_len = bt->mask_len;
-	link_send_frame(s, &p);
+	sv_links_send(s, &p);
 }
 
 /* Where a frame goes, whether it arrived or this host made it. */
@@ -584,7 +580,7 @@ static void
 route(sv *s, pl_frame *f)
 {
 	request *r = NULL;      /* set where s->entry (gcc -O1 cannot tell) */
-	int last = s->self == s->hosts.n - 1;
+	int last = s->stage == s->hosts.nstages - 1;
 
 	switch (f->type) {
 	case PL_BT:
@@ -604,25 +600,25 @@ route(sv *s, pl_frame *f)
 		}
 		/* at the entry: its own blocks' result, on its way on */
 		if (s->entry) {
-			r->parts = 1;
+			r->parts = 1;	/* windows had, by stage */
 			if (r->client != NULL && r->reply->partial != NULL)
 				r->reply->partial(r->client, r, f->data, f->mask,
-				    f->block, 1);
+				    f->block, s->self + 1);
 		} else if (f->stream && f->block < s->spec.blocks)
 			/* not the exit's frame for the next position block */
 			send_part(s, f);
-		link_send_frame(s, f);
+		sv_links_send(s, f);
 		break;
 	case PL_AR:
 		if (s->entry ? request_find(s, f->id) != NULL :
 		    !ended_has(s, f->id))
-			link_send_frame(s, f);
+			sv_links_send(s, f);
 		break;
 	case PL_TOK:
 	case PL_PART:
 		/* for the entry: the hosts between pass them on */
 		if (!s->entry)
-			link_send_frame(s, f);
+			sv_links_send(s, f);
 		else if (f->type == PL_TOK)
 			handle_tok(s, f);
 		else
@@ -630,7 +626,7 @@ route(sv *s, pl_frame *f)
 		break;
 	case PL_OUT:
 		if (!s->entry) {
-			link_send_frame(s, f);
+			sv_links_send(s, f);
 			break;
 		}
 		if ((r = request_find(s, f->id)) != NULL) {
@@ -640,9 +636,15 @@ route(sv *s, pl_frame *f)
 			request_answer(s, r, f->data, f->data_len);
 		}
 		break;
+	case PL_REDO:
+		if (!s->entry)
+			sv_links_send(s, f);
+		else
+			sv_request_redo(s, f->id);
+		break;
 	case PL_ERR:
 		if (!s->entry) {
-			link_send_frame(s, f);
+			sv_links_send(s, f);
 			break;
 		}
 		if ((r = request_find(s, f->id)) != NULL)
@@ -650,7 +652,7 @@ route(sv *s, pl_frame *f)
 		break;
 	case PL_END:
 		if (!s->entry && !last)
-			link_send_frame(s, f);
+			sv_links_send(s, f);
 		break;
 	default:
 		break;
@@ -678,6 +680,8 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 			pl_frame_clear(f);
 			return;
 		}
+		if (!s->entry)
+			sv_links_owe(s, c, f->id);
 		if (s->entry && f->type == PL_BT && f->pos_block > 0) {
 			handle_bt_next(s, f);
 			pl_frame_clear(f);
@@ -696,12 +700,23 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 		sc_submit(s->compute, job);
 		return;
 	case PL_END:
-		if (!s->entry)
+		sv_links_forget(s, f->id);
+		if (!s->entry) {
+			/* with several hosts a block, it comes from each host
+			 * of the stage before: on once is enough */
+			if (ended_has(s, f->id))
+				break;
 			ended_add(s, f->id);
+		}
 		job = sc_job_new(SC_END);
 		job->in.id = f->id;
 		sc_submit(s->compute, job);
 		route(s, f);
+		break;
+	case PL_PING:
+	case PL_PONG:
+	case PL_ACK:
+		sv_links_frame(s, c, f);
 		break;
 	default:
 		route(s, f);
@@ -711,20 +726,6 @@ sv_dispatch(sv *s, conn *c, pl_frame *f)
 }
 
 /* Connections' news ------------------------------------------------------ */
-
-void
-sv_link_up(sv *s)
-{
-	queued *q, *next;
-
-	for (q = s->q_head; q != NULL; q = next) {
-		next = q->next;
-		sv_conn_write(s->link, q->buf, q->len);
-		free(q);
-	}
-	s->q_head = s->q_tail = NULL;
-	s->q_len = 0;
-}
 
 void
 sv_conn_gone(sv *s, conn *c, const char *why)
@@ -737,18 +738,9 @@ sv_conn_gone(sv *s, conn *c, const char *why)
 		if (r->client == c)
 			r->client = NULL;
 	ss_conn_gone(s, c);
-	if (c != s->link)
-		return;
-	s->link = NULL;
-	s->link_retry = kn_now();
-	if (!s->stopping && s->entry) {
-		char msg[PL_MSG_LEN];
-
-		snprintf(msg, sizeof(msg), "lost the connection to the next "
-		    "host %s: %.100s", c->peer, why ? why : "closed");
-		requests_fail_all(s, SV_ERR_LINK, msg);
-	}
-	queue_drop_all(s, why ? why : "closed");
+	sv_links_conn_gone(s, c);
+	if (c->outbound && c->link != NULL && c->link->c == c)
+		sv_link_down(s, c->link, why ? why : "closed");
 }
 
 /* Housekeeping: deadlines, stalled frames, the link, idle memory. */
@@ -778,6 +770,7 @@ sv_on_cron(uv_timer_t *t)
 		}
 	}
 	sv_conns_cron(s, tnow);
+	sv_links_cron(s, tnow);
 	if (s->inflight == 0 && !s->trimmed && s->compute != NULL) {
 		int count;
 		size_t bytes;
@@ -822,7 +815,7 @@ sv_shutdown(sv *s)
 	while (s->requests != NULL)
 		request_fail(s, s->requests, SV_ERR_SHUTDOWN, "the host is "
 		    "shutting down");
-	queue_drop_all(s, "shutting down");
+	sv_links_free(s);
 	for (c = s->conns; c != NULL; c = next) {
 		next = c->next;
 		sv_conn_close(c, NULL);

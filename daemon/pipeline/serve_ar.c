@@ -210,6 +210,17 @@ out:
 	free(seqs); free(sym); free(picked); free(hidden); free(u); free(live);
 }
 
+static int
+in_batch(sc_job *const *batch, int nb, uint64_t id)
+{
+	int i;
+
+	for (i = 0; i < nb; i++)
+		if (batch[i]->in.id == id)
+			return 1;
+	return 0;
+}
+
 void
 sc__ar_run(sc *c, sc_job *list)
 {
@@ -221,11 +232,14 @@ sc__ar_run(sc *c, sc_job *list)
 		int rows = 0, cap = c->o.max_batch * c->spec.window;
 
 		/* the lead and what shares its temperature, within the rows
-		 * one pass takes; the rest wait for the next pass */
+		 * one pass takes; the rest wait for the next pass, as does a
+		 * second job of a request already in it (a traversal sent
+		 * again after a failover), whose cache it would replace */
 		nb = 0;
 		for (prev = &list; (j = *prev) != NULL && nb < 256;) {
 			if ((!c->o.ar_last || j->in.temperature ==
-			    lead->in.temperature) && rows + j->in.count <= cap) {
+			    lead->in.temperature) && rows + j->in.count <=
+			    cap && !in_batch(batch, nb, j->in.id)) {
 				*prev = j->next;
 				batch[nb++] = j;
 				rows += j->in.count;

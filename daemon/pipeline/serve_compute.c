@@ -9,12 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/blocktrain/blockgen.h"
 #include "daemon/blocktrain/blocktrain.h"
+#include "daemon/core/log.h"
 #include "daemon/pipeline/internal.h"
 #include "daemon/blocktrain/train.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
 #include "kernels/model.h"
+#include "kernels/model_blockdecode.h"
 
 sc_job *
 sc_job_new(sc_kind kind)
@@ -101,11 +104,90 @@ take_jobs(sc *c, lt_item *item)
 	return ar;
 }
 
+/* Warm-up --------------------------------------------------------------- */
+
+/* One pass of block model m as a request's step makes it: a window of
+ * masks, one row through the head; with position blocks the pass of
+ * serve_bt.c's pb_pass, against a cache of its own. */
+static int
+warm_block(sc *c, kn_model *m, char *err)
+{
+	int n = c->spec.window, L = bg_pos_block(&c->spec), i, rc;
+	int32_t *sym = malloc((size_t)n * sizeof(int32_t));
+	int32_t row = 0, out;
+	float u = 0.5f;
+	kn_kv *kv = NULL;
+
+	if (sym == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < n; i++)
+		sym[i] = KN_MASK;
+	if (!bg_has_pos_blocks(&c->spec))
+		rc = kn_model_predict_at(m, sym, 1, &row, 1, &u, 1.0f, &out,
+		    err);
+	else if ((rc = kn_kv_create(&kv, m, err)) == 0) {
+		kn_decode_seq seq = { kv, 0, L };
+
+		rc = kn_model_blockdecode(m, &seq, 1, sym, 0, &row, 1, &u,
+		    1.0f, &out, err);
+	}
+	kn_kv_free(kv);
+	free(sym);
+	return rc;
+}
+
+/* One decoding pass of the causal layers over one position, as the
+ * first traversal of an autoregressive request makes it here. */
+static int
+warm_causal(sc *c, char *err)
+{
+	int32_t sym = ' ', picked;
+	float *hidden = calloc((size_t)c->spec.width, sizeof(float)), u = 0.5f;
+	kn_kv *kv = NULL;
+	int rc;
+
+	if (hidden == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	if ((rc = kn_kv_create(&kv, c->causal, err)) == 0) {
+		kn_decode_seq seq = { kv, 0, 1 };
+
+		rc = kn_model_decode(c->causal, &seq, 1, c->o.ar_first ? &sym :
+		    NULL, hidden, &u, 1.0f, c->o.ar_last ? &picked : NULL, err);
+	}
+	kn_kv_free(kv);
+	free(hidden);
+	return rc;
+}
+
+/* Before the host says it is ready, one throwaway pass of each model it
+ * serves, on this thread: a model's first pass packs its weights and
+ * allocates and touches its caches, and the thread its GEMM scratch,
+ * which made the first request after a start spend 60 to 130 ms in
+ * compute where the others spent 14 (the bench's model on a busy
+ * machine: thousands of page faults).  Requests never see what it
+ * leaves: every cache it fills is checked against its input. */
+static void
+warm_up(sc *c)
+{
+	char err[KN_ERR_LEN];
+	double t0 = kn_now();
+	int b;
+
+	for (b = c->o.block_lo; b <= c->o.block_hi; b++)
+		if (c->blocks[b] != NULL && warm_block(c, c->blocks[b], err) != 0)
+			log_warnx("pipeline: warm-up pass of block %d: %s", b, err);
+	if (c->causal != NULL && warm_causal(c, err) != 0)
+		log_warnx("pipeline: warm-up pass of the causal layers: %s", err);
+	c->warm_s = kn_now() - t0;
+}
+
 static void
 run(lt_thread *t, void *arg)
 {
 	sc *c = arg;
 
+	warm_up(c);
+	uv_sem_post(&c->warmed);
 	for (;;) {
 		lt_item *jobs, *next;
 		sc_job *ar;
@@ -252,12 +334,18 @@ sc_start(sc **out, uv_loop_t *loop, const sc_opts *o,
 		rc = load_models(c, note, notelen, err);
 	if (rc == 0 && c->causal != NULL)
 		c->kv_bytes = kn_kv_bytes(kn_model_get_shape(c->causal));
-	if (rc == 0)
-		rc = lt_start(&c->lt, loop, &lo, err);
+	if (rc == 0 && uv_sem_init(&c->warmed, 0) != 0)
+		rc = kn_error(err, KN_ENOMEM, "cannot make a semaphore");
+	else if (rc == 0 && (rc = lt_start(&c->lt, loop, &lo, err)) != 0)
+		uv_sem_destroy(&c->warmed);
 	if (rc != 0) {
 		free_sc(c);
 		return rc;
 	}
+	/* ready only once warm: the host's listening line comes after */
+	uv_sem_wait(&c->warmed);
+	uv_sem_destroy(&c->warmed);
+	log_info("pipeline: warm-up passes took %.0f ms", c->warm_s * 1e3);
 	*out = c;
 	return KN_OK;
 }

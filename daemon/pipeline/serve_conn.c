@@ -22,7 +22,6 @@
 /* Bytes waiting to be written to one connection before it is dropped:
  * a client that does not read must not hold the host's memory. */
 #define WRITE_BACKLOG ((size_t)256 << 20)
-#define RECONNECT_S 0.5
 /* A refused connection has this long to take its TLS alert. */
 #define DRAIN_S 2.0
 
@@ -180,10 +179,11 @@ sv_conn_finish(conn *c)
 static sv_peer
 peer_kind(const sv *s, const uint8_t id[ID_BYTES])
 {
-	int h = ph_find_id(&s->hosts, id);
+	int h = ph_find_id(&s->hosts, id), S = s->hosts.nstages;
 
+	/* any host of the stage before sends us its work */
 	if (h >= 0)
-		return h == (s->self + s->hosts.n - 1) % s->hosts.n ?
+		return S > 0 && s->hosts.v[h].stage == (s->stage + S - 1) % S ?
 		    SV_PEER_PREV : SV_PEER_HOST;
 	if (ph_client_find(&s->hosts, id) >= 0)
 		return SV_PEER_CLIENT;
@@ -226,7 +226,7 @@ conn_established(conn *c)
 		c->up = 1;
 		log_info("pipeline: connected to the next host %s (peer id %s)",
 		    c->peer, id);
-		sv_link_up(s);
+		sv_link_up(s, c->link);
 		return;
 	}
 	c->kind = peer_kind(s, tls_conn_peer_id(c->tls));
@@ -354,6 +354,8 @@ conn_feed(conn *c, const char *p, size_t n)
 			free(c->body);
 			c->body = NULL;
 			c->frames++;
+			if (c->outbound)
+				c->heard = kn_now();
 			s->st.bytes_in[frame_bytes_kind(c, &f)] += PL_HEADER +
 			    c->body_len;
 			if (!frame_allowed(c, &f)) {
@@ -604,7 +606,7 @@ on_link_connected(uv_connect_t *req, int status)
 	creq *r = (creq *)req;
 	conn *c = r->c;
 	sv *s = c->s;
-	const ph_host *next = &s->hosts.v[(s->self + 1) % s->hosts.n];
+	const ph_host *next = &s->hosts.v[c->link->host];
 	char err[KN_ERR_LEN];
 
 	free(r);
@@ -619,7 +621,7 @@ on_link_connected(uv_connect_t *req, int status)
 	if (s->tls == NULL) {
 		c->up = 1;
 		log_info("pipeline: connected to the next host %s", c->peer);
-		sv_link_up(s);
+		sv_link_up(s, c->link);
 		return;
 	}
 	if (tls_conn_new(&c->tls, s->tls, 0, next->id, err) != 0) {
@@ -634,19 +636,19 @@ on_link_connected(uv_connect_t *req, int status)
 }
 
 void
-sv_link_connect(sv *s)
+sv_link_connect(sv *s, sv_link *l)
 {
-	const ph_host *h = &s->hosts.v[(s->self + 1) % s->hosts.n];
-	const char *addr = s->cfg.pipeline_next[0] ? s->cfg.pipeline_next :
-	    h->addr;
+	const ph_host *h = &s->hosts.v[l->host];
+	/* pipeline_next stands for the one next host there is */
+	const char *addr = s->cfg.pipeline_next[0] && s->nlinks == 1 ?
+	    s->cfg.pipeline_next : h->addr;
 	char host[CF_HOST_LEN];
 	int port;
 	struct sockaddr_storage sa;
 	creq *r;
 	conn *c;
 
-	if (s->link != NULL || s->stopping || s->hosts.n < 2 ||
-	    s->hosts.soma)
+	if (l->c != NULL || s->stopping || s->hosts.soma)
 		return;
 	if (cf_parse_hostport(addr, host, sizeof(host), &port) != 0 ||
 	    (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
@@ -661,7 +663,8 @@ sv_link_connect(sv *s)
 		return;
 	}
 	snprintf(c->peer, sizeof(c->peer), "%.63s", addr);
-	s->link = c;
+	l->c = c;
+	c->link = l;
 	r->c = c;
 	if (uv_tcp_connect(&r->req, &c->tcp, (struct sockaddr *)&sa,
 	    on_link_connected) != 0) {
@@ -694,6 +697,13 @@ sv_conns_cron(sv *s, double now)
 				log_warnx("pipeline: refused %s: %s", c->peer,
 				    why);
 			sv_conn_close(c, c->outbound ? why : NULL);
+		} else if (c->outbound && !c->up && !c->handshaking &&
+		    s->nlinks > 1 && now - c->opened >
+		    s->cfg.handshake_timeout_ms / 1000.0) {
+			/* one of several: not left to the kernel's minutes */
+			snprintf(why, sizeof(why), "cannot connect within %d "
+			    "ms", s->cfg.handshake_timeout_ms);
+			sv_conn_close(c, why);
 		} else if (c->partial_since > 0 &&
 		    now - c->partial_since > PARTIAL_S)
 			sv_conn_close(c, "a frame left unfinished");
@@ -702,11 +712,6 @@ sv_conns_cron(sv *s, double now)
 			if (c->tokens >= 0)
 				conn_resume(c);
 		}
-	}
-	if (s->link == NULL && s->hosts.n > 1 &&
-	    now - s->link_retry > RECONNECT_S) {
-		s->link_retry = now;
-		sv_link_connect(s);
 	}
 }
 

@@ -156,7 +156,9 @@ setup(sv *s, char *err)
 	if ((s->self = ph_find(&s->hosts, s->cfg.pipeline_listen)) < 0)
 		return kn_error(err, KN_EINVAL, "%s is not in the pipeline host "
 		    "list %s", s->cfg.pipeline_listen, s->cfg.pipeline_hosts);
-	s->entry = s->self == 0 || s->hosts.soma;
+	s->stage = s->hosts.v[s->self].stage;
+	/* every host of the first blocks takes requests */
+	s->entry = s->stage == 0 || s->hosts.soma;
 	s->exit_host = s->hosts.v[s->self].block_lo == 1;
 	for (i = 0; i < s->hosts.n && !s->hosts.soma; i++)
 		if (s->hosts.v[i].layer_hi <= s->hosts.v[i].layer_lo)
@@ -197,7 +199,7 @@ start_compute(sv *s, char *err)
 		.block_hi = me->block_hi,
 		.block_lo = me->block_lo, .layer_lo = me->layer_lo,
 		.layer_hi = me->layer_hi, .ar_first = s->entry,
-		.ar_last = s->self == s->hosts.n - 1,
+		.ar_last = s->stage == s->hosts.nstages - 1,
 		.max_batch = s->cfg.pipeline_batch,
 		.cache_bytes = (size_t)s->cfg.pipeline_cache_mb << 20,
 		.idle_s = s->cfg.pipeline_idle_s, .be = s->be,
@@ -239,7 +241,8 @@ start_loop(sv *s, const struct sockaddr_storage *sa, char *err)
 	uv_signal_start(&s->sigint, on_signal, SIGINT);
 	uv_signal_start(&s->sighup, on_hup, SIGHUP);
 	signal(SIGPIPE, SIG_IGN);
-	sv_link_connect(s);
+	sv_links_init(s);
+	sv_links_start(s);
 	return KN_OK;
 }
 
@@ -260,8 +263,16 @@ log_started(const sv *s, const char *desc)
 		    me->layer_hi - 1, pr_spec_total_layers(&s->spec),
 		    s->hosts.logical ? s->hosts.f16 ? "logical shape with random fp16 "
 		    "weights" : "logical shape with random weights" : "trained",
-		    s->hosts.n > 1 ? s->hosts.v[(s->self + 1) % s->hosts.n].addr :
-		    "none", desc);
+		    s->nlinks > 0 ? s->hosts.v[s->links[0].host].addr : "none",
+		    desc);
+	if (s->nlinks > 1 && s->cfg.pipeline_next[0])
+		log_warnx("pipeline: pipeline_next (%s) stands for a single "
+		    "next host; the list gives %d, reached at their own "
+		    "addresses", s->cfg.pipeline_next, s->nlinks);
+	if (s->nlinks > 1)
+		log_info("pipeline: %d hosts serve the next blocks%s",
+		    s->nlinks, s->spare ? "; a frame goes to another when "
+		    "one fails" : " (the entries)");
 	if (s->metrics != NULL)
 		log_info("pipeline: /metrics on http://%s; GET /v1/status%s on "
 		    "the pipeline port", s->metrics_addr, s->entry &&
@@ -298,7 +309,12 @@ sv_main(const startup_flags *f)
 	if ((s.be = startup_backend(&s.cfg, desc, sizeof(desc), err)) == NULL)
 		fatalx("%s", err);
 	s.loop = uv_default_loop();
-	s.next_id = ((uint64_t)getpid() << 32) ^ ((uint64_t)time(NULL) << 20);
+	/* the top byte names the entry that owns the id, so that the exit
+	 * answers it (serve_links.c) */
+	s.next_id = (((uint64_t)getpid() << 32) ^ ((uint64_t)time(NULL) <<
+	    20)) & (((uint64_t)1 << 56) - 1);
+	if (s.entry && !s.hosts.soma)
+		s.next_id |= (uint64_t)s.self << 56;
 	s.started = kn_now();
 	if (start_compute(&s, err) != 0 || start_loop(&s, &sa, err) != 0 ||
 	    sv_metrics_start(&s, err) != 0)

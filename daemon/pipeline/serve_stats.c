@@ -42,6 +42,10 @@ sv_stats_answered(sv *s, const request *r)
 		;
 	s->st.lat_count[b]++;
 	s->st.lat_sum += lat;
+	if (lat > s->st.lat_max) {
+		s->st.lat_max = lat;
+		s->st.lat_max_compute = compute;
+	}
 	/* with the client's request and its answer */
 	s->st.hops += (uint64_t)r->hops + 2;
 	s->st.compute_s += compute;
@@ -118,6 +122,9 @@ latency_json(const sv *s)
 		json_object_set_new(o, "p50_ms", json_real(quantile_ms(s, 0.5)));
 		json_object_set_new(o, "p90_ms", json_real(quantile_ms(s, 0.9)));
 		json_object_set_new(o, "p99_ms", json_real(quantile_ms(s, 0.99)));
+		json_object_set_new(o, "max_ms", json_real(s->st.lat_max * 1e3));
+		json_object_set_new(o, "max_compute_ms",
+		    json_real(s->st.lat_max_compute * 1e3));
 	}
 	return o;
 }
@@ -137,11 +144,23 @@ place_json(const sv *s, json_t *o)
 	    me->block_lo));
 	json_object_set_new(o, "layers", json_pack("[i,i]", me->layer_lo,
 	    me->layer_hi));
-	if (s->hosts.n > 1)
-		json_object_set_new(o, "next", json_string(s->hosts.v[(s->self +
-		    1) % s->hosts.n].addr));
-	json_object_set_new(o, "link_up", json_boolean(s->hosts.n < 2 ||
-	    (s->link != NULL && s->link->up)));
+	if (s->nlinks > 0)
+		json_object_set_new(o, "next", json_string(s->hosts.v[
+		    s->links[0].host].addr));
+	json_object_set_new(o, "link_up", json_boolean(s->nlinks == 0 ||
+	    sv_links_any_up(s)));
+	if (s->nlinks > 1) {
+		json_t *links = json_array();
+		int i;
+
+		for (i = 0; i < s->nlinks; i++)
+			json_array_append_new(links, json_pack("{s:s,s:b}",
+			    "addr", s->hosts.v[s->links[i].host].addr, "up",
+			    s->links[i].c != NULL && s->links[i].c->up));
+		json_object_set_new(o, "links", links);
+	}
+	json_object_set_new(o, "rerouted", json_integer((json_int_t)
+	    s->st.rerouted));
 }
 
 char *
@@ -233,6 +252,10 @@ metrics_latency(FILE *f, const sv *s)
 	    PRIu64 "\nblocktrain_serve_latency_seconds_sum %.6f\n"
 	    "blocktrain_serve_latency_seconds_count %" PRIu64 "\n", cum,
 	    s->st.lat_sum, cum);
+	head(f, "latency_max_seconds", "gauge", "The slowest request answered "
+	    "at the entry since the host started.");
+	fprintf(f, "blocktrain_serve_latency_max_seconds %.6f\n",
+	    s->st.lat_max);
 }
 
 static void
@@ -308,6 +331,10 @@ sv_metrics_text(sv *s, size_t *len)
 	    "dropped unfinished because their request ended.");
 	fprintf(f, "blocktrain_serve_jobs_cancelled_total %" PRIu64 "\n",
 	    s->compute != NULL ? sc_jobs_cancelled(s->compute) : 0);
+	head(f, "rerouted_total", "counter", "Frames sent on to another host "
+	    "of the next blocks after the one they went to failed.");
+	fprintf(f, "blocktrain_serve_rerouted_total %" PRIu64 "\n",
+	    s->st.rerouted);
 	head(f, "uptime_seconds", "gauge", "Seconds since the host started.");
 	fprintf(f, "blocktrain_serve_uptime_seconds %.3f\n", kn_now() -
 	    s->started);

@@ -2,9 +2,10 @@
  * its own connection to the pipeline's entry host (over TLS as an
  * operator identity when the host list has peer ids), each sending N
  * requests one after the other.  Prints one line of key=value figures:
- * latency per request, output bytes per second over the whole run, and
- * the hosts' compute and the rest per frame hop (the pipeline's own
- * overhead). */
+ * latency per request (mean, p50, p99, the slowest and its compute, so
+ * that a stall of a few requests shows), output bytes per second over
+ * the whole run, and the hosts' compute and the rest per frame hop (the
+ * pipeline's own overhead). */
 #include "config.h"
 
 #include <getopt.h>
@@ -23,9 +24,11 @@ struct client {
 	const char *addr;
 	tls_ctx *tls;           /* NULL: plain TCP */
 	const uint8_t *pin;
+	const ph_list *hosts;   /* --peers: any entry that is up */
 	pc_request req;
 	int requests, timeout_ms, index;
-	double *latency;        /* requests seconds */
+	double *latency;        /* requests seconds; 0: never answered */
+	double *compute;        /* each request's compute, seconds */
 	uint64_t compute_us, bytes;
 	long hops, traversals;
 	size_t frame_bytes;
@@ -33,16 +36,39 @@ struct client {
 	char why[PL_MSG_LEN];
 };
 
+/* One request and its answer; with --peers, an entry that goes before it
+ * answers is left for the next one, and the request sent there. */
+static int
+ask_entry(struct client *c, pc_conn **conn, int *entry, pc_result *res,
+    char *err)
+{
+	int tries = 0, rc;
+
+	for (;;) {
+		if ((rc = pc_send(*conn, &c->req, NULL, err)) == 0)
+			rc = pc_recv(*conn, res, c->timeout_ms, err);
+		if (rc != KN_EIO || c->hosts == NULL ||
+		    ++tries > ph_stage_size(c->hosts, 0))
+			return rc;
+		pc_close(*conn);
+		*conn = NULL;
+		if ((rc = pc_connect_entry(conn, c->hosts, *entry + 1, c->tls,
+		    c->timeout_ms, entry, err)) != 0)
+			return rc;
+	}
+}
+
 static void *
 run_client(void *arg)
 {
 	struct client *c = arg;
 	char err[KN_ERR_LEN];
 	pc_conn *conn;
-	int i;
+	int i, entry = 0;
 
-	if (pc_connect(&conn, c->addr, c->tls, c->pin, c->timeout_ms,
-	    err) != 0) {
+	if ((c->hosts != NULL ? pc_connect_entry(&conn, c->hosts, 0, c->tls,
+	    c->timeout_ms, &entry, err) : pc_connect(&conn, c->addr, c->tls,
+	    c->pin, c->timeout_ms, err)) != 0) {
 		c->failed = c->requests;
 		snprintf(c->why, sizeof(c->why), "%s", err);
 		return NULL;
@@ -53,13 +79,13 @@ run_client(void *arg)
 
 		/* each request its own seed: no two outputs alike */
 		c->req.seed = 1000003ULL * (uint64_t)c->index + (uint64_t)i + 1;
-		if (pc_send(conn, &c->req, NULL, err) != 0 ||
-		    pc_recv(conn, &res, c->timeout_ms, err) != 0) {
+		if (ask_entry(c, &conn, &entry, &res, err) != 0) {
 			c->failed++;
 			snprintf(c->why, sizeof(c->why), "%s", err);
 			break;
 		}
 		c->latency[i] = kn_now() - t0;
+		c->compute[i] = res.compute_us / 1e6;
 		if (!res.ok) {
 			c->failed++;
 			snprintf(c->why, sizeof(c->why), "%s", res.error);
@@ -84,19 +110,37 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The q quantile (0 < q <= 1) of sorted v (n >= 1) by nearest rank: the
+ * ceil(q n)-th smallest, a latency some request took (p99 of 20 requests
+ * is the slowest; of 200, the second slowest). */
+static double
+rank_quantile(const double *sorted, int n, double q)
+{
+	int rank = (int)(q * n);
+
+	if ((double)rank < q * n)
+		rank++;
+	if (rank < 1)
+		rank = 1;
+	return sorted[(rank > n ? n : rank) - 1];
+}
+
 /* What the command line asks for. */
 struct bench_opts {
 	const char *addr, *prompt;
 	const char *peers, *identity;   /* --peers, --identity */
+	const char *latencies;          /* --latencies: appended, ms a line */
 	int length, steps, clients, requests, timeout_ms;
 	double temp;
 	pl_mode mode;
 };
 
-/* All clients' figures together; latency holds every request's,
- * sorted. */
+/* All clients' figures together; latency holds every answered
+ * request's (answered of them), sorted. */
 struct totals {
 	double *latency, sum;
+	int answered;
+	double slowest_compute; /* of the slowest request, seconds */
 	uint64_t compute, bytes;
 	long hops, trav;
 	int failed;
@@ -119,6 +163,7 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		{ "requests", required_argument, NULL, 'n' },
 		{ "temperature", required_argument, NULL, 't' },
 		{ "timeout", required_argument, NULL, 'w' },
+		{ "latencies", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -143,16 +188,20 @@ parse_options(int argc, char **argv, struct bench_opts *o)
 		case 'n': o->requests = atoi(optarg); break;
 		case 't': o->temp = atof(optarg); break;
 		case 'w': o->timeout_ms = atoi(optarg); break;
+		case 'L': o->latencies = optarg; break;
 		case 'h':
 			printf("usage: pipeline-bench --addr HOST:PORT | --peers "
 			    "HOSTS [--identity DIR]\n    [--mode blocktrain|ar] "
 			    "[--length M] [--steps K] [--prompt P]\n    "
 			    "[--clients C] [--requests N] [--temperature T] "
-			    "[--timeout MS]\n"
+			    "[--timeout MS]\n    [--latencies FILE]\n"
 			    "--addr: plain TCP to the entry; --peers: the entry "
 			    "of the host list, over TLS\npinned to its peer id "
 			    "as the operator identity in DIR when the list has "
-			    "ids.\n");
+			    "ids.\n--latencies: each answered request's latency "
+			    "in ms appended to FILE, a line each\n(a steady "
+			    "stream run in batches, its percentiles taken over "
+			    "all).\n");
 			return 0;
 		default:
 			return 2;
@@ -208,6 +257,7 @@ clients_new(const struct bench_opts *o, tls_ctx *tls, const ph_list *hosts)
 		cl[i].addr = o->addr;
 		cl[i].tls = tls;
 		cl[i].pin = tls != NULL ? hosts->v[0].id : NULL;
+		cl[i].hosts = o->peers != NULL ? hosts : NULL;
 		cl[i].req.mode = o->mode;
 		cl[i].req.prompt = o->prompt;
 		cl[i].req.prompt_len = strlen(o->prompt);
@@ -218,6 +268,7 @@ clients_new(const struct bench_opts *o, tls_ctx *tls, const ph_list *hosts)
 		cl[i].timeout_ms = o->timeout_ms;
 		cl[i].index = i;
 		cl[i].latency = calloc((size_t)o->requests, sizeof(double));
+		cl[i].compute = calloc((size_t)o->requests, sizeof(double));
 	}
 	return cl;
 }
@@ -245,13 +296,23 @@ gather(const struct client *cl, const struct bench_opts *o,
     struct totals *t)
 {
 	int i, j, total = o->clients * o->requests;
+	double slowest = 0;
 
 	memset(t, 0, sizeof(*t));
 	t->latency = calloc((size_t)total, sizeof(double));
 	for (i = 0; i < o->clients; i++) {
 		for (j = 0; j < o->requests; j++) {
-			t->latency[i * o->requests + j] = cl[i].latency[j];
-			t->sum += cl[i].latency[j];
+			double lat = cl[i].latency[j];
+
+			/* a request never answered has no latency */
+			if (lat <= 0)
+				continue;
+			if (lat > slowest) {
+				slowest = lat;
+				t->slowest_compute = cl[i].compute[j];
+			}
+			t->latency[t->answered++] = lat;
+			t->sum += lat;
 		}
 		t->failed += cl[i].failed;
 		t->compute += cl[i].compute_us;
@@ -262,30 +323,57 @@ gather(const struct client *cl, const struct bench_opts *o,
 			fprintf(stderr, "pipeline-bench: client %d: %s\n", i,
 			    cl[i].why);
 	}
-	qsort(t->latency, (size_t)total, sizeof(double), cmp_double);
+	qsort(t->latency, (size_t)t->answered, sizeof(double), cmp_double);
 }
 
-/* Overhead: what a request took beyond the hosts' compute, per frame
- * hop (client -> entry, host -> host, entry -> client). */
+/* Latency over the answered requests: the mean (latency_ms), p50, p99,
+ * the slowest and the compute of that slowest one.  Overhead: what a
+ * request took beyond the hosts' compute, per frame hop (client ->
+ * entry, host -> host, entry -> client). */
 static void
 print_result(const struct bench_opts *o, const struct totals *t,
     double wall, size_t frame_bytes)
 {
-	int total = o->clients * o->requests;
-	double sum = t->sum;
+	int total = o->clients * o->requests, n = t->answered;
+	double sum = t->sum, mean = n ? sum / n : 0;
 
 	printf("mode=%s clients=%d requests=%d length=%d steps=%d failed=%d "
 	    "latency_ms=%.3f latency_p50_ms=%.3f latency_max_ms=%.3f "
 	    "Bps=%.2f latency_Bps=%.2f compute_ms=%.3f hops=%.1f "
 	    "traversals=%.1f overhead_us_per_hop=%.1f frame_bytes=%zu "
-	    "wall_s=%.3f\n", pl_mode_name(o->mode), o->clients, o->requests,
-	    o->length, o->steps, t->failed, 1e3 * sum / total,
-	    1e3 * t->latency[total / 2], 1e3 * t->latency[total - 1],
-	    t->bytes / wall, o->length / (sum / total),
+	    "wall_s=%.3f latency_p99_ms=%.3f slowest_compute_ms=%.3f\n",
+	    pl_mode_name(o->mode), o->clients, o->requests,
+	    o->length, o->steps, t->failed, 1e3 * mean,
+	    n ? 1e3 * rank_quantile(t->latency, n, 0.5) : 0,
+	    n ? 1e3 * t->latency[n - 1] : 0,
+	    t->bytes / wall, mean > 0 ? o->length / mean : 0,
 	    t->compute / 1e3 / total, (double)t->hops / total,
 	    (double)t->trav / total,
 	    t->hops ? (sum - t->compute / 1e6) / t->hops * 1e6 : 0.0,
-	    frame_bytes, wall);
+	    frame_bytes, wall,
+	    n ? 1e3 * rank_quantile(t->latency, n, 0.99) : 0,
+	    1e3 * t->slowest_compute);
+}
+
+/* --latencies: the answered requests' latencies appended, for figures
+ * over many runs of the tool. */
+static int
+write_latencies(const char *path, const struct totals *t)
+{
+	FILE *f = fopen(path, "a");
+	int i;
+
+	if (f == NULL) {
+		perror(path);
+		return -1;
+	}
+	for (i = 0; i < t->answered; i++)
+		fprintf(f, "%.3f\n", 1e3 * t->latency[i]);
+	if (fclose(f) != 0) {
+		perror(path);
+		return -1;
+	}
+	return 0;
 }
 
 int
@@ -308,11 +396,15 @@ main(int argc, char **argv)
 	wall = run_clients(cl, o.clients);
 	gather(cl, &o, &t);
 	print_result(&o, &t, wall, cl[0].frame_bytes);
-	for (i = 0; i < o.clients; i++)
+	if (o.latencies != NULL && write_latencies(o.latencies, &t) != 0)
+		rc = 1;
+	for (i = 0; i < o.clients; i++) {
 		free(cl[i].latency);
+		free(cl[i].compute);
+	}
 	free(cl);
 	free(t.latency);
 	tls_ctx_free(tls);
 	ph_free(&hosts);
-	return t.failed ? 1 : 0;
+	return t.failed || rc ? 1 : 0;
 }

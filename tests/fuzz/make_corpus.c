@@ -193,6 +193,13 @@ frames(void)
 	f = (pl_frame){ .type = PL_PART, .id = 2, .host = 2, .block = 1,
 	    .data = data, .data_len = 7, .mask = mask, .mask_len = 7 };
 	frame(&f, "part");
+	/* between the hosts of a stage of several: keep-alive and acks */
+	f = (pl_frame){ .type = PL_ACK, .id = 0x0100000000000002ULL };
+	frame(&f, "ack");
+	f = (pl_frame){ .type = PL_PING, .id = 9 };
+	frame(&f, "ping");
+	f = (pl_frame){ .type = PL_REDO, .id = 3 };
+	frame(&f, "redo");
 	f = (pl_frame){ .type = PL_AR, .id = 3, .temperature = 0, .seed = 7,
 	    .fixed = 1, .end = 4, .pos = 1, .count = 2, .width = 2,
 	    .data = (unsigned char *)hidden, .data_len = sizeof(hidden) };
