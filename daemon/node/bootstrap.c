@@ -46,8 +46,8 @@ struct bs_state {
 	int refusals;
 	double took;            /* seconds, once over */
 	/* a host with no checkpoint asks again, BS_ASKS times in all,
-	 * when nobody answered: the others may be starting, or not have
-	 * its new identity yet */
+	 * while some did not answer and none named a checkpoint: the
+	 * others may be starting, or not have its new identity yet */
 	uv_timer_t again;
 	int asks;
 };
@@ -455,10 +455,18 @@ decide(bs_state *b)
 
 	for (i = 0; i < b->nc; i++)
 		answered += b->c[i].answered;
-	if (answered == 0 && b->local_step < 0 && b->asks < BS_ASKS) {
-		log_info("bootstrap: none of the %d other hosts answered (ask "
-		    "%d of %d); asking again in %d s", b->nc, b->asks, BS_ASKS,
-		    b->asks);
+	b->norder = answered > 0 ? bs_choose(b->c, b->nc, floor,
+	    n->spec.steps, b->order) : 0;
+	/* a host with nothing asks again while some did not answer and
+	 * nobody named a checkpoint: a new host is started with the new
+	 * list, and the others let its identity in only once they have
+	 * taken the list too (SIGHUP) */
+	if (b->norder == 0 && answered < b->nc && b->local_step < 0 &&
+	    b->asks < BS_ASKS) {
+		log_info("bootstrap: %d of the %d other hosts answered, none "
+		    "with a checkpoint of block %d (ask %d of %d); asking "
+		    "again in %d s", answered, b->nc, n->cfg.block, b->asks,
+		    BS_ASKS, b->asks);
 		uv_timer_start(&b->again, on_again, (uint64_t)b->asks * 1000, 0);
 		return;
 	}
@@ -470,7 +478,6 @@ decide(bs_state *b)
 		start_from_disk(b, "nobody", why);
 		return;
 	}
-	b->norder = bs_choose(b->c, b->nc, floor, n->spec.steps, b->order);
 	if (b->norder == 0) {
 		char why[160];
 

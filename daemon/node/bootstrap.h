@@ -8,8 +8,9 @@
  * majority's hash), and installs them in the state directory, so that
  * the trainer resumes from that step.  A source that serves bytes not
  * matching its hash is refused and counted against it (strikes.h).
- * Nobody reachable (asked BS_ASKS times by a daemon with no checkpoint
- * at all), or nothing newer: the trainer starts from what the state
+ * A daemon with no checkpoint at all asks again, BS_ASKS times in all,
+ * while some hosts do not answer and none named a checkpoint; then, or
+ * with nothing newer: the trainer starts from what the state
  * directory holds, with a line in the log saying so.  Every request is
  * bounded in time and a transfer tried at most BS_TRIES times per
  * source, so a bootstrap always ends.  node.c starts it; on the loop
@@ -48,7 +49,7 @@ int bs_choose(const struct bs_claim *c, int n, int64_t floor,
 #define BS_TRIES 2
 /* Rounds of asking, 1 s and then 2 s apart, when nobody answers a host
  * that holds no checkpoint at all. */
-#define BS_ASKS 3
+#define BS_ASKS 5
 /* Seconds between the log's lines while a transfer is under way. */
 #define BS_PROGRESS_S 15
 

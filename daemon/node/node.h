@@ -103,7 +103,7 @@ typedef struct node_training {
 	int roster_n;
 	/* a changed roster waits for the round boundary (1), the engine is
 	 * being closed for the new one (2); leaving: our line left the
-	 * list, the daemon stops at the round boundary */
+	 * list, the daemon stops at its next step */
 	int reshape, leaving;
 } node_training;
 

@@ -13,8 +13,9 @@
  * hash (rounds.h), so for the round or two in which replicas that took
  * the SIGHUP at different moments disagree, none mistakes another's
  * members for its own: they take the coordinator's checkpoint instead.
- * A daemon whose own line left the list finishes its round the same way
- * and stops. */
+ * A daemon whose own line left the list stops at once, leaving the round
+ * in flight to the others (who no longer let it in): staying for it, it
+ * would end that round alone, with weights of its own. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -118,10 +119,13 @@ node_roster_hup(node *n, const peers_list *fresh, int self)
 		node_journal(n, "leaving: %s is no longer in the peer list",
 		    n->peers.v[n->self].addr);
 		if (training_on(n)) {
+			/* at once: the others, who no longer let us in, finish
+			 * the round in flight without us; staying for it, we
+			 * would only end it alone, with weights of our own */
 			log_info("SIGHUP: %s is no longer in the peer list: this "
-			    "replica leaves the run at the next round boundary",
-			    n->peers.v[n->self].addr);
-			wk_stop_at_round(n->training.worker);
+			    "replica leaves the run, abandoning its round in "
+			    "flight to the others", n->peers.v[n->self].addr);
+			wk_stop(n->training.worker);
 		} else {
 			log_info("SIGHUP: %s is no longer in the peer list and "
 			    "training is over here: stopping",

@@ -10,7 +10,8 @@ struct node;
 /* What a SIGHUP's list means for our block. */
 enum {
 	NODE_ROSTER_TAKE,       /* the list goes in (a change or none) */
-	NODE_ROSTER_LEAVE,      /* our line left: we stop at the boundary */
+	NODE_ROSTER_LEAVE,      /* our line left: we stop, the round to the
+				 * others */
 	NODE_ROSTER_REFUSE      /* the old list stays (logged why) */
 };
 
