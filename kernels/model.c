@@ -246,9 +246,8 @@ kn__model_create(kn_model **out, const kn_model_shape *shape,
     char *err)
 {
 	kn_model *m;
-	int64_t shapes[P_COUNT][3];
-	int ndims[P_COUNT], i, k, rc;
-	size_t off = 0, np, nm = 0, stage = 0, bytes;
+	int i, rc;
+	size_t off, np, nm = 0, stage = 0, bytes;
 	struct carve c = { NULL, 0 };
 
 	*out = NULL;
@@ -268,17 +267,10 @@ kn__model_create(kn_model **out, const kn_model_shape *shape,
 	m->storage = storage;
 	m->act_layers = inference ? 1 : shape->layers;
 	kn__model_pass(m, 0);
-	size_table(shape, shapes, ndims);
-	for (i = 0; i < P_COUNT; i++) {
-		kn_tensor *t = &m->tensors[i];
-
-		snprintf(t->name, sizeof(t->name), "%s", param_names[i]);
-		t->ndim = ndims[i];
-		for (k = 0; k < ndims[i]; k++)
-			t->shape[k] = shapes[i][k];
-		t->offset = off;
-		off += kn_tensor_numel(t);
-	}
+	/* the tensors lie one after another: the last one ends the buffer */
+	(void)kn_model_table(shape, m->tensors, P_COUNT);
+	off = m->tensors[P_COUNT - 1].offset +
+	    kn_tensor_numel(&m->tensors[P_COUNT - 1]);
 	m->num_params = np = off;
 	/* the matrices in fp16, the rest (embeddings, head, vectors) in
 	 * fp32 at the same offsets less the matrices' room */
