@@ -863,6 +863,21 @@ node_watch_checkpoint(void *arg, int peer, int64_t step, int64_t round,
 	mr_on_checkpoint(n->mirror, peer, step, round, sha256);
 }
 
+/* The hosts whose block we mirror are probed four times as often: a
+ * mirror pulls a new checkpoint when a probe names it, and the copy's
+ * lag is what a block loses with its only host. */
+static double
+node_watch_interval(void *arg, int peer)
+{
+	const node *n = arg;
+
+	if (peer >= 0 && peer < n->peers.n && !n->soma &&
+	    mr_mirrors_block(&n->peers, n->self, n->peers.v[peer].block,
+	    n->cfg.mirrors))
+		return PW_INTERVAL_S / 4;
+	return PW_INTERVAL_S;
+}
+
 static void
 start_watch(node *n)
 {
@@ -872,7 +887,8 @@ start_watch(node *n)
 		.run_id = n->run_id,
 		.timeout_ms = n->cfg.peer_timeout_ms,
 		.ops = { node_watch_peers, node_rounds_meter,
-		    node_watch_checkpoint, node_is_stopping },
+		    node_watch_checkpoint, node_is_stopping,
+		    node_watch_interval },
 		.arg = n,
 	};
 

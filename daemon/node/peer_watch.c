@@ -54,12 +54,14 @@ pw_read(pw_watch *w, peers_entry *p, int i, json_t *root)
 
 /* A peer that answered: up, or refused when it runs another run. */
 static void
-pw_answered(const pw_watch *w, peers_entry *p, const hc_result *r, double t)
+pw_answered(const pw_watch *w, peers_entry *p, int i, const hc_result *r,
+    double t)
 {
 	p->last_seen = t;
 	p->rtt_ms = r->total_s * 1000.0;
 	p->failures = 0;
-	p->next_probe = t + 2.0;
+	p->next_probe = t + (w->c.ops.interval != NULL ?
+	    w->c.ops.interval(w->c.arg, i) : PW_INTERVAL_S);
 	if (strcmp(p->run_id, w->c.run_id) != 0) {
 		if (p->state != PEERS_REFUSED)
 			log_warnx("peer %s runs run %.16s..., not ours (%.16s...): "
@@ -103,7 +105,7 @@ pw_done(void *ctx, hc_result *r)
 	}
 	pw_read(w, &pl->v[i], i, root);
 	json_decref(root);
-	pw_answered(w, &pl->v[i], r, t);
+	pw_answered(w, &pl->v[i], i, r, t);
 }
 
 void

@@ -28,7 +28,13 @@ typedef struct pw_ops {
 	    const char *sha256);
 	/* Whether the daemon is stopping: answers are dropped. */
 	int (*stopping)(void *arg);
+	/* Seconds until the next probe of the peer at index peer, which
+	 * answered; NULL: PW_INTERVAL_S for every peer. */
+	double (*interval)(void *arg, int peer);
 } pw_ops;
+
+/* The probe interval of a peer that answers. */
+#define PW_INTERVAL_S 2.0
 
 typedef struct pw_config {
 	hc_client *client;
