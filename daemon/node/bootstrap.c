@@ -532,14 +532,19 @@ on_claim(void *ctx, hc_result *r)
 			ck = c->mirror ? root : json_object_get(root,
 			    "checkpoint");
 		sha = json_string_value(json_object_get(ck, "sha256"));
-		if (ck != NULL && mr_sha_ok(sha)) {
+		json_t *bytes = json_object_get(ck, "bytes");
+
+		/* a step or round no run of ours has is no claim; the size
+		 * is for the log, beyond a copy's it is not believed */
+		if (ck != NULL && mr_sha_ok(sha) && mr_claim_in_run(&b->n->spec,
+		    json_object_get(ck, "step"), json_object_get(ck, "round"),
+		    &c->step, &c->round)) {
 			c->valid = 1;
-			c->step = json_integer_value(json_object_get(ck,
-			    "step"));
-			c->round = json_integer_value(json_object_get(ck,
-			    "round"));
-			c->bytes = (uint64_t)json_integer_value(
-			    json_object_get(ck, "bytes"));
+			c->bytes = json_is_integer(bytes) &&
+			    json_integer_value(bytes) >= 0 &&
+			    (uint64_t)json_integer_value(bytes) <=
+			    mr_copy_bytes(&b->n->spec, b->n->cfg.block) ?
+			    (uint64_t)json_integer_value(bytes) : 0;
 			memcpy(c->sha, sha, 65);
 			log_info("bootstrap: %s%s holds step %" PRId64 " round %"
 			    PRId64 " (sha256 %.16s...)", c->addr, c->mirror ?

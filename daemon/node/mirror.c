@@ -239,6 +239,19 @@ file_is(const char *path, uint64_t len, const char *sha)
 	return ok;
 }
 
+/* A length block-B.json gives: beyond what a copy of the block can be,
+ * one that no file matches (the copy is then removed). */
+static uint64_t
+copy_len(const node *n, int block, json_t *v)
+{
+	uint64_t most = mr_copy_bytes(&n->spec, block);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    (uint64_t)json_integer_value(v) > most)
+		return UINT64_MAX;
+	return (uint64_t)json_integer_value(v);
+}
+
 /* The copy block-B.json names, when its files are whole. */
 static int
 load_copy(mr_state *m, int block)
@@ -256,11 +269,13 @@ load_copy(mr_state *m, int block)
 	osha = json_string_value(json_object_get(json_object_get(j,
 	    "optimizer"), "sha256"));
 	from = json_string_value(json_object_get(j, "from"));
-	c->step = json_integer_value(json_object_get(j, "step"));
-	c->round = json_integer_value(json_object_get(j, "round"));
-	c->ckpt_len = (uint64_t)json_integer_value(json_object_get(j,
-	    "bytes"));
-	c->optim_len = (uint64_t)json_integer_value(json_object_get(
+	if (!mr_claim_in_run(&m->n->spec, json_object_get(j, "step"),
+	    json_object_get(j, "round"), &c->step, &c->round)) {
+		c->step = c->round = 0;
+		sha = NULL;     /* not a copy of this run: removed below */
+	}
+	c->ckpt_len = copy_len(m->n, block, json_object_get(j, "bytes"));
+	c->optim_len = copy_len(m->n, block, json_object_get(
 	    json_object_get(j, "optimizer"), "bytes"));
 	c->at = json_number_value(json_object_get(j, "at"));
 	snprintf(c->from, sizeof(c->from), "%s", from ? from : "");
@@ -745,7 +760,8 @@ mr_on_checkpoint(mr_state *m, int peer, int64_t step, int64_t round,
 	p = &n->peers.v[peer];
 	b = p->block;
 	/* step 0 is what every host of a block makes alone from the seed */
-	if (step <= 0 || round < 0 || !copy_wanted(m, b) ||
+	if (step <= 0 || step > n->spec.steps || round < 0 ||
+	    round > n->spec.steps || !copy_wanted(m, b) ||
 	    !mr_sha_ok(sha256))
 		return;
 	c = &m->copy[b];

@@ -50,6 +50,11 @@ int mr_budget_check(const pr_spec *s, const peers_list *pl, int self,
 /* Whether s is a sha256 as the daemons write it: 64 lowercase hex
  * digits and nothing more (mirror_check.c, as the two below). */
 int mr_sha_ok(const char *s);
+/* Whether a step and a round a peer names (JSON integers, whatever was
+ * sent) can be of the run of s: 0 to its steps, each; the comparisons
+ * cannot overflow.  1 and the values in *step and *round, or 0. */
+int mr_claim_in_run(const pr_spec *s, json_t *step, json_t *round,
+    int64_t *step_out, int64_t *round_out);
 
 /* A pair fetched from a peer: the checkpoint and, when it came, the
  * optimizer state (optim NULL). */

@@ -12,6 +12,23 @@
 #include "kernels/model.h"
 
 int
+mr_claim_in_run(const pr_spec *s, json_t *step, json_t *round,
+    int64_t *step_out, int64_t *round_out)
+{
+	json_int_t st, rd;
+
+	if (!json_is_integer(step) || !json_is_integer(round))
+		return 0;
+	st = json_integer_value(step);
+	rd = json_integer_value(round);
+	if (st < 0 || st > s->steps || rd < 0 || rd > s->steps)
+		return 0;
+	*step_out = st;
+	*round_out = rd;
+	return 1;
+}
+
+int
 mr_sha_ok(const char *s)
 {
 	int i;

@@ -886,6 +886,7 @@ start_watch(node *n)
 		.advertise = n->cfg.advertise,
 		.run_id = n->run_id,
 		.timeout_ms = n->cfg.peer_timeout_ms,
+		.steps = n->soma ? n->spec.soma.steps : n->spec.steps,
 		.ops = { node_watch_peers, node_rounds_meter,
 		    node_watch_checkpoint, node_is_stopping,
 		    node_watch_interval },

@@ -26,6 +26,19 @@ pw_failed(peers_entry *p, const hc_result *r, double t)
 		log_warnx("peer %s: %s", p->addr, p->why);
 }
 
+/* A step or round of a peer's status: -1 unless an integer of the run
+ * (0 to its steps), compared before it is kept. */
+static int64_t
+in_run(const pw_watch *w, json_t *v)
+{
+	json_int_t x;
+
+	if (!json_is_integer(v))
+		return -1;
+	x = json_integer_value(v);
+	return x >= 0 && x <= w->c.steps ? (int64_t)x : -1;
+}
+
 /* What a peer's status says of it, kept beside its line (i). */
 static void
 pw_read(pw_watch *w, peers_entry *p, int i, json_t *root)
@@ -33,21 +46,23 @@ pw_read(pw_watch *w, peers_entry *p, int i, json_t *root)
 	const char *run_id = json_string_value(json_object_get(root, "run_id"));
 	json_t *ck = json_object_get(root, "checkpoint");
 	const char *sha = json_string_value(json_object_get(ck, "sha256"));
+	int64_t step, round;
 
 	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id ? run_id : "");
-	p->step = json_integer_value(json_object_get(root, "step"));
-	p->steps = json_integer_value(json_object_get(root, "steps"));
-	p->round = json_integer_value(json_object_get(root, "round"));
+	p->step = in_run(w, json_object_get(root, "step"));
+	p->steps = in_run(w, json_object_get(root, "steps"));
+	p->round = in_run(w, json_object_get(root, "round"));
 	/* replicas of our block must hold the same weights after the same
 	 * round: a difference means the round split */
-	if (sha != NULL && strcmp(p->run_id, w->c.run_id) == 0)
-		w->c.ops.checkpoint(w->c.arg, i, json_integer_value(
-		    json_object_get(ck, "step")), json_integer_value(
-		    json_object_get(ck, "round")), sha);
+	step = in_run(w, json_object_get(ck, "step"));
+	round = in_run(w, json_object_get(ck, "round"));
+	if (sha != NULL && strcmp(p->run_id, w->c.run_id) == 0 && step >= 0 &&
+	    round >= 0)
+		w->c.ops.checkpoint(w->c.arg, i, step, round, sha);
 	if (json_is_number(json_object_get(root, "heldout_share"))) {
 		p->share = json_number_value(json_object_get(root,
 		    "heldout_share"));
-		p->share_step = json_integer_value(json_object_get(root,
+		p->share_step = in_run(w, json_object_get(root,
 		    "heldout_share_step"));
 	}
 }
