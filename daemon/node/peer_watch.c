@@ -26,8 +26,9 @@ pw_failed(peers_entry *p, const hc_result *r, double t)
 		log_warnx("peer %s: %s", p->addr, p->why);
 }
 
-/* A step or round of a peer's status: -1 unless an integer of the run
- * (0 to its steps), compared before it is kept. */
+/* A step or round of a peer's checkpoint, before it goes on to the
+ * mirrors and the rounds: -1 unless an integer of the run (0 to its
+ * steps). */
 static int64_t
 in_run(const pw_watch *w, json_t *v)
 {
@@ -49,9 +50,11 @@ pw_read(pw_watch *w, peers_entry *p, int i, json_t *root)
 	int64_t step, round;
 
 	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id ? run_id : "");
-	p->step = in_run(w, json_object_get(root, "step"));
-	p->steps = in_run(w, json_object_get(root, "steps"));
-	p->round = in_run(w, json_object_get(root, "round"));
+	/* kept as sent: only compared (a round beyond the run's is what
+	 * tells the rounds that a replica's "over" is a lie) and shown */
+	p->step = json_integer_value(json_object_get(root, "step"));
+	p->steps = json_integer_value(json_object_get(root, "steps"));
+	p->round = json_integer_value(json_object_get(root, "round"));
 	/* replicas of our block must hold the same weights after the same
 	 * round: a difference means the round split */
 	step = in_run(w, json_object_get(ck, "step"));
@@ -62,7 +65,7 @@ pw_read(pw_watch *w, peers_entry *p, int i, json_t *root)
 	if (json_is_number(json_object_get(root, "heldout_share"))) {
 		p->share = json_number_value(json_object_get(root,
 		    "heldout_share"));
-		p->share_step = in_run(w, json_object_get(root,
+		p->share_step = json_integer_value(json_object_get(root,
 		    "heldout_share_step"));
 	}
 }

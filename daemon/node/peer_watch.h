@@ -41,8 +41,8 @@ typedef struct pw_config {
 	const char *advertise;          /* ours, for ?from= */
 	const char *run_id;             /* ours: a peer of another is refused */
 	int timeout_ms;                 /* peer_timeout_ms */
-	/* the run's steps: a step or round a peer names beyond them (or
-	 * below 0) is not believed, kept as -1 */
+	/* the run's steps: a checkpoint whose step or round a peer names
+	 * beyond them (or below 0) is not passed on */
 	int64_t steps;
 	pw_ops ops;
 	void *arg;
