@@ -25,9 +25,11 @@ struct status_sum {
 	int blocks;
 	int64_t done, total;            /* steps over all peers */
 	double slowest_eta;             /* seconds */
-	/* the latest held-out share of each block (1-based) and its step */
+	/* the latest held-out share of each block (1-based) and its step:
+	 * the sum of its replicas' shares of that step and how many */
 	double shares[PR_MAX_BLOCKS + 1];
 	int64_t share_step[PR_MAX_BLOCKS + 1];
+	int share_n[PR_MAX_BLOCKS + 1];
 	int have[PR_MAX_BLOCKS + 1];
 };
 
@@ -54,11 +56,15 @@ bar(double frac, int width)
 	putchar(']');
 }
 
-/* The held-out share column, kept if it is the block's latest. */
+/* The held-out share column, kept if it is the block's latest.  The
+ * replicas of a block measured at the same step are averaged: each
+ * measures its own weights, which agree only at a round's end, and the
+ * recording rule of scripts/prometheus averages them too. */
 static void
 status_share(const peers_entry *p, json_t *s, struct status_sum *sum)
 {
 	int64_t at;
+	int b = p->block;
 
 	if (json_object_get(s, "heldout_share") == NULL) {
 		printf("%10s", "-");
@@ -66,11 +72,16 @@ status_share(const peers_entry *p, json_t *s, struct status_sum *sum)
 	}
 	at = integer(s, "heldout_share_step");
 	printf("%10.4f", num(s, "heldout_share"));
-	if (p->block <= PR_MAX_BLOCKS && at > sum->share_step[p->block]) {
-		sum->shares[p->block] = num(s, "heldout_share");
-		sum->share_step[p->block] = at;
-		sum->have[p->block] = 1;
+	if (b > PR_MAX_BLOCKS || at < sum->share_step[b])
+		return;
+	if (at > sum->share_step[b]) {
+		sum->shares[b] = 0;
+		sum->share_n[b] = 0;
 	}
+	sum->shares[b] += num(s, "heldout_share");
+	sum->share_n[b]++;
+	sum->share_step[b] = at;
+	sum->have[b] = 1;
 }
 
 /* The line of peer i of pl, or "down" with the reason; its status (the
@@ -132,11 +143,13 @@ status_print_run(const struct status_sum *sum)
 	for (b = 1; b <= sum->blocks; b++) {
 		if (!sum->have[b])
 			complete = 0;
-		bound += sum->shares[b];
+		else
+			bound += sum->shares[b] / sum->share_n[b];
 	}
 	if (complete)
 		printf("composed held-out bound: %.4f nats/byte (sum of the %d "
-		    "blocks' latest shares)\n", bound, sum->blocks);
+		    "blocks' latest shares, each its replicas' mean)\n", bound,
+		    sum->blocks);
 	else
 		printf("composed held-out bound: not yet (a block has no "
 		    "held-out share yet)\n");
@@ -384,7 +397,7 @@ const struct cmd_entry cmd_status_entry = {
 	    "[--watch[=SECONDS]] [--json]\nOne line per daemon of the "
 	    "peer list, the run's progress with an ETA, and the\n"
 	    "composed held-out bound: the sum of every block's "
-	    "latest share.\nThen what each daemon refused of each peer "
+	    "latest share\n(its replicas' mean).\nThen what each daemon refused of each peer "
 	    "(updates, checkpoints, claims)\nand who is quarantined, when "
 	    "any (shardmeter strikes has the details).\nWhen the daemons run from a plan (their plan "
 	    "key): each block's predicted and\nmeasured round time, "
