@@ -192,14 +192,10 @@ check_pair(json_t *pair, double want, const char *what)
 static int
 sample(const char *text, const char *name, const char *labels, double *v)
 {
-	char head[512];
-	const char *at;
+	char want[512];
 
-	snprintf(head, sizeof(head), "\n%s{%s} ", name, labels);
-	if ((at = strstr(text, head)) == NULL)
-		return 0;
-	*v = strtod(at + strlen(head), NULL);
-	return 1;
+	snprintf(want, sizeof(want), "%s{%s}", name, labels);
+	return tu_sample(text, want, v);
 }
 
 /* The three samples of figure name in the metrics agree with the status

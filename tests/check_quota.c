@@ -113,19 +113,14 @@ still_held(tu_tls **t, int n)
 	return held;
 }
 
-/* The value of an unlabelled metric in Prometheus text, -1 if absent. */
+/* The value of a metric in Prometheus text (whatever the labels the
+ * daemon adds to every sample), -1 if absent. */
 static double
 metric_of(const char *text, const char *name)
 {
-	const char *p = text;
-	size_t n = strlen(name);
+	double v;
 
-	while ((p = strstr(p, name)) != NULL) {
-		if ((p == text || p[-1] == '\n') && p[n] == ' ')
-			return atof(p + n + 1);
-		p += n;
-	}
-	return -1;
+	return tu_sample(text, name, &v) ? v : -1;
 }
 
 static long

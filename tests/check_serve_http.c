@@ -760,20 +760,15 @@ raw_status(json_t **o, size_t *sent)
 	return strlen(answer);
 }
 
-/* The value of a metric line that starts with name (labels included). */
+/* The value of the sample name ("name{labels}": those among the labels
+ * the host adds to every sample). */
 static double
 metric(const char *text, const char *name)
 {
-	const char *p = text;
-	size_t n = strlen(name);
+	double v;
 
-	while ((p = strstr(p, name)) != NULL) {
-		if ((p == text || p[-1] == '\n') && p[n] == ' ')
-			return atof(p + n + 1);
-		p += n;
-	}
-	ck_abort_msg("no metric %s", name);
-	return -1;
+	ck_assert_msg(tu_sample(text, name, &v), "no metric %s", name);
+	return v;
 }
 
 START_TEST(test_status_counts)
@@ -934,6 +929,29 @@ promtool(int port, const char *name)
 	    "%s 2>&1", path) == 0, "promtool on %s: %s", name, out);
 }
 
+/* Every sample of a host's /metrics carries the run, the host's line in
+ * the list and the blocks it serves, as its status gives them. */
+static void
+host_labels(int i)
+{
+	char want[256];
+	json_t *st, *blocks;
+	tu_body m;
+	double v;
+
+	ck_assert_ptr_nonnull(st = tu_status(base_port + i));
+	blocks = json_object_get(st, "blocks");
+	snprintf(want, sizeof(want), "blocktrain_serve_uptime_seconds{run="
+	    "\"%s\",host=\"%d\",blocks=\"%lld-%lld\"}",
+	    json_string_value(json_object_get(st, "run_id")), i + 1,
+	    json_integer_value(json_array_get(blocks, 1)),
+	    json_integer_value(json_array_get(blocks, 0)));
+	json_decref(st);
+	ck_assert_int_eq(tu_http_get(base_port + 10 + i, "/metrics", &m), 200);
+	ck_assert_msg(tu_sample(m.data, want, &v) && v >= 0, "no %s", want);
+	free(m.data);
+}
+
 START_TEST(test_promtool)
 {
 	char text[512], state[128], listen[32], log[128], spec[128];
@@ -943,6 +961,8 @@ START_TEST(test_promtool)
 	long long mport;
 	json_t *st;
 
+	host_labels(0);
+	host_labels(1);
 	promtool(base_port + 10, "serve.metrics");
 	promtool(base_port + 11, "serve2.metrics");
 	/* a training daemon of one block beside it */

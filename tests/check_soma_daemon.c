@@ -357,7 +357,8 @@ START_TEST(test_two_experts)
 	json_t *st, *j, *mix;
 	long long metrics_port;
 	tu_body b;
-	double here;
+	double here, v;
+	char run[PR_RUN_ID_LEN];
 	long count;
 	int i;
 
@@ -377,6 +378,8 @@ START_TEST(test_two_experts)
 		ck_assert_ptr_nonnull(st = tu_status(base_port + i));
 		ck_assert_str_eq(json_string_value(json_object_get(st,
 		    "method")), "soma");
+		snprintf(run, sizeof(run), "%s", json_string_value(
+		    json_object_get(st, "run_id")));
 		ck_assert_int_eq(json_integer_value(json_object_get(st,
 		    "expert")), i);
 		ck_assert_int_eq(json_integer_value(json_object_get(st,
@@ -398,10 +401,19 @@ START_TEST(test_two_experts)
 		ck_assert_int_eq(tu_http_get((int)metrics_port, "/metrics", &b),
 		    200);
 		ck_assert_ptr_nonnull(strstr(b.data, "blocktrain_val_loss_nats"));
-		ck_assert_ptr_nonnull(strstr(b.data, "blocktrain_heldout_step 60"));
-		snprintf(path, sizeof(path), "blocktrain_step{expert=\"%d\"} 60",
-		    i);
-		ck_assert_ptr_nonnull(strstr(b.data, path));
+		ck_assert(tu_sample(b.data, "blocktrain_heldout_step", &v) &&
+		    v == 60);
+		/* every sample carries the run and the expert */
+		snprintf(path, sizeof(path), "blocktrain_steps_total{run=\"%s\","
+		    "expert=\"%d\"}", run, i);
+		ck_assert_msg(tu_sample(b.data, path, &v) && v == 60, "no %s 60",
+		    path);
+		ck_assert(tu_sample(b.data, "blocktrain_run_steps", &v) &&
+		    v == 60);
+		ck_assert(tu_sample(b.data, "blocktrain_run_info{method=\"soma\"}",
+		    &v) && v == 1);
+		ck_assert(tu_sample(b.data, "blocktrain_state{state=\"done\"}",
+		    &v) && v == 1);
 		free(b.data);
 	}
 	/* another expert's checkpoint is not here; no rounds */

@@ -244,7 +244,10 @@ END_TEST
  * nothing else. */
 START_TEST(test_metrics_listener)
 {
-	char answer[8192], host[64];
+	/* the whole /metrics, every sample with its run, block and replica,
+	 * so that the next answer is read from its start */
+	static char answer[65536];
+	char host[64];
 	const char *addr;
 	json_t *j;
 	tu_conn *c;

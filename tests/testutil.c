@@ -961,3 +961,68 @@ tu_read_back(FILE *f, char *buf, size_t size)
 	buf[len] = '\0';
 	return len;
 }
+
+/* Prometheus text */
+
+/* Whether the label list [p, end) holds the pair item (len bytes) as a
+ * whole element. */
+static int
+tu_has_pair(const char *p, const char *end, const char *item, size_t len)
+{
+	const char *at;
+
+	for (at = p; at + len <= end; at++)
+		if ((at == p || at[-1] == ',') && memcmp(at, item, len) == 0 &&
+		    (at + len == end || at[len] == ','))
+			return 1;
+	return 0;
+}
+
+int
+tu_sample(const char *text, const char *want, double *v)
+{
+	const char *brace = strchr(want, '{'), *line, *eol, *lb, *le;
+	size_t nlen = brace ? (size_t)(brace - want) : strlen(want);
+
+	for (line = text; line != NULL && *line; line = eol ? eol + 1 : NULL) {
+		const char *w, *wend, *q;
+		int all = 1, inq;
+
+		eol = strchr(line, '\n');
+		if (*line == '#' || strncmp(line, want, nlen) != 0 ||
+		    (line[nlen] != '{' && line[nlen] != ' '))
+			continue;
+		lb = line[nlen] == '{' ? line + nlen + 1 : line + nlen;
+		/* the closing brace outside the quoted values */
+		for (le = lb, inq = 0; line[nlen] == '{' && *le && *le != '\n' &&
+		    (inq || *le != '}'); le++) {
+			if (inq && *le == '\\' && le[1] != '\0')
+				le++;
+			else if (*le == '"')
+				inq = !inq;
+		}
+		if (line[nlen] == '{' && *le != '}')
+			continue;
+		if (brace != NULL) {
+			w = brace + 1;
+			wend = want + strlen(want) - 1;     /* its '}' */
+			while (w < wend && all) {
+				/* one pair: up to the comma after its value */
+				for (q = w; q < wend && *q != '"'; q++)
+					;
+				for (q++; q < wend && *q != '"'; q++)
+					if (*q == '\\')
+						q++;
+				q++;
+				all = tu_has_pair(lb, le, w, (size_t)(q - w));
+				w = q < wend && *q == ',' ? q + 1 : q;
+			}
+		}
+		if (all) {
+			q = line[nlen] == '{' ? le + 1 : lb;
+			*v = strtod(q, NULL);
+			return 1;
+		}
+	}
+	return 0;
+}

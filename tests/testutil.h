@@ -198,6 +198,14 @@ json_t *tu_status(int port);
 long long tu_status_int(int port, const char *key);
 /* Whether the status says state (its "state" field). */
 int tu_status_is(int port, const char *state);
+
+/* Prometheus text */
+
+/* The value of the first sample of text whose name is want's and whose
+ * labels include each of want's ("name" or "name{a=\"x\",b=\"y\"}";
+ * other labels, such as the run, block and replica every daemon adds,
+ * may stand beside them) into *v: 1, or 0 when there is none. */
+int tu_sample(const char *text, const char *want, double *v);
 /* Whether the daemons on ports first..first+n-1 all say state within
  * limit seconds (polled every 0.1 s). */
 int tu_wait_state(int first, int n, const char *state, double limit);

@@ -64,22 +64,19 @@ peer_strikes_json(node *n, json_t *o, const char *id)
 	    sp->quarantined));
 }
 
-/* The key a peer's strikes are kept under: its printed id, or with
- * insecure = yes (a list without ids) its address. */
-static const char *
-strikes_key(const peers_entry *p)
+const char *
+api_strikes_key(const peers_entry *p)
 {
 	return p->has_id ? p->id_text : p->addr;
 }
 
-/* The listed address of a strikes key, or NULL (an operator). */
-static const char *
-id_addr(const node *n, const char *id)
+const char *
+api_strikes_addr(const node *n, const char *id)
 {
 	int i;
 
 	for (i = 0; i < n->peers.n; i++)
-		if (strcmp(strikes_key(&n->peers.v[i]), id) == 0)
+		if (strcmp(api_strikes_key(&n->peers.v[i]), id) == 0)
 			return n->peers.v[i].addr;
 	return NULL;
 }
@@ -93,7 +90,7 @@ strikes_json(node *n)
 
 	for (i = 0; i < strikes_count(node_trust_strikes(n)); i++) {
 		const strikes_peer *sp = strikes_at(node_trust_strikes(n), i);
-		const char *addr = id_addr(n, sp->id);
+		const char *addr = api_strikes_addr(n, sp->id);
 		json_t *e = json_object();
 
 		json_object_set_new(e, "id", json_string(sp->id));
@@ -158,7 +155,7 @@ peers_json(node *n)
 			json_object_set_new(o, "step", json_integer(p->step));
 		}
 		if (!p->self)
-			peer_strikes_json(n, o, strikes_key(p));
+			peer_strikes_json(n, o, api_strikes_key(p));
 		json_object_set_new(o, "bytes", bytes_json(p->bytes_in,
 		    p->bytes_out));
 		json_array_append_new(arr, o);
@@ -166,9 +163,8 @@ peers_json(node *n)
 	return arr;
 }
 
-/* Byte positions one training step evaluates. */
-static double
-step_positions(const node *n)
+double
+api_step_positions(const node *n)
 {
 	if (n->soma)
 		return (double)sa_step_positions(&n->spec, SA_EXPERT, 0);
@@ -283,7 +279,7 @@ api_status_json(node *n, size_t *len)
 	json_object_set_new(o, "positions_per_s",
 	    json_real(r->positions_per_s));
 	json_object_set_new(o, "steps_per_s", json_real(r->positions_per_s /
-	    step_positions(n)));
+	    api_step_positions(n)));
 	if (r->have_share) {
 		json_object_set_new(o, "heldout_share", json_real(r->share));
 		json_object_set_new(o, "heldout_share_step",
@@ -331,236 +327,6 @@ api_status_json(node *n, size_t *len)
 	json_decref(o);
 	*len = text ? strlen(text) : 0;
 	return text;
-}
-
-static void
-metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-/* Appends one line to a growing buffer of Prometheus text. */
-static void
-metric(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0,
-		    fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if (*buf != NULL && *len + (size_t)n < *cap) {
-			*len += (size_t)n;
-			return;
-		}
-		{
-			size_t ncap = (*cap ? *cap * 2 : 4096) + (size_t)n;
-			char *nb = realloc(*buf, ncap);
-
-			if (nb == NULL)
-				return;
-			*buf = nb;
-			*cap = ncap;
-		}
-	}
-}
-
-/* The gauges of a SOMA expert daemon. */
-static void
-soma_metrics(node *n, char **b, size_t *len, size_t *cap)
-{
-	const node_soma *x = node_soma_of(n);
-
-	metric(b, len, cap, "# HELP blocktrain_soma_expert The expert this "
-	    "daemon trains.\n# TYPE blocktrain_soma_expert gauge\n"
-	    "blocktrain_soma_expert %d\n# HELP blocktrain_steps Steps the "
-	    "expert trains in all.\n# TYPE blocktrain_steps gauge\n"
-	    "blocktrain_steps %d\n", x->expert, n->spec.soma.steps);
-	metric(b, len, cap, "# HELP blocktrain_lr Learning rate now.\n"
-	    "# TYPE blocktrain_lr gauge\nblocktrain_lr %g\n# HELP "
-	    "blocktrain_eps Perturbation size now.\n# TYPE blocktrain_eps "
-	    "gauge\nblocktrain_eps %g\n", x->lr, x->eps);
-	metric(b, len, cap, "# HELP blocktrain_positions_total Byte positions "
-	    "evaluated.\n# TYPE blocktrain_positions_total counter\n"
-	    "blocktrain_positions_total %" PRIu64 "\n", x->positions);
-	if (x->val_step > 0)
-		metric(b, len, cap, "# HELP blocktrain_val_loss_nats Validation "
-		    "loss on the expert's own cluster, nats per byte.\n"
-		    "# TYPE blocktrain_val_loss_nats gauge\n"
-		    "blocktrain_val_loss_nats %.6f\n# HELP blocktrain_val_step "
-		    "Step of that validation.\n# TYPE blocktrain_val_step "
-		    "gauge\nblocktrain_val_step %" PRId64 "\n", x->val,
-		    x->val_step);
-	if (x->heldout != NULL)
-		metric(b, len, cap, "# HELP blocktrain_heldout_step Step of the "
-		    "held-out scores served at /v1/soma/heldout.\n# TYPE "
-		    "blocktrain_heldout_step gauge\nblocktrain_heldout_step %"
-		    PRId64 "\n", x->heldout_step);
-}
-
-/* Refusals per peer and kind, as counters from 0 for every listed peer
- * (rate() needs the zero), then any other identity with a record; and
- * whether each is quarantined. */
-static void
-strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
-{
-	int i, k, pass;
-
-	metric(b, len, cap, "# HELP blocktrain_peer_strikes_total What a "
-	    "peer sent that was refused, by kind (update left out, "
-	    "checkpoint refused, claim of a step or round the run does not "
-	    "allow).\n# TYPE blocktrain_peer_strikes_total counter\n");
-	for (pass = 0; pass < 2; pass++) {
-		if (pass == 1)
-			metric(b, len, cap, "# HELP blocktrain_peer_quarantined "
-			    "Whether a peer is quarantined (its connections "
-			    "refused) until the operator clears it.\n# TYPE "
-			    "blocktrain_peer_quarantined gauge\n");
-		for (i = 0; i < n->peers.n; i++) {
-			const peers_entry *p = &n->peers.v[i];
-			const strikes_peer *sp;
-
-			if (p->self)
-				continue;
-			sp = strikes_find(node_trust_strikes(n),
-			    strikes_key(p));
-			if (pass == 1) {
-				metric(b, len, cap, "blocktrain_peer_quarantined{"
-				    "peer=\"%s\",id=\"%s\"} %d\n", p->addr,
-				    strikes_key(p), sp != NULL && sp->quarantined);
-				continue;
-			}
-			for (k = 0; k < STRIKES_KINDS; k++)
-				metric(b, len, cap, "blocktrain_peer_strikes_total{"
-				    "peer=\"%s\",id=\"%s\",kind=\"%s\"} %" PRIu64
-				    "\n", p->addr, strikes_key(p), strikes_kind_name(k),
-				    sp != NULL ? sp->total[k] : 0);
-		}
-		for (i = 0; i < strikes_count(node_trust_strikes(n)); i++) {
-			const strikes_peer *sp = strikes_at(
-			    node_trust_strikes(n), i);
-
-			if (id_addr(n, sp->id) != NULL)
-				continue;
-			if (pass == 1) {
-				metric(b, len, cap, "blocktrain_peer_quarantined{"
-				    "peer=\"\",id=\"%s\"} %d\n", sp->id,
-				    sp->quarantined);
-				continue;
-			}
-			for (k = 0; k < STRIKES_KINDS; k++)
-				metric(b, len, cap, "blocktrain_peer_strikes_total{"
-				    "peer=\"\",id=\"%s\",kind=\"%s\"} %" PRIu64
-				    "\n", sp->id, strikes_kind_name(k),
-				    sp->total[k]);
-		}
-	}
-}
-
-char *
-api_metrics_text(node *n, size_t *outlen)
-{
-	const node_report *r = node_report_of(n);
-	char *b = NULL;
-	size_t len = 0, cap = 0;
-	int i, k;
-
-	if (n->soma)
-		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
-		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
-		    "expert=\"%d\"} %" PRId64 "\n", node_soma_of(n)->expert,
-		    r->step);
-	else
-		metric(&b, &len, &cap, "# HELP blocktrain_step Optimizer steps "
-		    "done.\n# TYPE blocktrain_step gauge\nblocktrain_step{"
-		    "block=\"%d\",replica=\"%d\"} %" PRId64 "\n",
-		    n->cfg.block, n->replica, r->step);
-	metric(&b, &len, &cap, "# HELP blocktrain_rounds_total Averaging "
-	    "rounds completed.\n# TYPE blocktrain_rounds_total counter\n"
-	    "blocktrain_rounds_total %" PRId64 "\n", r->round);
-	metric(&b, &len, &cap, "# HELP blocktrain_steps_overlapped_total "
-	    "Training steps taken while a round of this replica was in "
-	    "flight (overlap_rounds).\n# TYPE blocktrain_steps_overlapped_total "
-	    "counter\nblocktrain_steps_overlapped_total %" PRId64 "\n",
-	    r->overlapped);
-	metric(&b, &len, &cap, "# HELP blocktrain_loss Training loss of the "
-	    "last step.\n# TYPE blocktrain_loss gauge\nblocktrain_loss %.6f\n",
-	    r->loss);
-	metric(&b, &len, &cap, "# HELP blocktrain_positions_per_second "
-	    "Training throughput.\n# TYPE blocktrain_positions_per_second "
-	    "gauge\nblocktrain_positions_per_second %.1f\n",
-	    r->positions_per_s);
-	metric(&b, &len, &cap, "# HELP blocktrain_steps_per_second Training "
-	    "steps per second.\n# TYPE blocktrain_steps_per_second gauge\n"
-	    "blocktrain_steps_per_second %.3f\n", r->positions_per_s /
-	    step_positions(n));
-	if (n->soma)
-		soma_metrics(n, &b, &len, &cap);
-	if (r->have_share)
-		metric(&b, &len, &cap, "# HELP blocktrain_heldout_share_nats "
-		    "This block's share of the held-out bound, nats per byte.\n"
-		    "# TYPE blocktrain_heldout_share_nats gauge\n"
-		    "blocktrain_heldout_share_nats %.6f\n"
-		    "# HELP blocktrain_heldout_share_step Step at which the share "
-		    "was measured.\n# TYPE blocktrain_heldout_share_step gauge\n"
-		    "blocktrain_heldout_share_step %" PRId64 "\n", r->share,
-		    r->share_step);
-	metric(&b, &len, &cap, "# HELP blocktrain_bytes_total Bytes exchanged, "
-	    "by peer, direction and kind.\n# TYPE blocktrain_bytes_total "
-	    "counter\n");
-	for (i = 0; i <= n->peers.n; i++) {
-		const uint64_t *in = i < n->peers.n ? n->peers.v[i].bytes_in :
-		    r->client_in;
-		const uint64_t *out = i < n->peers.n ? n->peers.v[i].bytes_out :
-		    r->client_out;
-		const char *who = i < n->peers.n ? n->peers.v[i].addr : "clients";
-
-		if (i < n->peers.n && n->peers.v[i].self)
-			continue;
-		for (k = 0; k < PEERS_KINDS; k++) {
-			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
-			    "direction=\"in\",kind=\"%s\"} %" PRIu64 "\n", who,
-			    peers_kind_name(k), in[k]);
-			metric(&b, &len, &cap, "blocktrain_bytes_total{peer=\"%s\","
-			    "direction=\"out\",kind=\"%s\"} %" PRIu64 "\n", who,
-			    peers_kind_name(k), out[k]);
-		}
-	}
-	metric(&b, &len, &cap, "# HELP blocktrain_peer_up Whether a peer "
-	    "answered its last probe with our run id.\n# TYPE "
-	    "blocktrain_peer_up gauge\n");
-	for (i = 0; i < n->peers.n; i++)
-		if (!n->peers.v[i].self)
-			metric(&b, &len, &cap, "blocktrain_peer_up{peer=\"%s\"} "
-			    "%d\n", n->peers.v[i].addr,
-			    n->peers.v[i].state == PEERS_UP);
-	if (n->http != NULL)
-		metric(&b, &len, &cap, "# HELP blocktrain_http_evicted_total "
-		    "Clients' connections closed to make room for a peer.\n"
-		    "# TYPE blocktrain_http_evicted_total counter\n"
-		    "blocktrain_http_evicted_total %lu\n"
-		    "# HELP blocktrain_http_over_quota_total Connections and "
-		    "requests refused by the quotas of an identity.\n"
-		    "# TYPE blocktrain_http_over_quota_total counter\n"
-		    "blocktrain_http_over_quota_total %lu\n",
-		    hs_server_evicted(n->http), hs_server_over_quota(n->http));
-	strikes_metrics(n, &b, &len, &cap);
-	metric(&b, &len, &cap, "# HELP blocktrain_rollbacks_total Times the "
-	    "trainer went back to its last good checkpoint (a non-finite "
-	    "loss, unhealthy weights) instead of stopping.\n# TYPE "
-	    "blocktrain_rollbacks_total counter\nblocktrain_rollbacks_total %"
-	    PRId64 "\n", r->rollbacks);
-	if (n->predicted != NULL) {
-		char *pd = pd_metrics_text(n->predicted, &n->peers);
-
-		if (pd != NULL)
-			metric(&b, &len, &cap, "%s", pd);
-		free(pd);
-	}
-	*outlen = len;
-	return b;
 }
 
 /* Over TLS an exchange is charged to the peer whose id the handshake
@@ -679,6 +445,10 @@ get_metrics(void *ctx, const hs_request *req, hs_response *res,
 
 	(void)m;
 	(void)req;
+	if (body == NULL) {
+		hs_response_text(res, 503, "out of memory");
+		return;
+	}
 	hs_response_status(res, 200);
 	hs_response_body_owned(res, "text/plain; version=0.0.4", body, len);
 }

@@ -1,7 +1,8 @@
 /* What a pipeline host counts and how it shows it: the JSON status of GET
  * /v1/status (serve_http.c serves it on the pipeline port) and the
  * Prometheus text of /metrics, on a plain listener of its own on loopback
- * as a training daemon's (metrics_listen). */
+ * as a training daemon's (metrics_listen), each sample labelled with the
+ * run and the host's place. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 
 #include "daemon/net/http_server.h"
 #include "daemon/core/log.h"
+#include "daemon/core/prom.h"
 #include "daemon/pipeline/internal.h"
 #include "kernels/clock.h"
 #include "kernels/error.h"
@@ -278,13 +280,35 @@ metrics_traffic(FILE *f, const sv *s)
 		    "\n", err_names[k], s->st.errors[k]);
 }
 
+/* The run id and the host's place on every sample (prom.h): its line
+ * in the host list and the blocks (experts) it serves, first-last. */
+static void
+host_labels(const sv *s, char *labels, size_t size)
+{
+	const ph_host *me = &s->hosts.v[s->self];
+	char range[32];
+
+	labels[0] = '\0';
+	prom_label_append(labels, size, "run", s->run_id);
+	prom_label_int(labels, size, "host", s->self + 1);
+	if (s->hosts.soma) {
+		snprintf(range, sizeof(range), "%d-%d", me->expert_lo,
+		    me->expert_hi);
+		prom_label_append(labels, size, "experts", range);
+	} else {
+		snprintf(range, sizeof(range), "%d-%d", me->block_lo,
+		    me->block_hi);
+		prom_label_append(labels, size, "blocks", range);
+	}
+}
+
 char *
 sv_metrics_text(sv *s, size_t *len)
 {
-	char *buf = NULL;
-	size_t kvb;
+	char *buf = NULL, *labelled, labels[PROM_LABELS_LEN];
+	size_t kvb, n = 0;
 	int kvn;
-	FILE *f = open_memstream(&buf, len);
+	FILE *f = open_memstream(&buf, &n);
 
 	if (f == NULL)
 		return NULL;
@@ -342,7 +366,10 @@ sv_metrics_text(sv *s, size_t *len)
 		free(buf);
 		return NULL;
 	}
-	return buf;
+	host_labels(s, labels, sizeof(labels));
+	labelled = prom_add_labels(buf, n, labels, len);
+	free(buf);
+	return labelled;
 }
 
 static void
