@@ -163,8 +163,10 @@ static void
 run_metrics(node *n, char **b, size_t *len, size_t *cap)
 {
 	const pr_spec *s = &n->spec;
-	char info[PROM_LABELS_LEN] = "", layers[128] = "";
-	int i;
+	/* up to 64 blocks of up to 1024 layers, comma-separated */
+	char layers[PR_MAX_BLOCKS * 6] = "";
+	char info[PROM_LABELS_LEN + sizeof(layers)] = "";
+	int i, known;
 
 	if (n->soma) {
 		const pr_soma *x = &s->soma;
@@ -216,10 +218,18 @@ run_metrics(node *n, char **b, size_t *len, size_t *cap)
 	metric(b, len, cap, "# HELP blocktrain_state The daemon's state, one "
 	    "series per state, 1 for the state it is in.\n# TYPE "
 	    "blocktrain_state gauge\n");
-	for (i = 0; i < NODE_STATES; i++)
+	for (i = 0, known = 0; i < NODE_STATES; i++) {
+		int now = n->report.state != NULL &&
+		    strcmp(n->report.state, node_states[i]) == 0;
+
+		known |= now;
 		metric(b, len, cap, "blocktrain_state{state=\"%s\"} %d\n",
-		    node_states[i], n->report.state != NULL &&
-		    strcmp(n->report.state, node_states[i]) == 0);
+		    node_states[i], now);
+	}
+	/* a state added to node.c but not to the list still shows */
+	if (!known && n->report.state != NULL)
+		metric(b, len, cap, "blocktrain_state{state=\"%s\"} 1\n",
+		    n->report.state);
 }
 
 /* The run id and this daemon's place in it, on every sample. */
