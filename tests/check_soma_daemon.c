@@ -351,6 +351,25 @@ mixture_here(long *count)
 	return s / ((double)*count * WIN_T);
 }
 
+/* promtool check metrics prints nothing on expert i's text, where
+ * promtool (Debian package prometheus) is installed. */
+static void
+promtool_metrics(const char *text, int i)
+{
+	char name[32], out[4096];
+
+	if (tu_run_cmd(NULL, 0, "command -v promtool >/dev/null") != 0) {
+		fprintf(stderr, "check_soma_daemon: promtool is not installed "
+		    "(Debian package prometheus): /metrics not checked\n");
+		return;
+	}
+	snprintf(name, sizeof(name), "metrics%d.txt", i);
+	tu_write_file(dir, name, text);
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "promtool check metrics < "
+	    "%s/%s 2>&1", dir, name) == 0 && out[0] == '\0', "promtool on "
+	    "expert %d: %s", i, out);
+}
+
 START_TEST(test_two_experts)
 {
 	char seed[300], out[65536], path[300];
@@ -414,6 +433,7 @@ START_TEST(test_two_experts)
 		    &v) && v == 1);
 		ck_assert(tu_sample(b.data, "blocktrain_state{state=\"done\"}",
 		    &v) && v == 1);
+		promtool_metrics(b.data, i);
 		free(b.data);
 	}
 	/* another expert's checkpoint is not here; no rounds */
