@@ -154,7 +154,6 @@ strikes_metrics(node *n, char **b, size_t *len, size_t *cap)
 	}
 }
 
-
 /* What the run is: its spec's figures as the labels of one series at 1
  * (the info pattern), the blocks the bound sums over and the steps a
  * block trains, so that progress and the composed bound are one query
@@ -234,13 +233,12 @@ run_metrics(node *n, char **b, size_t *len, size_t *cap)
 
 /* The run id and this daemon's place in it, on every sample. */
 static void
-daemon_labels(const node *n, char *labels, size_t size)
+daemon_labels(node *n, char *labels, size_t size)
 {
 	labels[0] = '\0';
 	prom_label_append(labels, size, "run", n->run_id);
 	if (n->soma) {
-		prom_label_int(labels, size, "expert",
-		    node_soma_of((node *)n)->expert);
+		prom_label_int(labels, size, "expert", node_soma_of(n)->expert);
 		return;
 	}
 	prom_label_int(labels, size, "block", n->cfg.block);
