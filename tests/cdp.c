@@ -144,7 +144,7 @@ call(cdp *c, const char *method, json_t *params, double limit)
 
 cdp *
 cdp_open(const char *browser, const char *profile_dir, const char *log,
-    const char *url, int height, char *err)
+    const char *url, int width, int height, char *err)
 {
 	int to[2], from[2];
 	char prof[600], size[64];
@@ -158,7 +158,7 @@ cdp_open(const char *browser, const char *profile_dir, const char *log,
 		return NULL;
 	}
 	snprintf(prof, sizeof(prof), "--user-data-dir=%s", profile_dir);
-	snprintf(size, sizeof(size), "--window-size=1200,%d", height);
+	snprintf(size, sizeof(size), "--window-size=%d,%d", width, height);
 	if ((c->pid = fork()) == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
@@ -182,7 +182,8 @@ cdp_open(const char *browser, const char *profile_dir, const char *log,
 	c->to = to[1];
 	c->from = from[0];
 	signal(SIGPIPE, SIG_IGN);
-	r = call(c, "Target.createTarget", json_pack("{s:s}", "url", url), 30);
+	r = call(c, "Target.createTarget", json_pack("{s:s}", "url",
+	    "about:blank"), 30);
 	if (r == NULL) {
 		snprintf(err, 256, "%s did not answer on its DevTools pipe "
 		    "(see %s)", browser, log);
@@ -206,6 +207,23 @@ cdp_open(const char *browser, const char *profile_dir, const char *log,
 		    json_string_value(json_object_get(a, "sessionId")));
 		json_decref(a);
 	}
+	/* the viewport exactly (the window's size includes no frame in
+	 * headless mode, but a scale factor may come from the display),
+	 * before the page lays itself out */
+	r = call(c, "Emulation.setDeviceMetricsOverride", json_pack(
+	    "{s:i,s:i,s:f,s:b}", "width", width, "height", height,
+	    "deviceScaleFactor", 1.0, "mobile", 0), 10);
+	if (r != NULL) {
+		json_decref(r);
+		r = call(c, "Page.navigate", json_pack("{s:s}", "url", url),
+		    30);
+	}
+	if (r == NULL) {
+		snprintf(err, 256, "cannot size the page or open %s", url);
+		cdp_close(c);
+		return NULL;
+	}
+	json_decref(r);
 	return c;
 }
 
@@ -225,8 +243,24 @@ cdp_eval(cdp *c, const char *expr)
 int
 cdp_screenshot(cdp *c, const char *path)
 {
-	json_t *r = call(c, "Page.captureScreenshot", json_pack("{s:s}",
+	json_t *m = call(c, "Page.getLayoutMetrics", NULL, 10);
+	json_t *view = json_object_get(m, "cssLayoutViewport");
+	double w = json_number_value(json_object_get(view, "clientWidth"));
+	double h = json_number_value(json_object_get(view, "clientHeight"));
+	/* where the body ends: the document is at least the viewport */
+	char *end = cdp_eval(c, "String(Math.ceil(document.body."
+	    "getBoundingClientRect().bottom))");
+	double page = end ? atof(end) : 0;
+	json_t *r;
+
+	free(end);
+	if (page > 0 && page < h)
+		h = page;
+	r = call(c, "Page.captureScreenshot", w > 0 && h > 0 ? json_pack(
+	    "{s:s,s:{s:i,s:i,s:f,s:f,s:i}}", "format", "png", "clip", "x", 0,
+	    "y", 0, "width", w, "height", h, "scale", 1) : json_pack("{s:s}",
 	    "format", "png"), 20);
+	json_decref(m);
 	const char *b64 = json_string_value(json_object_get(r, "data"));
 	size_t n = b64 ? strlen(b64) : 0;
 	unsigned char *png = malloc(n / 4 * 3 + 3);

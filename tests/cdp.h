@@ -14,14 +14,16 @@ typedef struct cdp cdp;
  * NULL when there is none. */
 const char *cdp_browser(void);
 /* Starts it with a fresh profile in profile_dir, its standard error
- * appended to log, and opens url in a page of 1200 x height pixels.
- * NULL with the reason in err (256 bytes). */
+ * appended to log, and opens url in a page whose viewport is width x
+ * height CSS pixels, one device pixel each.  NULL with the reason in err
+ * (256 bytes). */
 cdp *cdp_open(const char *browser, const char *profile_dir, const char *log,
-    const char *url, int height, char *err);
+    const char *url, int width, int height, char *err);
 /* The value of a JavaScript expression that yields a string, evaluated
  * in the page (a new string, the caller frees it), or NULL. */
 char *cdp_eval(cdp *c, const char *expr);
-/* A PNG of the page into path; 0 or -1. */
+/* A PNG of the viewport into path, cut at the page's end when the page
+ * is shorter; 0 or -1. */
 int cdp_screenshot(cdp *c, const char *path);
 /* Closes the browser and waits for it. */
 void cdp_close(cdp *c);

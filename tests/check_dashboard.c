@@ -3,9 +3,13 @@
  * daemon that never starts), the dashboard polling them, and its data
  * checked against what the daemons themselves report: the losses the
  * test saw at each step, the final statuses, the composed bound summed
- * here.  Then the page in a headless Chromium (skipped without one): its
- * curves hold the same points, the unreachable daemon is named, and a
- * screenshot is saved. */
+ * here.  Then the page in a headless Chromium 1400 pixels wide (skipped
+ * without one): its curves hold the same points, the unreachable daemon
+ * is named, every chart has its own axes with whole tick labels in one
+ * format, the panels use the page's width, and a screenshot is saved.
+ * Two more pages are drawn from statuses the test scripts (a long run
+ * of six daemons, and one sample of each): how the page reads at 3000
+ * steps, and that a series of one point shows. */
 #include "config.h"
 
 #include <check.h>
@@ -19,6 +23,8 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "daemon/cli/dashboard_history.h"
@@ -28,6 +34,8 @@
 #define LIVE 3                  /* daemons started */
 #define STEPS 300
 #define MAXSTEP (STEPS + 1)
+#define VIEW_W 1400             /* the browser's viewport, CSS pixels */
+#define VIEW_H 2000
 
 static char dir[64];
 static int base_port, dash_port;
@@ -313,89 +321,311 @@ check_endpoints(double *bound)
 	json_decref(latest);
 }
 
-/* The page's curves, as the DOM holds them: a JSON array of {chart,
- * name, x, y} (x and y comma-separated). */
-static const char curves_js[] =
-    "JSON.stringify([...document.querySelectorAll('polyline')].map(p => "
-    "({chart: p.closest('svg').id, name: p.dataset.series, x: p.dataset.x,"
-    " y: p.dataset.y})))";
+/* What the page draws, as the browser laid it out: a JSON text
+ * {vw, error (the page's own fault, or null), charts: [{id, left, right,
+ * axes: {x, y: {title, labels,
+ * clipped}}, sets: [{name, raw, smoothed, n, x, y, and for a series of
+ * one point its radius, whether it is inside the plot, the canvas pixel
+ * at its centre and its colour}]}]}.  A tick label is clipped when its
+ * box leaves the canvas or the area Chart.js clips its axis's labels
+ * to. */
+static const char page_js[] =
+    "JSON.stringify((() => {"
+    " const rgb = s => { if (s[0] === '#') { const n = parseInt(s.slice(1),"
+    "  16); return [n >> 16, (n >> 8) & 255, n & 255]; }"
+    "  return s.match(/[\\d.]+/g).slice(0, 3).map(Number); };"
+    " const out = { vw: document.documentElement.clientWidth, charts: [],"
+    "  error: window.smError || null };"
+    " if (typeof Chart === 'undefined') return out;"
+    " for (const cv of document.querySelectorAll('canvas')) {"
+    "  const ch = Chart.getChart(cv);"
+    "  if (!ch || cv.offsetParent === null) continue;"
+    "  const r = cv.getBoundingClientRect(), ctx = cv.getContext('2d');"
+    "  const c = { id: cv.id.replace(/-canvas$/, ''), left: r.left,"
+    "   right: r.right, axes: {}, sets: [] };"
+    "  for (const k of ['x', 'y']) {"
+    "   const s = ch.scales[k];"
+    "   if (!s) continue;"
+    "   const a = s._computeLabelArea() || { left: 0, top: 0,"
+    "    right: ch.width, bottom: ch.height };"
+    "   const ax = { title: s.options.title.display ?"
+    "    s.options.title.text : '', labels: [], clipped: [] };"
+    "   for (const it of s._labelItems || []) {"
+    "    ctx.save(); ctx.font = it.font.string;"
+    "    const w = ctx.measureText(it.label).width; ctx.restore();"
+    "    const [x, y] = it.translation, h = it.font.lineHeight;"
+    "    const l = it.textAlign === 'left' ? x : it.textAlign === 'right' ?"
+    "     x - w : x - w / 2;"
+    "    const t = it.textBaseline === 'top' ? y : it.textBaseline ==="
+    "     'bottom' ? y - h : y - h / 2;"
+    "    ax.labels.push(String(it.label));"
+    "    if (l < Math.max(0, a.left) - 0.5 || l + w > Math.min(ch.width,"
+    "     a.right) + 0.5 || t < -0.5 || t + h > ch.height + 0.5)"
+    "     ax.clipped.push(String(it.label));"
+    "   }"
+    "   c.axes[k] = ax;"
+    "  }"
+    "  ch.data.datasets.forEach((d, i) => {"
+    "   const e = { name: d.sm.name, raw: !!d.sm.raw, smoothed:"
+    "    d.sm.smoothed ?? null, n: d.data.length,"
+    "    x: d.data.map(p => p.x), y: d.data.map(p => p.y) };"
+    "   const pt = ch.getDatasetMeta(i).data[0], A = ch.chartArea;"
+    "   if (d.data.length === 1 && pt && e.smoothed === null) {"
+    "    const dpr = ch.currentDevicePixelRatio;"
+    "    e.radius = pt.options.radius;"
+    "    e.inside = pt.x >= A.left && pt.x <= A.right && pt.y >= A.top &&"
+    "     pt.y <= A.bottom;"
+    "    e.pixel = [...ctx.getImageData(Math.round(pt.x * dpr),"
+    "     Math.round(pt.y * dpr), 1, 1).data];"
+    "    e.color = rgb(d.backgroundColor);"
+    "   }"
+    "   c.sets.push(e);"
+    "  });"
+    "  out.charts.push(c);"
+    " }"
+    " return out;"
+    "})())";
 
-/* The last number of a comma-separated list. */
-static double
-last_of(const char *list)
+static json_t *
+page_charts(cdp *c)
 {
-	const char *c = strrchr(list, ',');
+	char *text = cdp_eval(c, page_js);
+	json_t *page = text ? json_loads(text, 0, NULL) : NULL;
 
-	return atof(c ? c + 1 : list);
+	free(text);
+	ck_assert_msg(page != NULL, "the page's charts could not be read");
+	return page;
 }
 
-/* The page's curves against the dashboard's history, which
- * check_endpoints held to the daemons' numbers. */
-static void
-check_curves(cdp *c, double bound)
+static json_t *
+chart_of(json_t *page, const char *id)
 {
-	json_t *all = dashboard_get("/v1/dashboard"), *curves, *cv;
-	char *text = cdp_eval(c, curves_js), name[64];
-	int i, found = 0;
-	size_t j;
+	json_t *ch;
+	size_t i;
 
-	ck_assert_ptr_nonnull(text);
-	curves = json_loads(text, 0, NULL);
-	free(text);
-	ck_assert_ptr_nonnull(curves);
+	json_array_foreach(json_object_get(page, "charts"), i, ch)
+		if (strcmp(json_string_value(json_object_get(ch, "id")), id) ==
+		    0)
+			return ch;
+	return NULL;
+}
+
+/* The format of a tick label: its decimals and its unit letter (k, M,
+ * G or none); -1 when it is not a plain number so written. */
+static int
+label_format(const char *label, char *unit)
+{
+	const char *p = label + (label[0] == '-' || label[0] == '\xe2');
+	int dec = -1;
+
+	/* Chart.js may write a minus sign as U+2212 */
+	if (strncmp(label, "\xe2\x88\x92", 3) == 0)
+		p = label + 3;
+	if (*p < '0' || *p > '9')
+		return -1;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (*p == '.') {
+		for (dec = 0, p++; *p >= '0' && *p <= '9'; p++)
+			dec++;
+		if (dec == 0)
+			return -1;
+	} else
+		dec = 0;
+	*unit = *p;
+	if (*p != '\0' && (strchr("kMG", *p) == NULL || p[1] != '\0'))
+		return -1;
+	return dec;
+}
+
+/* Every chart of the page: its own x and y axes, titled, whose tick
+ * labels are whole and all written alike; the named charts there; the
+ * panels across most of the viewport; the composed bound alone on its
+ * axes and the blocks' shares on theirs; each loss a smoothed line over
+ * its raw points. */
+static void
+check_layout(json_t *page, const char *const *want, size_t nwant)
+{
+	double vw = json_number_value(json_object_get(page, "vw"));
+	double left = vw, right = 0;
+	json_t *ch, *set;
+	size_t i, j, k;
+
+	ck_assert_msg(json_is_null(json_object_get(page, "error")), "the page "
+	    "failed: %s", json_string_value(json_object_get(page, "error")));
+	ck_assert_msg(vw >= VIEW_W * 0.95 && vw <= VIEW_W, "viewport %g", vw);
+	for (k = 0; k < nwant; k++)
+		ck_assert_msg(chart_of(page, want[k]) != NULL, "no chart %s "
+		    "with points on the page", want[k]);
+	json_array_foreach(json_object_get(page, "charts"), i, ch) {
+		const char *id = json_string_value(json_object_get(ch, "id"));
+		const char *axis[2] = { "x", "y" };
+		int raw = 0, smoothed = 0;
+
+		for (k = 0; k < 2; k++) {
+			json_t *ax = json_object_get(json_object_get(ch,
+			    "axes"), axis[k]), *l;
+			json_t *labels = json_object_get(ax, "labels");
+			int dec = -2;
+			char unit = 0, u;
+
+			ck_assert_msg(ax != NULL, "%s: no %s axis", id, axis[k]);
+			ck_assert_msg(json_string_length(json_object_get(ax,
+			    "title")) > 0, "%s: its %s axis has no title", id,
+			    axis[k]);
+			ck_assert_msg(json_array_size(labels) >= 2, "%s: %zu "
+			    "tick labels on %s", id, json_array_size(labels),
+			    axis[k]);
+			ck_assert_msg(json_array_size(json_object_get(ax,
+			    "clipped")) == 0, "%s: tick labels of %s cut at "
+			    "the edge: %s", id, axis[k], json_dumps(json_object_get(
+			    ax, "clipped"), 0));
+			json_array_foreach(labels, j, l) {
+				int d = label_format(json_string_value(l), &u);
+
+				/* zero stands alone ("0" below "20k") */
+				if (strcmp(json_string_value(l), "0") == 0)
+					continue;
+				ck_assert_msg(d >= 0, "%s: tick label '%s' is not "
+				    "a number", id, json_string_value(l));
+				if (dec == -2) {
+					dec = d;
+					unit = u;
+				}
+				ck_assert_msg(d == dec && u == unit, "%s: tick "
+				    "labels of %s in two formats: %s", id,
+				    axis[k], json_dumps(labels, 0));
+			}
+		}
+		if (json_number_value(json_object_get(ch, "left")) < left)
+			left = json_number_value(json_object_get(ch, "left"));
+		if (json_number_value(json_object_get(ch, "right")) > right)
+			right = json_number_value(json_object_get(ch, "right"));
+		json_array_foreach(json_object_get(ch, "sets"), j, set) {
+			const char *name = json_string_value(json_object_get(set,
+			    "name"));
+
+			if (strcmp(id, "c-bound") == 0)
+				ck_assert_str_eq(name, "composed bound");
+			if (strcmp(id, "c-shares") == 0)
+				ck_assert_msg(strncmp(name, "block ", 6) == 0 &&
+				    strstr(name, " share") != NULL, "%s on the "
+				    "shares' axes", name);
+			raw += json_is_true(json_object_get(set, "raw"));
+			smoothed += json_is_number(json_object_get(set,
+			    "smoothed"));
+		}
+		if (strncmp(id, "c-loss-", 7) == 0)
+			ck_assert_msg(raw > 0 && raw == smoothed, "%s: %d raw "
+			    "series, %d smoothed", id, raw, smoothed);
+		else
+			ck_assert_int_eq(raw + smoothed, 0);
+	}
+	ck_assert_msg(left >= 0 && right <= vw && right - left >= 0.85 * vw,
+	    "the charts span %.0f to %.0f of %.0f pixels", left, right, vw);
+}
+
+/* Every series of one point shows it: a dot of radius 3 or more inside
+ * the plot, drawn in the series' colour. */
+static int
+check_one_points(json_t *page)
+{
+	json_t *ch, *set;
+	size_t i, j;
+	int n = 0;
+
+	json_array_foreach(json_object_get(page, "charts"), i, ch)
+		json_array_foreach(json_object_get(ch, "sets"), j, set) {
+			json_t *px = json_object_get(set, "pixel");
+			json_t *col = json_object_get(set, "color");
+			const char *what = json_string_value(json_object_get(ch,
+			    "id"));
+			double d = 0;
+			int k;
+
+			if (px == NULL)
+				continue;
+			ck_assert_msg(json_number_value(json_object_get(set,
+			    "radius")) >= 3, "%s: a lone point of radius %g",
+			    what, json_number_value(json_object_get(set,
+			    "radius")));
+			ck_assert_msg(json_is_true(json_object_get(set,
+			    "inside")), "%s: its lone point is outside the "
+			    "plot", what);
+			for (k = 0; k < 3; k++) {
+				double e = json_number_value(json_array_get(px,
+				    k)) - json_number_value(json_array_get(col,
+				    k));
+
+				d += e * e;
+			}
+			ck_assert_msg(json_integer_value(json_array_get(px,
+			    3)) >= 200 && d <= 60 * 60, "%s: the pixel of its "
+			    "lone point is %s, its colour %s", what,
+			    json_dumps(px, 0), json_dumps(col, 0));
+			n++;
+		}
+	return n;
+}
+
+/* The page's loss curves and composed bound against the dashboard's
+ * history, which check_endpoints held to the daemons' numbers. */
+static void
+check_curves(json_t *page, double bound)
+{
+	json_t *all = dashboard_get("/v1/dashboard"), *set, *ch;
+	char name[64], id[32];
+	int i, found = 0;
+	size_t j, k, h;
+
 	for (i = 0; i < LIVE; i++) {
 		json_t *s = at(json_array_get(json_object_get(all, "daemons"),
 		    i), "series", NULL, NULL);
 
 		snprintf(name, sizeof(name), "block %d replica %d",
 		    block_of[i], i == 1);
-		json_array_foreach(curves, j, cv) {
-			const char *xs = json_string_value(json_object_get(cv,
-			    "x")), *ys = json_string_value(json_object_get(cv,
-			    "y"));
-			char *end;
-			size_t k = 0;
+		snprintf(id, sizeof(id), "c-loss-%d", block_of[i]);
+		ck_assert_msg((ch = chart_of(page, id)) != NULL, "no %s", id);
+		json_array_foreach(json_object_get(ch, "sets"), j, set) {
+			json_t *xs = json_object_get(set, "x");
+			json_t *ys = json_object_get(set, "y");
 
-			if (strcmp(json_string_value(json_object_get(cv,
-			    "chart")), "c-loss-svg") != 0 ||
-			    strcmp(json_string_value(json_object_get(cv,
+			if (!json_is_true(json_object_get(set, "raw")) ||
+			    strcmp(json_string_value(json_object_get(set,
 			    "name")), name) != 0)
 				continue;
 			found++;
 			/* every point, in order, as the history has it (which
-			 * may have gained one since the page's last fetch) */
-			while (*xs) {
-				ck_assert_uint_lt(k, json_array_size(
-				    json_object_get(s, "step")));
-				ck_assert_double_eq(strtod(xs, &end),
-				    json_number_value(json_array_get(
-				    json_object_get(s, "step"), k)));
-				xs = *end ? end + 1 : end;
-				ck_assert_double_eq(strtod(ys, &end),
-				    json_number_value(json_array_get(
-				    json_object_get(s, "loss"), k)));
-				ys = *end ? end + 1 : end;
-				k++;
+			 * may have gained one since the page's last fetch),
+			 * but for step 0, whose loss is that of no step */
+			ck_assert_uint_gt(json_array_size(xs), 1);
+			for (h = 0; json_integer_value(json_array_get(
+			    json_object_get(s, "step"), h)) == 0; h++)
+				;
+			ck_assert_uint_le(json_array_size(xs) + h,
+			    json_array_size(json_object_get(s, "step")));
+			for (k = 0; k < json_array_size(xs); k++) {
+				ck_assert_double_eq(json_number_value(
+				    json_array_get(xs, k)), json_number_value(
+				    json_array_get(json_object_get(s, "step"),
+				    h + k)));
+				ck_assert_double_eq(json_number_value(
+				    json_array_get(ys, k)), json_number_value(
+				    json_array_get(json_object_get(s, "loss"),
+				    h + k)));
 			}
-			ck_assert_uint_gt(k, 1);
 		}
 	}
 	ck_assert_int_eq(found, LIVE);
-	found = 0;
-	json_array_foreach(curves, j, cv)
-		if (strcmp(json_string_value(json_object_get(cv, "name")),
-		    "composed bound") == 0) {
-			ck_assert_double_eq_tol(last_of(json_string_value(
-			    json_object_get(cv, "y"))), bound, 1e-12);
-			ck_assert_double_eq(last_of(json_string_value(
-			    json_object_get(cv, "x"))), STEPS);
-			found = 1;
-		}
-	ck_assert_msg(found, "no composed bound curve on the page");
-	json_decref(curves);
+	ch = chart_of(page, "c-bound");
+	ck_assert_msg(ch != NULL, "no composed bound chart on the page");
+	set = json_array_get(json_object_get(ch, "sets"), 0);
+	ck_assert_double_eq_tol(json_number_value(last(json_object_get(set,
+	    "y"))), bound, 1e-12);
+	ck_assert_double_eq(json_number_value(last(json_object_get(set,
+	    "x"))), STEPS);
 	json_decref(all);
 }
-
 static int
 cmp_double(const void *a, const void *b)
 {
@@ -434,17 +664,21 @@ report_latency(cdp *c, const char *interval)
 	    lat[n / 2], lat[n * 9 / 10], lat[n - 1]);
 }
 
-/* Waits until the page has drawn the run's last step and the bound. */
+/* Waits until the page has drawn the composed bound and, in each of
+ * the blocks' loss charts, every replica's raw points up to step last
+ * (n of them in all). */
 static int
-page_caught_up(cdp *c, double limit)
+page_caught_up(cdp *c, int n, int last_step, double limit)
 {
 	double end = wall_ms() + limit * 1e3;
-	char expr[256];
+	char expr[512];
 
-	snprintf(expr, sizeof(expr), "String(!!document.querySelector("
-	    "'#c-bound-svg') && [...document.querySelectorAll('#c-loss-svg "
-	    "polyline')].filter(p => p.dataset.x.endsWith(',%d')).length == "
-	    "%d)", STEPS, LIVE);
+	snprintf(expr, sizeof(expr), "String(typeof Chart !== 'undefined' && "
+	    "!!Chart.getChart('c-bound-canvas') && [...document."
+	    "querySelectorAll('#g-loss canvas')].flatMap(c => Chart.getChart"
+	    "(c) ? Chart.getChart(c).data.datasets : []).filter(d => d.sm.raw"
+	    " && d.data.length && d.data[d.data.length - 1].x == %d).length "
+	    "== %d)", last_step, n);
 	while (wall_ms() < end) {
 		char *v = cdp_eval(c, expr);
 		int ok = v != NULL && strcmp(v, "true") == 0;
@@ -457,13 +691,69 @@ page_caught_up(cdp *c, double limit)
 	return 0;
 }
 
+/* Where the screenshots go: $DASHBOARD_SHOTS, else tests/ of the build
+ * tree when the test runs there (make check), else here. */
+static void
+shot_path(char *path, size_t size, const char *name)
+{
+	const char *d = getenv("DASHBOARD_SHOTS");
+
+	if (d == NULL || d[0] == '\0')
+		d = access("tests", W_OK) == 0 ? "tests" : ".";
+	snprintf(path, size, "%s/dashboard-%s.png", d, name);
+}
+
+static void
+screenshot(cdp *c, const char *name)
+{
+	char path[512];
+
+	shot_path(path, sizeof(path), name);
+	ck_assert_msg(cdp_screenshot(c, path) == 0, "no screenshot %s", path);
+	fprintf(stderr, "# screenshot of the page: %s\n", path);
+}
+
+static cdp *
+open_page(const char *browser, const char *name)
+{
+	char url[64], prof[128], log[128], err[256];
+	cdp *c;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", dash_port);
+	snprintf(prof, sizeof(prof), "%s/chromium-%s", dir, name);
+	snprintf(log, sizeof(log), "%s/chromium.log", dir);
+	c = cdp_open(browser, prof, log, url, VIEW_W, VIEW_H, err);
+	ck_assert_msg(c != NULL, "%s", err);
+	return c;
+}
+/* A listening socket on loopback; its port in *port. */
+static int
+listener(int *port)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 16), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
 START_TEST(test_live_run)
 {
+	static const char *const want[] = { "c-bound", "c-shares", "c-loss-1",
+	    "c-loss-2", "c-pps", "c-round", "c-bytes-0", "c-bytes-1",
+	    "c-bytes-2" };
 	const char *browser = cdp_browser(), *interval =
 	    getenv("DASHBOARD_INTERVAL") ? getenv("DASHBOARD_INTERVAL") : "0.1";
-	const char *shot = getenv("DASHBOARD_SCREENSHOT") ?
-	    getenv("DASHBOARD_SCREENSHOT") : "check_dashboard.png";
-	char url[64], prof[128], log[128], err[256], *alert;
+	char addr[64], *alert;
+	json_t *page;
 	double bound;
 	cdp *c = NULL;
 
@@ -478,30 +768,268 @@ START_TEST(test_live_run)
 	if (browser == NULL)
 		fprintf(stderr, "# browser part skipped: no chromium (scripts/"
 		    "install-deps --browser installs it, or set CHROMIUM)\n");
-	else {
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d/", dash_port);
-		snprintf(prof, sizeof(prof), "%s/chromium", dir);
-		snprintf(log, sizeof(log), "%s/chromium.log", dir);
-		c = cdp_open(browser, prof, log, url, 1500, err);
-		ck_assert_msg(c != NULL, "%s", err);
-	}
+	else
+		c = open_page(browser, "live");
 	follow_run(60);
 	usleep((useconds_t)(atof(interval) * 5e6));
 	check_endpoints(&bound);
 	if (c == NULL)
 		return;
-	ck_assert_msg(page_caught_up(c, 10), "the page did not draw the "
-	    "last step within 10 s");
-	check_curves(c, bound);
-	snprintf(url, sizeof(url), "127.0.0.1:%d", base_port + LIVE);
+	ck_assert_msg(page_caught_up(c, LIVE, STEPS, 10), "the page did not "
+	    "draw the last step within 10 s");
+	page = page_charts(c);
+	check_curves(page, bound);
+	check_layout(page, want, sizeof(want) / sizeof(want[0]));
+	json_decref(page);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", base_port + LIVE);
 	alert = cdp_eval(c, "document.getElementById('alerts').textContent");
 	ck_assert_ptr_nonnull(alert);
-	ck_assert_msg(strstr(alert, url) && strstr(alert, "unreachable"),
+	ck_assert_msg(strstr(alert, addr) && strstr(alert, "unreachable"),
 	    "no message for the unreachable daemon: %s", alert);
 	free(alert);
 	report_latency(c, interval);
-	ck_assert_int_eq(cdp_screenshot(c, shot), 0);
-	fprintf(stderr, "# screenshot of the page: %s\n", shot);
+	screenshot(c, "live");
+	cdp_close(c);
+	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
+}
+END_TEST
+
+/* Statuses the test scripts, for the pages of a run too long (3000
+ * steps, six daemons) or too short (one sample) to train here: one
+ * process answers GET /v1/status on each listener, in plain HTTP as an
+ * insecure daemon does, with the figures a training daemon reports. */
+
+#define SCRIPT_MAX 6
+#define SCRIPT_STEPS 3000
+
+struct script {
+	int n, blocks, one_point;
+	int fd[SCRIPT_MAX], port[SCRIPT_MAX], block[SCRIPT_MAX];
+};
+
+/* A number in [0, 1) from k and i, the same on every run. */
+static double
+noise(int k, int i)
+{
+	uint32_t h = (uint32_t)k * 2654435761u ^ (uint32_t)i * 40503u;
+
+	h ^= h >> 15;
+	h *= 2246822519u;
+	h ^= h >> 13;
+	return (h & 0xffffff) / (double)0x1000000;
+}
+
+/* Daemon k's status at its poll number i: its block's share falls from
+ * about 4.5 to about 1 nats/byte, the training loss is that plus noise,
+ * a held-out share every 250 steps, a round every 50 steps, bytes to the
+ * other replica of its block (updates) and to the next block's first
+ * daemon (checkpoints, as a mirror). */
+static json_t *
+script_status(const struct script *s, int k, int i)
+{
+	int step = s->one_point ? 100 : i * 30 < SCRIPT_STEPS ? i * 30 :
+	    SCRIPT_STEPS, b = s->block[k], at = step / 250 * 250, j;
+	double base = 0.85 + 0.08 * b, decay = 3.5 * exp(-step / 600.0);
+	json_t *st, *peers = json_array();
+
+	if (s->one_point)
+		at = step;
+	for (j = 0; j < s->n; j++) {
+		char addr[32];
+		double update = 0, checkpoint = 0;
+
+		if (j == k)
+			continue;
+		if (s->block[j] == b)
+			update = 180000.0 * (step / 50 + 1);
+		else if (s->block[j] == b % s->blocks + 1 &&
+		    (j == 0 || s->block[j - 1] != s->block[j]))
+			checkpoint = 720000.0 * (step / 500 + 1);
+		if (update == 0 && checkpoint == 0)
+			continue;
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", s->port[j]);
+		json_array_append_new(peers, json_pack("{s:s,s:s,s:{s:{s:f,"
+		    "s:f,s:f}}}", "addr", addr, "state", "up", "bytes", "out",
+		    "update", update, "checkpoint", checkpoint, "other", 0.0));
+	}
+	st = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:f,s:f,s:o}", "run_id",
+	    "5c1e0b7a9d3f4e21b8a6c0d2e4f60718293a4b5c6d7e8f90a1b2c3d4e5f60718",
+	    "state", step < SCRIPT_STEPS || s->one_point ? "training" : "done",
+	    "blocks", s->blocks, "step", step, "steps", SCRIPT_STEPS, "round",
+	    step / 50, "loss", base + decay + 0.9 * (noise(k, s->one_point ?
+	    0 : i) - 0.5) *
+	    (0.3 + decay / 3.5), "positions_per_s", 41000.0 + 3000.0 * b +
+	    2500.0 * noise(k + 7, s->one_point ? 0 : i), "peers", peers);
+	if (at > 0) {
+		json_object_set_new(st, "heldout_share", json_real(base + 3.2 *
+		    exp(-at / 600.0) + 0.02 * noise(b + 11, at)));
+		json_object_set_new(st, "heldout_share_step", json_integer(at));
+	}
+	return st;
+}
+
+/* The scripted daemons' loop, in a child process: one status per
+ * connection. */
+static void
+script_serve(const struct script *s)
+{
+	struct pollfd pfd[SCRIPT_MAX];
+	int polls[SCRIPT_MAX] = { 0 }, k;
+
+	for (k = 0; k < s->n; k++) {
+		pfd[k].fd = s->fd[k];
+		pfd[k].events = POLLIN;
+	}
+	for (;;) {
+		if (poll(pfd, (nfds_t)s->n, -1) < 0)
+			_exit(1);
+		for (k = 0; k < s->n; k++) {
+			char req[4096], *body, head[256];
+			size_t got = 0;
+			ssize_t r;
+			json_t *st;
+			int fd;
+
+			if (!(pfd[k].revents & POLLIN) ||
+			    (fd = accept(s->fd[k], NULL, NULL)) < 0)
+				continue;
+			while (got < sizeof(req) - 1 && (r = read(fd, req + got,
+			    sizeof(req) - 1 - got)) > 0) {
+				got += (size_t)r;
+				req[got] = '\0';
+				if (strstr(req, "\r\n\r\n") != NULL)
+					break;
+			}
+			st = script_status(s, k, ++polls[k]);
+			body = json_dumps(st, JSON_COMPACT);
+			json_decref(st);
+			snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\n"
+			    "Content-Type: application/json\r\nContent-Length:"
+			    " %zu\r\nConnection: close\r\n\r\n", strlen(body));
+			if (write(fd, head, strlen(head)) < 0 ||
+			    write(fd, body, strlen(body)) < 0)
+				_exit(1);
+			free(body);
+			close(fd);
+		}
+	}
+}
+
+/* Starts n scripted daemons (blocks of n / blocks replicas each) and a
+ * dashboard watching them. */
+static void
+start_script(struct script *s, int n, int blocks, int one_point)
+{
+	char text[1024] = "", line[64], peers[128], listen[32], log[128];
+	const char *argv[] = { "shardmeter", "dashboard", "--peers", peers,
+	    "--listen", listen, "--interval", "0.05", NULL };
+	int k;
+
+	s->n = n;
+	s->blocks = blocks;
+	s->one_point = one_point;
+	for (k = 0; k < n; k++) {
+		s->fd[k] = listener(&s->port[k]);
+		s->block[k] = 1 + k * blocks / n;
+		/* no id: the dashboard asks in plain HTTP */
+		snprintf(line, sizeof(line), "127.0.0.1:%d %d\n", s->port[k],
+		    s->block[k]);
+		strcat(text, line);
+	}
+	tu_write_file(dir, "script_peers", text);
+	/* in pids[0], which teardown stops whatever happens */
+	if ((pids[0] = fork()) == 0)
+		script_serve(s);
+	ck_assert_int_gt(pids[0], 0);
+	for (k = 0; k < n; k++)
+		close(s->fd[k]);
+	snprintf(peers, sizeof(peers), "%s/script_peers", dir);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", dash_port);
+	snprintf(log, sizeof(log), "%s/dashboard.log", dir);
+	dash_pid = tu_spawn(log, tu_shardmeter(), argv);
+	ck_assert_msg(tu_wait_port(dash_port, dash_pid, 10),
+	    "the dashboard did not listen (see %s)", log);
+}
+
+/* A run of 3000 steps on six daemons, three blocks of two replicas (the
+ * shares near 1, their sum near 3): each quantity on its own axes, a
+ * chart of the training loss per block, smoothed, and tick labels up to
+ * 3000 whole. */
+START_TEST(test_page_long_run)
+{
+	static const char *const want[] = { "c-bound", "c-shares", "c-loss-1",
+	    "c-loss-2", "c-loss-3", "c-pps", "c-round", "c-bytes-0",
+	    "c-bytes-5" };
+	const char *browser = cdp_browser();
+	struct script s;
+	json_t *page, *ch;
+	cdp *c;
+
+	if (browser == NULL) {
+		fprintf(stderr, "# skipped: no chromium (scripts/install-deps "
+		    "--browser installs it, or set CHROMIUM)\n");
+		return;
+	}
+	start_script(&s, 6, 3, 0);
+	c = open_page(browser, "long-run");
+	ck_assert_msg(page_caught_up(c, 6, SCRIPT_STEPS, 60), "the page did "
+	    "not draw step %d within 60 s", SCRIPT_STEPS);
+	page = page_charts(c);
+	check_layout(page, want, sizeof(want) / sizeof(want[0]));
+	/* the bound's axis is the bound's: about 3, not pulled to 1 */
+	ch = chart_of(page, "c-bound");
+	ck_assert_double_gt(json_number_value(last(json_object_get(
+	    json_array_get(json_object_get(ch, "sets"), 0), "y"))), 2.5);
+	ck_assert_int_eq(json_array_size(json_object_get(chart_of(page,
+	    "c-shares"), "sets")), 3);
+	json_decref(page);
+	screenshot(c, "long-run");
+	cdp_close(c);
+	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
+}
+END_TEST
+
+/* One sample of each of two daemons: every chart shows its lone point,
+ * the composed bound's included.  And the chart library as served. */
+START_TEST(test_page_one_point)
+{
+	static const char *const want[] = { "c-bound", "c-shares", "c-loss-1",
+	    "c-loss-2", "c-pps", "c-bytes-0", "c-bytes-1" };
+	const char *browser = cdp_browser();
+	char out[4096], version[32] = "", *v;
+	struct script s;
+	json_t *page;
+	cdp *c;
+
+	start_script(&s, 2, 2, 1);
+	/* Chart.js from the binary, kept by the browser by its version */
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "curl -s -D - -o "
+	    "/dev/null http://127.0.0.1:%d/chart.min.js", dash_port), 0);
+	ck_assert_msg(strstr(out, "HTTP/1.1 200") && strcasestr(out,
+	    "Content-Type: text/javascript") && strcasestr(out, "Cache-"
+	    "Control: public, max-age=31536000, immutable"), "%s", out);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "curl -s "
+	    "http://127.0.0.1:%d/chart.min.js | head -c 200", dash_port), 0);
+	ck_assert_msg((v = strstr(out, " * Chart.js v")) != NULL, "%s", out);
+	sscanf(v, " * Chart.js v%31[0-9.]", version);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "curl -s "
+	    "http://127.0.0.1:%d/ | grep -o 'src=\"[^\"]*\"'", dash_port), 0);
+	ck_assert_msg(strstr(out, "/chart.min.js?v=") && strstr(out,
+	    version), "the page asks for %s, Chart.js is %s", out, version);
+	if (browser == NULL) {
+		fprintf(stderr, "# browser part skipped: no chromium (scripts/"
+		    "install-deps --browser installs it, or set CHROMIUM)\n");
+		return;
+	}
+	c = open_page(browser, "one-point");
+	ck_assert_msg(page_caught_up(c, 2, 100, 20), "the page did not draw "
+	    "the lone points within 20 s");
+	page = page_charts(c);
+	check_layout(page, want, sizeof(want) / sizeof(want[0]));
+	/* the bound, two shares, two losses, two positions/s, two links */
+	ck_assert_int_ge(check_one_points(page), 9);
+	json_decref(page);
+	screenshot(c, "one-point");
 	cdp_close(c);
 	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
 }
@@ -698,28 +1226,37 @@ START_TEST(test_serving_host)
 		    "http://127.0.0.1:%d/v1/dashboard", dash_port), 0);
 		ck_assert_str_eq(out, "200");
 	}
+	/* the host's panels on the page, drawn as the training ones are */
+	if (cdp_browser() != NULL) {
+		/* requests, latency and bytes; no errors, so no chart */
+		static const char *const want[] = { "c-serve-0-0",
+		    "c-serve-0-2", "c-serve-0-3" };
+		cdp *c = open_page(cdp_browser(), "serving");
+		double end = wall_ms() + 20e3;
+		char *v = NULL;
+
+		while (wall_ms() < end) {
+			free(v);
+			v = cdp_eval(c, "String(typeof Chart !== 'undefined' && "
+			    "[...document.querySelectorAll('#g-serve canvas')]."
+			    "filter(c => Chart.getChart(c) && c.offsetParent)."
+			    "length)");
+			if (v != NULL && atoi(v) == 3)
+				break;
+			usleep(100000);
+		}
+		ck_assert_msg(v != NULL && atoi(v) == 3, "the serving host's "
+		    "charts: %s", v ? v : "none");
+		free(v);
+		all = page_charts(c);
+		check_layout(all, want, sizeof(want) / sizeof(want[0]));
+		json_decref(all);
+		screenshot(c, "serving");
+		cdp_close(c);
+	}
 	ck_assert_int_eq(tu_stop(&dash_pid, SIGTERM, 5), 0);
 }
 END_TEST
-
-/* A listening socket on loopback; its port in *port. */
-static int
-listener(int *port)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	ck_assert_int_ge(fd, 0);
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(listen(fd, 16), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
 
 /* The error the dashboard shows for daemon i, once it shows one. */
 static char *
@@ -837,6 +1374,8 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_history);
 	tcase_add_test(tc, test_live_run);
+	tcase_add_test(tc, test_page_long_run);
+	tcase_add_test(tc, test_page_one_point);
 	tcase_add_test(tc, test_serving_host);
 	tcase_add_test(tc, test_serve_failures);
 	tcase_add_test(tc, test_listen);
