@@ -20,6 +20,16 @@
 #define TOP_BUILDDIR "."
 #endif
 
+/* The program's path from anywhere: the tests below run it in a
+ * directory of their own, and tu_*() may be relative to the build tree. */
+static const char *
+abs_program(const char *prog)
+{
+	static char path[4096];
+
+	return realpath(prog, path) != NULL ? path : prog;
+}
+
 /* The DT_NEEDED names of the ELF file at path, one per line, into out. */
 static void
 needed_libs(const char *path, char *out, size_t outlen)
@@ -126,7 +136,7 @@ sm_run(char *out, size_t outlen, const char *env, const char *dir,
     const char *args)
 {
 	return tu_run_cmd(out, outlen, "cd %s && %s %s %s 2>&1", dir, env,
-	    tu_shardmeter(), args);
+	    abs_program(tu_shardmeter()), args);
 }
 
 /* Lines of text that start with prefix. */
