@@ -248,7 +248,8 @@ void kn_backend_describe(const kn_backend *be, char *buf, size_t len);
  * and linked against the CUDA runtime and cuBLAS, so that the programs
  * link neither and start fast; kn_cuda_backend() loads it with dlopen on
  * its first call (kernels/cuda_module.c: $SM_CUDA_MODULE, else the build
- * tree when the program runs from it, else the install directory) and
+ * tree when the program runs from it, else the program's own directory,
+ * else the install directory) and
  * returns its table, or NULL with a reason when it is missing or no
  * usable GPU is present.  The outcome is kept for later calls. */
 const kn_backend *kn_cpu_backend(void);

@@ -54,17 +54,16 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const kn_backend *loaded;
 static char load_error[KN_ERR_LEN];
 
-/* Whether this program runs from the build tree (make check, scripts
+/* Whether the program exe runs from the build tree (make check, scripts
  * run from the tree): then its own build's module is the one to load,
  * not an installed one of another build. */
 static int
-in_build_tree(void)
+in_build_tree(const char *exe)
 {
-	char exe[PATH_MAX], top[PATH_MAX];
+	char top[PATH_MAX];
 	size_t n;
 
-	if (realpath("/proc/self/exe", exe) == NULL ||
-	    realpath(SM_BUILDDIR, top) == NULL)
+	if (realpath(SM_BUILDDIR, top) == NULL)
 		return 0;
 	n = strlen(top);
 	return strncmp(exe, top, n) == 0 && exe[n] == '/';
@@ -102,7 +101,8 @@ static void
 load(void)
 {
 	const char *env = getenv("SM_CUDA_MODULE");
-	const char *paths[2];
+	char exe[PATH_MAX], beside[PATH_MAX + 32], *slash;
+	const char *paths[3];
 	int i, n = 0;
 
 	/* an override is taken alone: an operator who names a module
@@ -115,17 +115,26 @@ load(void)
 			    "%s, which does not exist", env);
 		return;
 	}
-	if (in_build_tree())
-		paths[n++] = SM_BUILDDIR "/shardmeter-cuda.so";
+	if (realpath("/proc/self/exe", exe) != NULL) {
+		if (in_build_tree(exe))
+			paths[n++] = SM_BUILDDIR "/shardmeter-cuda.so";
+		/* beside the program: where scripts/launch copies both */
+		if ((slash = strrchr(exe, '/')) != NULL) {
+			snprintf(beside, sizeof(beside), "%.*s/shardmeter-cuda.so",
+			    (int)(slash - exe), exe);
+			paths[n++] = beside;
+		}
+	}
 	paths[n++] = SM_PKGLIBDIR "/shardmeter-cuda.so";
 	for (i = 0; i < n; i++)
 		if (access(paths[i], F_OK) == 0) {
 			load_from(paths[i]);
 			return;
 		}
-	kn_error(load_error, KN_ENODEV, "no CUDA module (looked for %s%s%s; "
-	    "SM_CUDA_MODULE may name one)", paths[0], n > 1 ? " and " : "",
-	    n > 1 ? paths[1] : "");
+	kn_error(load_error, KN_ENODEV, "no CUDA module (looked for %s%s%s%s"
+	    "%s; SM_CUDA_MODULE may name one)", paths[0],
+	    n > 1 ? ", " : "", n > 1 ? paths[1] : "", n > 2 ? ", " : "",
+	    n > 2 ? paths[2] : "");
 }
 
 const kn_backend *
