@@ -32,6 +32,10 @@ kn_backend_get(kn_backend_kind kind, char *note, char *err)
 		note[0] = '\0';
 	if (kind == KN_BACKEND_CPU)
 		return kn_cpu_backend();
+	/* auto on a machine without a GPU: the CPU, without loading the
+	 * CUDA module (and the CUDA libraries behind it) only to hear so */
+	if (kind == KN_BACKEND_AUTO && !kn_cuda_present(why))
+		return kn_cpu_backend();
 	be = kn_cuda_backend(why);
 	if (be != NULL)
 		return be;
@@ -74,13 +78,3 @@ kn_backend_describe(const kn_backend *be, char *buf, size_t len)
 {
 	be->describe(buf, len);
 }
-
-#ifndef HAVE_CUDA
-const kn_backend *
-kn_cuda_backend(char *err)
-{
-	kn_error(err, KN_ENODEV, "this build has no CUDA support "
-	    "(configure found no working nvcc)");
-	return NULL;
-}
-#endif

@@ -212,12 +212,18 @@ struct kn_backend {
 	void (*attention_rows)(float *out, float *att, const float *qkv,
 	    int B, int T, int C, int NH, int mask, const int32_t *rows,
 	    int R);
+
+	/* Optional: the bytes of backend memory free now (CUDA:
+	 * cudaMemGetInfo), in *bytes; 0, or KN_ENODEV with the reason in
+	 * err.  NULL: the backend's memory is the host's. */
+	int (*memory_free)(uint64_t *bytes, char *err);
 };
 
 /* Returns the backend for kind, or NULL with a reason in err (KN_ERR_LEN).
- * KN_BACKEND_AUTO gives CUDA when a GPU is present, else the CPU backend;
- * then note (if not NULL, KN_ERR_LEN) receives one line saying why the CPU
- * was chosen, or "" when there was nothing to say. */
+ * KN_BACKEND_AUTO gives CUDA when a GPU is present (kn_cuda_present), else
+ * the CPU backend; then note (if not NULL, KN_ERR_LEN) receives a reason
+ * when a GPU is there but the CUDA backend could not be had, "" when
+ * there is nothing to say (no GPU: the CPU is what auto means). */
 const kn_backend *kn_backend_get(kn_backend_kind kind, char *note, char *err);
 
 /* Tells the backend the shape of the model it is about to train (width,
@@ -237,11 +243,32 @@ int kn_backend_parse(const char *s, kn_backend_kind *kind);
  * caller to log. */
 void kn_backend_describe(const kn_backend *be, char *buf, size_t len);
 
-/* The CPU backend is always built.  The CUDA backend exists when the build
- * found nvcc (HAVE_CUDA); kn_cuda_backend() then returns NULL with a reason
- * when no usable GPU is present. */
+/* The CPU backend is always built.  The CUDA backend is a module of its
+ * own, shardmeter-cuda.so, built when configure found nvcc (HAVE_CUDA)
+ * and linked against the CUDA runtime and cuBLAS, so that the programs
+ * link neither and start fast; kn_cuda_backend() loads it with dlopen on
+ * its first call (kernels/cuda_module.c: $SM_CUDA_MODULE, else the build
+ * tree when the program runs from it, else the program's own directory,
+ * else the install directory) and
+ * returns its table, or NULL with a reason when it is missing or no
+ * usable GPU is present.  The outcome is kept for later calls. */
 const kn_backend *kn_cpu_backend(void);
 const kn_backend *kn_cuda_backend(char *err);
+
+/* Whether this machine shows an NVIDIA GPU to us at all: its driver's
+ * device or /proc files, without loading anything.  Returns 1 or 0, and
+ * 0 says why in why (KN_ERR_LEN). */
+int kn_cuda_present(char *why);
+
+/* The module's one exported symbol, kn_cuda_module_backend: given the
+ * table's ABI version and size as the caller was built with, the module
+ * starts CUDA and returns its table, or NULL with a reason in err.  The
+ * version changes whenever the table's layout or meaning does, so that a
+ * module from another build is refused rather than misread. */
+#define KN_BACKEND_ABI 1
+#define KN_CUDA_MODULE_ENTRY "kn_cuda_module_backend"
+typedef const kn_backend *(*kn_cuda_module_fn)(int abi, size_t table_size,
+    char *err);
 
 #ifdef __cplusplus
 }

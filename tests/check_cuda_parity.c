@@ -16,12 +16,6 @@
 #include "kernels/pool.h"
 #include "kernels/rng.h"
 
-#ifdef HAVE_CUDA
-/* kernels/cuda/backend.cu: the first CUDA or cuBLAS failure, if any (not
- * in backend.h yet, since the table's ops return void). */
-int kn_cuda_status(char *err);
-#endif
-
 static const kn_backend *cpu, *gpu;
 
 /* One tensor on both backends, made from the same host values. */
@@ -124,15 +118,11 @@ pair_symbols(size_t n, int V, int masked, uint64_t seed)
 static void
 expect_no_cuda_error(const char *what)
 {
-#ifdef HAVE_CUDA
 	char err[KN_ERR_LEN];
 
 	gpu->sync();
-	ck_assert_msg(kn_cuda_status(err) == 0, "%s: CUDA error: %s", what,
+	ck_assert_msg(gpu->status(err) == 0, "%s: CUDA error: %s", what,
 	    err);
-#else
-	(void)what;
-#endif
 }
 
 /* The CUDA result, downloaded: the caller frees it. */
@@ -769,6 +759,22 @@ cdf_through(const float *l, int V, float temp, int c)
 	return below / sum;
 }
 
+/* The probe's free memory comes from the table (the programs link no
+ * CUDA library to ask cudaMemGetInfo themselves). */
+START_TEST(test_memory_free)
+{
+	char err[KN_ERR_LEN];
+	uint64_t bytes = 0;
+
+	ck_assert_ptr_null(cpu->memory_free);
+	ck_assert_ptr_nonnull(gpu->memory_free);
+	ck_assert_msg(gpu->memory_free(&bytes, err) == 0, "%s", err);
+	ck_assert_msg(bytes > 0, "no free device memory reported");
+	fprintf(stderr, "# %-44s %llu bytes\n", "memory_free",
+	    (unsigned long long)bytes);
+}
+END_TEST
+
 START_TEST(test_sample)
 {
 	static const float temps[] = { 0.0f, 0.8f, -1.0f, 1.0f };
@@ -963,6 +969,7 @@ parity_suite(void)
 	tcase_add_test(tc, test_sample);
 	tcase_add_test(tc, test_matmul_batched);
 	tcase_add_test(tc, test_lstm);
+	tcase_add_test(tc, test_memory_free);
 	suite_add_tcase(s, tc);
 	return s;
 }

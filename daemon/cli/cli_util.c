@@ -131,10 +131,11 @@ cli_backend_report(const kn_backend *be, const char *note)
 {
 	char desc[512];
 
-	if (note[0])
-		fprintf(stderr, "shardmeter: %s\n", note);
+	/* one line, whatever the backend: the note, when there is one, says
+	 * why a GPU that is there is not the one in use */
 	kn_backend_describe(be, desc, sizeof(desc));
-	fprintf(stderr, "shardmeter: %s\n", desc);
+	fprintf(stderr, "shardmeter: %s%s%s\n", note[0] ? note : "",
+	    note[0] ? "; " : "", desc);
 }
 
 /* Takes getopt's ch if it is a shared option: 1 if taken, 0 if not, -1
@@ -190,8 +191,13 @@ cli_run_open(struct cli_run *r, const char *cmd, int need_dir)
 		return 2;
 	}
 	if (pr_spec_load(&r->spec, r->spec_path, err) != 0 ||
-	    pr_spec_run_id(&r->spec, r->run_id, err) != 0 ||
-	    (r->be = cli_backend_open(r->backend, r->threads, note,
+	    pr_spec_run_id(&r->spec, r->run_id, err) != 0) {
+		fprintf(stderr, "shardmeter %s: %s\n", cmd, err);
+		return 1;
+	}
+	if (r->no_backend)
+		return 0;
+	if ((r->be = cli_backend_open(r->backend, r->threads, note,
 	    err)) == NULL) {
 		fprintf(stderr, "shardmeter %s: %s\n", cmd, err);
 		return 1;

@@ -53,7 +53,7 @@ int cli_parse_int(const char *cmd, const char *name, const char *v, int lo,
  * CPU was taken, or "") in note.  NULL with a reason in err. */
 const kn_backend *cli_backend_open(kn_backend_kind kind, int threads,
     char *note, char *err);
-/* The note, if any, and the backend's description, on stderr. */
+/* The note, if any, and the backend's description, on one line of stderr. */
 void cli_backend_report(const kn_backend *be, const char *note);
 
 /* The options every command on a run's files shares: --spec, --dir,
@@ -71,6 +71,10 @@ struct cli_run {
 	 * instead of printing the backend line a first time */
 	int defer_report;
 	char backend_note[KN_ERR_LEN];
+	/* set before cli_run_open by a command that computes nothing here
+	 * (export, generate through served hosts): the spec alone, be stays
+	 * NULL and no backend line is printed */
+	int no_backend;
 };
 
 #define CLI_RUN_OPTIONS \
@@ -88,7 +92,8 @@ typedef int (*cli_option_fn)(void *args, int ch);
  * exit status. */
 int cli_run_parse(const struct cmd_entry *self, struct cli_run *r, int argc,
     char **argv, const struct option *opts, cli_option_fn own, void *args);
-/* Loads the spec, its run id and the backend; 0, or the exit status with
+/* Loads the spec, its run id and, unless no_backend, the backend (and
+ * prints its one line, unless defer_report); 0, or the exit status with
  * the reason on stderr. */
 int cli_run_open(struct cli_run *r, const char *cmd, int need_dir);
 

@@ -62,6 +62,7 @@ export_exec(const struct cmd_entry *self, int argc, char **argv)
 		    "nothing else\n");
 		return 2;
 	}
+	a.run.no_backend = 1;   /* it converts files, computes nothing */
 	if ((rc = cli_run_open(&a.run, "export", 1)) != 0)
 		return rc;
 	if (xp_export(&a.run.spec, a.run.run_id, a.run.dir, a.out, &sum,

@@ -119,6 +119,8 @@ cli_generate_soma(const struct cli_soma_gen *a)
 	sa_router r;
 	int rc;
 
+	/* through served experts the hosts compute, this process routes */
+	a->run->no_backend = a->peers != NULL;
 	if ((rc = cli_run_open(a->run, "generate", a->peers == NULL)) != 0)
 		return rc;
 	if (pr_spec_method(s) != PR_METHOD_SOMA) {

@@ -8,10 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include "daemon/node/probe_compute.h"
 #include "kernels/average.h"
 #include "kernels/clock.h"
@@ -44,21 +40,10 @@ pcm_free_memory(const kn_backend *be, uint64_t *bytes, const char **how,
     char *err)
 {
 	*bytes = 0;
-	if (be->kind == KN_BACKEND_CUDA) {
-#ifdef HAVE_CUDA
-		size_t free_b = 0, total_b = 0;
-
-		*how = "cudaMemGetInfo";
-		if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-			(void)cudaGetLastError();
-			return kn_error(err, KN_ENODEV, "cudaMemGetInfo failed");
-		}
-		*bytes = free_b;
-		return KN_OK;
-#else
-		return kn_error(err, KN_ENODEV, "a CUDA backend in a build "
-		    "without CUDA");
-#endif
+	if (be->memory_free != NULL) {
+		*how = be->kind == KN_BACKEND_CUDA ? "cudaMemGetInfo" :
+		    "memory_free";
+		return be->memory_free(bytes, err);
 	}
 	*how = "MemAvailable";
 	return host_available(bytes, err);

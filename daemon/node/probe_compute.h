@@ -59,8 +59,8 @@ int pcm_measure_update(size_t count, double cpu_seconds, pcm_update_cost *out,
     char *err);
 
 /* Free memory of the training device in *bytes: MemAvailable of
- * /proc/meminfo on the CPU, cudaMemGetInfo of the current device on
- * CUDA (the backend table has no such entry).  *how names the source.
+ * /proc/meminfo on the CPU, the table's memory_free on CUDA
+ * (cudaMemGetInfo of the current device).  *how names the source.
  * 0 or a negative KN_E* code with the reason in err (KN_ERR_LEN). */
 int pcm_free_memory(const kn_backend *be, uint64_t *bytes, const char **how,
     char *err);

@@ -1,7 +1,9 @@
 /* The CUDA backend's table, its memory functions and its start-up:
- * kn_cuda_backend() finds the device, creates the one stream and cuBLAS
- * handle, and hands out the table that kernels/backend.c returns for
- * KN_BACKEND_CUDA.  The ops themselves live in the other .cu files. */
+ * kn_cuda_module_backend(), the one symbol the module shardmeter-cuda.so
+ * exports (kernels/cuda/module.map), finds the device, creates the one
+ * stream and cuBLAS handle, and hands out the table that
+ * kernels/cuda_module.c loads for kernels/backend.c.  The ops themselves
+ * live in the other .cu files. */
 #include <stdio.h>
 
 #include <mutex>
@@ -163,6 +165,21 @@ cuda_sync(void)
 
 extern "C" int kn_cuda_status(char *err);
 
+/* The table's memory_free(): what the probe reports as free memory. */
+static int
+cuda_memory_free(uint64_t *bytes, char *err)
+{
+	size_t free_b = 0, total_b = 0;
+
+	*bytes = 0;
+	if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return kn_error(err, KN_ENODEV, "cudaMemGetInfo failed");
+	}
+	*bytes = free_b;
+	return KN_OK;
+}
+
 /* The table's describe(): the device in use, for the log. */
 static void
 cuda_describe(char *buf, size_t len)
@@ -224,6 +241,11 @@ static const kn_backend cuda_backend = {
 	kn_cuda::adamw_update,
 	kn_cuda::sample,
 	kn_cuda_status,
+	NULL,                   /* matmul_pack_bytes */
+	NULL,                   /* matmul_pack */
+	NULL,                   /* matmul_forward_packed */
+	NULL,                   /* attention_rows */
+	cuda_memory_free,
 };
 
 /* Start-up runs once; its outcome (the table, or the reason there is
@@ -300,9 +322,19 @@ start(void)
 	started = true;
 }
 
+/* The module's entry point (kn_cuda_module_fn in kernels/backend.h).  A
+ * caller built with another table than this module refuses it here,
+ * before reading a field of it. */
 extern "C" const kn_backend *
-kn_cuda_backend(char *err)
+kn_cuda_module_backend(int abi, size_t table_size, char *err)
 {
+	if (abi != KN_BACKEND_ABI || table_size != sizeof(kn_backend)) {
+		kn_error(err, KN_ENODEV, "the CUDA module was built for backend "
+		    "table %d (%zu bytes), this program for %d (%zu bytes): "
+		    "install the module of the same build", KN_BACKEND_ABI,
+		    sizeof(kn_backend), abi, table_size);
+		return NULL;
+	}
 	std::call_once(start_once, start);
 	if (!started) {
 		kn_error(err, KN_ENODEV, "%s", start_error);
