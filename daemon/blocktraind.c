@@ -51,14 +51,18 @@ main(int argc, char **argv)
 	if (f.serve)
 		return sv_main(&f);
 	startup_log(&f);
-	if (startup_config(&n.cfg, &f, err) != 0 || node_setup(&n, err) != 0)
+	if (startup_config(&n.cfg, &f, err) != 0)
+		fatalx("%s", err);
+	if (!f.check_only)
+		startup_claim(&f, n.cfg.state_dir);
+	if (node_setup(&n, err) != 0)
 		fatalx("%s", err);
 	if (f.check_only) {
 		print_check(&n);
 		startup_print_config(stdout, &f, &n.cfg, &n.spec);
 		return 0;
 	}
-	startup_daemonize(&f);
+	startup_daemonize(&f, n.cfg.state_dir);
 	signal(SIGPIPE, SIG_IGN);
 	if ((be = startup_backend(&n.cfg, n.backend_desc,
 	    sizeof(n.backend_desc), err)) == NULL)
@@ -72,10 +76,12 @@ main(int argc, char **argv)
 	log_info("%s", n.backend_desc);
 	if (node_start(&n, uv_default_loop(), be, err) != 0)
 		fatalx("%s", err);
+	startup_ready();
 	uv_run(n.loop, UV_RUN_DEFAULT);
 	uv_loop_close(n.loop);
 	node_free(&n);
 	kn_pool_shutdown();
+	startup_release();
 	log_info("exit");
 	return n.exit_code;
 }

@@ -382,9 +382,10 @@ check_frame(const pl_frame *f, char *err)
 {
 	switch (f->type) {
 	case PL_GEN:
-		if (f->length < 1 || f->steps < 1)
+		/* length 0: the entry's default (PL_LENGTH_DEFAULT) */
+		if (f->length < 0 || f->steps < 1)
 			return kn_error(err, KN_EINVAL, "a request needs a length "
-			    "and steps of at least 1");
+			    "of at least 0 and steps of at least 1");
 		break;
 	case PL_BT:
 		if (check_window(f, err) != 0)

@@ -20,6 +20,10 @@
  * a completion, and the most a host takes (its cost grows with them:
  * proto/PROTOCOL.md, "Pipeline"). */
 #define PL_STEPS_DEFAULT 64
+/* A gen frame's length 0 asks for this many output bytes, or what the
+ * window leaves after the prompt when that is less (as POST
+ * /v1/completions without max_tokens). */
+#define PL_LENGTH_DEFAULT 64
 #define PL_STEPS_MAX (4 * PL_STEPS_DEFAULT)
 
 typedef enum {

@@ -341,6 +341,20 @@ START_TEST(test_host_list)
 	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 1\n"
 	    "127.0.0.1:2 2\n"), err), 0);
 	ck_assert_ptr_nonnull(strstr(err, "traversal order"));
+	/* a training daemon's peer list, blocks going up (or its replicas
+	 * after the blocks), is named as one; there is no block 0 */
+	ck_assert_ptr_nonnull(strstr(err, "as in a training daemon's peer "
+	    "list"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 2\n"
+	    "127.0.0.1:2 1\n127.0.0.1:3 2\n127.0.0.1:4 1\n"), err), 0);
+	ck_assert_ptr_nonnull(strstr(err, ":3: block 2 after block 1"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 2-1\n"
+	    "127.0.0.1:2 1\n"), err), 0);
+	ck_assert_ptr_null(strstr(err, "block 0"));
+	ck_assert_ptr_nonnull(strstr(err, "ends at block 1"));
+	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 expert=0\n"),
+	    err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "a training daemon's peer list"));
 	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 4\n"
 	    "127.0.0.1:2 2-1\n"), err), 0);
 	ck_assert_int_ne(ph_load(&pl, write_list("127.0.0.1:1 3\n"), err), 0);

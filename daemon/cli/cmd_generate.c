@@ -27,7 +27,8 @@ struct gen_args {
 	const char *peers;      /* the pipeline's host list, or NULL */
 	const char *prompt;
 	char *prompt_buf;       /* owned: the prompt read from stdin ("-") */
-	int length;             /* -1: to the end of the window (64 remote) */
+	int length;             /* -1: to the end of the window (remote: the
+				 * entry's default) */
 	int steps;
 	float temp;
 	unsigned long long seed;
@@ -199,7 +200,9 @@ gen_remote(const struct gen_args *g)
 	req.mode = g->ar ? PL_MODE_AR : PL_MODE_BT;
 	req.prompt = g->prompt;
 	req.prompt_len = strlen(g->prompt);
-	req.length = g->length < 0 ? 64 : g->length;
+	/* 0: the entry's default, which knows the window (PL_LENGTH_DEFAULT
+	 * or what the window leaves after the prompt) */
+	req.length = g->length < 0 ? 0 : g->length;
 	req.steps = g->steps;
 	req.temperature = g->temp;
 	req.seed = g->seed;
@@ -403,8 +406,10 @@ const struct cmd_entry cmd_generate_entry = {
 	    "mutual TLS as your operator identity (shardmeter "
 	    "init --client) when the\nlist has peer ids, and to "
 	    "the next host of the same blocks when that one is\n"
-	    "down; M defaults to 64 there, and an answer that "
-	    "does not come in MS ms\n(default 30000) is an error.  "
+	    "down; M defaults there to 64 or what the window leaves "
+	    "after the prompt,\nas for POST /v1/completions, and an "
+	    "answer that does not come in MS ms\n(default 30000) is an "
+	    "error.  "
 	    "--verbose adds the\nlatency and the hosts' compute "
 	    "time on stderr.\n"
 	    "Continues PROMPT by M bytes (default: to the end of "

@@ -57,6 +57,10 @@ static const char xp_tensors_doc[] =
     "l from 0, PREFIX.layerl.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}"
     ".{weight,bias}; PREFIX.lnf.{weight,bias}; PREFIX.head.{weight,bias} "
     "(256,d),(256). Linear weights are (out,in): y = x W^T + b.";
+/* What a reader needs to recompute shardmeter eval's figures from the
+ * file alone: the model, the causal LM's targets, where the scored
+ * windows start and how their noise is drawn (blocktrain.c eval_fill,
+ * kernels/rng.c). */
 static const char xp_forward_doc[] =
     "x = wte[sym] + wpe[pos]; per layer: x += proj(attn(ln1(x))), x += "
     "mlp.proj(gelu_tanh(mlp.fc(ln2(x)))); logits = head(lnf(x)). "
@@ -65,7 +69,27 @@ static const char xp_forward_doc[] =
     "every position sees all n, causal 1: position i sees j <= i. "
     "position_block L > 1 (0: none): position i sees j < (floor(i/L) + "
     "1) L; L = 1, the next-byte form: position i sees j <= i, its input "
-    "is the symbol of position i - 1 (256 at 0) and it predicts byte i.";
+    "is the symbol of position i - 1 (256 at 0) and it predicts byte i. "
+    "The causal LM (causal 1) reads windows of n + 1 bytes: its input "
+    "is bytes 0..n-1 and position i predicts byte i + 1; its loss is the "
+    "mean over the n positions of -log softmax(logits_i)[byte i + 1]. "
+    "Scoring (shardmeter eval): W windows (1024 by default) of a file of "
+    "len bytes, window k from 0 starting at byte floor(k (len - n - 1) / "
+    "W), evenly spaced and the same for every model. A block of "
+    "interval (lo, hi] scores S = 2 noise levels per window, j = 0, 1; "
+    "case (k, j) draws from Philox4x32-10 (Random123's constants) with "
+    "key 0x5eed (the two 32-bit words low first) and counter (index low, "
+    "index high, stream low, stream high), index 0, 1, ... taking the four "
+    "output words in order, each word u giving the uniform (u >> 8) / "
+    "2^24; stream = f(f(f(f(2 + G) ^ (k + G)) ^ (j + G)) ^ G), G = "
+    "0x9E3779B97F4A7C15, f the splitmix64 finaliser (z ^= z >> 30, z *= "
+    "0xBF58476D1CE4E5B9, z ^= z >> 27, z *= 0x94D049BB133111EB, z ^= z >> "
+    "31), all modulo 2^64. The first uniform u0 gives t = lo + (hi - lo) "
+    "(j + u0) / S, at least 0.001; then position i (0..n-1) is masked "
+    "when the next uniform is below t, and each masked position adds "
+    "-log p(byte) / (t n); the block's share is (hi - lo) times the "
+    "mean over the W S cases. With position blocks below the window the same stream draws "
+    "each position block's count of masked bytes instead.";
 
 static const struct xp_name *
 xp_name_of(const char *ckpt)

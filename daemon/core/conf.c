@@ -175,7 +175,8 @@ const pr_key cf_keys[] = {
 	  .def_str = "/etc/blocktrain/peers", .doc = "the peer list" },
 	{ .section = "", .name = "state_dir", .type = PR_KEY_STR,
 	  FIELD(state_dir), .def_str = "/var/lib/blocktrain",
-	  .doc = "checkpoints, optimizer state, learning curve, journal" },
+	  .doc = "checkpoints, optimizer state, learning curve, journal, "
+	  "pid file, and the log when detached" },
 	{ .section = "", .name = "block", .type = PR_KEY_INT, FIELD(block),
 	  .min = 1, .max = PR_MAX_BLOCKS, .def = 1,
 	  .doc = "the block this daemon trains" },

@@ -1,5 +1,6 @@
 /* Log sink of the daemon: one line per message, a timestamp on stderr,
- * the priority on syslog. */
+ * the priority on syslog; a detached daemon's stderr is its log file,
+ * whose lines carry the date as well, and it logs to syslog too. */
 #include "config.h"
 
 #include <errno.h>
@@ -14,14 +15,27 @@
 
 static int log_foreground = 1;
 static int log_verbose;
+static int log_dated;           /* the date too: a file read days later */
+static int log_syslog;          /* syslog as well as stderr */
 
 void
 log_init(int foreground, int verbose, const char *ident)
 {
 	log_foreground = foreground;
 	log_verbose = verbose;
+	log_dated = 0;
+	log_syslog = !foreground;
 	if (!foreground)
 		openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+void
+log_to_file(const char *ident)
+{
+	log_foreground = 1;
+	log_dated = 1;
+	log_syslog = 1;
+	openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
 }
 
 static void
@@ -37,13 +51,14 @@ vlog(int pri, const char *fmt, va_list ap, const char *suffix)
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		localtime_r(&ts.tv_sec, &tm);
-		strftime(when, sizeof(when), "%H:%M:%S", &tm);
+		strftime(when, sizeof(when), log_dated ? "%Y-%m-%d %H:%M:%S" :
+		    "%H:%M:%S", &tm);
 		fprintf(stderr, "%s.%03ld %s%s%s\n", when, ts.tv_nsec / 1000000,
 		    msg, suffix ? ": " : "", suffix ? suffix : "");
-	} else {
+	}
+	if (log_syslog)
 		syslog(pri, "%s%s%s", msg, suffix ? ": " : "",
 		    suffix ? suffix : "");
-	}
 }
 
 void

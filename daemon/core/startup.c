@@ -2,13 +2,17 @@
  * flags, the configuration under them, and the backend. */
 #include "config.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/core/log.h"
+#include "daemon/core/pidfile.h"
 #include "daemon/core/startup.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
@@ -58,7 +62,9 @@ startup_usage(FILE *f, int serve)
 		    "the identity\n            (state_dir)\n"
 		    "  -r spec   the run spec (not needed with a logical "
 		    "shape)\n"
-		    "  -d, -f    stay in the foreground, log to stderr\n"
+		    "  -d, -f    stay in the foreground, log to stderr (the "
+		    "default under\n            systemd); otherwise the log is "
+		    "pipeline.log in the state dir\n"
 		    "  -n        check the configuration and the host list, "
 		    "and exit\n"
 		    "  -v        more detail in the log\n"
@@ -70,7 +76,9 @@ startup_usage(FILE *f, int serve)
 	    "                  [-p peers] [-r spec] [-D auto|cpu|cuda] "
 	    "[-t threads]\n"
 	    "  -c file   configuration (default " STARTUP_DEFAULT_CONF ")\n"
-	    "  -d, -f    stay in the foreground, log to stderr\n"
+	    "  -d, -f    stay in the foreground, log to stderr (the default "
+	    "under systemd);\n            otherwise the log is "
+	    "blocktraind.log in the state directory\n"
 	    "  -n        check the configuration, spec and peer list, "
 	    "and exit\n"
 	    "  -v        more detail in the log\n"
@@ -203,14 +211,146 @@ startup_log(const startup_flags *f)
 	log_init(1, f->verbose, "blocktraind");
 }
 
-void
-startup_daemonize(const startup_flags *f)
+/* The pid file this daemon holds from startup_claim to startup_release. */
+static pf_file pid_file = { .fd = -1 };
+
+/* Its files in the state directory: a pipeline host may share one with
+ * a training daemon (serving the checkpoints where they are trained). */
+static const char *
+file_name(const startup_flags *f, int log)
 {
-	if (f->foreground)
+	if (f->serve)
+		return log ? "pipeline.log" : "pipeline.pid";
+	return log ? "blocktraind.log" : "blocktraind.pid";
+}
+
+int
+startup_supervised(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (getenv("NOTIFY_SOCKET") != NULL)
+		return 1;
+	/* systemd's own test: stderr is the journal stream it names */
+	if (js != NULL && sscanf(js, "%llu:%llu", &dev, &ino) == 2 &&
+	    fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev ==
+	    dev && (unsigned long long)st.st_ino == ino)
+		return 1;
+	/* a unit's process; a shell that inherited the variable has a
+	 * terminal */
+	return getenv("INVOCATION_ID") != NULL && !isatty(STDIN_FILENO);
+}
+
+void
+startup_claim(const startup_flags *f, const char *state_dir)
+{
+	char err[PR_ERR_LEN];
+
+	if (pf_claim(&pid_file, state_dir, file_name(f, 0), err) != 0)
+		fatalx("%s", err);
+}
+
+/* The write end of the pipe the detaching parent waits on; -1 when no
+ * one waits. */
+static int ready_fd = -1;
+
+/* The parent's side: waits until the daemon says it is up (a byte on
+ * the pipe), or until the pipe closes without it (the daemon exited),
+ * and then prints what the daemon logged meanwhile, so that an error at
+ * start shows where it was started.  Never returns. */
+static void
+wait_ready(int fd, const char *log, off_t from)
+{
+	char buf[4096];
+	ssize_t n;
+	int up = 0;
+	FILE *f;
+
+	while ((n = read(fd, buf, 1)) < 0 && errno == EINTR)
+		;
+	up = n == 1;
+	if (!up && (f = fopen(log, "r")) != NULL) {
+		fprintf(stderr, "blocktraind: did not start; from %s:\n", log);
+		if (fseeko(f, from, SEEK_SET) == 0)
+			while ((n = (ssize_t)fread(buf, 1, sizeof(buf), f)) > 0)
+				fwrite(buf, 1, (size_t)n, stderr);
+		fclose(f);
+	}
+	_exit(up ? 0 : 1);
+}
+
+void
+startup_daemonize(const startup_flags *f, const char *state_dir)
+{
+	char err[PR_ERR_LEN], path[PR_PATH_LEN + 32];
+	int fd, p[2];
+	struct stat st;
+	pid_t pid;
+
+	if (f->foreground || startup_supervised()) {
+		if (pf_write(&pid_file, err) != 0)
+			fatalx("%s", err);
 		return;
-	if (daemon(1, 0) != 0)
-		fatal("daemon");
-	log_init(0, f->verbose, "blocktraind");
+	}
+	/* opened before detaching, so that a log that cannot be written
+	 * is said where it can still be read */
+	snprintf(path, sizeof(path), "%s/%s", state_dir, file_name(f, 1));
+	if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+	    0640)) < 0)
+		fatal("cannot open the log file %s", path);
+	if (fstat(fd, &st) != 0 || pipe(p) != 0)
+		fatal("cannot start");
+	log_info("starting in the background: the log is %s, the pid file "
+	    "%s", path, pid_file.path);
+	if ((pid = fork()) < 0)
+		fatal("fork");
+	if (pid > 0) {
+		close(p[1]);
+		wait_ready(p[0], path, st.st_size);
+	}
+	close(p[0]);
+	/* a session of its own, and a second fork so that it never gets a
+	 * terminal back */
+	if (setsid() < 0)
+		fatal("setsid");
+	if ((pid = fork()) < 0)
+		fatal("fork");
+	if (pid > 0)
+		_exit(0);
+	ready_fd = p[1];
+	/* stray output of libraries lands in the log too */
+	if (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+		fatal("cannot write the log file %s", path);
+	close(fd);
+	if ((fd = open("/dev/null", O_RDONLY)) >= 0) {
+		dup2(fd, STDIN_FILENO);
+		if (fd > STDIN_FILENO)
+			close(fd);
+	}
+	log_to_file("blocktraind");
+	if (pf_write(&pid_file, err) != 0)
+		fatalx("%s", err);
+	log_info("blocktraind pid %ld in the background", (long)getpid());
+}
+
+void
+startup_ready(void)
+{
+	if (ready_fd < 0)
+		return;
+	if (write(ready_fd, "1", 1) != 1)
+		log_warn("could not tell the starting shell that this daemon "
+		    "is up");
+	close(ready_fd);
+	ready_fd = -1;
+}
+
+void
+startup_release(void)
+{
+	pf_release(&pid_file);
 }
 
 const kn_backend *

@@ -48,11 +48,28 @@ void startup_print_config(FILE *out, const startup_flags *f,
     const cf_config *cfg, const pr_spec *spec);
 /* The usage of either mode, to out. */
 void startup_usage(FILE *out, int serve);
-/* Logging to stderr; then, unless -d or -f, the move to the background
- * with logging to syslog.  The working directory stays: the spec, the
- * lists (read again on SIGHUP) and the state may be relative. */
+/* Logging to stderr. */
 void startup_log(const startup_flags *f);
-void startup_daemonize(const startup_flags *f);
+/* Whether a service manager started us (systemd: NOTIFY_SOCKET, a
+ * JOURNAL_STREAM that is our stderr, or INVOCATION_ID without a
+ * terminal): blocktraind then stays in the foreground as with -f. */
+int startup_supervised(void);
+/* The pid file in state_dir (blocktraind.pid; -S: pipeline.pid), locked
+ * for the daemon's life: a second daemon on the directory exits here
+ * naming the first one's pid. */
+void startup_claim(const startup_flags *f, const char *state_dir);
+/* Unless -d, -f or a service manager: the move to the background, with
+ * stdout and stderr on the log file in state_dir (blocktraind.log; -S:
+ * pipeline.log), opened first, and logging there and to syslog.  The
+ * shell that started it waits until startup_ready, exiting 0, or until
+ * the daemon exits, printing what it logged and exiting 1.  Then the pid
+ * written.  The working directory stays: the spec, the lists (read
+ * again on SIGHUP) and the state may be relative. */
+void startup_daemonize(const startup_flags *f, const char *state_dir);
+/* The daemon listens: the shell that started it may return. */
+void startup_ready(void);
+/* A clean exit: the pid file removed. */
+void startup_release(void);
 /* The thread pool and the backend the configuration names; its one-line
  * description in desc.  NULL with a reason in err. */
 const kn_backend *startup_backend(const cf_config *cfg, char *desc,

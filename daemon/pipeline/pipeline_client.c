@@ -338,6 +338,13 @@ recv_frame(pc_conn *c, pl_frame *f, size_t *wire, int timeout_ms,
 	memset(f, 0, sizeof(*f));
 	if ((rc = read_full(c, (char *)hdr, PL_HEADER, deadline, err)) != 0)
 		return rc;
+	/* "HTTP" read as a length: an HTTP server answered our frame */
+	if (memcmp(hdr, "HTTP", PL_HEADER) == 0)
+		return kn_error(err, KN_EINVAL, "%.100s answered in HTTP, not "
+		    "in pipeline frames: it is a training daemon (blocktraind "
+		    "without -S) or another HTTP server, not a pipeline host; "
+		    "give the host list the pipeline's hosts run with "
+		    "(blocktraind -S -P)", c->addr);
 	len = pl_frame_length(hdr);
 	if (len == 0 || len > PL_FRAME_DEFAULT)
 		return kn_error(err, KN_EIO, "%.100s sent a frame of %u bytes",

@@ -149,7 +149,12 @@ parse_host(ph_host *h, char **tok, int n, const char *path, int lineno,
 			    "not experts=E or experts=E-F (E <= F, from 0)", path,
 			    lineno, tok[1]);
 		h->block_hi = h->block_lo = -1;
-	} else if (parse_blocks(tok[1], &h->block_hi, &h->block_lo) != 0)
+	} else if (strncmp(tok[1], "expert=", 7) == 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: '%.30s' is a line of "
+		    "a training daemon's peer list (blocktraind without -S); a "
+		    "pipeline host list names the experts a host serves as "
+		    "experts=E or experts=E-F", path, lineno, tok[1]);
+	else if (parse_blocks(tok[1], &h->block_hi, &h->block_lo) != 0)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: blocks '%.20s' are "
 		    "not B or B-C with blocks from 1 to %d", path, lineno,
 		    tok[1], PR_MAX_BLOCKS);
@@ -222,6 +227,19 @@ add_host(ph_list *pl, char **tok, int n, const char *path, int lineno,
 		    "blocks give the same range, on lines one after another",
 		    path, lineno, h->block_hi, h->block_lo, prev->block_hi,
 		    prev->block_lo);
+	/* a training daemon's peer list counts its blocks up from 1, or
+	 * lists its replicas after the blocks: told apart from a slip */
+	if (!pl->soma && prev != NULL && h->block_hi > prev->block_hi)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: block %d after block "
+		    "%d: the blocks go up, as in a training daemon's peer list "
+		    "(blocktraind without -S); a pipeline host list (blocktraind "
+		    "-S, shardmeter generate --peers) gives its hosts in "
+		    "traversal order, the last block first, down to block 1",
+		    path, lineno, h->block_hi, prev->block_hi);
+	if (!pl->soma && !same && expect == 0)
+		return kn_error(err, KN_EINVAL, "%.150s:%d: the line before "
+		    "ends at block 1: hosts of the same blocks give the same "
+		    "range, on lines one after another", path, lineno);
 	if (!pl->soma && !same && h->block_hi != expect)
 		return kn_error(err, KN_EINVAL, "%.150s:%d: this host should "
 		    "start at block %d: hosts are listed in traversal order, "

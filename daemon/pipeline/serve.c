@@ -361,6 +361,11 @@ sv_start_request(sv *s, conn *c, pl_frame *f, const sv_reply_ops *reply,
 	sc_job *job;
 
 	s->st.requests[f->mode == PL_MODE_AR]++;
+	/* length 0: the default, or what the window leaves after the
+	 * prompt when that is less, as for POST /v1/completions */
+	if (f->length == 0 && f->data_len < (size_t)s->spec.window)
+		f->length = s->spec.window - (int)f->data_len < PL_LENGTH_DEFAULT ?
+		    s->spec.window - (int)f->data_len : PL_LENGTH_DEFAULT;
 	if (gen_refused(s, c, f, msg, len, kind)) {
 		sv_count_error(s, *kind);
 		return -1;

@@ -224,10 +224,12 @@ start_loop(sv *s, const struct sockaddr_storage *sa, char *err)
 
 	uv_tcp_init(s->loop, &s->listener);
 	s->listener.data = s;
-	if (uv_tcp_bind(&s->listener, (const struct sockaddr *)sa, 0) != 0 ||
-	    uv_listen((uv_stream_t *)&s->listener, 256, sv_on_connection) != 0)
-		return kn_error(err, KN_EIO, "cannot listen on %s",
-		    s->hosts.v[s->self].addr);
+	/* libuv reports a bind's EADDRINUSE at listen */
+	if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)sa,
+	    0)) != 0 || (rc = uv_listen((uv_stream_t *)&s->listener, 256,
+	    sv_on_connection)) != 0)
+		return kn_error(err, KN_EIO, "cannot listen on %s: %s",
+		    s->hosts.v[s->self].addr, uv_strerror(rc));
 	if ((rc = sh_start(s, err)) != KN_OK)
 		return rc;
 	uv_timer_init(s->loop, &s->cron);
@@ -295,7 +297,11 @@ sv_main(const startup_flags *f)
 	const ph_host *me;
 
 	startup_log(f);
-	if (startup_config(&s.cfg, f, err) != 0 || setup(&s, err) != 0)
+	if (startup_config(&s.cfg, f, err) != 0)
+		fatalx("%s", err);
+	if (!f->check_only)
+		startup_claim(f, s.cfg.state_dir);
+	if (setup(&s, err) != 0)
 		fatalx("%s", err);
 	if (f->check_only) {
 		print_check(&s, f);
@@ -305,7 +311,7 @@ sv_main(const startup_flags *f)
 	if (uv_ip4_addr(me->host, me->port, (struct sockaddr_in *)&sa) != 0 &&
 	    uv_ip6_addr(me->host, me->port, (struct sockaddr_in6 *)&sa) != 0)
 		fatalx("pipeline address %s is not numeric", me->addr);
-	startup_daemonize(f);
+	startup_daemonize(f, s.cfg.state_dir);
 	if ((s.be = startup_backend(&s.cfg, desc, sizeof(desc), err)) == NULL)
 		fatalx("%s", err);
 	s.loop = uv_default_loop();
@@ -320,10 +326,12 @@ sv_main(const startup_flags *f)
 	    sv_metrics_start(&s, err) != 0)
 		fatalx("%s", err);
 	log_started(&s, desc);
+	startup_ready();
 	uv_run(s.loop, UV_RUN_DEFAULT);
 	uv_loop_close(s.loop);
 	tls_ctx_free(s.tls);
 	ph_free(&s.hosts);
 	kn_pool_shutdown();
+	startup_release();
 	return 0;
 }
