@@ -330,6 +330,10 @@ const pr_key cf_keys[] = {
 	  .def = 1048576,
 	  .doc = "bytes per second read from each connection of a client the "
 	  "host list does not name (open entry)" },
+	{ .section = "", .name = "model_name", .type = PR_KEY_STR,
+	  FIELD(model_name), .def_str = "",
+	  .doc = "the model's name in completions and GET /v1/models; "
+	  "empty: one made from the spec" },
 	{ .section = "", .name = "mirrors", .type = PR_KEY_INT,
 	  FIELD(mirrors), .min = 0, .max = CF_MAX_MIRRORS, .def = 1,
 	  .doc = "hosts of other blocks that keep a copy of each block's "

@@ -11,6 +11,7 @@
 #include "proto/spec.h"
 
 #define CF_HOST_LEN 256
+#define CF_MODEL_NAME_LEN 64
 /* update_streams at most (rounds_parts.h RP_MAX_PARTS), and the range
  * of update_chunk */
 #define CF_MAX_STREAMS 16
@@ -74,6 +75,8 @@ typedef struct {
 	char pipeline_open_entry[4];    /* no | yes: any TLS client at the entry */
 	int pipeline_client_requests;   /* in flight per unlisted client */
 	int pipeline_client_rate;       /* bytes/s per unlisted client */
+	/* the model's name to OpenAI-style clients; "": made from the spec */
+	char model_name[CF_MODEL_NAME_LEN];
 	/* mirrors (mirror.c): other hosts that keep a copy of each block's
 	 * newest checkpoint and optimizer state, and the bytes this host
 	 * may keep of other blocks' copies */

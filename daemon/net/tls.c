@@ -38,6 +38,7 @@ struct tls_conn {
 	uint8_t pin[ID_BYTES];
 	int has_peer;
 	uint8_t peer[ID_BYTES];
+	int cert_optional;      /* server: a client may show none */
 	int established;
 	char *held;             /* plaintext written before the handshake */
 	size_t held_len;
@@ -420,6 +421,14 @@ tls_conn_new(tls_conn **out, tls_ctx *ctx, int server, const uint8_t *pin,
 }
 
 void
+tls_conn_cert_optional(tls_conn *c)
+{
+	c->cert_optional = 1;
+	/* a certificate shown is still checked in full (on_verify) */
+	SSL_set_verify(c->ssl, SSL_VERIFY_PEER, NULL);
+}
+
+void
 tls_conn_free(tls_conn *c)
 {
 	if (c == NULL)
@@ -509,6 +518,12 @@ handshake(tls_conn *c)
 	ERR_clear_error();
 	if ((r = SSL_do_handshake(c->ssl)) != 1)
 		return conn_fail(c, r);
+	/* no peer without a certificate we checked, unless asked for */
+	if (!c->has_peer && !c->cert_optional) {
+		snprintf(c->why, sizeof(c->why), "the peer showed no "
+		    "certificate");
+		return TLS_EHANDSHAKE;
+	}
 	c->established = 1;
 	return c->held != NULL ? flush_held(c) : 0;
 }

@@ -47,6 +47,11 @@ const char *tls_ctx_key_path(const tls_ctx *ctx);
 int tls_conn_new(tls_conn **out, tls_ctx *ctx, int server,
     const uint8_t *pin, char *err);
 void tls_conn_free(tls_conn *c);
+/* Server role, before the handshake: a client that shows no certificate
+ * completes it (tls_conn_peer_id then stays NULL), so that the caller
+ * can answer it; one that shows a certificate is checked as always.  For
+ * an open entry's HTTP only. */
+void tls_conn_cert_optional(tls_conn *c);
 
 /* Drives the handshake as far as the bytes fed allow (a client's first
  * call makes its hello): 0, or TLS_EHANDSHAKE with tls_conn_error. */

@@ -92,7 +92,10 @@ typedef enum {
 	SV_PEER_NEXT,                   /* our link, pinned to the next host */
 	SV_PEER_HOST,                   /* another host of the list */
 	SV_PEER_CLIENT,                 /* a client line of the list */
-	SV_PEER_OPEN                    /* anyone else, at an open entry */
+	SV_PEER_OPEN,                   /* anyone else, at an open entry */
+	/* a client without a certificate at an open entry: its handshake
+	 * ends so that HTTP can tell it what it lacks, and nothing else */
+	SV_PEER_NOCERT
 } sv_peer;
 
 typedef struct sv_link sv_link;
@@ -220,6 +223,7 @@ struct request {
 	double temperature;
 	uint64_t seed;
 	int stream;                     /* bt: the hosts send their windows */
+	int dropped;                    /* its client let go of it */
 	int parts;                      /* bt: stages whose window went (host
 					 * lines, with one host a block) */
 	int pos_block, pblock;          /* bt of position blocks: L and the
@@ -237,6 +241,10 @@ struct sv {
 	cf_config cfg;
 	pr_spec spec;
 	char run_id[PR_RUN_ID_LEN];
+	/* the name completions and GET /v1/models give the model
+	 * (model_name, or one made from the spec) */
+	char model_name[CF_MODEL_NAME_LEN];
+	long long model_created;        /* its "created": when we started */
 	ph_list hosts;
 	int self, entry, exit_host;
 	int stage;                      /* our blocks' stage, from 0 */
@@ -295,6 +303,10 @@ void sv_request_lost(sv *s, uint64_t id, const char *msg);
  * path; it starts again from position 0 with the bytes it has. */
 void sv_request_redo(sv *s, uint64_t id);
 void sv_requests_lost(sv *s, const char *msg);
+/* At the entry: the client of request id lets go of it, which is no
+ * error (a completion's choice has all it wants); its work stops at the
+ * next housekeeping, here and round the ring. */
+void sv_request_drop(sv *s, uint64_t id);
 /* Fails what is in flight, closes every handle; the loop then ends. */
 void sv_shutdown(sv *s);
 

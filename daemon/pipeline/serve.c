@@ -98,6 +98,14 @@ sv_count_error(sv *s, sv_err kind)
 static void
 request_fail(sv *s, request *r, sv_err kind, const char *msg)
 {
+	/* its client let go of it (a completion's choice cut at a stop
+	 * string): its work stops, and that is no error */
+	if (r->dropped) {
+		s->st.cancelled++;
+		request_end_ring(s, r, 1);
+		request_remove(s, r);
+		return;
+	}
 	if (r->client != NULL)
 		r->reply->fail(r->client, r, kind, msg);
 	log_info("pipeline: request %llu failed: %s",
@@ -149,6 +157,18 @@ request_answer(sv *s, request *r, const unsigned char *data, size_t len)
 	sv_stats_answered(s, r);
 	request_end_ring(s, r, 0);
 	request_remove(s, r);
+}
+
+void
+sv_request_drop(sv *s, uint64_t id)
+{
+	request *r = s->entry ? request_find(s, id) : NULL;
+
+	if (r == NULL || r->client == NULL)
+		return;
+	r->client->inflight--;
+	r->client = NULL;
+	r->dropped = 1;
 }
 
 void

@@ -208,6 +208,7 @@ peer_kind_name(sv_peer k)
 	case SV_PEER_HOST: return "a host that is not the previous one";
 	case SV_PEER_CLIENT: return "a listed client";
 	case SV_PEER_OPEN: return "a client the list does not name";
+	case SV_PEER_NOCERT: return "a client without a certificate";
 	default: return "a peer";
 	}
 }
@@ -220,6 +221,21 @@ conn_established(conn *c)
 	char id[ID_LEN];
 
 	c->handshaking = 0;
+	if (tls_conn_peer_id(c->tls) == NULL) {
+		/* only an open entry lets a handshake end without one
+		 * (tls_conn_cert_optional): such a client is told so over
+		 * HTTP (serve_http.c) and may send nothing else */
+		if (c->outbound || !s->entry || !s->open_entry) {
+			sv_conn_close(c, "a peer without a certificate");
+			return;
+		}
+		c->kind = SV_PEER_NOCERT;
+		c->tokens = s->cfg.pipeline_client_rate;
+		c->tokens_at = kn_now();
+		log_debug("pipeline: %s is a client without a certificate",
+		    c->peer);
+		return;
+	}
 	id_format(tls_conn_peer_id(c->tls), id);
 	if (c->outbound) {
 		c->kind = SV_PEER_NEXT;
@@ -401,7 +417,7 @@ conn_refill(conn *c, double now)
 static void
 conn_charge(conn *c, size_t n)
 {
-	if (c->kind != SV_PEER_OPEN)
+	if (c->kind != SV_PEER_OPEN && c->kind != SV_PEER_NOCERT)
 		return;
 	conn_refill(c, kn_now());
 	c->tokens -= (double)n;
@@ -587,6 +603,9 @@ sv_on_connection(uv_stream_t *server, int status)
 			sv_conn_close(c, why);
 			return;
 		}
+		/* an open entry answers a client without a certificate */
+		if (s->entry && s->open_entry && s->soma == NULL)
+			tls_conn_cert_optional(c->tls);
 		c->handshaking = 1;
 	}
 	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);

@@ -33,19 +33,33 @@
 #define SH_MAX_HEADER ((size_t)16 * 1024)
 #define SH_STALL_MS 10000u
 
+/* One choice of a completion: a request of the ring, and what of its
+ * output went out (streamed) or is kept for the answer. */
+typedef struct {
+	uint64_t id;            /* the ring's request */
+	int done;               /* answered, cut at a stop string, or failed */
+	const char *finish;     /* "stop" or "length" once done */
+	unsigned char *out;     /* the output kept (its len bytes) */
+	size_t len;
+	size_t sent;            /* output bytes streamed so far */
+	size_t text_sent;       /* of which their text carried */
+	int echoed;             /* the prompt went before its text */
+} sh_choice;
+
 /* A connection's HTTP side: its link to the server, and the completion
  * waiting for the ring (one at a time: the server reads nothing the
- * client pipelined after it until it is answered). */
+ * client pipelined after it until it is answered), with its choices. */
 struct sh_conn {
 	hs_link *link;          /* NULL once the server let go of it */
 	hs_deferred *d;         /* the completion's answer, or NULL */
-	int stream;
 	int head_sent;          /* the event stream's status line is out */
-	size_t sent;            /* output bytes streamed so far */
-	size_t text_sent;       /* of which their text carried */
+	sr_opts o;
+	unsigned char *prompt;  /* for echo */
 	int plen;
 	uint64_t id;
 	long long created;
+	int n, done;
+	sh_choice ch[SR_N_MAX];
 };
 
 /* Text for JSON ---------------------------------------------------------- */
@@ -170,13 +184,24 @@ respond_json(hs_response *res, int status, json_t *o)
 	respond_body(res, status, body);
 }
 
-/* An error the way OpenAI-style clients read it. */
+/* An error the way OpenAI-style clients read it: the field it is
+ * about and a code, when there are (NULL: null). */
+static json_t *
+error_json_full(int status, const char *msg, const char *param,
+    const char *code)
+{
+	const char *type = status == 401 ? "authentication_error" :
+	    status < 500 ? "invalid_request_error" : "server_error";
+
+	return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg,
+	    "type", type, "param", param ? json_string(param) : json_null(),
+	    "code", code ? json_string(code) : json_null());
+}
+
 static json_t *
 error_json(int status, const char *msg)
 {
-	return json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg,
-	    "type", status < 500 ? "invalid_request_error" : "server_error",
-	    "param", "code");
+	return error_json_full(status, msg, NULL, NULL);
 }
 
 static void
@@ -204,14 +229,57 @@ waiting(conn *c)
 	    c->http;
 }
 
+/* The choice of h that request r is, while it runs: NULL for one done,
+ * or of a completion answered before. */
+static sh_choice *
+choice_of(sh_conn *h, const request *r)
+{
+	int i;
+
+	for (i = 0; i < h->n; i++)
+		if (h->ch[i].id == r->id && !h->ch[i].done)
+			return &h->ch[i];
+	return NULL;
+}
+
+/* What the completion's choices kept goes. */
+static void
+choices_free(sh_conn *h)
+{
+	int i;
+
+	for (i = 0; i < h->n; i++) {
+		free(h->ch[i].out);
+		h->ch[i].out = NULL;
+	}
+	h->n = h->done = 0;
+	free(h->prompt);
+	h->prompt = NULL;
+}
+
+/* The completion is answered: the requests of its choices still
+ * running have no one to read them (no error: another choice failed,
+ * or the answer went). */
+static void
+choices_end(sv *s, sh_conn *h)
+{
+	int i;
+
+	for (i = 0; i < h->n; i++)
+		if (!h->ch[i].done)
+			sv_request_drop(s, h->ch[i].id);
+	choices_free(h);
+}
+
 /* The completion's answer goes whole: d is the server's again. */
 static void
-finish(sh_conn *h)
+finish(sv *s, sh_conn *h)
 {
 	hs_deferred *d = h->d;
 
+	choices_end(s, h);
 	h->d = NULL;
-	h->stream = h->head_sent = 0;
+	h->head_sent = 0;
 	hs_deferred_finish(d);
 }
 
@@ -262,73 +330,174 @@ sse_end(conn *c)
 	if ((h = waiting(c)) == NULL)
 		return;
 	d = h->d;
+	choices_end(c->s, h);
 	h->d = NULL;
-	h->stream = h->head_sent = 0;
+	h->head_sent = 0;
 	hs_deferred_stream_end(d);
 }
 
 /* Completions ------------------------------------------------------------ */
 
-/* A choice with the output bytes [from, to) of out: their text (up to
- * text_to, an unfinished UTF-8 sequence held back while streaming) and
- * the exact bytes in base64. */
-static json_t *
-choice_json(sh_conn *h, const unsigned char *out, size_t to, size_t text_to,
-    const char *finish)
+/* Where the first stop string of o starts in out (len bytes), or -1. */
+static long
+stop_at(const sr_opts *o, const unsigned char *out, size_t len)
 {
+	long best = -1;
+	size_t i;
+	int k;
+
+	for (k = 0; k < o->nstop; k++)
+		for (i = 0; i + o->stop_len[k] <= len &&
+		    (best < 0 || i < (size_t)best); i++)
+			if (memcmp(out + i, o->stop[k], o->stop_len[k]) == 0) {
+				best = (long)i;
+				break;
+			}
+	return best;
+}
+
+/* Of the len bytes of a choice known so far, how many may be streamed:
+ * those that no stop string, found later, can begin in. */
+static size_t
+stop_safe(const sr_opts *o, size_t len)
+{
+	size_t hold = 0;
+	int k;
+
+	for (k = 0; k < o->nstop; k++)
+		if (o->stop_len[k] - 1 > hold)
+			hold = o->stop_len[k] - 1;
+	return len > hold ? len - hold : 0;
+}
+
+/* pre bytes of the prompt, then [from, to) of out, in one buffer (NULL
+ * when out of memory). */
+static unsigned char *
+with_prompt(const sh_conn *h, size_t pre, const unsigned char *out,
+    size_t from, size_t to, size_t *n)
+{
+	unsigned char *b = malloc(pre + (to - from) + 1);
+
+	if (b == NULL)
+		return NULL;
+	memcpy(b, h->prompt, pre);
+	memcpy(b + pre, out + from, to - from);
+	*n = pre + (to - from);
+	return b;
+}
+
+/* Choice i with its output bytes [sent, to) of out: their text (up to
+ * text_to, an unfinished UTF-8 sequence held back while streaming) and
+ * the exact bytes in base64, the prompt before both the first time when
+ * the completion echoes. */
+static json_t *
+choice_json(sh_conn *h, int i, const unsigned char *out, size_t to,
+    size_t text_to, const char *finish)
+{
+	sh_choice *c = &h->ch[i];
+	size_t pre = h->o.echo && !c->echoed ? (size_t)h->plen : 0, tn, bn;
+	unsigned char *t = with_prompt(h, pre, out, c->text_sent, text_to, &tn);
+	unsigned char *b = with_prompt(h, pre, out, c->sent, to, &bn);
 	json_t *ch = json_object();
 
-	json_object_set_new(ch, "text", text_json(out + h->text_sent,
-	    text_to - h->text_sent));
-	json_object_set_new(ch, "bytes", base64_json(out + h->sent,
-	    to - h->sent));
-	json_object_set_new(ch, "index", json_integer(0));
+	if (t != NULL && b != NULL) {
+		json_object_set_new(ch, "text", text_json(t, tn));
+		json_object_set_new(ch, "bytes", base64_json(b, bn));
+	}
+	free(t);
+	free(b);
+	json_object_set_new(ch, "index", json_integer(i));
 	json_object_set_new(ch, "logprobs", json_null());
 	json_object_set_new(ch, "finish_reason", finish ? json_string(finish) :
 	    json_null());
-	h->sent = to;
-	h->text_sent = text_to;
+	c->echoed = 1;
+	c->sent = to;
+	c->text_sent = text_to;
 	return ch;
 }
 
 static json_t *
-completion_json(sv *s, sh_conn *h, json_t *choice)
+completion_json(sv *s, sh_conn *h, json_t *choices)
 {
 	char id[40];
 
 	snprintf(id, sizeof(id), "cmpl-%016" PRIx64, h->id);
-	return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", id, "object",
+	return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", id, "object",
 	    "text_completion", "created", (json_int_t)h->created, "model",
-	    s->run_id, "choices", choice);
+	    s->model_name, "choices", choices);
 }
 
+/* Output bytes of every choice, as they were cut. */
 static json_t *
-usage_json(const sh_conn *h, size_t len)
+usage_json(const sh_conn *h)
 {
+	json_int_t len = 0;
+	int i;
+
+	for (i = 0; i < h->n; i++)
+		len += (json_int_t)h->ch[i].len;
 	return json_pack("{s:i,s:I,s:I}", "prompt_tokens", h->plen,
-	    "completion_tokens", (json_int_t)len, "total_tokens",
-	    (json_int_t)(h->plen + len));
+	    "completion_tokens", len, "total_tokens", h->plen + len);
+}
+
+/* Choice c has its output (len bytes of out, cut at a stop string or
+ * not): streamed on, or kept; once every choice has its output, the
+ * answer goes. */
+static void
+choice_done(conn *c, sh_conn *h, sh_choice *ch, const unsigned char *out,
+    size_t len, const char *finish_reason)
+{
+	json_t *o, *choices;
+	int i = (int)(ch - h->ch);
+
+	ch->done = 1;
+	ch->finish = finish_reason;
+	ch->len = len;
+	h->done++;
+	if (h->head_sent) {
+		sse_json(c, completion_json(c->s, h, json_pack("[o]",
+		    choice_json(h, i, out, len, len, finish_reason))));
+		if ((h = waiting(c)) == NULL)
+			return;
+	} else if ((ch->out = malloc(len ? len : 1)) == NULL) {
+		respond_error(hs_deferred_response(h->d), 503, "out of memory");
+		finish(c->s, h);
+		return;
+	} else
+		memcpy(ch->out, out, len);
+	if (h->done < h->o.n)
+		return;
+	if (h->head_sent) {
+		if (h->o.include_usage) {
+			o = completion_json(c->s, h, json_array());
+			json_object_set_new(o, "usage", usage_json(h));
+			sse_json(c, o);
+		}
+		sse_end(c);
+		return;
+	}
+	choices = json_array();
+	for (i = 0; i < h->n; i++)
+		json_array_append_new(choices, choice_json(h, i, h->ch[i].out,
+		    h->ch[i].len, h->ch[i].len, h->ch[i].finish));
+	o = completion_json(c->s, h, choices);
+	json_object_set_new(o, "usage", usage_json(h));
+	respond_json(hs_deferred_response(h->d), 200, o);
+	finish(c->s, h);
 }
 
 static void
 reply_answer(conn *c, request *r, const unsigned char *data, size_t len)
 {
 	sh_conn *h = waiting(c);
-	json_t *o;
+	sh_choice *ch;
+	long cut;
 
-	(void)r;
-	if (h == NULL)
+	if (h == NULL || (ch = choice_of(h, r)) == NULL)
 		return;
-	o = completion_json(c->s, h, choice_json(h, data, len, len,
-	    "length"));
-	json_object_set_new(o, "usage", usage_json(h, len));
-	if (!h->head_sent) {
-		respond_json(hs_deferred_response(h->d), 200, o);
-		finish(h);
-		return;
-	}
-	sse_json(c, o);
-	sse_end(c);
+	cut = stop_at(&h->o, data, len);
+	choice_done(c, h, ch, data, cut >= 0 ? (size_t)cut : len, cut >= 0 ?
+	    "stop" : "length");
 }
 
 /* The status of a request that failed at the entry or round the ring. */
@@ -342,23 +511,57 @@ status_of_failure(sv_err kind)
 	}
 }
 
+/* A choice failed: so has the completion (the other choices' requests
+ * stop). */
 static void
 reply_fail(conn *c, request *r, sv_err kind, const char *msg)
 {
 	sh_conn *h = waiting(c);
 	int status = status_of_failure(kind);
+	sh_choice *ch;
 
-	(void)r;
-	if (h == NULL)
+	if (h == NULL || (ch = choice_of(h, r)) == NULL)
 		return;
+	ch->done = 1;
 	if (!h->head_sent) {
 		respond_error(hs_deferred_response(h->d), status, "%s", msg);
-		finish(h);
+		finish(c->s, h);
 		return;
 	}
 	/* the status line has gone: the error is an event */
 	sse_json(c, error_json(status, msg));
 	sse_end(c);
+}
+
+/* A streamed choice decided the first known bytes of out: those a stop
+ * string cannot begin in go as an event, or it is cut at one, and its
+ * request stops.  partial (taken; NULL: none) is the event's view of the
+ * ring.  Returns 1 when the choice is done. */
+static int
+choice_progress(conn *c, sh_conn *h, sh_choice *ch, request *r,
+    const unsigned char *out, size_t known, json_t *partial)
+{
+	long cut = stop_at(&h->o, out, known);
+	size_t to = stop_safe(&h->o, known);
+	json_t *o;
+
+	if (cut >= 0) {
+		json_decref(partial);
+		choice_done(c, h, ch, out, (size_t)cut, "stop");
+		sv_request_drop(c->s, r->id);
+		return 1;
+	}
+	if (to < ch->sent)
+		to = ch->sent;
+	if (to == ch->sent && partial == NULL && h->o.nstop > 0)
+		return 0;       /* nothing new to say */
+	o = completion_json(c->s, h, json_pack("[o]", choice_json(h,
+	    (int)(ch - h->ch), out, to, ch->text_sent + utf8_whole(out +
+	    ch->text_sent, to - ch->text_sent), NULL)));
+	if (partial != NULL)
+		json_object_set_new(o, "partial", partial);
+	sse_json(c, o);
+	return 0;
 }
 
 static void
@@ -369,10 +572,11 @@ reply_partial(conn *c, request *r, const unsigned char *data,
 	const ph_host *by = &c->s->hosts.v[host - 1];
 	size_t n = (size_t)(r->end - r->fixed), known = 0, i;
 	unsigned char *out;
-	json_t *o, *partial, *masked;
+	json_t *partial, *masked;
+	sh_choice *ch;
 
 	if (h == NULL || !h->head_sent || r->end < r->fixed ||
-	    (out = malloc(n + 1)) == NULL)
+	    (ch = choice_of(h, r)) == NULL || (out = malloc(n + 1)) == NULL)
 		return;
 	/* decided positions stay decided: the prefix decided so far is
 	 * the output's, the rest of the window is shown as it stands */
@@ -388,26 +592,20 @@ reply_partial(conn *c, request *r, const unsigned char *data,
 	    "addr", by->addr, "blocks", by->block_hi, by->block_lo,
 	    "next_block", next_block, "bytes", base64_json(out, n), "masked",
 	    masked);
-	o = completion_json(c->s, h, choice_json(h, out, known,
-	    h->text_sent + utf8_whole(out + h->text_sent, known -
-	    h->text_sent), NULL));
-	json_object_set_new(o, "partial", partial);
+	choice_progress(c, h, ch, r, out, known, partial);
 	free(out);
-	sse_json(c, o);
 }
 
 static void
 reply_partial_byte(conn *c, request *r, int pos)
 {
 	sh_conn *h = waiting(c);
-	const unsigned char *out = r->seq + r->fixed;
-	size_t k = (size_t)(pos - r->fixed) + 1;
+	sh_choice *ch;
 
-	if (h == NULL || !h->head_sent)
+	if (h == NULL || !h->head_sent || (ch = choice_of(h, r)) == NULL)
 		return;
-	sse_json(c, completion_json(c->s, h, choice_json(h, out, k,
-	    h->text_sent + utf8_whole(out + h->text_sent, k - h->text_sent),
-	    NULL)));
+	choice_progress(c, h, ch, r, r->seq + r->fixed,
+	    (size_t)(pos - r->fixed) + 1, NULL);
 }
 
 /* How serve.c answers a completion's request. */
@@ -430,8 +628,8 @@ status_of_kind(sv_err kind)
 }
 
 /* The server lets go of c's completion before its answer (the client
- * went, a timeout, shutdown): the request loses its client, so its work
- * stops at the next housekeeping, here and round the ring. */
+ * went, a timeout, shutdown): the requests lose their client, so their
+ * work stops at the next housekeeping, here and round the ring. */
 static void
 completion_gone(void *arg)
 {
@@ -439,20 +637,64 @@ completion_gone(void *arg)
 
 	if (c->http != NULL) {
 		c->http->d = NULL;
-		c->http->stream = c->http->head_sent = 0;
+		c->http->head_sent = 0;
+		choices_free(c->http);
 	}
 	if (!c->closing)
 		sv_conn_close(c, NULL);
+}
+
+/* A completion's body refused: its status, and the OpenAI error with the
+ * field it is about. */
+static void
+refuse_completion(sv *s, hs_response *res, int status, const char *msg,
+    const sr_opts *o)
+{
+	sv_count_error(s, status == 503 ? SV_ERR_MEMORY : status == 429 ?
+	    SV_ERR_LIMIT : SV_ERR_INVALID);
+	respond_json(res, status, error_json_full(status, msg, o->param,
+	    o->code));
+}
+
+/* Starts the o.n requests of a completion, each its own seed (the
+ * request's, plus the choice's index); what f owns stays f's. */
+static void
+start_choices(sv *s, conn *c, sh_conn *h, pl_frame *f)
+{
+	uint64_t seed = f->seed;
+	char msg[PL_MSG_LEN];
+	sv_err kind;
+	int i;
+
+	for (i = 0; i < h->o.n; i++) {
+		sh_choice *ch = &h->ch[h->n++];
+
+		ch->id = s->next_id;    /* the ring's id of the request */
+		f->seed = seed + (uint64_t)i;
+		if (sv_start_request(s, c, f, &completion_reply, h->o.stream,
+		    msg, sizeof(msg), &kind) != 0) {
+			ch->done = 1;
+			if (waiting(c) != NULL) {
+				respond_error(hs_deferred_response(h->d),
+				    status_of_kind(kind), "%s", msg);
+				finish(s, h);
+			}
+			return;
+		}
+		/* answered already (out of memory) */
+		if (waiting(c) == NULL)
+			return;
+	}
 }
 
 static void
 post_completions(sv *s, conn *c, const hs_request *req, hs_response *res)
 {
 	sh_conn *h = c->http;
-	pl_frame f = { .type = PL_GEN };
+	pl_frame f;
 	char msg[PL_MSG_LEN];
-	sv_err kind;
-	int stream = 0, status;
+	sr_opts o;
+	int status;
 
 	if (s->soma != NULL) {
 		sv_count_error(s, SV_ERR_REFUSED);
@@ -468,37 +710,51 @@ post_completions(sv *s, conn *c, const hs_request *req, hs_response *res)
 		return;
 	}
 	if ((status = sr_completion(req->body, req->body_len, &s->spec,
-	    &f, &stream, msg, sizeof(msg))) != 0) {
-		sv_count_error(s, status == 400 ? SV_ERR_INVALID : SV_ERR_MEMORY);
-		respond_error(res, status, "%s", msg);
+	    s->model_name, &f, &o, msg, sizeof(msg))) != 0) {
+		refuse_completion(s, res, status, msg, &o);
 		return;
 	}
-	h->stream = stream;
-	h->head_sent = 0;
-	h->sent = h->text_sent = 0;
-	h->plen = (int)f.data_len;
-	h->id = s->next_id;     /* the ring's id of the request to come */
-	h->created = (long long)time(NULL);
-	/* the answer comes from the ring: its place is kept meanwhile */
-	if ((h->d = hs_response_defer(res, completion_gone, c)) == NULL) {
+	if (o.logprobs >= 0) {
 		pl_frame_clear(&f);
+		o.param = "logprobs";
+		refuse_completion(s, res, 400, "logprobs is not served here",
+		    &o);
+		return;
+	}
+	/* the choices are requests of this connection, held to its quota */
+	if (c->kind == SV_PEER_OPEN && c->inflight + o.n >
+	    s->cfg.pipeline_client_requests) {
+		pl_frame_clear(&f);
+		snprintf(msg, sizeof(msg), "n is %d, and this connection has %d "
+		    "requests in flight: a client the host list does not name "
+		    "may have %d (pipeline_client_requests)", o.n, c->inflight,
+		    s->cfg.pipeline_client_requests);
+		o.param = "n";
+		refuse_completion(s, res, 429, msg, &o);
+		return;
+	}
+	choices_free(h);
+	memset(h->ch, 0, sizeof(h->ch));
+	h->o = o;
+	h->head_sent = 0;
+	h->plen = (int)f.data_len;
+	h->id = s->next_id;     /* the ring's id of the first request */
+	h->created = (long long)time(NULL);
+	if ((o.echo && (h->prompt = malloc(f.data_len + 1)) == NULL) ||
+	    (h->d = hs_response_defer(res, completion_gone, c)) == NULL) {
+		pl_frame_clear(&f);
+		choices_free(h);
 		sv_count_error(s, SV_ERR_MEMORY);
 		respond_error(res, 503, "out of memory");
 		return;
 	}
-	if (sv_start_request(s, c, &f, &completion_reply, stream, msg,
-	    sizeof(msg), &kind) != 0) {
-		pl_frame_clear(&f);
-		if (waiting(c) != NULL) {
-			respond_error(hs_deferred_response(h->d),
-			    status_of_kind(kind), "%s", msg);
-			finish(h);
-		}
-		return;
-	}
+	if (o.echo)
+		memcpy(h->prompt, f.data, f.data_len);
+	/* the answer comes from the ring: its place is kept meanwhile */
+	start_choices(s, c, h, &f);
 	pl_frame_clear(&f);
 	/* answered already (out of memory), or its events begin */
-	if (stream && waiting(c) != NULL) {
+	if (o.stream && waiting(c) != NULL) {
 		hs_response *sr = hs_deferred_response(h->d);
 
 		if (hs_response_status(sr, 200) != 0 ||
@@ -509,6 +765,15 @@ post_completions(sv *s, conn *c, const hs_request *req, hs_response *res)
 		if ((h = waiting(c)) != NULL)
 			h->head_sent = 1;
 	}
+}
+
+/* GET /v1/models: the one model this entry serves, in OpenAI's list. */
+static void
+get_models(sv *s, hs_response *res)
+{
+	respond_json(res, 200, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}",
+	    "object", "list", "data", "id", s->model_name, "object", "model",
+	    "created", (json_int_t)s->model_created, "owned_by", "shardmeter"));
 }
 
 /* Requests ---------------------------------------------------------------- */
@@ -570,8 +835,8 @@ route_not_found(void *ctx, const hs_request *req, hs_response *res,
 	(void)m;
 	sv_count_error(ctx, SV_ERR_INVALID);
 	respond_error(res, 404, "no such resource: %s %s (a pipeline host "
-	    "serves GET /v1/status and, at the entry, POST /v1/completions)",
-	    req->method, req->path);
+	    "serves GET /v1/status and, at the entry, GET /v1/models and "
+	    "POST /v1/completions)", req->method, req->path);
 }
 
 static void
@@ -593,9 +858,19 @@ route_completions(void *ctx, const hs_request *req, hs_response *res,
 	post_completions(ctx, req->link_arg, req, res);
 }
 
+static void
+route_models(void *ctx, const hs_request *req, hs_response *res,
+    const hr_match *m)
+{
+	(void)req;
+	(void)m;
+	get_models(ctx, res);
+}
+
 /* The pipeline port's endpoints. */
 static const hr_route routes[] = {
 	{ "GET", "/v1/status", SH_LISTED, 0, route_status, NULL },
+	{ "GET", "/v1/models", SH_LISTED | SH_CLIENT, 0, route_models, NULL },
 	{ "POST", "/v1/completions", SH_CLIENT, 0, route_completions, NULL },
 };
 
@@ -614,6 +889,18 @@ on_request(void *ctx, const hs_request *req, hs_response *res)
 	s->st.http_requests++;
 	if (c == NULL || c->http == NULL) {
 		respond_error(res, 503, "the connection is closing");
+		return;
+	}
+	/* an open entry lets a client without a certificate finish its
+	 * handshake only to be told this */
+	if (c->kind == SV_PEER_NOCERT) {
+		sv_count_error(s, SV_ERR_REFUSED);
+		respond_json(res, 401, error_json_full(401, "this entry needs a "
+		    "client certificate: make an identity with 'shardmeter init "
+		    "--dir DIR' ('shardmeter id --dir DIR' prints its peer id), "
+		    "and send DIR/cert.pem and DIR/key.pem with each request "
+		    "(curl --cert DIR/cert.pem --key DIR/key.pem)", NULL,
+		    "client_certificate_required"));
 		return;
 	}
 	hr_dispatch(&table, req, res, NULL);
@@ -721,6 +1008,7 @@ http_gone(conn *c)
 		h->link = NULL;
 		hs_link_close(l);
 	}
+	choices_free(h);
 	free(h);
 }
 
@@ -741,6 +1029,7 @@ sh_start(sv *s, char *err)
 	cfg.header_timeout_ms = SH_STALL_MS;
 	cfg.request_timeout_ms = SH_STALL_MS;
 	cfg.error_answer = on_error;
+	s->model_created = (long long)time(NULL);
 	if (hs_server_new(&s->http, s->loop, &cfg, on_request, s, why) != 0)
 		return kn_error(err, KN_ENOMEM, "pipeline: HTTP: %s", why);
 	s->http_ops = &http_ops;

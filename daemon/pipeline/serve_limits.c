@@ -61,7 +61,7 @@ evictable(const conn *o)
 {
 	return !o->closing && !o->outbound && !o->handshaking &&
 	    !o->provisional && (o->kind == SV_PEER_CLIENT ||
-	    o->kind == SV_PEER_OPEN);
+	    o->kind == SV_PEER_OPEN || o->kind == SV_PEER_NOCERT);
 }
 
 int
@@ -120,7 +120,8 @@ eviction_victim(sv *s)
 
 		if (!evictable(o))
 			continue;
-		rank = (o->kind == SV_PEER_OPEN ? 2 : 0) + (o->inflight == 0 &&
+		rank = (o->kind == SV_PEER_NOCERT ? 4 : o->kind ==
+		    SV_PEER_OPEN ? 2 : 0) + (o->inflight == 0 &&
 		    o->hdr_got == 0 && o->http == NULL);
 		if (best == NULL || rank >= best_rank) {
 			best = o;

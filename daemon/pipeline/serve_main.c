@@ -117,6 +117,45 @@ trust_setup(sv *s, char *err)
 	return KN_OK;
 }
 
+/* The model's name to OpenAI-style clients: model_name, or one made
+ * from the spec's method and shape (the run id names weights, not a
+ * model a person would pick).  Letters, digits and ._:/- only, so that
+ * it goes into JSON and URLs as it is. */
+static int
+model_name_setup(sv *s, char *err)
+{
+	const pr_spec *p = &s->spec;
+	const char *c;
+	int b, layers = 0;
+
+	if (s->cfg.model_name[0] != '\0') {
+		for (c = s->cfg.model_name; *c != '\0'; c++)
+			if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' &&
+			    *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+			    strchr("._:/-", *c) != NULL))
+				return kn_error(err, KN_EINVAL, "model_name "
+				    "'%s': only letters, digits and . _ : / - "
+				    "may be in it", s->cfg.model_name);
+		snprintf(s->model_name, sizeof(s->model_name), "%s",
+		    s->cfg.model_name);
+		return KN_OK;
+	}
+	if (pr_spec_method(p) == PR_METHOD_SOMA) {
+		snprintf(s->model_name, sizeof(s->model_name), "soma-%dx%d-d%d",
+		    p->soma.experts, p->soma.layers, p->soma.width);
+		return KN_OK;
+	}
+	for (b = 0; b < p->blocks; b++)
+		layers += pr_spec_layers(p, b);
+	snprintf(s->model_name, sizeof(s->model_name), "blocktrain-%db-%dl-"
+	    "d%d-w%d", p->blocks, layers, p->width, p->window);
+	if (p->position_block > 0 && p->position_block < p->window)
+		snprintf(s->model_name + strlen(s->model_name),
+		    sizeof(s->model_name) - strlen(s->model_name), "-pb%d",
+		    p->position_block);
+	return KN_OK;
+}
+
 /* The host list and the run it serves, and our place in it. */
 static int
 setup(sv *s, char *err)
@@ -164,6 +203,8 @@ setup(sv *s, char *err)
 		if (s->hosts.v[i].layer_hi <= s->hosts.v[i].layer_lo)
 			return kn_error(err, KN_EINVAL, "host %s gets no causal "
 			    "layers", s->hosts.v[i].addr);
+	if ((rc = model_name_setup(s, err)) != 0)
+		return rc;
 	return trust_setup(s, err);
 }
 

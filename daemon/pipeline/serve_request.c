@@ -98,16 +98,155 @@ completion_ints(json_t *o, const pr_spec *spec, pl_frame *f, char *msg,
 	return 0;
 }
 
+/* A number field that the entry serves at one value only (its default,
+ * which changes nothing): any other is refused by name. */
+static int
+only_default(json_t *o, const char *key, double def, sr_opts *x, char *msg,
+    size_t len)
+{
+	json_t *j;
+	int rc;
+
+	if ((rc = field(o, key, JSON_REAL, &j, msg, len)) < 0) {
+		x->param = key;
+		return 400;
+	}
+	if (rc > 0 && json_number_value(j) != def) {
+		x->param = key;
+		return refuse(msg, len, 400, "%s is not served here: only %g "
+		    "(the default) is taken", key, def);
+	}
+	return 0;
+}
+
+/* stop: one string or an array of up to SR_STOP_MAX, none empty. */
+static int
+stop_strings(json_t *o, const pr_spec *spec, sr_opts *x, char *msg,
+    size_t len)
+{
+	json_t *j = json_object_get(o, "stop"), *e;
+	size_t i, n, k;
+
+	x->param = "stop";
+	if (j == NULL || json_is_null(j)) {
+		x->param = NULL;
+		return 0;
+	}
+	if (!json_is_string(j) && !json_is_array(j))
+		return refuse(msg, len, 400, "stop must be a string or an array "
+		    "of strings");
+	n = json_is_string(j) ? 1 : json_array_size(j);
+	if (n > SR_STOP_MAX)
+		return refuse(msg, len, 400, "stop has %zu strings: at most %d",
+		    n, SR_STOP_MAX);
+	for (i = 0; i < n; i++) {
+		e = json_is_string(j) ? j : json_array_get(j, i);
+		if (!json_is_string(e))
+			return refuse(msg, len, 400, "stop must be a string or "
+			    "an array of strings");
+		k = json_string_length(e);
+		if (k == 0 || k > SR_STOP_LEN || k > (size_t)spec->window)
+			return refuse(msg, len, 400, "a stop string must have 1 "
+			    "to %d bytes", spec->window < SR_STOP_LEN ?
+			    spec->window : SR_STOP_LEN);
+		memcpy(x->stop[i], json_string_value(e), k);
+		x->stop_len[i] = k;
+	}
+	x->nstop = (int)n;
+	x->param = NULL;
+	return 0;
+}
+
+/* The OpenAI fields: model, n, echo, logprobs, stop, stream_options,
+ * served; the ones that would change the answer in a way the entry does
+ * not serve, refused by name (user changes nothing and is read as
+ * nothing). */
+static int
+openai_fields(json_t *o, const pr_spec *spec, const char *model, sr_opts *x,
+    char *msg, size_t len)
+{
+	json_t *j, *k;
+	int rc;
+
+#define FIELD_OR_REFUSE(key, type) \
+	if ((rc = field(o, key, type, &j, msg, len)) < 0) { \
+		x->param = key; \
+		return 400; \
+	}
+	FIELD_OR_REFUSE("model", JSON_STRING);
+	if (rc > 0 && model != NULL && strcmp(json_string_value(j), model)) {
+		x->param = "model";
+		x->code = "model_not_found";
+		return refuse(msg, len, 404, "the model '%.60s' does not exist "
+		    "here: this entry serves '%.60s' (GET /v1/models)",
+		    json_string_value(j), model);
+	}
+	FIELD_OR_REFUSE("n", JSON_INTEGER);
+	if (rc > 0 && pr_int_to_int(json_integer_value(j), 1, SR_N_MAX,
+	    &x->n) != 0) {
+		x->param = "n";
+		return refuse(msg, len, 400, "n is %" JSON_INTEGER_FORMAT ": it "
+		    "must be 1 to %d (each choice is a request of the ring)",
+		    json_integer_value(j), SR_N_MAX);
+	}
+	FIELD_OR_REFUSE("best_of", JSON_INTEGER);
+	if (rc > 0 && json_integer_value(j) != x->n) {
+		x->param = "best_of";
+		return refuse(msg, len, 400, "best_of is not served here: only "
+		    "best_of equal to n (every choice is returned)");
+	}
+	FIELD_OR_REFUSE("echo", JSON_TRUE);
+	x->echo = rc > 0 && json_is_true(j);
+	FIELD_OR_REFUSE("logprobs", JSON_INTEGER);
+	if (rc > 0 && pr_int_to_int(json_integer_value(j), 0,
+	    SR_LOGPROBS_MAX, &x->logprobs) != 0) {
+		x->param = "logprobs";
+		return refuse(msg, len, 400, "logprobs is %" JSON_INTEGER_FORMAT
+		    ": it must be 0 to %d (the alternatives given per byte)",
+		    json_integer_value(j), SR_LOGPROBS_MAX);
+	}
+	if ((rc = stop_strings(o, spec, x, msg, len)) != 0)
+		return rc;
+	FIELD_OR_REFUSE("stream_options", JSON_OBJECT);
+	if (rc > 0) {
+		if ((rc = field(j, "include_usage", JSON_TRUE, &k, msg,
+		    len)) < 0) {
+			x->param = "stream_options";
+			return 400;
+		}
+		x->include_usage = rc > 0 && json_is_true(k);
+	}
+	FIELD_OR_REFUSE("suffix", JSON_STRING);
+	if (rc > 0 && json_string_length(j) > 0) {
+		x->param = "suffix";
+		return refuse(msg, len, 400, "suffix is not served here: a "
+		    "completion continues its prompt, it inserts nothing");
+	}
+	FIELD_OR_REFUSE("logit_bias", JSON_OBJECT);
+	if (rc > 0 && json_object_size(j) > 0) {
+		x->param = "logit_bias";
+		return refuse(msg, len, 400, "logit_bias is not served here");
+	}
+#undef FIELD_OR_REFUSE
+	if ((rc = only_default(o, "top_p", 1, x, msg, len)) != 0 ||
+	    (rc = only_default(o, "presence_penalty", 0, x, msg, len)) != 0 ||
+	    (rc = only_default(o, "frequency_penalty", 0, x, msg, len)) != 0)
+		return rc;
+	return 0;
+}
+
 int
 sr_completion(const char *body, size_t len, const pr_spec *spec,
-    pl_frame *f, int *stream, char *msg, size_t msglen)
+    const char *model, pl_frame *f, sr_opts *x, char *msg, size_t msglen)
 {
 	json_error_t jerr;
 	json_t *o, *v;
 	int rc, status = 400;
 
 	memset(f, 0, sizeof(*f));
-	*stream = 0;
+	memset(x, 0, sizeof(*x));
+	x->n = 1;
+	x->logprobs = -1;
 	f->type = PL_GEN;
 	f->mode = PL_MODE_BT;
 	f->length = SR_MAX_TOKENS_DEFAULT;
@@ -124,7 +263,11 @@ sr_completion(const char *body, size_t len, const pr_spec *spec,
 		refuse(msg, msglen, 400, "the body must be a JSON object");
 		goto out;
 	}
+	if ((status = openai_fields(o, spec, model, x, msg, msglen)) != 0)
+		goto out;
+	status = 400;
 	if ((rc = field(o, "prompt", JSON_STRING, &v, msg, msglen)) <= 0) {
+		x->param = "prompt";
 		if (rc == 0)
 			refuse(msg, msglen, 400, "prompt (a string) is required");
 		goto out;
@@ -156,7 +299,7 @@ sr_completion(const char *body, size_t len, const pr_spec *spec,
 		f->temperature = json_number_value(v);
 	if ((rc = field(o, "stream", JSON_TRUE, &v, msg, msglen)) < 0)
 		goto out;
-	*stream = rc > 0 && json_is_true(v);
+	x->stream = rc > 0 && json_is_true(v);
 	status = 0;
 out:
 	json_decref(o);

@@ -46,13 +46,15 @@ completion(const char *body, size_t len)
 	pl_frame f, g;
 	char msg[PL_MSG_LEN], err[KN_ERR_LEN], *out;
 	size_t outlen;
-	int stream = -1, status;
+	sr_opts o;
+	int stream, status, k;
 
 	memset(msg, 0, sizeof(msg));
-	status = sr_completion(body, len, spec(), &f, &stream, msg,
+	status = sr_completion(body, len, spec(), "fuzz-model", &f, &o, msg,
 	    sizeof(msg));
+	stream = o.stream;
 	if (status != 0) {
-		if (status != 400 && status != 503)
+		if (status != 400 && status != 404 && status != 503)
 			fz_fail("a completion refused with status %d", status);
 		if (msg[0] == '\0')
 			fz_fail("a completion refused without a reason");
@@ -71,6 +73,15 @@ completion(const char *body, size_t len)
 	if (!(f.temperature >= 0 && f.temperature <= 100))
 		fz_fail("a completion at temperature %g was taken",
 		    f.temperature);
+	if (o.n < 1 || o.n > SR_N_MAX || o.logprobs < -1 ||
+	    o.logprobs > SR_LOGPROBS_MAX || o.nstop < 0 ||
+	    o.nstop > SR_STOP_MAX)
+		fz_fail("a completion of n %d, logprobs %d, %d stop strings "
+		    "was taken", o.n, o.logprobs, o.nstop);
+	for (k = 0; k < o.nstop; k++)
+		if (o.stop_len[k] < 1 || o.stop_len[k] > SR_STOP_LEN)
+			fz_fail("a stop string of %zu bytes was taken",
+			    o.stop_len[k]);
 	if (f.mode != PL_MODE_BT && f.mode != PL_MODE_AR)
 		fz_fail("a completion of mode %d was taken", (int)f.mode);
 	/* the frame the entry would start the request with */
