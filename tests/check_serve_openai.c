@@ -411,7 +411,7 @@ START_TEST(test_stop)
 {
 	static const char *modes[] = { "blocktrain", "ar" };
 	unsigned char want[WINDOW], got[1][WINDOW];
-	char body[320], finish[1][16], *answer, stop[16];
+	char body[320], finish[1][16], *answer, stop[16], usage[64];
 	size_t len[1], cut = 0, k;
 	json_t *o;
 	int m, seed, found;
@@ -447,6 +447,10 @@ START_TEST(test_stop)
 		    ",\"stream\":true}");
 		ck_assert_int_eq(curl_req(base_port, NULL, NULL, body, &answer),
 		    200);
+		/* the last event has the usage, of the bytes as cut */
+		snprintf(usage, sizeof(usage), "\"completion_tokens\":%zu,",
+		    cut);
+		ck_assert_ptr_nonnull(strstr(answer, usage));
 		stream_choices(answer, got, len, finish, 1);
 		free(answer);
 		ck_assert_uint_eq(len[0], cut);

@@ -455,8 +455,13 @@ choice_done(conn *c, sh_conn *h, sh_choice *ch, const unsigned char *out,
 	ch->len = len;
 	h->done++;
 	if (h->head_sent) {
-		sse_json(c, completion_json(c->s, h, json_pack("[o]",
-		    choice_json(h, i, out, len, len, finish_reason))));
+		o = completion_json(c->s, h, json_pack("[o]", choice_json(h, i,
+		    out, len, len, finish_reason)));
+		/* the last choice's last event has the usage, as always,
+		 * unless it comes in an event of its own */
+		if (h->done == h->o.n && !h->o.include_usage)
+			json_object_set_new(o, "usage", usage_json(h));
+		sse_json(c, o);
 		if ((h = waiting(c)) == NULL)
 			return;
 	} else if ((ch->out = malloc(len ? len : 1)) == NULL) {
