@@ -1,6 +1,6 @@
 /* The randomized truncated SVD of sparse tf-idf rows (see svd.h).  The
  * sparse products run over the pool in fixed blocks of rows, each row
- * summed in one order, and LAPACK runs on one thread (kn_gemm holds
+ * summed in one order, and LAPACK runs on one thread (kn_blas_load holds
  * OpenBLAS to one), so a seed gives the same basis on any machine
  * count of threads. */
 #include "config.h"
@@ -9,24 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/blas_load.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
 #include "kernels/rng.h"
 #include "soma/svd.h"
-
-/* OpenBLAS exports LAPACK's Fortran symbols but the system has no
- * lapacke.h, so the three routines we call are declared here, with the
- * hidden length arguments gfortran passes for CHARACTER arguments. */
-void sgeqrf_(const int *m, const int *n, float *a, const int *lda,
-    float *tau, float *work, const int *lwork, int *info);
-void sorgqr_(const int *m, const int *n, const int *k, float *a,
-    const int *lda, const float *tau, float *work, const int *lwork,
-    int *info);
-void dgesvd_(const char *jobu, const char *jobvt, const int *m,
-    const int *n, double *a, const int *lda, double *s, double *u,
-    const int *ldu, double *vt, const int *ldvt, double *work,
-    const int *lwork, int *info, size_t jobu_len, size_t jobvt_len);
 
 /* Rows per pool task: fixed, so the split never depends on the threads. */
 #define ROWS_PER_TASK 256
@@ -128,12 +116,15 @@ transpose(const float *src, size_t rows, size_t cols, float *dst)
 static int
 qr_colmajor(float *a, int m, int l, double *r, char *err)
 {
+	const kn_blas *bl = kn_blas_load(err);
 	float *tau, *work, wq;
 	int info = 0, lwork = -1, i, j;
 
-	sgeqrf_(&m, &l, a, &m, NULL, &wq, &lwork, &info);
+	if (bl == NULL)
+		return KN_ENODEV;
+	bl->sgeqrf(&m, &l, a, &m, NULL, &wq, &lwork, &info);
 	lwork = (int)wq;
-	sorgqr_(&m, &l, &l, a, &m, NULL, &wq, &(int){ -1 }, &info);
+	bl->sorgqr(&m, &l, &l, a, &m, NULL, &wq, &(int){ -1 }, &info);
 	if ((int)wq > lwork)
 		lwork = (int)wq;
 	if (lwork < l)
@@ -146,14 +137,14 @@ qr_colmajor(float *a, int m, int l, double *r, char *err)
 		return kn_error(err, KN_ENOMEM, "out of memory for a QR of "
 		    "%d x %d", m, l);
 	}
-	sgeqrf_(&m, &l, a, &m, tau, work, &lwork, &info);
+	bl->sgeqrf(&m, &l, a, &m, tau, work, &lwork, &info);
 	if (info == 0 && r != NULL)
 		for (j = 0; j < l; j++)
 			for (i = 0; i < l; i++)
 				r[(size_t)j * l + i] = i <= j ?
 				    a[(size_t)j * m + i] : 0.0;
 	if (info == 0)
-		sorgqr_(&m, &l, &l, a, &m, tau, work, &lwork, &info);
+		bl->sorgqr(&m, &l, &l, a, &m, tau, work, &lwork, &info);
 	free(tau);
 	free(work);
 	if (info != 0)
@@ -181,11 +172,14 @@ orthonormalize(float *m, size_t rows, int l, float *scratch, char *err)
 static int
 small_svd(double *r, int l, float *u, double *s, char *err)
 {
+	const kn_blas *bl = kn_blas_load(err);
 	double *ud, *work, wq, vt = 0;
 	int info = 0, lwork = -1, one = 1;
 	size_t i;
 
-	dgesvd_("A", "N", &l, &l, r, &l, s, NULL, &l, &vt, &one, &wq, &lwork,
+	if (bl == NULL)
+		return KN_ENODEV;
+	bl->dgesvd("A", "N", &l, &l, r, &l, s, NULL, &l, &vt, &one, &wq, &lwork,
 	    &info, 1, 1);
 	lwork = (int)wq;
 	ud = malloc((size_t)l * l * sizeof(*ud));
@@ -196,7 +190,7 @@ small_svd(double *r, int l, float *u, double *s, char *err)
 		return kn_error(err, KN_ENOMEM, "out of memory for an SVD of "
 		    "%d x %d", l, l);
 	}
-	dgesvd_("A", "N", &l, &l, r, &l, s, ud, &l, &vt, &one, work, &lwork,
+	bl->dgesvd("A", "N", &l, &l, r, &l, s, ud, &l, &vt, &one, work, &lwork,
 	    &info, 1, 1);
 	for (i = 0; info == 0 && i < (size_t)l * l; i++)
 		u[i] = (float)ud[i];
@@ -250,7 +244,6 @@ sa_svd(const sa_csr *a, int dims, int power_iters, uint64_t seed,
 	if ((size_t)l > v)
 		l = (int)v;
 	big = n > v ? n : v;
-	kn_gemm_current();      /* holds OpenBLAS, LAPACK too, to one thread */
 	y = malloc(n * (size_t)l * sizeof(*y));
 	z = malloc(v * (size_t)l * sizeof(*z));
 	scratch = malloc(big * (size_t)l * sizeof(*scratch));

@@ -2,7 +2,11 @@
  * programs link no CUDA library (the module shardmeter-cuda.so is loaded
  * only when a GPU is asked for or present), the module exports its entry
  * point alone and refuses a caller built with another table, and the
- * backend line is printed once, only by the commands that compute. */
+ * backend line is printed once, only by the commands that compute.  The
+ * same for libcurl and OpenBLAS: the programs link neither, a command
+ * that makes no request and computes nothing loads neither, and one that
+ * does loads the one it needs (daemon/net/curl_load.c,
+ * kernels/cpu/blas_load.c). */
 #include "config.h"
 
 #include <check.h>
@@ -12,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/net/curl_load.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_load.h"
 #include "kernels/error.h"
 #include "tests/testutil.h"
 
@@ -104,6 +110,104 @@ START_TEST(test_programs_link_no_cuda)
 {
 	assert_no_cuda_linked(tu_shardmeter());
 	assert_no_cuda_linked(tu_blocktraind());
+}
+END_TEST
+
+static void
+assert_no_curl_blas_linked(const char *prog)
+{
+	char libs[4096];
+
+	needed_libs(prog, libs, sizeof(libs));
+	ck_assert_msg(strstr(libs, "libc.so") != NULL, "%s: no libc among "
+	    "its libraries:\n%s", prog, libs);
+	ck_assert_msg(strstr(libs, "libcurl") == NULL &&
+	    strstr(libs, "libopenblas") == NULL && strstr(libs, "libblas") ==
+	    NULL, "%s links libcurl or OpenBLAS:\n%s", prog, libs);
+}
+
+START_TEST(test_programs_link_no_curl_blas)
+{
+	assert_no_curl_blas_linked(tu_shardmeter());
+	assert_no_curl_blas_linked(tu_blocktraind());
+}
+END_TEST
+
+/* The loaders in this process, which links both libraries too (as a
+ * test does): one table a process, whose functions work. */
+START_TEST(test_loaders)
+{
+	char err[KN_ERR_LEN] = "";
+	const kn_blas *blas = kn_blas_load(err);
+	const cl_curl *curl = cl_load(err);
+	float a[4] = { 1, 2, 3, 4 }, b[4] = { 5, 6, 7, 8 }, c[4] = { 0 };
+	CURL *h;
+
+	ck_assert_msg(blas != NULL, "%s", err);
+	ck_assert_ptr_eq(kn_blas_load(NULL), blas);
+	blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f,
+	    a, 2, b, 2, 0.0f, c, 2);
+	ck_assert(c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50);
+	ck_assert_ptr_nonnull(blas->get_config());
+	ck_assert_msg(curl != NULL, "%s", err);
+	ck_assert_ptr_eq(cl_load(NULL), curl);
+	ck_assert_ptr_nonnull(h = curl->easy_init());
+	ck_assert_int_eq(curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L),
+	    CURLE_OK);
+	ck_assert_int_eq(curl->easy_setopt(h, CURLOPT_URL,
+	    "http://127.0.0.1/"), CURLE_OK);
+	curl->easy_cleanup(h);
+	ck_assert_str_eq(curl->easy_strerror(CURLE_OK), "No error");
+}
+END_TEST
+
+/* The libraries the dynamic loader loaded for the command: its
+ * LD_DEBUG=files trace, which names each with "file=".  Returns the
+ * command's exit status. */
+static int
+loaded_libs(char *out, size_t outlen, const char *dir, const char *args)
+{
+	return tu_run_cmd(out, outlen, "cd %s && LD_DEBUG=files %s %s "
+	    ">trace 2>&1; rc=$?; grep -o 'file=[^ ]*' trace | sort -u; "
+	    "exit $rc", dir, abs_program(tu_shardmeter()), args);
+}
+
+/* What loads libcurl or OpenBLAS, and what does not. */
+START_TEST(test_commands_load_lazily)
+{
+	char dir[256], out[16384], text[128];
+	const char *cmds[] = { "--help", "id --dir ident", "spec run.conf",
+	    "export --help" };
+	size_t i;
+	int rc;
+
+	tu_temp_dir(dir, sizeof(dir), "check_backend");
+	tu_write_run(dir, 1, 2, 2, 30);
+	rc = tu_run_cmd(out, sizeof(out), "cd %s && %s init --dir ident 2>&1",
+	    dir, abs_program(tu_shardmeter()));
+	ck_assert_msg(rc == 0, "init: %s", out);
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		loaded_libs(out, sizeof(out), dir, cmds[i]);
+		/* the trace is there: the check below can fail */
+		ck_assert_msg(strstr(out, "file=libc.so.6") != NULL,
+		    "%s: no LD_DEBUG trace:\n%s", cmds[i], out);
+		ck_assert_msg(strstr(out, "libcurl") == NULL &&
+		    strstr(out, "libopenblas") == NULL, "%s loads libcurl or "
+		    "OpenBLAS:\n%s", cmds[i], out);
+	}
+	/* a request, answered or not, loads libcurl */
+	snprintf(text, sizeof(text), "127.0.0.1:%d 1\n", tu_port_base(1));
+	tu_write_file(dir, "peers", text);
+	loaded_libs(out, sizeof(out), dir, "status --peers peers");
+	ck_assert_msg(strstr(out, "file=libcurl.so.4") != NULL &&
+	    strstr(out, "libopenblas") == NULL, "status:\n%s", out);
+	/* training loads OpenBLAS, and makes no request */
+	rc = loaded_libs(out, sizeof(out), dir, "train --spec run.conf --dir "
+	    "run --block 1 --backend cpu");
+	ck_assert_msg(rc == 0, "train: %s", out);
+	ck_assert_msg(strstr(out, "file=libopenblas.so.0") != NULL &&
+	    strstr(out, "libcurl") == NULL, "train:\n%s", out);
+	tu_remove_dir(dir);
 }
 END_TEST
 
@@ -248,6 +352,9 @@ main(void)
 	TCase *tc = tcase_create("backend");
 
 	tcase_add_test(tc, test_programs_link_no_cuda);
+	tcase_add_test(tc, test_programs_link_no_curl_blas);
+	tcase_add_test(tc, test_loaders);
+	tcase_add_test(tc, test_commands_load_lazily);
 	tcase_add_test(tc, test_cpu_without_note);
 	tcase_add_test(tc, test_backend_line_once);
 	tcase_add_test(tc, test_module_override);

@@ -13,6 +13,7 @@
 
 #include "daemon/cli/cmd.h"
 #include "daemon/core/identity.h"
+#include "daemon/net/curl_load.h"
 #include "kernels/error.h"
 
 static size_t
@@ -105,8 +106,8 @@ alert_refuses_us(int alert)
  * anything else curl's text.  Decided on curl's code and the TLS alert,
  * never on curl's text. */
 static void
-tls_failure(const peers_entry *p, CURLcode rc, int alert, const char *cerr,
-    char *err)
+tls_failure(const cl_curl *curl, const peers_entry *p, CURLcode rc,
+    int alert, const char *cerr, char *err)
 {
 	char dir[PR_PATH_LEN], id[ID_LEN], why[KN_ERR_LEN];
 
@@ -119,7 +120,7 @@ tls_failure(const peers_entry *p, CURLcode rc, int alert, const char *cerr,
 		    "list needs 'client %s'", cerr, id);
 	else
 		kn_error(err, KN_EIO, "%s", cerr[0] ? cerr :
-		    curl_easy_strerror(rc));
+		    curl->easy_strerror(rc));
 }
 
 long
@@ -133,6 +134,7 @@ long
 cli_peer_request(const peers_entry *p, const char *method, const char *path,
     size_t max, long timeout_ms, struct cli_body *out, char *err)
 {
+	const cl_curl *curl;
 	CURL *h;
 	char cerr[CURL_ERROR_SIZE] = "", url[CF_HOST_LEN + 256];
 	char cert[PR_PATH_LEN + 16], key[PR_PATH_LEN + 16], pin[ID_PIN_LEN];
@@ -144,7 +146,9 @@ cli_peer_request(const peers_entry *p, const char *method, const char *path,
 	out->max = max;
 	if (p->has_id && client_identity(cert, key, err) != 0)
 		return 0;
-	if ((h = curl_easy_init()) == NULL) {
+	if ((curl = cl_load(err)) == NULL)
+		return 0;
+	if ((h = curl->easy_init()) == NULL) {
 		kn_error(err, KN_ENOMEM, "curl_easy_init failed");
 		return 0;
 	}
@@ -153,37 +157,38 @@ cli_peer_request(const peers_entry *p, const char *method, const char *path,
 	if (p->has_id) {
 		/* no CA: the daemon's key is pinned to its listed id */
 		id_pin(p->id, pin);
-		curl_easy_setopt(h, CURLOPT_SSLCERT, cert);
-		curl_easy_setopt(h, CURLOPT_SSLKEY, key);
-		curl_easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pin);
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-		curl_easy_setopt(h, CURLOPT_SSLVERSION,
+		curl->easy_setopt(h, CURLOPT_SSLCERT, cert);
+		curl->easy_setopt(h, CURLOPT_SSLKEY, key);
+		curl->easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, pin);
+		curl->easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl->easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+		curl->easy_setopt(h, CURLOPT_SSLVERSION,
 		    (long)(CURL_SSLVERSION_TLSv1_3 |
 		    CURL_SSLVERSION_MAX_TLSv1_3));
 		if (alert_index < 0)
 			alert_index = SSL_CTX_get_ex_new_index(0, NULL, NULL,
 			    NULL, NULL);
 		if (alert_index >= 0) {
-			curl_easy_setopt(h, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
-			curl_easy_setopt(h, CURLOPT_SSL_CTX_DATA, &alert);
+			curl->easy_setopt(h, CURLOPT_SSL_CTX_FUNCTION,
+			    on_ssl_ctx);
+			curl->easy_setopt(h, CURLOPT_SSL_CTX_DATA, &alert);
 		}
 	}
-	curl_easy_setopt(h, CURLOPT_PROXY, "");
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+	curl->easy_setopt(h, CURLOPT_PROXY, "");
+	curl->easy_setopt(h, CURLOPT_URL, url);
+	curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+	curl->easy_setopt(h, CURLOPT_WRITEDATA, out);
+	curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl->easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
 	if (strcmp(method, "POST") == 0)	/* with an empty body */
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-	rc = curl_easy_perform(h);
+		curl->easy_setopt(h, CURLOPT_POSTFIELDS, "");
+	rc = curl->easy_perform(h);
 	if (rc == CURLE_OK)
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+		curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	else
-		tls_failure(p, rc, alert, cerr, err);
-	curl_easy_cleanup(h);
+		tls_failure(curl, p, rc, alert, cerr, err);
+	curl->easy_cleanup(h);
 	return status;
 }
 

@@ -3,7 +3,6 @@
  * written where 'shardmeter eval' and 'generate' read it. */
 #include "config.h"
 
-#include <curl/curl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,10 +144,8 @@ assemble_exec(const struct cmd_entry *self, int argc, char **argv)
 		peers_free(&pl);
 		return 1;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	failed = assemble_run(&a, &pl, &maxb);
 	peers_free(&pl);
-	curl_global_cleanup();
 	if (failed == 0)
 		printf("assembled %d blocks of run %.16s... in %s\n", maxb,
 		    a.run_id, a.out);

@@ -5,7 +5,6 @@
  * (proto/topology.h) and prints it as tables. */
 #include "config.h"
 
-#include <curl/curl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -756,7 +755,6 @@ probe_exec(const struct cmd_entry *self, int argc, char **argv)
 		snprintf(t.hosts[i].id, sizeof(t.hosts[i].id), "%s",
 		    pl.v[i].id_text);
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	rc = probe_all(&a, &pl, &t);
 	now = time(NULL);
 	strftime(t.measured_at, sizeof(t.measured_at), "%Y-%m-%dT%H:%M:%SZ",
@@ -773,7 +771,6 @@ probe_exec(const struct cmd_entry *self, int argc, char **argv)
 	}
 	topo_free(&t);
 	peers_free(&pl);
-	curl_global_cleanup();
 	return rc > 0 ? 1 : 0;
 }
 

@@ -3,7 +3,6 @@
  * block's latest share), once or refreshed with --watch. */
 #include "config.h"
 
-#include <curl/curl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -348,7 +347,6 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter status: --peers FILE is required\n");
 		return 2;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	/* a pipeline host list, or a peer list (a ring of one block a
 	 * line, one host or several for each, reads as either: the hosts'
 	 * answers tell) */
@@ -357,7 +355,6 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		if (!pipeline) {
 			fprintf(stderr, "shardmeter status: %s\n(as a pipeline "
 			    "host list: %s)\n", err, herr);
-			curl_global_cleanup();
 			return 1;
 		}
 		memset(&pl, 0, sizeof(pl));
@@ -369,7 +366,6 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 		peers_free(&pl);
 		if (loaded)
 			ph_free(&hosts);
-		curl_global_cleanup();
 		return 2;
 	}
 	for (;;) {
@@ -385,7 +381,6 @@ status_exec(const struct cmd_entry *self, int argc, char **argv)
 	if (loaded)
 		ph_free(&hosts);
 	peers_free(&pl);
-	curl_global_cleanup();
 	return up > 0 ? 0 : 1;
 }
 

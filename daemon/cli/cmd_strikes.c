@@ -4,7 +4,6 @@
  * operator's clear (POST /v1/strikes/clear), daemon by daemon. */
 #include "config.h"
 
-#include <curl/curl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -161,7 +160,6 @@ strikes_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter strikes: %s\n", err);
 		return 1;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (a.json && !a.clear)
 		all = json_object();
 	for (i = 0; i < pl.n; i++) {
@@ -178,7 +176,6 @@ strikes_exec(const struct cmd_entry *self, int argc, char **argv)
 		failed = 1;
 	}
 	peers_free(&pl);
-	curl_global_cleanup();
 	return failed > 0 ? 1 : 0;
 }
 

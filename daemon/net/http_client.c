@@ -5,7 +5,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +14,9 @@
 #include <curl/curl.h>
 #include <uv.h>
 
+#include "daemon/net/curl_load.h"
 #include "daemon/net/http_client.h"
+#include "kernels/error.h"
 
 /* One socket curl wants watched. */
 struct hc_sock {
@@ -44,6 +45,7 @@ struct hc_xfer {
 };
 
 struct hc_client {
+	const cl_curl *curl;    /* libcurl, loaded by the first client */
 	uv_loop_t *loop;
 	CURLM *multi;
 	uv_timer_t timer;
@@ -56,15 +58,6 @@ struct hc_client {
 	void (*closed)(void *);
 	void *closed_arg;
 };
-
-static pthread_once_t hc_once = PTHREAD_ONCE_INIT;
-static CURLcode hc_global_rc;
-
-static void
-hc_global_init(void)
-{
-	hc_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 static void
 set_err(char *err, const char *fmt, ...)
@@ -143,8 +136,8 @@ sock_close(struct hc_sock *k)
 static void
 xfer_free(struct hc_xfer *x)
 {
-	curl_easy_cleanup(x->easy);
-	curl_slist_free_all(x->headers);
+	x->c->curl->easy_cleanup(x->easy);
+	x->c->curl->slist_free_all(x->headers);
 	free(x->req_body);
 	free(x->body);
 	free(x);
@@ -166,7 +159,7 @@ xfer_unlink(struct hc_xfer *x)
 /* The code of hc_result for a transfer curl ended with code, from
  * curl's code and the socket's errno (never from curl's text). */
 static int
-code_of(CURL *easy, CURLcode code)
+code_of(const struct hc_xfer *x, CURLcode code)
 {
 	long os_errno = 0;
 
@@ -188,7 +181,8 @@ code_of(CURL *easy, CURLcode code)
 		break;
 	}
 	/* a send or a receive that TCP itself gave up on */
-	if (curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK &&
+	if (x->c->curl->easy_getinfo(x->easy, CURLINFO_OS_ERRNO,
+	    &os_errno) == CURLE_OK &&
 	    os_errno == ETIMEDOUT)
 		return HC_ETIMEDOUT;
 	return KN_EIO;
@@ -199,6 +193,7 @@ code_of(CURL *easy, CURLcode code)
 static void
 xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 {
+	const cl_curl *curl = x->c->curl;
 	hc_result r;
 	char msg[CURL_ERROR_SIZE + 96];
 	long status = 0, header_size = 0, request_size = 0;
@@ -206,13 +201,13 @@ xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 	struct curl_header *h;
 
 	memset(&r, 0, sizeof(r));
-	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &down);
-	curl_easy_getinfo(x->easy, CURLINFO_HEADER_SIZE, &header_size);
-	curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &up);
-	curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &request_size);
-	curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME_T, &total_us);
-	curl_easy_getinfo(x->easy, CURLINFO_PRETRANSFER_TIME_T, &pre_us);
+	curl->easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+	curl->easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &down);
+	curl->easy_getinfo(x->easy, CURLINFO_HEADER_SIZE, &header_size);
+	curl->easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &up);
+	curl->easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &request_size);
+	curl->easy_getinfo(x->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+	curl->easy_getinfo(x->easy, CURLINFO_PRETRANSFER_TIME_T, &pre_us);
 	r.bytes_in = (size_t)down + (size_t)header_size;
 	r.bytes_out = (size_t)up + (size_t)request_size;
 	r.total_s = (double)total_us / 1e6;
@@ -230,19 +225,19 @@ xfer_finish(struct hc_xfer *x, CURLcode code, const char *cancelled)
 		r.code = KN_ENOMEM;
 	} else if (code != CURLE_OK) {
 		snprintf(msg, sizeof(msg), "%s", x->errbuf[0] ? x->errbuf :
-		    curl_easy_strerror(code));
+		    curl->easy_strerror(code));
 		r.error = msg;
-		r.code = code_of(x->easy, code);
+		r.code = code_of(x, code);
 	}
 	if (r.error == NULL) {
 		r.status = status;
 		r.body = x->body;
 		r.body_len = x->body_len;
 		x->body = NULL;
-		if (curl_easy_header(x->easy, "ETag", 0, CURLH_HEADER, -1,
+		if (curl->easy_header(x->easy, "ETag", 0, CURLH_HEADER, -1,
 		    &h) == CURLHE_OK)
 			r.etag = h->value;
-		if (x->want_header != NULL && curl_easy_header(x->easy,
+		if (x->want_header != NULL && curl->easy_header(x->easy,
 		    x->want_header, 0, CURLH_HEADER, -1, &h) == CURLHE_OK)
 			r.header = h->value;
 	}
@@ -261,15 +256,16 @@ drain_done(hc_client *c)
 	int left;
 
 	c->dispatching++;
-	while (!c->closing && (m = curl_multi_info_read(c->multi, &left))) {
+	while (!c->closing &&
+	    (m = c->curl->multi_info_read(c->multi, &left)) != NULL) {
 		CURL *easy = m->easy_handle;
 		CURLcode code = m->data.result;
 		struct hc_xfer *x = NULL;
 
 		if (m->msg != CURLMSG_DONE)
 			continue;
-		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
-		curl_multi_remove_handle(c->multi, easy);
+		c->curl->easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+		c->curl->multi_remove_handle(c->multi, easy);
 		xfer_unlink(x);
 		xfer_finish(x, code, NULL);
 	}
@@ -285,7 +281,8 @@ on_uv_timer(uv_timer_t *t)
 	hc_client *c = t->data;
 	int running;
 
-	curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	c->curl->multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0,
+	    &running);
 	drain_done(c);
 }
 
@@ -318,7 +315,7 @@ on_poll(uv_poll_t *p, int status, int events)
 		flags |= CURL_CSELECT_IN;
 	if (events & UV_WRITABLE)
 		flags |= CURL_CSELECT_OUT;
-	curl_multi_socket_action(c->multi, k->fd, flags, &running);
+	c->curl->multi_socket_action(c->multi, k->fd, flags, &running);
 	drain_done(c);
 }
 
@@ -334,7 +331,7 @@ on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 	if (what == CURL_POLL_REMOVE) {
 		if (k != NULL) {
 			if (!c->torn_down)
-				curl_multi_assign(c->multi, fd, NULL);
+				c->curl->multi_assign(c->multi, fd, NULL);
 			sock_close(k);
 		}
 		return 0;
@@ -355,7 +352,7 @@ on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 			c->socks->prev = k;
 		c->socks = k;
 		c->handles++;
-		curl_multi_assign(c->multi, fd, k);
+		c->curl->multi_assign(c->multi, fd, k);
 	}
 	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
 		events |= UV_READABLE;
@@ -381,7 +378,7 @@ on_body(char *ptr, size_t size, size_t nmemb, void *userp)
 		char *nb;
 
 		/* the declared length, when there is one, sizes it once */
-		if (x->body_cap == 0 && curl_easy_getinfo(x->easy,
+		if (x->body_cap == 0 && x->c->curl->easy_getinfo(x->easy,
 		    CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK &&
 		    cl > 0 && (size_t)cl <= x->max_body)
 			ncap = (size_t)cl + 1;
@@ -422,13 +419,13 @@ on_read_zeros(char *buf, size_t size, size_t nitems, void *userp)
 int
 hc_client_new(hc_client **out, uv_loop_t *loop, char *err)
 {
+	const cl_curl *curl;
+	char why[KN_ERR_LEN];
 	hc_client *c;
 
 	*out = NULL;
-	pthread_once(&hc_once, hc_global_init);
-	if (hc_global_rc != CURLE_OK) {
-		set_err(err, "curl_global_init failed: %s",
-		    curl_easy_strerror(hc_global_rc));
+	if ((curl = cl_load(why)) == NULL) {
+		set_err(err, "%s", why);
 		return UV_EIO;
 	}
 	c = calloc(1, sizeof(*c));
@@ -436,7 +433,8 @@ hc_client_new(hc_client **out, uv_loop_t *loop, char *err)
 		set_err(err, "out of memory");
 		return UV_ENOMEM;
 	}
-	c->multi = curl_multi_init();
+	c->curl = curl;
+	c->multi = curl->multi_init();
 	if (c->multi == NULL) {
 		set_err(err, "curl_multi_init failed");
 		free(c);
@@ -446,14 +444,14 @@ hc_client_new(hc_client **out, uv_loop_t *loop, char *err)
 	uv_timer_init(loop, &c->timer);
 	c->timer.data = c;
 	c->handles = 1;
-	curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-	curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
-	curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-	curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+	curl->multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+	curl->multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+	curl->multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+	curl->multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
 	/* curl's default cache holds 4 connections per transfer in flight,
 	 * so between transfers it kept only a few and the status probe of
 	 * every other peer paid a new TCP and TLS handshake each time */
-	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, HC_MAX_CONNECTS);
+	curl->multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, HC_MAX_CONNECTS);
 	*out = c;
 	return 0;
 }
@@ -482,7 +480,7 @@ header_add(struct hc_xfer *x, const char *name, const char *value)
 	/* "Name:" alone stops curl from sending its own */
 	snprintf(line, sizeof(line), "%s:%s%s", name, value ? " " : "",
 	    value ? value : "");
-	if ((l = curl_slist_append(x->headers, line)) == NULL)
+	if ((l = x->c->curl->slist_append(x->headers, line)) == NULL)
 		return UV_ENOMEM;
 	x->headers = l;
 	return 0;
@@ -535,11 +533,11 @@ xfer_new(struct hc_xfer **out, hc_client *c, const hc_request_opts *o,
 	int r = 0;
 
 	if ((x = calloc(1, sizeof(*x))) == NULL ||
-	    (x->easy = curl_easy_init()) == NULL ||
+	    (x->easy = c->curl->easy_init()) == NULL ||
 	    (upload && o->body_zeros == 0 &&
 	    (x->req_body = malloc(o->body_len + 1)) == NULL)) {
 		if (x != NULL)
-			curl_easy_cleanup(x->easy);
+			c->curl->easy_cleanup(x->easy);
 		free(x);
 		set_err(err, "out of memory");
 		return UV_ENOMEM;
@@ -571,7 +569,7 @@ xfer_new(struct hc_xfer **out, hc_client *c, const hc_request_opts *o,
 
 #define SETOPT(opt, val) do { \
 	if (rc == CURLE_OK) \
-		rc = curl_easy_setopt(x->easy, opt, val); \
+		rc = x->c->curl->easy_setopt(x->easy, opt, val); \
 } while (0)
 
 /* Mutual TLS 1.3 with no CA: our certificate and key, and the server's
@@ -658,13 +656,14 @@ hc_request(hc_client *c, const hc_request_opts *o, hc_done_fn done,
 		return r;
 	if ((rc = xfer_setopts(x, o, method, upload)) != CURLE_OK) {
 		set_err(err, "curl refused an option: %s",
-		    curl_easy_strerror(rc));
+		    c->curl->easy_strerror(rc));
 		xfer_free(x);
 		return UV_EIO;
 	}
-	if ((mrc = curl_multi_add_handle(c->multi, x->easy)) != CURLM_OK) {
+	if ((mrc = c->curl->multi_add_handle(c->multi, x->easy)) !=
+	    CURLM_OK) {
 		set_err(err, "curl_multi_add_handle: %s",
-		    curl_multi_strerror(mrc));
+		    c->curl->multi_strerror(mrc));
 		xfer_free(x);
 		return UV_EIO;
 	}
@@ -684,11 +683,11 @@ client_teardown(hc_client *c)
 
 	while ((x = c->xfers) != NULL) {
 		xfer_unlink(x);
-		curl_multi_remove_handle(c->multi, x->easy);
+		c->curl->multi_remove_handle(c->multi, x->easy);
 		xfer_finish(x, CURLE_OK, "cancelled");
 	}
 	c->torn_down = 1;
-	curl_multi_cleanup(c->multi);
+	c->curl->multi_cleanup(c->multi);
 	c->multi = NULL;
 	while (c->socks != NULL)
 		sock_close(c->socks);

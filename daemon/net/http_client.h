@@ -90,8 +90,8 @@ char *hc_result_take_body(hc_result *r);
 
 typedef void (*hc_done_fn)(void *ctx, hc_result *r);
 
-/* Creates a client on loop (curl_global_init runs once per process, on
- * the first call).  Returns 0, or a negative libuv error code with a
+/* Creates a client on loop (libcurl is loaded and initialised once per
+ * process, on the first call: curl_load.h; UV_EIO when it cannot be).  Returns 0, or a negative libuv error code with a
  * reason in err (HC_ERR_LEN bytes, NULL allowed). */
 int hc_client_new(hc_client **out, uv_loop_t *loop, char *err);
 

@@ -8,15 +8,11 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_load.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
-
-/* OpenBLAS's own introspection; declared here because not every cblas.h
- * declares them. */
-extern char *openblas_get_corename(void);
-extern char *openblas_get_config(void);
 
 /* 64-byte alignment keeps AVX-512 loads of whole rows on one cache line. */
 static void *
@@ -67,12 +63,17 @@ cpu_status(char *err)
 static void
 cpu_describe(char *buf, size_t len)
 {
-	char gemm[KN_ERR_LEN + 128];
+	char gemm[KN_ERR_LEN + 128], why[KN_ERR_LEN];
+	const kn_blas *blas = kn_blas_load(why);
 
 	kn_gemm_plan_describe(gemm, sizeof(gemm));
-	snprintf(buf, len, "cpu: %d threads, %s, OpenBLAS %s (%s)",
-	    kn_pool_threads(), gemm, openblas_get_corename(),
-	    openblas_get_config());
+	if (blas != NULL)
+		snprintf(buf, len, "cpu: %d threads, %s, OpenBLAS %s (%s)",
+		    kn_pool_threads(), gemm, blas->get_corename(),
+		    blas->get_config());
+	else
+		snprintf(buf, len, "cpu: %d threads, %s, no OpenBLAS (%s)",
+		    kn_pool_threads(), gemm, why);
 }
 
 static const kn_backend cpu_backend = {

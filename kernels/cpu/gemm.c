@@ -4,23 +4,19 @@
  * call it; the AVX-512 kernel itself is in gemm_avx512.c. */
 #include "config.h"
 
-#include <pthread.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-#include <cblas.h>
-
 #include "kernels/clock.h"
+#include "kernels/cpu/blas_load.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_private.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
-
-/* OpenBLAS's cblas.h declares it, other cblas.h files do not. */
-void openblas_set_num_threads(int num_threads);
 
 /* OpenBLAS tiles: fixed by the shape alone, never by the thread count, as
  * OpenBLAS's bits may depend on the size of the block it is given. */
@@ -28,20 +24,11 @@ void openblas_set_num_threads(int num_threads);
 #define GEMM_BLAS_TILES 8
 
 static atomic_int gemm_kernel = KN_GEMM_AUTO;   /* AUTO: not chosen yet */
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 /* The plan: written once before any product of the classes it names runs,
  * then only read; plan_n is published last. */
 static kn_gemm_choice plan[KN_GEMM_MAX_SHAPES];
 static atomic_int plan_n;
-
-/* Our pool is the thread budget: OpenBLAS threads on top of it would
- * oversubscribe the cores. */
-static void
-blas_one_thread(void)
-{
-	openblas_set_num_threads(1);
-}
 
 static int
 avx512_usable(void)
@@ -74,8 +61,10 @@ kn_gemm_use(kn_gemm_kernel k)
 	default:
 		return KN_EINVAL;
 	}
-	/* whichever kernel: other code of the process may call cblas too */
-	pthread_once(&blas_once, blas_one_thread);
+	/* OpenBLAS is loaded where it is chosen (kn_gemm_plan says why it
+	 * could not be); our kernel runs without it */
+	if (k == KN_GEMM_OPENBLAS && kn_blas_load(NULL) == NULL)
+		return KN_ENODEV;
 	atomic_store(&plan_n, 0);
 	atomic_store(&gemm_kernel, k);
 	return KN_OK;
@@ -173,6 +162,7 @@ gemm_scale(int M, int N, float beta, float *C, int ldc)
 }
 
 struct blas_job {
+	const kn_blas *blas;
 	int transA, transB, M, N, K;
 	float alpha, beta;
 	const float *A, *B;
@@ -190,7 +180,7 @@ blas_tile(void *ctx, int t, int thread)
 	const float *a = g->transA ? g->A + r0 : g->A + (size_t)r0 * g->lda;
 
 	(void)thread;
-	cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,
+	g->blas->sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans,
 	    g->transB ? CblasTrans : CblasNoTrans, rows, g->N, g->K, g->alpha,
 	    a, g->lda, g->B, g->ldb, g->beta, g->C + (size_t)r0 * g->ldc,
 	    g->ldc);
@@ -206,9 +196,18 @@ gemm_blas(int parallel, int transA, int transB, int M, int N, int K,
 		.alpha = alpha, .beta = beta, .A = A, .B = B, .C = C,
 		.lda = lda, .ldb = ldb, .ldc = ldc,
 	};
-	int t, ntiles;
+	int i, j, t, ntiles;
 
-	pthread_once(&blas_once, blas_one_thread);
+	/* Reached without OpenBLAS only where neither it nor our kernel
+	 * could be had (kn_gemm_use failed, and kn_gemm_plan and the CPU
+	 * backend said why): NaN then, which the callers' checks of
+	 * finite values report, rather than a C left as it was. */
+	if ((g.blas = kn_blas_load(NULL)) == NULL) {
+		for (i = 0; i < M; i++)
+			for (j = 0; j < N; j++)
+				C[(size_t)i * ldc + j] = NAN;
+		return;
+	}
 	g.tm = (M + GEMM_BLAS_TILES - 1) / GEMM_BLAS_TILES;
 	if (g.tm < GEMM_BLAS_ROWS_MIN)
 		g.tm = GEMM_BLAS_ROWS_MIN;

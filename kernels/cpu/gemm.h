@@ -55,7 +55,9 @@ void kn_gemm_packed(int M, int N, int K, const float *A, int lda,
     float *C, int ldc);
 
 /* Chooses the kernel for the whole process and drops any plan; returns 0,
- * or KN_ENODEV when the CPU lacks what the kernel needs. */
+ * or KN_ENODEV when the CPU lacks what the kernel needs or OpenBLAS, where
+ * it is the kernel, cannot be loaded (kn_blas_load says why).  current is
+ * AUTO only while neither kernel can be had. */
 int kn_gemm_use(kn_gemm_kernel k);
 kn_gemm_kernel kn_gemm_current(void);
 const char *kn_gemm_name(kn_gemm_kernel k);

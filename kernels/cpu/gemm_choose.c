@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kernels/clock.h"
+#include "kernels/cpu/blas_load.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/error.h"
 #include "kernels/pool.h"
@@ -23,10 +24,6 @@
 
 /* In gemm_avx512.c. */
 extern const char kn__gemm_own_build[];
-
-/* OpenBLAS's own introspection; not every cblas.h declares it. */
-extern char *openblas_get_corename(void);
-extern char *openblas_get_config(void);
 
 /* A timed run does about this many multiply-adds: the larger of M and K
  * is halved until it fits, as both kernels' time is linear in each, but
@@ -225,6 +222,8 @@ kn_gemm_measure(kn_gemm_choice *c, int n, char *err)
 	if (kn_gemm_current() != KN_GEMM_AVX512)
 		return kn_error(err, KN_ENODEV, "no AVX-512 on this CPU: "
 		    "OpenBLAS is the only GEMM");
+	if (kn_blas_load(err) == NULL)
+		return KN_ENODEV;
 	/* an untimed pass first wakes the pool and fills the packing
 	 * buffers, which would otherwise count against the first class */
 	if (n > 0) {
@@ -266,12 +265,14 @@ cpu_model(char *buf, size_t len)
 void
 kn_gemm_cache_key(char *buf, size_t len)
 {
+	const kn_blas *blas = kn_blas_load(NULL);
 	char cpu[256];
 
 	cpu_model(cpu, sizeof(cpu));
 	snprintf(buf, len, "cpu=%s; openblas=%s; core=%s; build=%s %s; "
-	    "threads=%d", cpu, openblas_get_config(), openblas_get_corename(),
-	    PACKAGE_VERSION, kn__gemm_own_build, kn_pool_threads());
+	    "threads=%d", cpu, blas != NULL ? blas->get_config() : "none",
+	    blas != NULL ? blas->get_corename() : "none", PACKAGE_VERSION,
+	    kn__gemm_own_build, kn_pool_threads());
 	buf[strcspn(buf, "\n")] = '\0';
 }
 
@@ -540,7 +541,11 @@ kn_gemm_plan(const kn_gemm_shape *s, int n, kn_gemm_kernel mode,
 		    "lacks: using OpenBLAS");
 		mode = KN_GEMM_OPENBLAS;
 	}
-	if (mode == KN_GEMM_OPENBLAS)
+	/* OpenBLAS is used, timed or named in the cache's key: loaded
+	 * here, where a missing one can be said */
+	if (mode != KN_GEMM_AVX512 && kn_blas_load(err) == NULL)
+		rc = KN_ENODEV;
+	else if (mode == KN_GEMM_OPENBLAS)
 		rc = kn_gemm_use(KN_GEMM_OPENBLAS);
 	else if (mode == KN_GEMM_AUTO) {
 		kn_gemm_use(KN_GEMM_AUTO);
