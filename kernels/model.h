@@ -188,6 +188,17 @@ int kn_model_decode(kn_model *m, const kn_decode_seq *seqs, int R,
     const int32_t *sym, float *hidden, const float *u, float temp,
     int32_t *picked, char *err);
 
+/* After a pass that sampled R rows (kn_model_predict_at, kn_model_decode
+ * with picked, kn_model_blockdecode), whose logits m still holds: for
+ * each row r, lp[r * (k + 1)] is the natural log-probability of picked[r]
+ * and lp[r * (k + 1) + 1 ..] those of the k likeliest bytes (top[r * k
+ * ..], most likely first, the lower byte first on a tie), under the
+ * distribution the byte was drawn from: softmax(logits / temp), or,
+ * where temp <= 0 picked the argmax, softmax(logits).  k 0 to 255;
+ * serving's logprobs. */
+int kn_model_head_logprobs(kn_model *m, int R, float temp,
+    const int32_t *picked, int k, float *lp, unsigned char *top, char *err);
+
 /* Copies layers first..first+L-1 of src (L = dst's layers), with the
  * embeddings, the final LayerNorm and the head, into dst: a host's slice
  * of a model split by layers. */

@@ -5,6 +5,7 @@
  * The size table, the layers and training are model.c's. */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -572,6 +573,56 @@ kn__model_sample_rows(kn_model *m, const float *x, const int32_t *rows,
     int R, const float *u, float temp, int32_t *out, char *err)
 {
 	return head_sample(m, x, rows, R, u, temp, out, err);
+}
+
+int
+kn_model_head_logprobs(kn_model *m, int R, float temp,
+    const int32_t *picked, int k, float *lp, unsigned char *top, char *err)
+{
+	const int V = KN_VOCAB_OUT;
+	double t = temp > 0.0f ? (double)temp : 1.0, mx, sum, lse;
+	float *l;
+	int r, c, j, rc;
+
+	if (R < 0 || k < 0 || k > V)
+		return kn_error(err, KN_EINVAL, "logprobs of %d rows, %d "
+		    "alternatives", R, k);
+	if (R == 0)
+		return KN_OK;
+	if ((l = malloc((size_t)R * V * sizeof(float))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	m->be->download(l, m->a.logits, (size_t)R * V * sizeof(float));
+	if ((rc = m->be->status(err)) != 0) {
+		free(l);
+		return rc;
+	}
+	for (r = 0; r < R; r++) {
+		float *row = l + (size_t)r * V, *o = lp + (size_t)r * (k + 1);
+		unsigned char taken[KN_VOCAB_OUT] = { 0 };
+
+		/* in double, so the figures are those of the distribution
+		 * to float's precision however peaked it is */
+		for (c = 1, mx = row[0]; c < V; c++)
+			if (row[c] > mx)
+				mx = row[c];
+		for (c = 0, sum = 0.0; c < V; c++)
+			sum += exp((row[c] - mx) / t);
+		lse = log(sum);
+		o[0] = picked[r] >= 0 && picked[r] < V ?
+		    (float)((row[picked[r]] - mx) / t - lse) : -INFINITY;
+		for (j = 0; j < k; j++) {
+			int best = -1;
+
+			for (c = 0; c < V; c++)
+				if (!taken[c] && (best < 0 || row[c] > row[best]))
+					best = c;
+			taken[best] = 1;
+			top[(size_t)r * k + j] = (unsigned char)best;
+			o[1 + j] = (float)((row[best] - mx) / t - lse);
+		}
+	}
+	free(l);
+	return KN_OK;
 }
 
 int

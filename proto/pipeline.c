@@ -32,14 +32,15 @@ enum {
 	K_MAGIC, K_VERSION, K_TYPE, K_ID, K_MODE, K_LENGTH, K_STEPS, K_TEMP,
 	K_SEED, K_FIXED, K_END, K_BLOCK, K_POS, K_COUNT, K_WIDTH, K_BYTE,
 	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_EXPERT,
-	K_STREAM, K_HOST, K_POS_BLOCK, K_PBLOCK, K_NKEYS
+	K_STREAM, K_HOST, K_POS_BLOCK, K_PBLOCK, K_LPK, K_LP, K_LPB, K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
 	"magic", "version", "type", "id", "mode", "length", "steps",
 	"temperature", "seed", "fixed", "end", "block", "pos", "count",
 	"width", "byte", "data", "mask", "compute_us", "hops", "traversals",
-	"message", "expert", "stream", "host", "pos_block", "pblock"
+	"message", "expert", "stream", "host", "pos_block", "pblock", "lpk",
+	"lp", "lpb"
 };
 
 /* The keys of each type after magic, version, type and id, in the order
@@ -96,6 +97,8 @@ pl_frame_clear(pl_frame *f)
 {
 	free(f->data);
 	free(f->mask);
+	free(f->lp);
+	free(f->lpb);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -128,22 +131,69 @@ uint_field(const pl_frame *f, int k)
 	case K_HOST: return (uint64_t)f->host;
 	case K_POS_BLOCK: return (uint64_t)f->pos_block;
 	case K_PBLOCK: return (uint64_t)f->pblock;
+	case K_LPK: return (uint64_t)(f->lpk - 1);
 	default: return 0;
 	}
 }
 
-/* The position-block keys a frame has, after "stream" (into opt, their
- * count): gen's pos_block, bt's pos_block and pblock, each only when
- * pos_block is set, so the frames of a run without position blocks are
- * as they always were. */
+/* Whether a frame of type t may carry logprobs: lpk alone (gen, ar),
+ * or lpk, lp and lpb. */
 static int
-optional_keys(const pl_frame *f, int opt[2])
+lp_keys_of(pl_type t)
 {
-	if (f->pos_block <= 0 || (f->type != PL_GEN && f->type != PL_BT))
-		return 0;
-	opt[0] = K_POS_BLOCK;
-	opt[1] = K_PBLOCK;
-	return f->type == PL_BT ? 2 : 1;
+	switch (t) {
+	case PL_GEN: case PL_AR: return 1;
+	case PL_BT: case PL_PART: case PL_TOK: case PL_OUT: return 3;
+	default: return 0;
+	}
+}
+
+/* The optional keys a frame has, after "stream" (into opt, their
+ * count): gen's pos_block, bt's pos_block and pblock, each only when
+ * pos_block is set, then the logprobs keys only when lpk is set, so the
+ * frames of a run without position blocks, or of a request without
+ * logprobs, are as they always were. */
+static int
+optional_keys(const pl_frame *f, int opt[5])
+{
+	int n = 0, lp = f->lpk > 0 ? lp_keys_of(f->type) : 0;
+
+	if (f->pos_block > 0 && (f->type == PL_GEN || f->type == PL_BT)) {
+		opt[n++] = K_POS_BLOCK;
+		if (f->type == PL_BT)
+			opt[n++] = K_PBLOCK;
+	}
+	if (lp >= 1)
+		opt[n++] = K_LPK;
+	if (lp == 3) {
+		opt[n++] = K_LP;
+		opt[n++] = K_LPB;
+	}
+	return n;
+}
+
+/* n floats, little-endian float32, as one bin. */
+static int
+pack_floats(msgpack_packer *pk, const float *v, size_t n)
+{
+	unsigned char *b = malloc(n * 4 + 1);
+	size_t i;
+	int rc;
+
+	if (b == NULL)
+		return -1;
+	for (i = 0; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, &v[i], sizeof(u));
+		b[4 * i] = (unsigned char)u;
+		b[4 * i + 1] = (unsigned char)(u >> 8);
+		b[4 * i + 2] = (unsigned char)(u >> 16);
+		b[4 * i + 3] = (unsigned char)(u >> 24);
+	}
+	rc = msgpack_pack_bin_with_body(pk, b, n * 4);
+	free(b);
+	return rc;
 }
 
 int
@@ -152,7 +202,7 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	const int *keys;
-	int n = 0, i, rc = 0, stream, opt[2], nopt;
+	int n = 0, i, rc = 0, stream, opt[5], nopt;
 	size_t body;
 
 	*buf = NULL;
@@ -203,7 +253,13 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	}
 	for (i = 0; i < nopt; i++) {
 		rc |= pr_mp_pack_key(&pk, key_names[opt[i]]);
-		rc |= msgpack_pack_uint64(&pk, uint_field(f, opt[i]));
+		if (opt[i] == K_LP)
+			rc |= pack_floats(&pk, f->lp, f->lp_len);
+		else if (opt[i] == K_LPB)
+			rc |= msgpack_pack_bin_with_body(&pk, f->lpb,
+			    f->lpb_len);
+		else
+			rc |= msgpack_pack_uint64(&pk, uint_field(f, opt[i]));
 	}
 	body = sb.size - PL_HEADER;
 	if (rc != 0 || body > PL_FRAME_MAX) {
@@ -246,6 +302,35 @@ get_bin(const msgpack_object *o, unsigned char **out, size_t *len,
 	return KN_OK;
 }
 
+static int check_logp(const unsigned char *p, size_t n, char *err);
+
+/* lp: little-endian float32 log-probabilities, each finite and at most
+ * 0, into host floats. */
+static int
+get_lp(const msgpack_object *o, pl_frame *f, char *err)
+{
+	const unsigned char *p;
+	size_t n, i;
+
+	if (o->type != MSGPACK_OBJECT_BIN || o->via.bin.size % 4 != 0)
+		return kn_error(err, KN_EINVAL, "pipeline frame field 'lp' must "
+		    "be bytes (msgpack bin) of float32");
+	p = (const unsigned char *)o->via.bin.ptr;
+	n = o->via.bin.size / 4;
+	if (check_logp(p, n, err) != 0)
+		return KN_EINVAL;
+	if ((f->lp = malloc(n ? n * sizeof(float) : 1)) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	for (i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+		    (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+
+		memcpy(&f->lp[i], &u, sizeof(u));
+	}
+	f->lp_len = n;
+	return KN_OK;
+}
+
 static int
 decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 {
@@ -273,6 +358,13 @@ decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 		    "pipeline frame field 'pos_block' must be at least 1 "
 		    "(absent without position blocks)");
 	case K_PBLOCK: return get_int(o, PL_MAX_WINDOW, &f->pblock, name, err);
+	case K_LPK:
+		if (get_int(o, PL_LOGPROBS_MAX, &f->lpk, name, err) != 0)
+			return KN_EINVAL;
+		f->lpk++;
+		return KN_OK;
+	case K_LP: return get_lp(o, f, err);
+	case K_LPB: return get_bin(o, &f->lpb, &f->lpb_len, name, err);
 	case K_STREAM:
 		/* only true: a frame has one encoding */
 		if (o->type != MSGPACK_OBJECT_BOOLEAN || !o->via.boolean)
@@ -376,10 +468,30 @@ check_pos_block(const pl_frame *f, char *err)
 	return KN_OK;
 }
 
+/* A frame's logprobs: lpk figures and lpk - 1 bytes per position of its
+ * data (tok: of its byte).  lpk is at most PL_LOGPROBS_MAX + 1 and the
+ * positions are bounded by the frame's length, so the products fit. */
+static int
+check_lp(const pl_frame *f, char *err)
+{
+	size_t pos = f->type == PL_TOK ? 1 : f->data_len;
+
+	if (f->lpk == 0 || lp_keys_of(f->type) != 3)
+		return KN_OK;
+	if (f->lp_len != pos * (size_t)f->lpk ||
+	    f->lpb_len != pos * (size_t)(f->lpk - 1))
+		return kn_error(err, KN_EINVAL, "a %s frame's logprobs need %d "
+		    "figures and %d bytes per position", pl_type_name(f->type),
+		    f->lpk, f->lpk - 1);
+	return KN_OK;
+}
+
 /* What a well-formed frame of each type must also satisfy. */
 static int
 check_frame(const pl_frame *f, char *err)
 {
+	if (check_lp(f, err) != 0)
+		return KN_EINVAL;
 	switch (f->type) {
 	case PL_GEN:
 		/* length 0: the entry's default (PL_LENGTH_DEFAULT) */
@@ -453,9 +565,9 @@ int
 pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 {
 	msgpack_unpacked up;
-	const msgpack_object *root, *vals[18], *t;
-	const char *keys[18];
-	int rc, n = 0, i, k, stream, opt[2], nopt;
+	const msgpack_object *root, *vals[24], *t;
+	const char *keys[24];
+	int rc, n = 0, i, k, stream, opt[5], nopt;
 
 	memset(f, 0, sizeof(*f));
 	msgpack_unpacked_init(&up);
@@ -484,8 +596,11 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	/* pos_block says whether the position-block keys are there */
 	f->pos_block = (f->type == PL_GEN || f->type == PL_BT) &&
 	    pr_mp_map_get(root, "pos_block") != NULL;
+	/* lpk says whether the logprobs keys are there */
+	f->lpk = lp_keys_of(f->type) && pr_mp_map_get(root, "lpk") != NULL;
 	nopt = optional_keys(f, opt);
 	f->pos_block = 0;
+	f->lpk = 0;
 	for (i = 0; i < nopt; i++)
 		keys[n++] = key_names[opt[i]];
 	if ((rc = pr_mp_collect_fields(root, keys, n, vals, "pipeline frame",

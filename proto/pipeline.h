@@ -25,6 +25,9 @@
  * /v1/completions without max_tokens). */
 #define PL_LENGTH_DEFAULT 64
 #define PL_STEPS_MAX (4 * PL_STEPS_DEFAULT)
+/* The most alternatives per byte a request's logprobs may ask (OpenAI's
+ * limit). */
+#define PL_LOGPROBS_MAX 5
 
 typedef enum {
 	PL_GEN = 0,     /* client -> entry host: a request */
@@ -97,6 +100,19 @@ typedef struct {
 	int hops;                       /* host-to-host frames so far */
 	int traversals;                 /* out: traversals of the hosts */
 	char message[PL_MSG_LEN];       /* err */
+	/* Per-byte log-probabilities, only when a request asks for them
+	 * (proto/PROTOCOL.md, "Logprobs"): lpk is k + 1, the figures kept
+	 * per position (0: none asked, and the keys are absent, so the
+	 * frames are as they always were).  gen, ar: lpk alone; bt, part,
+	 * out: lp, lpk floats per position of data (those not decided yet,
+	 * and the prompt's, 0), the chosen byte's log-probability then the
+	 * k likeliest bytes', and lpb, those k bytes per position; tok: the
+	 * same for its one byte.  Owned by the frame. */
+	int lpk;
+	float *lp;
+	size_t lp_len;                  /* floats */
+	unsigned char *lpb;
+	size_t lpb_len;
 } pl_frame;
 
 const char *pl_type_name(pl_type t);

@@ -1,8 +1,8 @@
 /* The OpenAI fields of POST /v1/completions and GET /v1/models on real
  * pipeline hosts over TLS on loopback: ring A, two hosts of a logical
  * shape whose entry takes the host list's clients only (the test's
- * operator is one), and ring B, one host that is an open entry with a
- * model_name of its own.  Requests go through the curl binary, as an
+ * operator is one), ring B, one host that is an open entry with a
+ * model_name of its own, and ring C, one host of position blocks.  Requests go through the curl binary, as an
  * OpenAI client's would: n choices each the answer of its own seed,
  * stop strings (whole and streamed, both modes), echo, logprobs (the
  * chosen byte's against its alternatives), the model's name and a wrong
@@ -21,9 +21,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/blocktrain/blocktrain.h"
 #include "daemon/core/identity.h"
 #include "daemon/pipeline/pipeline_client.h"
+#include "daemon/pipeline/pipeline_hosts.h"
+#include "kernels/backend.h"
 #include "kernels/error.h"
+#include "kernels/model.h"
 #include "proto/pipeline.h"
 #include "tests/testutil.h"
 
@@ -34,11 +38,11 @@
 
 static char dir[64];
 static int base_port;
-static pid_t pid_a[A_HOSTS], pid_b;
+static pid_t pid_a[A_HOSTS], pid_b, pid_c;
 static tls_ctx *operator_tls;
 
-/* Ports: ring A at base, base + 1; ring B at base + 2; /metrics at
- * + 20. */
+/* Ports: ring A at base, base + 1; ring B at base + 2; ring C at base
+ * + 3; /metrics at + 20. */
 static void
 start_host(pid_t *pid, int port, const char *hosts, const char *more)
 {
@@ -85,7 +89,9 @@ setup_once(void)
 {
 	char a[1024] = "shape width=32 heads=2 layers=1 window=64 blocks=2 "
 	    "seed=3\n", b[1024] = "shape width=32 heads=2 layers=1 window=64 "
-	    "blocks=1 seed=4\n", state[128], err[KN_ERR_LEN];
+	    "blocks=1 seed=4\n", c[1024] = "shape width=32 heads=2 layers=1 "
+	    "window=64 blocks=1 seed=5 position_block=16\n", state[128],
+	    err[KN_ERR_LEN];
 	int i;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -104,12 +110,18 @@ setup_once(void)
 	tu_peer_line(b, sizeof(b), base_port + 2, 1, state);
 	tu_client_line(b, sizeof(b));
 	tu_write_file(dir, "hosts_b", b);
+	snprintf(state, sizeof(state), "%s/host3", dir);
+	tu_peer_line(c, sizeof(c), base_port + 3, 1, state);
+	tu_client_line(c, sizeof(c));
+	tu_write_file(dir, "hosts_c", c);
+	start_host(&pid_c, base_port + 3, "hosts_c", "");
 	for (i = 0; i < A_HOSTS; i++)
 		start_host(&pid_a[i], base_port + i, "hosts_a", "");
 	start_host(&pid_b, base_port + 2, "hosts_b", "pipeline_open_entry = "
 	    "yes\nmodel_name = " B_MODEL "\n");
 	wait_ring(base_port);
 	wait_ring(base_port + 2);
+	wait_ring(base_port + 3);
 }
 
 static void
@@ -120,6 +132,7 @@ teardown_once(void)
 	for (i = 0; i < A_HOSTS; i++)
 		tu_stop(&pid_a[i], SIGTERM, 15);
 	tu_stop(&pid_b, SIGTERM, 15);
+	tu_stop(&pid_c, SIGTERM, 15);
 	tls_ctx_free(operator_tls);
 	tu_remove_dir(dir);
 }
@@ -181,7 +194,7 @@ post_json(int port, const char *as, const char *body, long want)
 
 	ck_assert_msg(status == want, "%s: status %ld, not %ld: %s", body,
 	    status, want, answer ? answer : "(nothing)");
-	o = json_loads(answer, 0, &jerr);
+	o = json_loads(answer, JSON_ALLOW_NUL, &jerr);
 	ck_assert_msg(o != NULL, "not JSON: %s", jerr.text);
 	free(answer);
 	return o;
@@ -497,6 +510,404 @@ START_TEST(test_echo)
 }
 END_TEST
 
+
+/* Logprobs ---------------------------------------------------------------- */
+
+/* A byte as the entry writes it as a token (blocktraind(8)). */
+static void
+token_of(unsigned char b, char *buf)
+{
+	if ((b >= 0x20 && b <= 0x7e) || b == '\t' || b == '\n' || b == '\r')
+		snprintf(buf, 12, "%c", b);
+	else
+		snprintf(buf, 12, "bytes:\\x%02x", b);
+}
+
+/* One choice's logprobs, gathered (over a stream's events too). */
+typedef struct {
+	size_t n;
+	char tok[2 * WINDOW][12];
+	int null[2 * WINDOW];           /* an echoed prompt byte */
+	double lp[2 * WINDOW];
+	int ntop[2 * WINDOW];
+	char top_tok[2 * WINDOW][6][12];
+	double top[2 * WINDOW][6];
+	long off[2 * WINDOW];
+} lp_got;
+
+static void
+lp_add(lp_got *g, json_t *lps)
+{
+	json_t *tokens = json_object_get(lps, "tokens"),
+	    *tlp = json_object_get(lps, "token_logprobs"),
+	    *top = json_object_get(lps, "top_logprobs"),
+	    *off = json_object_get(lps, "text_offset");
+	size_t i, m = json_array_size(tokens);
+
+	ck_assert_msg(json_is_object(lps), "no logprobs object");
+	ck_assert_uint_eq(json_array_size(tlp), m);
+	ck_assert_uint_eq(json_array_size(top), m);
+	ck_assert_uint_eq(json_array_size(off), m);
+	for (i = 0; i < m; i++) {
+		size_t at = g->n++;
+		json_t *t = json_array_get(top, i), *v;
+		const char *key;
+		int j = 0;
+
+		ck_assert_uint_lt(at, 2 * WINDOW);
+		snprintf(g->tok[at], 12, "%s", json_string_value(
+		    json_array_get(tokens, i)));
+		g->off[at] = (long)json_integer_value(json_array_get(off, i));
+		g->null[at] = json_is_null(json_array_get(tlp, i));
+		if (g->null[at]) {
+			ck_assert(json_is_null(t));
+			continue;
+		}
+		g->lp[at] = json_number_value(json_array_get(tlp, i));
+		ck_assert(json_is_object(t));
+		json_object_foreach(t, key, v) {
+			ck_assert_int_lt(j, 6);
+			snprintf(g->top_tok[at][j], 12, "%s", key);
+			g->top[at][j++] = json_number_value(v);
+		}
+		g->ntop[at] = j;
+	}
+}
+
+/* What every logprobs answer must hold: one token per byte of bytes
+ * (after pre echoed ones, which have null figures), written as
+ * documented; log-probabilities finite and <= 0; k alternatives, most
+ * likely first, within one in all; the chosen byte's figure equal to
+ * its own among them. */
+static void
+lp_check(const lp_got *g, const unsigned char *bytes, size_t nbytes,
+    size_t pre, int k)
+{
+	char want[12];
+	size_t i;
+	int j;
+
+	ck_assert_uint_eq(g->n, nbytes);
+	for (i = 0; i < g->n; i++) {
+		double mass = 0;
+
+		token_of(bytes[i], want);
+		ck_assert_str_eq(g->tok[i], want);
+		ck_assert_int_eq(g->off[i], (long)i);
+		ck_assert_int_eq(g->null[i], i < pre);
+		if (i < pre)
+			continue;
+		ck_assert_msg(isfinite(g->lp[i]) && g->lp[i] <= 0, "lp %g",
+		    g->lp[i]);
+		ck_assert_int_eq(g->ntop[i], k);
+		for (j = 0; j < g->ntop[i]; j++) {
+			ck_assert(isfinite(g->top[i][j]) && g->top[i][j] <= 0);
+			if (j > 0)
+				ck_assert(g->top[i][j] <= g->top[i][j - 1]);
+			if (strcmp(g->top_tok[i][j], want) == 0)
+				ck_assert(g->top[i][j] == g->lp[i]);
+			mass += exp(g->top[i][j]);
+		}
+		ck_assert_msg(mass <= 1 + 1e-5, "alternatives sum to %g", mass);
+		/* the chosen byte, when likelier than the last alternative,
+		 * is among them */
+		if (k > 0 && g->lp[i] > g->top[i][k - 1] + 1e-6) {
+			for (j = 0; j < k && strcmp(g->top_tok[i][j], want);
+			    j++)
+				;
+			ck_assert_msg(j < k, "chosen byte missing from top");
+		}
+	}
+}
+
+/* The whole answer of body at port: choice 0's bytes and logprobs. */
+static size_t
+lp_whole(int port, const char *body, unsigned char *out, lp_got *g)
+{
+	json_t *o = post_json(port, NULL, body, 200), *ch = choice(o, 0);
+	size_t n = choice_bytes(ch, out);
+
+	memset(g, 0, sizeof(*g));
+	lp_add(g, json_object_get(ch, "logprobs"));
+	json_decref(o);
+	return n;
+}
+
+/* The same streamed: the events' bytes and logprobs concatenated. */
+static size_t
+lp_stream(int port, const char *body, unsigned char *out, lp_got *g)
+{
+	char *answer, *ev, *save = NULL;
+	size_t n = 0;
+
+	memset(g, 0, sizeof(*g));
+	ck_assert_int_eq(curl_req(port, NULL, NULL, body, &answer), 200);
+	for (ev = strtok_r(answer, "\n", &save); ev != NULL;
+	    ev = strtok_r(NULL, "\n", &save)) {
+		json_t *o, *ch;
+
+		if (strcmp(ev, "data: [DONE]") == 0)
+			continue;
+		ck_assert_ptr_nonnull(o = json_loads(ev + 6, JSON_ALLOW_NUL,
+		    NULL));
+		if (json_array_size(json_object_get(o, "choices")) > 0) {
+			ch = choice(o, 0);
+			n += choice_bytes(ch, out + n);
+			lp_add(g, json_object_get(ch, "logprobs"));
+		}
+		json_decref(o);
+	}
+	free(answer);
+	return n;
+}
+
+/* logprobs 0, 3 and 5, whole and streamed, in both modes on ring A and
+ * with position blocks on ring C: the answer's bytes are those without
+ * logprobs, a stream's bytes and figures those of the whole answer. */
+START_TEST(test_logprobs_shape)
+{
+	static const char *modes[] = { "blocktrain", "ar" };
+	static const int ks[] = { 0, 3, 5 };
+	unsigned char want[WINDOW], got[WINDOW], st[WINDOW];
+	static lp_got g, gs;
+	char body[256];
+	size_t n, i;
+	int m, ki, ring;
+
+	for (ring = 0; ring < 2; ring++)
+	for (m = 0; m < 2; m++)
+		for (ki = 0; ki < 3; ki++) {
+			int port = ring ? base_port + 3 : base_port;
+
+			if (ring && m == 1 && ki > 0)
+				continue;
+			if (!ring)
+				plain_output(modes[m], 50 + ki, want);
+			snprintf(body, sizeof(body), "{\"prompt\":\"ab\","
+			    "\"max_tokens\":12,\"steps\":4,\"seed\":%d,\"mode\":"
+			    "\"%s\",\"temperature\":0.8,\"logprobs\":%d",
+			    50 + ki, modes[m], ks[ki]);
+			n = lp_whole(port, strcat(body, "}"), got, &g);
+			ck_assert_uint_eq(n, 12);
+			lp_check(&g, got, n, 0, ks[ki]);
+			body[strlen(body) - 1] = '\0';
+			ck_assert_uint_eq(lp_stream(port, strcat(body,
+			    ",\"stream\":true}"), st, &gs), 12);
+			ck_assert(memcmp(st, got, 12) == 0);
+			ck_assert_uint_eq(gs.n, g.n);
+			for (i = 0; i < g.n; i++)
+				ck_assert_msg(gs.lp[i] == g.lp[i] &&
+				    strcmp(gs.tok[i], g.tok[i]) == 0 &&
+				    gs.ntop[i] == g.ntop[i], "%s: streamed "
+				    "byte %zu differs", modes[m], i);
+		}
+	/* the bytes do not change with logprobs (at temperature 1, as
+	 * plain_output) */
+	for (m = 0; m < 2; m++) {
+		plain_output(modes[m], 60, want);
+		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":60,\"mode\":\"%s\",\"logprobs\":2}",
+		    modes[m]);
+		lp_whole(base_port, body, got, &g);
+		ck_assert(memcmp(got, want, 12) == 0);
+	}
+}
+END_TEST
+
+/* echo: the prompt's bytes first, with null figures; stop: the figures
+ * cut with the text; n: each choice its own seed's. */
+START_TEST(test_logprobs_echo_stop_n)
+{
+	unsigned char got[WINDOW + 8], one[WINDOW];
+	static lp_got g, g1;
+	char body[320], stop[8];
+	json_t *o, *ch;
+	size_t n, i;
+	int c;
+
+	n = lp_whole(base_port, "{\"prompt\":\"ab\",\"max_tokens\":12,"
+	    "\"steps\":4,\"seed\":7,\"echo\":true,\"logprobs\":2}", got, &g);
+	ck_assert_uint_eq(n, 14);
+	lp_check(&g, got, n, 2, 2);
+	/* stop at the output's 6th byte (a printable one, or none cut) */
+	lp_whole(base_port, "{\"prompt\":\"ab\",\"max_tokens\":12,\"steps\":4,"
+	    "\"seed\":8,\"logprobs\":1}", one, &g1);
+	if (one[5] >= 0x20 && one[5] < 0x7f && one[5] != '"' &&
+	    one[5] != '\\') {
+		size_t at = 0;
+
+		while (one[at] != one[5])
+			at++;
+		snprintf(stop, sizeof(stop), "%c", one[5]);
+		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":8,\"logprobs\":1,\"stop\":\"%s\"}",
+		    stop);
+		n = lp_whole(base_port, body, got, &g);
+		ck_assert_uint_eq(n, at);
+		lp_check(&g, got, n, 0, 1);
+		for (i = 0; i < n; i++)
+			ck_assert(g.lp[i] == g1.lp[i]);
+	}
+	/* n = 3: choice c is seed 30 + c's */
+	o = post_json(base_port, NULL, "{\"prompt\":\"ab\",\"max_tokens\":12,"
+	    "\"steps\":4,\"seed\":30,\"n\":3,\"logprobs\":1,\"mode\":\"ar\"}",
+	    200);
+	for (c = 0; c < 3; c++) {
+		ch = choice(o, (size_t)c);
+		memset(&g, 0, sizeof(g));
+		lp_add(&g, json_object_get(ch, "logprobs"));
+		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":%d,\"logprobs\":1,\"mode\":\"ar\"}",
+		    30 + c);
+		lp_whole(base_port, body, one, &g1);
+		ck_assert_uint_eq(g.n, g1.n);
+		for (i = 0; i < g.n; i++)
+			ck_assert(g.lp[i] == g1.lp[i]);
+	}
+	json_decref(o);
+}
+END_TEST
+
+/* The figures are right: the same decoding in this process, on the
+ * models the hosts make of their logical shape (blocks seeded spec seed
+ * x 1000003 + b, the causal LM + 7777), gives the same bytes and the
+ * same log-probabilities to 1e-5: BlockTrain over ring A's two hosts
+ * (the figures of block 2's passes carried over the wire) and ring B's
+ * one, the causal LM on ring B. */
+static void
+ref_spec(const char *hosts, pr_spec *spec)
+{
+	char path[128], err[KN_ERR_LEN];
+	ph_list pl;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, hosts);
+	ck_assert_msg(ph_load(&pl, path, err) == 0, "%s", err);
+	ph_logical_spec(&pl, spec);
+	ph_free(&pl);
+}
+
+/* BlockTrain as a host runs it, block T down to 1: the figures of the
+ * pass that decided each position (k1 a position). */
+static void
+ref_bt(const pr_spec *s, const char *prompt, int end, int steps, float temp,
+    uint64_t seed, unsigned char *out, float *lp)
+{
+	int n = s->window, plen = (int)strlen(prompt), b, j, r, npos;
+	int32_t seq[WINDOW], pos[WINDOW], picked[WINDOW];
+	float u[2 * WINDOW], uu[WINDOW], L[WINDOW * 6];
+	unsigned char top[WINDOW * 5];
+	double p, next;
+	char err[KN_ERR_LEN];
+
+	for (j = 0; j < n; j++)
+		seq[j] = j < plen ? (unsigned char)prompt[j] : KN_MASK;
+	for (b = s->blocks; b >= 1; b--) {
+		kn_model_shape bs = pr_spec_block_shape(s, b - 1);
+		kn_model *m;
+
+		ck_assert_int_eq(kn_model_create_inference(&m, &bs,
+		    kn_cpu_backend(), 2, KN_STORE_F32, err), 0);
+		kn_model_init(m, s->seed * 1000003u + (uint64_t)b);
+		for (j = 0; bt_step_draw(s, steps, b - 1, j, seed, u, &p,
+		    &next); j++) {
+			npos = bt_step_positions(seq, n, plen, u, p, next, pos);
+			if (npos == 0)
+				continue;
+			for (r = 0; r < npos; r++)
+				uu[r] = u[n + pos[r]];
+			ck_assert_msg(kn_model_predict_at(m, seq, 1, pos, npos,
+			    uu, temp, picked, err) == 0, "%s", err);
+			ck_assert_msg(kn_model_head_logprobs(m, npos, temp,
+			    picked, 5, L, top, err) == 0, "%s", err);
+			for (r = 0; r < npos; r++) {
+				seq[pos[r]] = picked[r];
+				lp[pos[r]] = L[r * 6];
+			}
+		}
+		kn_model_free(m);
+	}
+	for (j = plen; j < end; j++)
+		out[j - plen] = (unsigned char)seq[j];
+}
+
+/* The causal LM one byte at a time, as bt_generate_ar. */
+static void
+ref_ar(const pr_spec *s, const char *prompt, int end, float temp,
+    uint64_t seed, unsigned char *out, float *lp)
+{
+	kn_model_shape cs = pr_spec_reference_shape(s, 1);
+	int n = s->window, plen = (int)strlen(prompt), p;
+	int32_t seq[WINDOW], picked;
+	float scratch[WINDOW], u, L[6];
+	unsigned char top[5];
+	char err[KN_ERR_LEN];
+	kn_decode_seq q;
+	kn_model *m;
+	kn_kv *kv;
+
+	ck_assert_int_eq(kn_model_create_inference(&m, &cs, kn_cpu_backend(),
+	    2, KN_STORE_F32, err), 0);
+	kn_model_init(m, s->seed * 1000003u + 7777u);
+	ck_assert_int_eq(kn_kv_create(&kv, m, err), 0);
+	for (p = 0; p < plen; p++)
+		seq[p] = (unsigned char)prompt[p];
+	q.kv = kv;
+	q.pos0 = 0;
+	q.count = plen;
+	for (p = plen; p < end; p++) {
+		u = bt_ar_uniform(seed, n, p, scratch);
+		ck_assert_msg(kn_model_decode(m, &q, 1, seq + q.pos0, NULL, &u,
+		    temp, &picked, err) == 0, "%s", err);
+		ck_assert_int_eq(kn_model_head_logprobs(m, 1, temp, &picked, 5,
+		    L, top, err), 0);
+		seq[p] = picked;
+		out[p - plen] = (unsigned char)picked;
+		lp[p] = L[0];
+		q.pos0 = p;
+		q.count = 1;
+	}
+	kn_kv_free(kv);
+	kn_model_free(m);
+}
+
+START_TEST(test_logprobs_values)
+{
+	static const struct {
+		int port;
+		const char *hosts, *mode;
+	} cases[] = {
+		{ 0, "hosts_a", "blocktrain" },
+		{ 2, "hosts_b", "blocktrain" },
+		{ 2, "hosts_b", "ar" },
+	};
+	unsigned char got[WINDOW], want[WINDOW];
+	float lp[WINDOW];
+	static lp_got g;
+	char body[256];
+	pr_spec spec;
+	size_t c, i;
+
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		ref_spec(cases[c].hosts, &spec);
+		if (strcmp(cases[c].mode, "ar") == 0)
+			ref_ar(&spec, "ab", 2 + 12, 0.8f, 77, want, lp);
+		else
+			ref_bt(&spec, "ab", 2 + 12, 4, 0.8f, 77, want, lp);
+		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":77,\"mode\":\"%s\",\"temperature\":"
+		    "0.8,\"logprobs\":5}", cases[c].mode);
+		ck_assert_uint_eq(lp_whole(base_port + cases[c].port, body, got,
+		    &g), 12);
+		ck_assert_msg(memcmp(got, want, 12) == 0, "%s on %s: the bytes "
+		    "are not this process's", cases[c].mode, cases[c].hosts);
+		for (i = 0; i < 12; i++)
+			ck_assert_msg(fabs(g.lp[i] - lp[2 + i]) < 1e-5, "%s on "
+			    "%s: byte %zu's log-probability %.8g, here %.8g",
+			    cases[c].mode, cases[c].hosts, i, g.lp[i], lp[2 + i]);
+	}
+}
+END_TEST
+
 /* Refusals ------------------------------------------------------------------- */
 
 START_TEST(test_refused_fields)
@@ -601,6 +1012,9 @@ main(void)
 	tcase_add_test(tc, test_n);
 	tcase_add_test(tc, test_stop);
 	tcase_add_test(tc, test_echo);
+	tcase_add_test(tc, test_logprobs_shape);
+	tcase_add_test(tc, test_logprobs_echo_stop_n);
+	tcase_add_test(tc, test_logprobs_values);
 	tcase_add_test(tc, test_refused_fields);
 	tcase_add_test(tc, test_no_certificate);
 	suite_add_tcase(s, tc);

@@ -229,6 +229,11 @@ struct request {
 	int pos_block, pblock;          /* bt of position blocks: L and the
 					 * position block in the ring now */
 	unsigned char *seq;             /* ar: the window so far */
+	/* logprobs asked (lpk = k + 1; 0: none): lpk figures and lpk - 1
+	 * bytes per window position, as the ring's frames carry them */
+	int lpk;
+	float *lp;
+	unsigned char *lpb;
 	double deadline;
 	uint64_t compute_us;
 	int hops, traversals;

@@ -86,6 +86,8 @@ request_remove(sv *s, request *r)
 		r->client->inflight--;
 	sv_links_forget(s, r->id);
 	free(r->seq);
+	free(r->lp);
+	free(r->lpb);
 	free(r);
 }
 
@@ -133,6 +135,13 @@ frame_answer(conn *c, request *r, const unsigned char *data, size_t len)
 	/* with the client's request and this answer */
 	f.hops = r->hops + 2;
 	f.traversals = r->traversals;
+	if (r->lpk > 0) {
+		f.lpk = r->lpk;
+		f.lp = r->lp + (size_t)r->fixed * r->lpk;
+		f.lp_len = len * (size_t)r->lpk;
+		f.lpb = r->lpb + (size_t)r->fixed * (r->lpk - 1);
+		f.lpb_len = len * (size_t)(r->lpk - 1);
+	}
 	sv_conn_send(c, &f);
 }
 
@@ -308,6 +317,20 @@ gen_request_new(sv *s, conn *c, const pl_frame *f, const sv_reply_ops *reply,
 	r->steps = f->steps;
 	r->temperature = f->temperature;
 	r->seed = f->seed;
+	if (f->lpk > 0) {
+		size_t n = (size_t)s->spec.window, k1 = (size_t)f->lpk;
+
+		r->lpk = f->lpk;
+		r->lp = calloc(n * k1, sizeof(float));
+		r->lpb = calloc(n * (k1 - 1) + 1, 1);
+		if (r->lp == NULL || r->lpb == NULL) {
+			free(r->lp);
+			free(r->lpb);
+			free(r->seq);
+			free(r);
+			return NULL;
+		}
+	}
 	/* only a completion streamed as events has a use for the windows
 	 * of the hosts; anything else keeps the ring's frames as they were */
 	r->stream = f->mode == PL_MODE_BT && stream && reply->partial != NULL;
@@ -409,6 +432,7 @@ sv_start_request(sv *s, conn *c, pl_frame *f, const sv_reply_ops *reply,
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
 	job->in.stream = r->stream;
+	job->in.lpk = r->lpk;
 	r->pos_block = job->in.pos_block;
 	r->pblock = job->in.pblock;
 	sc_submit(s->compute, job);
@@ -462,6 +486,46 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 		send_error(c, f->id, msg);
 }
 
+/* The logprobs of count positions from pos that frame f brings (a tok
+ * frame's one byte, an out frame's output, a window's decided
+ * positions where mask is not NULL), into r's; 0, or -1 when they do
+ * not match what r asked.  The decoder checked their lengths against
+ * f's own positions; here they are held to the request's. */
+static int
+lp_take(request *r, const pl_frame *f, int pos, int count)
+{
+	size_t k1 = (size_t)r->lpk;
+
+	if (r->lpk == 0)
+		return f->lpk == 0 ? 0 : -1;
+	if (f->lpk != r->lpk || pos < 0 || count < 0 || pos > r->end ||
+	    count > r->end - pos || f->lp_len != (size_t)count * k1 ||
+	    f->lpb_len != (size_t)count * (k1 - 1))
+		return -1;
+	memcpy(r->lp + (size_t)pos * k1, f->lp, f->lp_len * sizeof(float));
+	memcpy(r->lpb + (size_t)pos * (k1 - 1), f->lpb, f->lpb_len);
+	return 0;
+}
+
+/* A window's logprobs (f: bt or part, window positions) for r's output
+ * positions; 0 or -1 as lp_take. */
+static int
+lp_take_window(sv *s, request *r, const pl_frame *f)
+{
+	size_t k1 = (size_t)r->lpk, n = (size_t)s->spec.window;
+
+	if (r->lpk == 0)
+		return f->lpk == 0 ? 0 : -1;
+	if (f->lpk != r->lpk || f->data_len != n || f->lp_len != n * k1 ||
+	    f->lpb_len != n * (k1 - 1))
+		return -1;
+	memcpy(r->lp + (size_t)r->fixed * k1, f->lp + (size_t)r->fixed * k1,
+	    (size_t)(r->end - r->fixed) * k1 * sizeof(float));
+	memcpy(r->lpb + (size_t)r->fixed * (k1 - 1), f->lpb + (size_t)r->fixed *
+	    (k1 - 1), (size_t)(r->end - r->fixed) * (k1 - 1));
+	return 0;
+}
+
 /* The byte of one autoregressive traversal, back at the entry. */
 static void
 handle_tok(sv *s, pl_frame *f)
@@ -484,6 +548,11 @@ handle_tok(sv *s, pl_frame *f)
 		return;
 	}
 	r->seq[f->pos] = (unsigned char)f->byte;
+	if (lp_take(r, f, f->pos, 1) != 0) {
+		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline answered "
+		    "without the logprobs asked");
+		return;
+	}
 	if (r->client != NULL && r->reply->partial_byte != NULL &&
 	    f->pos + 1 < r->end)
 		r->reply->partial_byte(r->client, r, f->pos);
@@ -506,6 +575,7 @@ handle_tok(sv *s, pl_frame *f)
 	job->in.seed = r->seed;
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
+	job->in.lpk = r->lpk;
 	job->sym = malloc(sizeof(int32_t));
 	if (job->sym == NULL) {
 		sc_job_free(job);
@@ -539,6 +609,7 @@ sv_request_redo(sv *s, uint64_t id)
 	job->in.seed = r->seed;
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
+	job->in.lpk = r->lpk;
 	if ((job->sym = malloc((size_t)n * sizeof(int32_t))) == NULL) {
 		sc_job_free(job);
 		request_fail(s, r, SV_ERR_MEMORY, "out of memory");
@@ -576,6 +647,11 @@ handle_part(sv *s, pl_frame *f)
 		    "window out of order, or one the request did not ask for");
 		return;
 	}
+	if (lp_take_window(s, r, f) != 0) {
+		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline sent a window "
+		    "without the logprobs asked");
+		return;
+	}
 	r->parts++;
 	if (r->client != NULL && r->reply->partial != NULL)
 		r->reply->partial(r->client, r, f->data, f->mask, f->block,
@@ -597,6 +673,11 @@ send_part(sv *s, const pl_frame *bt)
 	p.data_len = bt->data_len;
 	p.mask = bt->mask;
 	p.mask_len = bt->mask_len;
+	p.lpk = bt->lpk;
+	p.lp = bt->lp;
+	p.lp_len = bt->lp_len;
+	p.lpb = bt->lpb;
+	p.lpb_len = bt->lpb_len;
 	sv_links_send(s, &p);
 }
 
@@ -626,6 +707,11 @@ route(sv *s, pl_frame *f)
 		/* at the entry: its own blocks' result, on its way on */
 		if (s->entry) {
 			r->parts = 1;	/* windows had, by stage */
+			if (r->stream && lp_take_window(s, r, f) != 0) {
+				request_fail(s, r, SV_ERR_PIPELINE, "logprobs "
+				    "missing from the entry's own window");
+				break;
+			}
 			if (r->client != NULL && r->reply->partial != NULL)
 				r->reply->partial(r->client, r, f->data, f->mask,
 				    f->block, s->self + 1);
@@ -658,7 +744,13 @@ route(sv *s, pl_frame *f)
 			r->compute_us += f->compute_us;
 			r->hops += f->hops;
 			r->traversals += f->traversals;
-			request_answer(s, r, f->data, f->data_len);
+			if (f->data_len != (size_t)(r->end - r->fixed) ||
+			    lp_take(r, f, r->fixed, r->end - r->fixed) != 0)
+				request_fail(s, r, SV_ERR_PIPELINE, "the pipeline "
+				    "answered with another length or without the "
+				    "logprobs asked");
+			else
+				request_answer(s, r, f->data, f->data_len);
 		}
 		break;
 	case PL_REDO:

@@ -110,7 +110,8 @@ cache_for(sc *c, sc_job *job)
 }
 
 static void
-ar_output(sc *c, sc_job *job, const float *hidden, int32_t byte)
+ar_output(sc *c, sc_job *job, const float *hidden, int32_t byte,
+    const float *lp, const unsigned char *top)
 {
 	const pl_frame *in = &job->in;
 	pl_frame *out = &job->out;
@@ -124,6 +125,26 @@ ar_output(sc *c, sc_job *job, const float *hidden, int32_t byte)
 		out->type = PL_TOK;
 		out->pos = in->pos + in->count;
 		out->byte = byte;
+		/* its logprobs, of the PL_LOGPROBS_MAX alternatives computed
+		 * the request's own */
+		if (in->lpk > 0 && lp != NULL) {
+			out->lpk = in->lpk;
+			out->lp_len = (size_t)in->lpk;
+			out->lpb_len = (size_t)in->lpk - 1;
+			out->lp = malloc(out->lp_len * sizeof(float));
+			out->lpb = malloc(out->lpb_len + 1);
+			if (out->lp == NULL || out->lpb == NULL) {
+				sc__fail(job, "", "out of memory");
+				sc__post(c, job);
+				return;
+			}
+			memcpy(out->lp, lp, out->lp_len * sizeof(float));
+			memcpy(out->lpb, top, out->lpb_len);
+		} else if (in->lpk > 0) {
+			sc__fail(job, "", "no logprobs were computed");
+			sc__post(c, job);
+			return;
+		}
 	} else {
 		out->type = PL_AR;
 		out->temperature = in->temperature;
@@ -133,6 +154,7 @@ ar_output(sc *c, sc_job *job, const float *hidden, int32_t byte)
 		out->pos = in->pos;
 		out->count = in->count;
 		out->width = d;
+		out->lpk = in->lpk;
 		out->data_len = (size_t)in->count * d * sizeof(float);
 		/* little-endian hosts only (checked at start) */
 		if ((out->data = malloc(out->data_len)) == NULL)
@@ -153,6 +175,8 @@ ar_pass(sc *c, sc_job **jobs, int nj)
 	int32_t *sym = NULL, *picked = calloc((size_t)nj, sizeof(int32_t));
 	float *hidden, *u = calloc((size_t)nj, sizeof(float));
 	sc_job **live = calloc((size_t)nj, sizeof(*live));
+	float *lp = NULL;
+	unsigned char *top = NULL;
 	char err[KN_ERR_LEN];
 	double t0;
 	int nl = 0;
@@ -197,6 +221,17 @@ ar_pass(sc *c, sc_job **jobs, int nj)
 	rc = kn_model_decode(c->causal, seqs, nl, c->o.ar_first ? sym : NULL,
 	    hidden, u, (float)live[0]->in.temperature, c->o.ar_last ? picked :
 	    NULL, err);
+	/* the logprobs of each byte, where one of the requests asks */
+	for (k = 0; k < nl && rc == 0 && c->o.ar_last && lp == NULL; k++)
+		if (live[k]->in.lpk > 0) {
+			lp = malloc((size_t)nl * (PL_LOGPROBS_MAX + 1) *
+			    sizeof(float));
+			top = malloc((size_t)nl * PL_LOGPROBS_MAX);
+			rc = lp == NULL || top == NULL ? kn_error(err, KN_ENOMEM,
+			    "out of memory") : kn_model_head_logprobs(c->causal,
+			    nl, (float)live[0]->in.temperature, picked,
+			    PL_LOGPROBS_MAX, lp, top, err);
+		}
 	for (k = 0, r = 0; k < nl; r += live[k]->in.count, k++) {
 		live[k]->compute_us += (uint64_t)((kn_now() - t0) * 1e6);
 		if (rc != 0) {
@@ -204,10 +239,14 @@ ar_pass(sc *c, sc_job **jobs, int nj)
 			sc__ar_drop(c, live[k]->in.id);
 			sc__post(c, live[k]);
 		} else
-			ar_output(c, live[k], hidden + (size_t)r * d, picked[k]);
+			ar_output(c, live[k], hidden + (size_t)r * d, picked[k],
+			    lp != NULL ? lp + (size_t)k * (PL_LOGPROBS_MAX + 1) :
+			    NULL, top != NULL ? top + (size_t)k *
+			    PL_LOGPROBS_MAX : NULL);
 	}
 out:
 	free(seqs); free(sym); free(picked); free(hidden); free(u); free(live);
+	free(lp); free(top);
 }
 
 static int

@@ -28,6 +28,10 @@ struct bt_state {
 	int pb;                 /* position blocks: the job's in.pblock + 1 */
 	int npos;
 	int taken;              /* in this round's forward passes */
+	/* logprobs (job's in.lpk figures, lpk - 1 bytes a position; NULL
+	 * when not asked): the pass that decided each position gives its */
+	float *lp;
+	unsigned char *lpb;
 	struct bt_state *next_active;
 };
 
@@ -37,7 +41,74 @@ bt_free(struct bt_state *st)
 	free(st->seq);
 	free(st->u);
 	free(st->pos);
+	free(st->lp);
+	free(st->lpb);
 	free(st);
+}
+
+/* The logprobs of the R rows a pass just sampled (model m, picked) into
+ * the positions they decided (pos_of[r]) of their requests (st_of[r]):
+ * figures for PL_LOGPROBS_MAX alternatives, of which each request keeps
+ * what it asked.  Only when a request of the pass asked; 0 or the
+ * kernel's error. */
+static int
+lp_fill(kn_model *m, struct bt_state **st_of, const int32_t *pos_of, int R,
+    float temp, const int32_t *picked, char *err)
+{
+	const int K = PL_LOGPROBS_MAX, W = K + 1;
+	float *lp;
+	unsigned char *top;
+	int r, j, any = 0, rc;
+
+	for (r = 0; r < R && !any; r++)
+		any = st_of[r]->lp != NULL;
+	if (!any)
+		return KN_OK;
+	lp = malloc((size_t)R * W * sizeof(float));
+	top = malloc((size_t)R * K + 1);
+	if (lp == NULL || top == NULL)
+		rc = kn_error(err, KN_ENOMEM, "out of memory");
+	else
+		rc = kn_model_head_logprobs(m, R, temp, picked, K, lp, top, err);
+	for (r = 0; r < R && rc == 0; r++) {
+		struct bt_state *st = st_of[r];
+		int k1 = st->job->in.lpk;
+
+		if (st->lp == NULL)
+			continue;
+		for (j = 0; j < k1; j++)
+			st->lp[(size_t)pos_of[r] * k1 + j] =
+			    lp[(size_t)r * W + j];
+		for (j = 0; j + 1 < k1; j++)
+			st->lpb[(size_t)pos_of[r] * (k1 - 1) + j] =
+			    top[(size_t)r * K + j];
+	}
+	free(lp);
+	free(top);
+	return rc;
+}
+
+/* Positions [from, to) of st's logprobs into out's, when asked; 0, or
+ * -1 when out of memory. */
+static int
+lp_out(const struct bt_state *st, int from, int to, pl_frame *out)
+{
+	int k1 = st->job->in.lpk;
+	size_t P = (size_t)(to - from);
+
+	if (st->lp == NULL)
+		return 0;
+	out->lpk = k1;
+	out->lp_len = P * k1;
+	out->lpb_len = P * (k1 - 1);
+	out->lp = malloc(out->lp_len * sizeof(float) + 1);
+	out->lpb = malloc(out->lpb_len + 1);
+	if (out->lp == NULL || out->lpb == NULL)
+		return -1;
+	memcpy(out->lp, st->lp + (size_t)from * k1, out->lp_len *
+	    sizeof(float));
+	memcpy(out->lpb, st->lpb + (size_t)from * (k1 - 1), out->lpb_len);
+	return 0;
 }
 
 /* The bt frame that takes the request of in on to block, with seq's
@@ -83,6 +154,8 @@ pb_finish(sc *c, struct bt_state *st, pl_frame *out)
 		return 0;
 	bt_frame_on(in, exit_host ? c->spec.blocks : c->o.block_lo - 1,
 	    st->seq, c->spec.window, out);
+	if (lp_out(st, 0, c->spec.window, out) != 0)
+		out->lpk = -1;		/* said out of memory by bt_finish */
 	out->pos_block = in->pos_block;
 	out->pblock = in->pblock + exit_host;
 	return 1;
@@ -109,9 +182,14 @@ bt_finish(sc *c, struct bt_state *st)
 		out->data = malloc(out->data_len ? out->data_len : 1);
 		for (i = in->fixed; i < in->end && out->data != NULL; i++)
 			out->data[i - in->fixed] = (unsigned char)st->seq[i];
-	} else
+		if (lp_out(st, in->fixed, in->end, out) != 0)
+			out->lpk = -1;
+	} else {
 		bt_frame_on(in, c->o.block_lo - 1, st->seq, n, out);
-	if (out->data == NULL || (out->type == PL_BT && out->mask == NULL))
+		if (lp_out(st, 0, n, out) != 0)
+			out->lpk = -1;
+	}
+	if (out->lpk < 0 || out->data == NULL || (out->type == PL_BT && out->mask == NULL))
 		sc__fail(job, "", "out of memory");
 	st->job = NULL;
 	sc__post(c, job);
@@ -160,6 +238,25 @@ sc__bt_begin(sc *c, sc_job *job)
 	}
 	for (i = 0; i < n; i++)
 		st->seq[i] = in->mask[i] ? KN_MASK : in->data[i];
+	/* the logprobs of the positions decided before this host (none
+	 * at the first traversal's first host), checked by their decoder
+	 * against the window */
+	if (in->lpk > 0) {
+		size_t k1 = (size_t)in->lpk;
+
+		st->lp = calloc((size_t)n * k1, sizeof(float));
+		st->lpb = calloc((size_t)n * (k1 - 1) + 1, 1);
+		if (st->lp == NULL || st->lpb == NULL) {
+			bt_free(st);
+			sc__fail(job, "", "out of memory");
+			return -1;
+		}
+		if (in->lp != NULL && in->lp_len == (size_t)n * k1 &&
+		    in->lpb_len == (size_t)n * (k1 - 1)) {
+			memcpy(st->lp, in->lp, in->lp_len * sizeof(float));
+			memcpy(st->lpb, in->lpb, in->lpb_len);
+		}
+	}
 	if (in->pos_block > 0) {
 		char why[KN_ERR_LEN];
 		double t0 = kn_now();
@@ -223,13 +320,15 @@ pb_pass(sc *c, struct bt_state **group, int g)
 	int32_t *rows = malloc((size_t)N * sizeof(int32_t));
 	int32_t *picked = malloc((size_t)N * sizeof(int32_t));
 	float *u = malloc((size_t)N * sizeof(float));
+	struct bt_state **st_of = malloc((size_t)N * sizeof(*st_of));
+	int32_t *pos_of = malloc((size_t)N * sizeof(int32_t));
 	char err[KN_ERR_LEN];
 	struct bt_state *st;
 	uint64_t us;
 	double t0 = kn_now();
 
 	if (seqs == NULL || sym == NULL || rows == NULL || picked == NULL ||
-	    u == NULL)
+	    u == NULL || st_of == NULL || pos_of == NULL)
 		rc = kn_error(err, KN_ENOMEM, "out of memory");
 	else {
 		for (k = 0; k < g; k++) {
@@ -248,6 +347,8 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			for (r = 0; r < st->npos; r++, R++) {
 				rows[R] = q * L + st->pos[r] - from;
 				u[R] = st->u[L + st->pos[r] - from];
+				st_of[R] = st;
+				pos_of[R] = st->pos[r];
 			}
 			q++;
 		}
@@ -255,6 +356,10 @@ pb_pass(sc *c, struct bt_state **group, int g)
 		    c->blocks[group[0]->block], seqs, q, sym,
 		    bg_commits_picks(&c->spec), rows, R, u,
 		    (float)group[0]->job->in.temperature, picked, err);
+		if (rc == 0 && q > 0)
+			rc = lp_fill(c->blocks[group[0]->block], st_of, pos_of,
+			    R, (float)group[0]->job->in.temperature, picked,
+			    err);
 	}
 	us = (uint64_t)((kn_now() - t0) * 1e6);
 	for (k = 0, R = 0; k < g; k++) {
@@ -271,6 +376,7 @@ pb_pass(sc *c, struct bt_state **group, int g)
 		st->j++;
 	}
 	free(seqs); free(sym); free(rows); free(picked); free(u);
+	free(st_of); free(pos_of);
 }
 
 /* One step of every active request: those at the same block and
@@ -284,6 +390,8 @@ sc__bt_round(sc *c)
 	int32_t *rows = malloc((size_t)B * n * sizeof(int32_t));
 	int32_t *picked = malloc((size_t)B * n * sizeof(int32_t));
 	float *u = malloc((size_t)B * n * sizeof(float));
+	struct bt_state **st_of = malloc((size_t)B * n * sizeof(*st_of));
+	int32_t *pos_of = malloc((size_t)B * n * sizeof(int32_t));
 	char err[KN_ERR_LEN];
 
 	/* drop the finished first, so every one left needs a pass */
@@ -296,7 +404,8 @@ sc__bt_round(sc *c)
 		} else
 			prev = &st->next_active;
 	}
-	while (in != NULL && rows != NULL && picked != NULL && u != NULL) {
+	while (in != NULL && rows != NULL && picked != NULL && u != NULL &&
+	    st_of != NULL && pos_of != NULL) {
 		struct bt_state *lead = NULL;
 		int g = 0, k, r, R = 0, rc;
 		uint64_t us;
@@ -327,11 +436,16 @@ sc__bt_round(sc *c)
 			for (r = 0; r < st->npos; r++, R++) {
 				rows[R] = k * n + st->pos[r];
 				u[R] = st->u[n + st->pos[r]];
+				st_of[R] = st;
+				pos_of[R] = st->pos[r];
 			}
 		}
 		t0 = kn_now();
 		rc = kn_model_predict_at(c->blocks[lead->block], in, g, rows, R,
 		    u, (float)lead->job->in.temperature, picked, err);
+		if (rc == 0)
+			rc = lp_fill(c->blocks[lead->block], st_of, pos_of, R,
+			    (float)lead->job->in.temperature, picked, err);
 		us = (uint64_t)((kn_now() - t0) * 1e6);
 		for (k = 0, R = 0; k < g; k++) {
 			st = group[k];
@@ -358,6 +472,7 @@ sc__bt_round(sc *c)
 			prev = &st->next_active;
 	}
 	free(in); free(rows); free(picked); free(u);
+	free(st_of); free(pos_of);
 }
 
 int

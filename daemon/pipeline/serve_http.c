@@ -25,6 +25,7 @@
 #include "daemon/net/http_route.h"
 #include "daemon/net/http_server.h"
 #include "daemon/pipeline/internal.h"
+#include "daemon/pipeline/serve_logprobs.h"
 #include "daemon/pipeline/serve_request.h"
 #include "kernels/error.h"
 
@@ -44,6 +45,10 @@ typedef struct {
 	size_t sent;            /* output bytes streamed so far */
 	size_t text_sent;       /* of which their text carried */
 	int echoed;             /* the prompt went before its text */
+	/* logprobs kept with out (the request's lpk figures and lpk - 1
+	 * bytes a byte; NULL: none asked) */
+	float *lp;
+	unsigned char *lpb;
 } sh_choice;
 
 /* A connection's HTTP side: its link to the server, and the completion
@@ -250,7 +255,11 @@ choices_free(sh_conn *h)
 
 	for (i = 0; i < h->n; i++) {
 		free(h->ch[i].out);
+		free(h->ch[i].lp);
+		free(h->ch[i].lpb);
 		h->ch[i].out = NULL;
+		h->ch[i].lp = NULL;
+		h->ch[i].lpb = NULL;
 	}
 	h->n = h->done = 0;
 	free(h->prompt);
@@ -389,10 +398,11 @@ with_prompt(const sh_conn *h, size_t pre, const unsigned char *out,
 /* Choice i with its output bytes [sent, to) of out: their text (up to
  * text_to, an unfinished UTF-8 sequence held back while streaming) and
  * the exact bytes in base64, the prompt before both the first time when
- * the completion echoes. */
+ * the completion echoes; their logprobs from lp and lpb (indexed as
+ * out) when asked. */
 static json_t *
-choice_json(sh_conn *h, int i, const unsigned char *out, size_t to,
-    size_t text_to, const char *finish)
+choice_json(sh_conn *h, int i, const unsigned char *out, const float *lp,
+    const unsigned char *lpb, size_t to, size_t text_to, const char *finish)
 {
 	sh_choice *c = &h->ch[i];
 	size_t pre = h->o.echo && !c->echoed ? (size_t)h->plen : 0, tn, bn;
@@ -407,7 +417,9 @@ choice_json(sh_conn *h, int i, const unsigned char *out, size_t to,
 	free(t);
 	free(b);
 	json_object_set_new(ch, "index", json_integer(i));
-	json_object_set_new(ch, "logprobs", json_null());
+	json_object_set_new(ch, "logprobs", h->o.logprobs >= 0 && lp != NULL ?
+	    sl_logprobs_json(h->prompt, pre, out, lp, lpb, h->o.logprobs + 1,
+	    c->sent, to, h->o.echo ? (size_t)h->plen : 0) : json_null());
 	json_object_set_new(ch, "finish_reason", finish ? json_string(finish) :
 	    json_null());
 	c->echoed = 1;
@@ -445,8 +457,10 @@ usage_json(const sh_conn *h)
  * answer goes. */
 static void
 choice_done(conn *c, sh_conn *h, sh_choice *ch, const unsigned char *out,
-    size_t len, const char *finish_reason)
+    const float *lp, const unsigned char *lpb, size_t len,
+    const char *finish_reason)
 {
+	int k1 = h->o.logprobs + 1;
 	json_t *o, *choices;
 	int i = (int)(ch - h->ch);
 
@@ -456,7 +470,7 @@ choice_done(conn *c, sh_conn *h, sh_choice *ch, const unsigned char *out,
 	h->done++;
 	if (h->head_sent) {
 		o = completion_json(c->s, h, json_pack("[o]", choice_json(h, i,
-		    out, len, len, finish_reason)));
+		    out, lp, lpb, len, len, finish_reason)));
 		/* the last choice's last event has the usage, as always,
 		 * unless it comes in an event of its own */
 		if (h->done == h->o.n && !h->o.include_usage)
@@ -464,12 +478,19 @@ choice_done(conn *c, sh_conn *h, sh_choice *ch, const unsigned char *out,
 		sse_json(c, o);
 		if ((h = waiting(c)) == NULL)
 			return;
-	} else if ((ch->out = malloc(len ? len : 1)) == NULL) {
+	} else if ((ch->out = malloc(len ? len : 1)) == NULL || (lp != NULL &&
+	    ((ch->lp = malloc(len * k1 * sizeof(float) + 1)) == NULL ||
+	    (ch->lpb = malloc(len * (k1 - 1) + 1)) == NULL))) {
 		respond_error(hs_deferred_response(h->d), 503, "out of memory");
 		finish(c->s, h);
 		return;
-	} else
+	} else {
 		memcpy(ch->out, out, len);
+		if (lp != NULL) {
+			memcpy(ch->lp, lp, len * k1 * sizeof(float));
+			memcpy(ch->lpb, lpb, len * (k1 - 1));
+		}
+	}
 	if (h->done < h->o.n)
 		return;
 	if (h->head_sent) {
@@ -484,11 +505,26 @@ choice_done(conn *c, sh_conn *h, sh_choice *ch, const unsigned char *out,
 	choices = json_array();
 	for (i = 0; i < h->n; i++)
 		json_array_append_new(choices, choice_json(h, i, h->ch[i].out,
-		    h->ch[i].len, h->ch[i].len, h->ch[i].finish));
+		    h->ch[i].lp, h->ch[i].lpb, h->ch[i].len, h->ch[i].len,
+		    h->ch[i].finish));
 	o = completion_json(c->s, h, choices);
 	json_object_set_new(o, "usage", usage_json(h));
 	respond_json(hs_deferred_response(h->d), 200, o);
 	finish(c->s, h);
+}
+
+/* A request's logprobs from its first output byte (NULL: none asked),
+ * indexed as its output. */
+static const float *
+lp_of(const request *r)
+{
+	return r->lpk > 0 ? r->lp + (size_t)r->fixed * r->lpk : NULL;
+}
+
+static const unsigned char *
+lpb_of(const request *r)
+{
+	return r->lpk > 0 ? r->lpb + (size_t)r->fixed * (r->lpk - 1) : NULL;
 }
 
 static void
@@ -501,8 +537,8 @@ reply_answer(conn *c, request *r, const unsigned char *data, size_t len)
 	if (h == NULL || (ch = choice_of(h, r)) == NULL)
 		return;
 	cut = stop_at(&h->o, data, len);
-	choice_done(c, h, ch, data, cut >= 0 ? (size_t)cut : len, cut >= 0 ?
-	    "stop" : "length");
+	choice_done(c, h, ch, data, lp_of(r), lpb_of(r), cut >= 0 ?
+	    (size_t)cut : len, cut >= 0 ? "stop" : "length");
 }
 
 /* The status of a request that failed at the entry or round the ring. */
@@ -552,7 +588,8 @@ choice_progress(conn *c, sh_conn *h, sh_choice *ch, request *r,
 
 	if (cut >= 0) {
 		json_decref(partial);
-		choice_done(c, h, ch, out, (size_t)cut, "stop");
+		choice_done(c, h, ch, out, lp_of(r), lpb_of(r), (size_t)cut,
+		    "stop");
 		sv_request_drop(c->s, r->id);
 		return 1;
 	}
@@ -561,8 +598,8 @@ choice_progress(conn *c, sh_conn *h, sh_choice *ch, request *r,
 	if (to == ch->sent && partial == NULL && h->o.nstop > 0)
 		return 0;       /* nothing new to say */
 	o = completion_json(c->s, h, json_pack("[o]", choice_json(h,
-	    (int)(ch - h->ch), out, to, ch->text_sent + utf8_whole(out +
-	    ch->text_sent, to - ch->text_sent), NULL)));
+	    (int)(ch - h->ch), out, lp_of(r), lpb_of(r), to, ch->text_sent +
+	    utf8_whole(out + ch->text_sent, to - ch->text_sent), NULL)));
 	if (partial != NULL)
 		json_object_set_new(o, "partial", partial);
 	sse_json(c, o);
@@ -717,13 +754,6 @@ post_completions(sv *s, conn *c, const hs_request *req, hs_response *res)
 	if ((status = sr_completion(req->body, req->body_len, &s->spec,
 	    s->model_name, &f, &o, msg, sizeof(msg))) != 0) {
 		refuse_completion(s, res, status, msg, &o);
-		return;
-	}
-	if (o.logprobs >= 0) {
-		pl_frame_clear(&f);
-		o.param = "logprobs";
-		refuse_completion(s, res, 400, "logprobs is not served here",
-		    &o);
 		return;
 	}
 	/* the choices are requests of this connection, held to its quota */

@@ -300,6 +300,8 @@ sr_completion(const char *body, size_t len, const pr_spec *spec,
 	if ((rc = field(o, "stream", JSON_TRUE, &v, msg, msglen)) < 0)
 		goto out;
 	x->stream = rc > 0 && json_is_true(v);
+	/* the ring computes what logprobs asks (k + 1 figures a byte) */
+	f->lpk = x->logprobs >= 0 ? x->logprobs + 1 : 0;
 	status = 0;
 out:
 	json_decref(o);
