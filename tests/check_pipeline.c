@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,102 @@ START_TEST(test_stream_and_part)
 	ck_assert_ptr_nonnull(strstr(err, "mask flags"));
 	f.data_len = f.mask_len = 0;
 	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+}
+END_TEST
+
+
+/* Logprobs: the keys only where a request asks (a frame without them is
+ * byte for byte the one before, its keys after the rest), round trips
+ * on every type that carries them, and each figure and length checked. */
+START_TEST(test_logprobs_keys)
+{
+	unsigned char seq[6] = "ab\0cd", mask[6] = { 0, 0, 1, 0, 0, 1 };
+	unsigned char lpb[6] = "xyzuvw";
+	float lp[12] = { -0.5f, -0.25f, 0, 0, 0, 0, -1.0f, -0.5f, -2.0f, -0.125f,
+	    0, 0 };
+	pl_frame f = { .type = PL_BT, .id = 9, .steps = 8, .temperature = 0.5,
+	    .seed = 4, .fixed = 2, .end = 5, .block = 2, .data = seq,
+	    .data_len = 6, .mask = mask, .mask_len = 6, .compute_us = 70,
+	    .hops = 1 }, g;
+	static const pl_type carriers[] = { PL_BT, PL_PART, PL_OUT, PL_TOK };
+	char err[KN_ERR_LEN], *plain, *with, *pb, *wb;
+	size_t pn, wn, i;
+
+	pn = encode_body(&f, &plain, &pb);
+	ck_assert_ptr_null(memmem(pb, pn, "lpk", 3));
+	ck_assert_ptr_null(memmem(pb, pn, "\xa2lp", 3));
+	f.lpk = 2;
+	f.lp = lp;
+	f.lp_len = 12;
+	f.lpb = lpb;
+	f.lpb_len = 6;
+	wn = encode_body(&f, &with, &wb);
+	ck_assert_uint_gt(wn, pn);
+	/* the same map, three keys more at its end (14 keys a fixmap, 17
+	 * a map 16) */
+	ck_assert_int_eq((unsigned char)pb[0], 0x80 + 14);
+	ck_assert_mem_eq(wb, "\xde\x00\x11", 3);
+	ck_assert_mem_eq(wb + 3, pb + 1, pn - 1);
+	ck_assert_int_eq(pl_frame_decode(wb, wn, &g, err), 0);
+	ck_assert_int_eq(g.lpk, 2);
+	ck_assert_uint_eq(g.lp_len, 12);
+	ck_assert_mem_eq(g.lp, lp, sizeof(lp));
+	ck_assert_mem_eq(g.lpb, lpb, 6);
+	pl_frame_clear(&g);
+	ck_assert_int_eq(pl_frame_decode(pb, pn, &g, err), 0);
+	ck_assert_int_eq(g.lpk, 0);
+	ck_assert_ptr_null(g.lp);
+	pl_frame_clear(&g);
+	free(plain);
+	free(with);
+	for (i = 0; i < sizeof(carriers) / sizeof(carriers[0]); i++) {
+		pl_frame h = f;
+
+		h.type = carriers[i];
+		h.host = 1;
+		h.traversals = 1;
+		if (h.type == PL_TOK) {
+			h.pos = 3;
+			h.byte = 'c';
+			h.lp_len = 2;
+			h.lpb_len = 1;
+		}
+		ck_assert_msg(round_trip(&h, &g, err) == 0, "%s", err);
+		ck_assert_int_eq(g.lpk, 2);
+		ck_assert_mem_eq(g.lp, lp, h.lp_len * sizeof(float));
+		pl_frame_clear(&g);
+		/* one figure short, one byte more */
+		h.lp_len--;
+		ck_assert_int_ne(round_trip(&h, &g, err), 0);
+		ck_assert_ptr_nonnull(strstr(err, "figures"));
+		h.lp_len++;
+		h.lpb_len++;
+		ck_assert_int_ne(round_trip(&h, &g, err), 0);
+	}
+	/* gen and ar: lpk alone, 0 to 5 alternatives */
+	f = (pl_frame){ .type = PL_GEN, .id = 1, .mode = PL_MODE_AR,
+	    .length = 4, .steps = 4, .temperature = 1, .seed = 2, .data = seq,
+	    .data_len = 2, .lpk = 6 };
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	ck_assert_int_eq(g.lpk, 6);
+	pl_frame_clear(&g);
+	f.lpk = 7;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "lpk"));
+	/* every figure finite and at most 0 */
+	f = (pl_frame){ .type = PL_TOK, .id = 4, .pos = 3, .byte = 'x',
+	    .lpk = 2, .lp = lp, .lp_len = 2, .lpb = lpb, .lpb_len = 1 };
+	lp[1] = NAN;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "not finite"));
+	lp[1] = INFINITY;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	lp[1] = 0.5f;
+	ck_assert_int_ne(round_trip(&f, &g, err), 0);
+	ck_assert_ptr_nonnull(strstr(err, "above 0"));
+	lp[1] = -0.25f;
+	ck_assert_int_eq(round_trip(&f, &g, err), 0);
+	pl_frame_clear(&g);
 }
 END_TEST
 
@@ -612,6 +709,7 @@ main(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_stream_and_part);
+	tcase_add_test(tc, test_logprobs_keys);
 	tcase_add_test(tc, test_host_list);
 	tcase_add_test(tc, test_host_list_ids);
 	tcase_add_test(tc, test_host_list_stages);

@@ -210,6 +210,32 @@ frames(void)
 	    .traversals = 1 };
 	frame(&f, "out");
 	{
+		/* a request's logprobs: k = 1, two figures and a byte a
+		 * position */
+		float lpf[2 * 7] = { -0.5f, -0.25f, -1.0f, -0.5f, 0.0f, 0.0f,
+		    -2.0f, -0.125f, -0.75f, -0.75f, -3.0f, -1.0f, -0.5f, -0.5f };
+		unsigned char lpb[7] = "abcdefg";
+
+		f = (pl_frame){ .type = PL_GEN, .id = 1, .mode = PL_MODE_AR,
+		    .length = 4, .steps = 4, .temperature = 0.8, .seed = 5,
+		    .data = data, .data_len = 3, .lpk = 2 };
+		frame(&f, "gen-logprobs");
+		f = (pl_frame){ .type = PL_BT, .id = 2, .steps = 4,
+		    .temperature = 1, .seed = 6, .fixed = 3, .end = 7,
+		    .block = 2, .data = data, .data_len = 7, .mask = mask,
+		    .mask_len = 7, .lpk = 2, .lp = lpf, .lp_len = 14,
+		    .lpb = lpb, .lpb_len = 7 };
+		frame(&f, "bt-logprobs");
+		f = (pl_frame){ .type = PL_TOK, .id = 4, .pos = 3, .byte = 'x',
+		    .lpk = 2, .lp = lpf, .lp_len = 2, .lpb = lpb,
+		    .lpb_len = 1 };
+		frame(&f, "tok-logprobs");
+		f = (pl_frame){ .type = PL_OUT, .id = 5, .data = data,
+		    .data_len = 4, .traversals = 1, .lpk = 2, .lp = lpf,
+		    .lp_len = 8, .lpb = lpb, .lpb_len = 4 };
+		frame(&f, "out-logprobs");
+	}
+	{
 		unsigned char win[2 * 4] = "abcdefgh";
 		float lp[2 * 3] = { -1.5f, -0.25f, -3.0f, -0.5f, -2.0f, 0.0f };
 		float dist[256];
