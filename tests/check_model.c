@@ -477,6 +477,69 @@ END_TEST
 /* fp16 storage: the model of the weights rounded to fp16, whatever the
  * storage, gives the same predictions and decodes; values past the fp16
  * range are refused. */
+/* kn_model_head_logprobs after kn_model_predict_at: the log-softmax, at
+ * the sampling temperature, of the logits kn_model_forward gives those
+ * rows (computed here in double), the chosen byte's and the k likeliest
+ * in order; at temperature 0 (argmax) those of softmax(logits). */
+START_TEST(test_head_logprobs)
+{
+	kn_model_shape s = { .width = 32, .heads = 2, .layers = 1,
+	    .window = 16, .causal = 0 };
+	static const float temps[] = { 0.7f, 1.0f, 0.0f };
+	int32_t in[2 * 16], rows[3] = { 2, 9, 30 }, picked[3];
+	float logits[2 * 16 * 256], u[3] = { 0.1f, 0.5f, 0.93f }, lp[3 * 6];
+	unsigned char top[3 * 5];
+	char err[KN_ERR_LEN];
+	kn_model *m;
+	int i, r, c, j, ti;
+
+	ck_assert_int_eq(kn_model_create_inference(&m, &s, kn_cpu_backend(), 2,
+	    KN_STORE_F32, err), 0);
+	kn_model_init(m, 11);
+	for (i = 0; i < 2 * 16; i++)
+		in[i] = i % 3 == 2 ? KN_MASK : 'a' + (i * 7) % 26;
+	ck_assert_int_eq(kn_model_forward(m, in, 2, logits, err), 0);
+	for (ti = 0; ti < 3; ti++) {
+		double t = temps[ti] > 0 ? temps[ti] : 1.0;
+
+		ck_assert_int_eq(kn_model_predict_at(m, in, 2, rows, 3, u,
+		    temps[ti], picked, err), 0);
+		ck_assert_int_eq(kn_model_head_logprobs(m, 3, temps[ti], picked,
+		    5, lp, top, err), 0);
+		for (r = 0; r < 3; r++) {
+			const float *l = logits + (size_t)rows[r] * 256;
+			double mx = l[0], sum = 0, want;
+
+			for (c = 1; c < 256; c++)
+				if (l[c] > mx)
+					mx = l[c];
+			for (c = 0; c < 256; c++)
+				sum += exp((l[c] - mx) / t);
+			want = (l[picked[r]] - mx) / t - log(sum);
+			ck_assert_msg(fabs(lp[r * 6] - want) < 1e-5, "row %d: %g, "
+			    "not %g", rows[r], lp[r * 6], want);
+			for (j = 0; j < 5; j++) {
+				int b = top[r * 5 + j];
+
+				ck_assert(fabs(lp[r * 6 + 1 + j] - ((l[b] - mx) / t -
+				    log(sum))) < 1e-5);
+				if (j > 0)
+					ck_assert(l[b] <= l[top[r * 5 + j - 1]]);
+				/* none left out is likelier */
+				for (c = 0; c < 256 && j == 4; c++)
+					ck_assert(l[c] <= l[b] ||
+					    memchr(top + r * 5, c, 5) != NULL);
+			}
+			if (temps[ti] == 0)
+				ck_assert_int_eq(picked[r], top[r * 5]);
+		}
+	}
+	ck_assert_int_ne(kn_model_head_logprobs(m, 3, 1, picked, 300, lp, top,
+	    err), 0);
+	kn_model_free(m);
+}
+END_TEST
+
 START_TEST(test_f16_storage)
 {
 	kn_model_shape s = { .width = 64, .heads = 4, .layers = 2,
@@ -591,6 +654,7 @@ model_suite(void)
 	tcase_add_test(tc, test_decode_matches_forward);
 	tcase_add_test(tc, test_batch_invariance);
 	tcase_add_test(tc, test_f16_storage);
+	tcase_add_test(tc, test_head_logprobs);
 	suite_add_tcase(s, tc);
 	return s;
 }
