@@ -4,8 +4,11 @@
  * operator is one), ring B, one host that is an open entry with a
  * model_name of its own, and ring C, one host of position blocks.  Requests go through the curl binary, as an
  * OpenAI client's would: n choices each the answer of its own seed,
- * stop strings (whole and streamed, both modes), echo, logprobs (the
- * chosen byte's against its alternatives), the model's name and a wrong
+ * stop strings (whole and streamed, both modes), echo, logprobs (their
+ * shape, the chosen byte's against its alternatives, whole and streamed
+ * in both modes and with position blocks, with echo, stop and n, and
+ * their values against the same decoding in this process), the model's
+ * name and a wrong
  * one, the fields that are refused by name, n against an open client's
  * quota, and a client without a certificate: told so by a 401 at the
  * open entry, refused in the handshake elsewhere. */
@@ -722,32 +725,40 @@ START_TEST(test_logprobs_echo_stop_n)
 	static lp_got g, g1;
 	char body[320], stop[8];
 	json_t *o, *ch;
-	size_t n, i;
-	int c;
+	size_t n, i, cut;
+	int c, seed;
 
 	n = lp_whole(base_port, "{\"prompt\":\"ab\",\"max_tokens\":12,"
 	    "\"steps\":4,\"seed\":7,\"echo\":true,\"logprobs\":2}", got, &g);
 	ck_assert_uint_eq(n, 14);
 	lp_check(&g, got, n, 2, 2);
-	/* stop at the output's 6th byte (a printable one, or none cut) */
-	lp_whole(base_port, "{\"prompt\":\"ab\",\"max_tokens\":12,\"steps\":4,"
-	    "\"seed\":8,\"logprobs\":1}", one, &g1);
-	if (one[5] >= 0x20 && one[5] < 0x7f && one[5] != '"' &&
-	    one[5] != '\\') {
-		size_t at = 0;
+	/* stop at a printable byte of some seed's output, after its first */
+	for (seed = 8, cut = 0; seed < 200 && !cut; seed++) {
+		size_t at = 0, j;
 
-		while (one[at] != one[5])
-			at++;
-		snprintf(stop, sizeof(stop), "%c", one[5]);
 		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
-		    "12,\"steps\":4,\"seed\":8,\"logprobs\":1,\"stop\":\"%s\"}",
-		    stop);
+		    "12,\"steps\":4,\"seed\":%d,\"logprobs\":1}", seed);
+		lp_whole(base_port, body, one, &g1);
+		for (j = 1; j < 12 && !at; j++)
+			if (one[j] > 0x20 && one[j] < 0x7f && one[j] != '"' &&
+			    one[j] != '\\')
+				at = j;
+		if (at == 0)
+			continue;
+		while (one[cut] != one[at])
+			cut++;
+		snprintf(stop, sizeof(stop), "%c", one[at]);
+		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":%d,\"logprobs\":1,\"stop\":\"%s\"}",
+		    seed, stop);
 		n = lp_whole(base_port, body, got, &g);
-		ck_assert_uint_eq(n, at);
+		ck_assert_uint_eq(n, cut);
 		lp_check(&g, got, n, 0, 1);
 		for (i = 0; i < n; i++)
 			ck_assert(g.lp[i] == g1.lp[i]);
+		cut = 1;
 	}
+	ck_assert_msg(cut, "no output with a printable byte to stop at");
 	/* n = 3: choice c is seed 30 + c's */
 	o = post_json(base_port, NULL, "{\"prompt\":\"ab\",\"max_tokens\":12,"
 	    "\"steps\":4,\"seed\":30,\"n\":3,\"logprobs\":1,\"mode\":\"ar\"}",
