@@ -487,9 +487,8 @@ handle_gen(sv *s, conn *c, pl_frame *f)
 }
 
 /* The logprobs of count positions from pos that frame f brings (a tok
- * frame's one byte, an out frame's output, a window's decided
- * positions where mask is not NULL), into r's; 0, or -1 when they do
- * not match what r asked.  The decoder checked their lengths against
+ * frame's one byte, an out frame's output) into r's; 0, or -1 when they
+ * do not match what r asked.  The decoder checked their lengths against
  * f's own positions; here they are held to the request's. */
 static int
 lp_take(request *r, const pl_frame *f, int pos, int count)

@@ -19,7 +19,7 @@
 #define SR_N_MAX 8
 #define SR_STOP_MAX 4
 #define SR_STOP_LEN 256
-#define SR_LOGPROBS_MAX 5
+#define SR_LOGPROBS_MAX PL_LOGPROBS_MAX
 
 /* What a completion asks beyond its gen frame: the OpenAI fields the
  * entry itself applies to the ring's answers. */
