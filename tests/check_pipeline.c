@@ -191,7 +191,8 @@ END_TEST
 START_TEST(test_logprobs_keys)
 {
 	unsigned char seq[6] = "ab\0cd", mask[6] = { 0, 0, 1, 0, 0, 1 };
-	unsigned char lpb[6] = "xyzuvw";
+	/* room for the one byte too many that a case below sends */
+	unsigned char lpb[8] = "xyzuvw";
 	float lp[12] = { -0.5f, -0.25f, 0, 0, 0, 0, -1.0f, -0.5f, -2.0f, -0.125f,
 	    0, 0 };
 	pl_frame f = { .type = PL_BT, .id = 9, .steps = 8, .temperature = 0.5,

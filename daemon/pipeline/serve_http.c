@@ -389,8 +389,11 @@ with_prompt(const sh_conn *h, size_t pre, const unsigned char *out,
 
 	if (b == NULL)
 		return NULL;
-	memcpy(b, h->prompt, pre);
-	memcpy(b + pre, out + from, to - from);
+	/* memcpy from a NULL prompt or output is undefined even for 0 bytes */
+	if (pre > 0)
+		memcpy(b, h->prompt, pre);
+	if (to > from)
+		memcpy(b + pre, out + from, to - from);
 	*n = pre + (to - from);
 	return b;
 }
