@@ -191,6 +191,15 @@ START_TEST(test_supervised)
 	ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
 	ck_assert_int_eq(pid_in(pidf), pid);
 	ck_assert_int_ne(access(logf, F_OK), 0);
+	/* the port opens a little before the line is logged (the client,
+	 * the probe and the rounds start in between) */
+	{
+		double t0 = kn_now();
+
+		while (tu_run_cmd(NULL, 0, "grep -q 'listening on' '%s'",
+		    log) != 0 && kn_now() - t0 < 30)
+			usleep(100000);
+	}
 	ck_assert_int_eq(tu_run_cmd(NULL, 0, "grep -q 'listening on' '%s'",
 	    log), 0);
 	ck_assert_int_eq(tu_stop(&pid, SIGTERM, 30), 0);
