@@ -48,6 +48,7 @@ main(int argc, char **argv)
 		startup_usage(stdout, f.serve);
 		return 0;
 	}
+	startup_hold_hup();
 	if (f.serve)
 		return sv_main(&f);
 	startup_log(&f);
@@ -76,6 +77,7 @@ main(int argc, char **argv)
 	log_info("%s", n.backend_desc);
 	if (node_start(&n, uv_default_loop(), be, err) != 0)
 		fatalx("%s", err);
+	startup_take_hup();
 	startup_ready();
 	uv_run(n.loop, UV_RUN_DEFAULT);
 	uv_loop_close(n.loop);

@@ -207,6 +207,61 @@ START_TEST(test_supervised)
 }
 END_TEST
 
+/* A SIGHUP that comes while the daemon starts, before its handler is
+ * set (an operator who signals every daemon of a list just after adding
+ * one), is held until then, not SIGHUP's default end of the process. */
+START_TEST(test_early_hup)
+{
+	char log[320], listen[32], conf[300], peers[300], spec[300];
+	char state[300];
+	const char *argv[] = { "blocktraind", "-f", "-c", conf, "-l", listen,
+	    "-b", "1", "-s", state, "-p", peers, "-r", spec, "-D", "cpu", "-t",
+	    "1", NULL };
+	pid_t pid;
+	int fd, i;
+
+	write_run();
+	snprintf(log, sizeof(log), "%s/stderr-hup", dir);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(conf, sizeof(conf), "%s/daemon.conf", dir);
+	snprintf(peers, sizeof(peers), "%s/peers", dir);
+	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	if ((pid = fork()) == 0) {
+		if ((fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
+			dup2(fd, STDERR_FILENO);
+		execv(tu_blocktraind(), (char *const *)argv);
+		_exit(127);
+	}
+	ck_assert_int_gt(pid, 0);
+	/* its first line (the backend, before the node starts), then a few
+	 * signals over the next milliseconds: before main nothing can hold
+	 * them, so the test waits for main to be under way */
+	for (i = 0; i < 3000 && tu_run_cmd(NULL, 0, "test -s '%s'", log) != 0;
+	    i++)
+		usleep(1000);
+	for (i = 0; i < 5; i++) {
+		kill(pid, SIGHUP);
+		usleep(2000);
+	}
+	/* up, with its handlers set: the line after the listener's */
+	{
+		double t0 = kn_now();
+
+		while (tu_run_cmd(NULL, 0, "grep -q 'listening on' '%s'",
+		    log) != 0 && waitpid(pid, NULL, WNOHANG) == 0 &&
+		    kn_now() - t0 < 30)
+			usleep(20000);
+	}
+	ck_assert_msg(kill(pid, 0) == 0 && tu_run_cmd(NULL, 0,
+	    "grep -q 'listening on' '%s'", log) == 0, "the daemon did not "
+	    "survive an early SIGHUP: see %s", log);
+	usleep(200000);
+	ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
+	ck_assert_int_eq(tu_stop(&pid, SIGTERM, 30), 0);
+}
+END_TEST
+
 START_TEST(test_pipeline_port_held)
 {
 	char out[8192], want[128];
@@ -252,6 +307,7 @@ main(void)
 	tcase_add_test(tc, test_detached);
 	tcase_add_test(tc, test_detached_fails);
 	tcase_add_test(tc, test_supervised);
+	tcase_add_test(tc, test_early_hup);
 	tcase_add_test(tc, test_pipeline_port_held);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

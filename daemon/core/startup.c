@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +347,28 @@ startup_ready(void)
 		    "is up");
 	close(ready_fd);
 	ready_fd = -1;
+}
+
+static void
+hup_mask(int how)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(how, &set, NULL);
+}
+
+void
+startup_hold_hup(void)
+{
+	hup_mask(SIG_BLOCK);
+}
+
+void
+startup_take_hup(void)
+{
+	hup_mask(SIG_UNBLOCK);
 }
 
 void

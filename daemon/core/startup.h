@@ -68,6 +68,14 @@ void startup_claim(const startup_flags *f, const char *state_dir);
 void startup_daemonize(const startup_flags *f, const char *state_dir);
 /* The daemon listens: the shell that started it may return. */
 void startup_ready(void);
+
+/* A SIGHUP (a peer list changed) that comes before the daemon's handler
+ * is set would end it, SIGHUP's default action.  startup_hold_hup blocks
+ * it from the start, so it waits pending; startup_take_hup, once the
+ * loop's handler is set, lets it in.  Threads started in between keep it
+ * blocked, so the main thread, whose loop handles it, takes it. */
+void startup_hold_hup(void);
+void startup_take_hup(void);
 /* A clean exit: the pid file removed. */
 void startup_release(void);
 /* The thread pool and the backend the configuration names; its one-line

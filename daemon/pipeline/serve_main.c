@@ -283,6 +283,7 @@ start_loop(sv *s, const struct sockaddr_storage *sa, char *err)
 	uv_signal_start(&s->sigterm, on_signal, SIGTERM);
 	uv_signal_start(&s->sigint, on_signal, SIGINT);
 	uv_signal_start(&s->sighup, on_hup, SIGHUP);
+	startup_take_hup();
 	signal(SIGPIPE, SIG_IGN);
 	sv_links_init(s);
 	sv_links_start(s);
