@@ -814,8 +814,8 @@ START_TEST(test_live_run)
 	check_endpoints(&bound);
 	if (c == NULL)
 		return;
-	ck_assert_msg(page_caught_up(c, LIVE, STEPS, 10), "the page did not "
-	    "draw the last step within 10 s");
+	ck_assert_msg(page_caught_up(c, LIVE, STEPS, 30), "the page did not "
+	    "draw the last step within 30 s");
 	page = page_charts(c);
 	check_curves(page, bound);
 	check_layout(page, want, sizeof(want) / sizeof(want[0]));
@@ -1011,8 +1011,8 @@ START_TEST(test_page_long_run)
 	}
 	start_script(&s, 6, 3, 0);
 	c = open_page(browser, "long-run");
-	ck_assert_msg(page_caught_up(c, 6, SCRIPT_STEPS, 60), "the page did "
-	    "not draw step %d within 60 s", SCRIPT_STEPS);
+	ck_assert_msg(page_caught_up(c, 6, SCRIPT_STEPS, 200), "the page did "
+	    "not draw step %d within 200 s", SCRIPT_STEPS);
 	page = page_charts(c);
 	check_layout(page, want, sizeof(want) / sizeof(want[0]));
 	/* the bound's axis is the bound's: about 3, not pulled to 1 */
@@ -1061,8 +1061,8 @@ START_TEST(test_page_one_point)
 		return;
 	}
 	c = open_page(browser, "one-point");
-	ck_assert_msg(page_caught_up(c, 2, 100, 20), "the page did not draw "
-	    "the lone points within 20 s");
+	ck_assert_msg(page_caught_up(c, 2, 100, 60), "the page did not draw "
+	    "the lone points within 60 s");
 	page = page_charts(c);
 	check_layout(page, want, sizeof(want) / sizeof(want[0]));
 	/* the bound, two shares, two losses, two positions/s, two links */
@@ -1410,7 +1410,7 @@ main(void)
 	TCase *tc = tcase_create("dashboard");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
+	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_history);
 	tcase_add_test(tc, test_live_run);
 	tcase_add_test(tc, test_page_long_run);
