@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,8 @@ pf_read(const char *path)
 		return 0;
 	buf[n] = '\0';
 	v = strtol(buf, NULL, 10);
-	return v > 0 ? (pid_t)v : 0;
+	/* a file anyone could have written: a pid that fits, or none */
+	return v > 0 && v <= INT_MAX ? (pid_t)v : 0;
 }
 
 static int claim_once(pf_file *p, const char *dir, char *err);
