@@ -32,7 +32,8 @@ enum {
 	K_MAGIC, K_VERSION, K_TYPE, K_ID, K_MODE, K_LENGTH, K_STEPS, K_TEMP,
 	K_SEED, K_FIXED, K_END, K_BLOCK, K_POS, K_COUNT, K_WIDTH, K_BYTE,
 	K_DATA, K_MASK, K_COMPUTE, K_HOPS, K_TRAV, K_MESSAGE, K_EXPERT,
-	K_STREAM, K_HOST, K_POS_BLOCK, K_PBLOCK, K_LPK, K_LP, K_LPB, K_NKEYS
+	K_STREAM, K_HOST, K_POS_BLOCK, K_PBLOCK, K_LPK, K_LP, K_LPB, K_DECODE,
+	K_NKEYS
 };
 
 static const char *const key_names[K_NKEYS] = {
@@ -40,7 +41,7 @@ static const char *const key_names[K_NKEYS] = {
 	"temperature", "seed", "fixed", "end", "block", "pos", "count",
 	"width", "byte", "data", "mask", "compute_us", "hops", "traversals",
 	"message", "expert", "stream", "host", "pos_block", "pblock", "lpk",
-	"lp", "lpb"
+	"lp", "lpb", "decode"
 };
 
 /* The keys of each type after magic, version, type and id, in the order
@@ -132,6 +133,7 @@ uint_field(const pl_frame *f, int k)
 	case K_POS_BLOCK: return (uint64_t)f->pos_block;
 	case K_PBLOCK: return (uint64_t)f->pblock;
 	case K_LPK: return (uint64_t)(f->lpk - 1);
+	case K_DECODE: return (uint64_t)(f->decode - 1);
 	default: return 0;
 	}
 }
@@ -150,11 +152,12 @@ lp_keys_of(pl_type t)
 
 /* The optional keys a frame has, after "stream" (into opt, their
  * count): gen's pos_block, bt's pos_block and pblock, each only when
- * pos_block is set, then the logprobs keys only when lpk is set, so the
- * frames of a run without position blocks, or of a request without
- * logprobs, are as they always were. */
+ * pos_block is set, then the logprobs keys only when lpk is set, then
+ * gen's and bt's decode only when set, so the frames of a run without
+ * position blocks, or of a request without logprobs or a decoder, are as
+ * they always were. */
 static int
-optional_keys(const pl_frame *f, int opt[5])
+optional_keys(const pl_frame *f, int opt[6])
 {
 	int n = 0, lp = f->lpk > 0 ? lp_keys_of(f->type) : 0;
 
@@ -169,6 +172,8 @@ optional_keys(const pl_frame *f, int opt[5])
 		opt[n++] = K_LP;
 		opt[n++] = K_LPB;
 	}
+	if (f->decode > 0 && (f->type == PL_GEN || f->type == PL_BT))
+		opt[n++] = K_DECODE;
 	return n;
 }
 
@@ -202,7 +207,7 @@ pl_frame_encode(const pl_frame *f, char **buf, size_t *len, char *err)
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	const int *keys;
-	int n = 0, i, rc = 0, stream, opt[5], nopt;
+	int n = 0, i, rc = 0, stream, opt[6], nopt;
 	size_t body;
 
 	*buf = NULL;
@@ -358,6 +363,11 @@ decode_field(pl_frame *f, int k, const msgpack_object *o, char *err)
 		    "pipeline frame field 'pos_block' must be at least 1 "
 		    "(absent without position blocks)");
 	case K_PBLOCK: return get_int(o, PL_MAX_WINDOW, &f->pblock, name, err);
+	case K_DECODE:
+		if (get_int(o, PL_DECODE_MAX, &f->decode, name, err) != 0)
+			return KN_EINVAL;
+		f->decode++;
+		return KN_OK;
 	case K_LPK:
 		if (get_int(o, PL_LOGPROBS_MAX, &f->lpk, name, err) != 0)
 			return KN_EINVAL;
@@ -567,7 +577,7 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	msgpack_unpacked up;
 	const msgpack_object *root, *vals[24], *t;
 	const char *keys[24];
-	int rc, n = 0, i, k, stream, opt[5], nopt;
+	int rc, n = 0, i, k, stream, opt[6], nopt;
 
 	memset(f, 0, sizeof(*f));
 	msgpack_unpacked_init(&up);
@@ -598,9 +608,11 @@ pl_frame_decode(const char *body, size_t len, pl_frame *f, char *err)
 	    pr_mp_map_get(root, "pos_block") != NULL;
 	/* lpk says whether the logprobs keys are there */
 	f->lpk = lp_keys_of(f->type) && pr_mp_map_get(root, "lpk") != NULL;
+	f->decode = pr_mp_map_get(root, "decode") != NULL;
 	nopt = optional_keys(f, opt);
 	f->pos_block = 0;
 	f->lpk = 0;
+	f->decode = 0;
 	for (i = 0; i < nopt; i++)
 		keys[n++] = key_names[opt[i]];
 	if ((rc = pr_mp_collect_fields(root, keys, n, vals, "pipeline frame",

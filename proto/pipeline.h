@@ -28,6 +28,8 @@
 /* The most alternatives per byte a request's logprobs may ask (OpenAI's
  * limit). */
 #define PL_LOGPROBS_MAX 5
+/* the index of the last decoder of pr_decoders (spec.h) */
+#define PL_DECODE_MAX 2
 
 typedef enum {
 	PL_GEN = 0,     /* client -> entry host: a request */
@@ -65,6 +67,10 @@ typedef struct {
 	pl_mode mode;                   /* gen */
 	int length, steps;              /* gen: output bytes, denoising steps */
 	double temperature;             /* gen, bt, ar */
+	/* gen, bt: 1 + the decoder's index in pr_decoders (spec.h), sent
+	 * as that index under "decode"; 0: absent (gen: the run's
+	 * [generate] decode; bt: random, index 0) */
+	int decode;
 	uint64_t seed;                  /* gen, bt, ar */
 	int fixed, end;                 /* bt, ar: prompt length, prompt+output */
 	int block;                      /* bt, part: the next block to run,

@@ -201,6 +201,8 @@ static const pr_key_ops betas_ops = { set_betas, NULL };
 static const char *const methods[] = { "blocktrain", "soma", NULL };
 static const char *const soma_modes[] = { "independent", "summed", NULL };
 static const char *const soma_decoders[] = { "frozen", "delta", NULL };
+const char *const pr_decoders[] = { "random", "confidence", "margin",
+	NULL };
 static const char *const noise_draws[] = { "stratified", "antithetic",
 	"kform", "klevel", NULL };
 
@@ -350,6 +352,14 @@ const pr_key pr_spec_keys[] = {
 	  FIELD(round_deadline), .min = 0, .max = INFINITY, .def = 60.0,
 	  .flags = PR_KEY_HASHED | PR_KEY_MIN_OPEN,
 	  .doc = "seconds a coordinator waits for the updates of a round" },
+
+	{ .section = "generate", .name = "decode", .type = PR_KEY_CHOICE,
+	  FIELD(decode), .def_str = "random", .choices = pr_decoders,
+	  .doc = "the order in which a BlockTrain traversal decides the "
+	  "masked bytes, for a request that names none: random (each step "
+	  "unmasks a random share), confidence (the bytes the model is "
+	  "surest of first) or margin (those with the widest gap between "
+	  "the two likeliest bytes first)" },
 
 	{ .section = "soma", .name = "experts", .type = PR_KEY_INT,
 	  FIELD(soma.experts), .min = 1, .max = PR_MAX_BLOCKS, .def = 2,

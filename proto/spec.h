@@ -74,10 +74,18 @@ typedef struct {
 	/* [sync] */
 	int replicas, local_steps;
 	double outer_lr, round_deadline;        /* seconds */
+	/* [generate]: the decoder a request takes when it names none
+	 * (random | confidence | margin); not hashed: it changes no
+	 * weights */
+	char decode[16];
 	/* top level */
 	uint64_t seed;
 	pr_soma soma;
 } pr_spec;
+
+/* The names of [generate] decode, NULL-terminated; a decoder's number
+ * on the wire (pipeline frames) is its index here. */
+extern const char *const pr_decoders[];
 
 /* PR_METHOD_SOMA when method = soma */
 pr_method pr_spec_method(const pr_spec *s);

@@ -82,7 +82,8 @@ start_seq(int32_t *seq, int n, const char *prompt)
 
 /* Cached and uncached decoding give the same bytes, for every position
  * block size, prompt length (ending inside a position block or on its
- * edge) and seed; every output byte is decided, the prompt untouched. */
+ * edge), seed and decoder; every output byte is decided, the prompt
+ * untouched. */
 START_TEST(test_cached_is_uncached)
 {
 	static const int sizes[] = { 1, 4, 8 };
@@ -92,23 +93,28 @@ START_TEST(test_cached_is_uncached)
 	kn_model *blocks[3];
 	pr_spec s;
 	int si, pi, seed, i, ta, tb, differ = 0;
+	bt_decode dec;
 
 	for (si = 0; si < 3; si++) {
 		spec_of(&s, 3, 32, sizes[si]);
 		make_blocks(&s, blocks, 40 + (uint64_t)si);
 		for (pi = 0; pi < 4; pi++)
-			for (seed = 1; seed <= 3; seed++) {
+			for (seed = 1; seed <= 9; seed++) {
 				int plen = (int)strlen(prompts[pi]), end = plen + 13;
 
+				dec = (bt_decode)((seed - 1) / 3);
 				start_seq(a, 32, prompts[pi]);
 				start_seq(b, 32, prompts[pi]);
 				ck_assert_msg(bg_generate(blocks, &s, 12, a, plen, end,
-				    1.0f, (uint64_t)seed, 1, &ta, err) == 0, "%s", err);
+				    1.0f, (uint64_t)seed, dec, 1, &ta, err) == 0, "%s",
+				    err);
 				ck_assert_msg(bg_generate(blocks, &s, 12, b, plen, end,
-				    1.0f, (uint64_t)seed, 0, &tb, err) == 0, "%s", err);
+				    1.0f, (uint64_t)seed, dec, 0, &tb, err) == 0, "%s",
+				    err);
 				ck_assert_msg(memcmp(a, b, sizeof(a)) == 0, "L = %d, "
-				    "prompt %d, seed %d: cached and uncached differ",
-				    sizes[si], plen, seed);
+				    "prompt %d, seed %d, %s: cached and uncached "
+				    "differ", sizes[si], plen, seed,
+				    bt_decode_name(dec));
 				/* ceil(end / L) - floor(plen / L) */
 				ck_assert_int_eq(ta, (end + sizes[si] - 1) / sizes[si] -
 				    plen / sizes[si]);
@@ -148,7 +154,7 @@ START_TEST(test_next_byte_passes)
 	for (b = 0; b < T; b++)
 		before += kn_model_passes(blocks[b]);
 	ck_assert_msg(bg_generate(blocks, &s, 12, seq, plen, plen + M, 1.0f,
-	    3, 1, &t, err) == 0, "%s", err);
+	    3, BT_DECODE_RANDOM, 1, &t, err) == 0, "%s", err);
 	for (b = 0; b < T; b++)
 		after += kn_model_passes(blocks[b]);
 	ck_assert_int_eq(t, M);

@@ -838,7 +838,8 @@ expected(struct client *cl, int n)
 		if (cl[i].mode == PL_MODE_BT)
 			for (b = 2; b >= 0; b--)
 				ck_assert_int_eq(bt_denoise_block(m[b + 1], &spec,
-				    24, b, seq, 3, 0.9f, cl[i].seed, err), 0);
+				    24, b, seq, 3, 0.9f, cl[i].seed,
+				    BT_DECODE_RANDOM, err), 0);
 		else
 			ck_assert_int_eq(bt_generate_ar(causal, seq, 3,
 			    3 + cl[i].length, 0.9f, cl[i].seed, err), 0);

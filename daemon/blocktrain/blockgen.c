@@ -92,6 +92,20 @@ bg_step_positions(const pr_spec *s, const int32_t *seq, int p, int fixed,
 }
 
 int
+bg_step_candidates(const pr_spec *s, bt_decode dec, const int32_t *seq,
+    int p, int fixed, const float *u, double prob, double next,
+    int32_t *pos, int *keep)
+{
+	int L = bg_pos_block(s), from = fixed - p * L, i, count;
+
+	count = bt_step_candidates(dec, seq + (size_t)p * L, L,
+	    from < 0 ? 0 : from, u, prob, next, pos, keep);
+	for (i = 0; i < count; i++)
+		pos[i] += p * L;
+	return count;
+}
+
+int
 bg_extend(kn_model *m, kn_kv *kv, const pr_spec *s, int p,
     const int32_t *seq, char *err)
 {
@@ -117,24 +131,26 @@ bg_extend(kn_model *m, kn_kv *kv, const pr_spec *s, int p,
 
 int
 bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
-    int p, int32_t *seq, int fixed, float temp, uint64_t seed, char *err)
+    int p, int32_t *seq, int fixed, float temp, uint64_t seed,
+    bt_decode dec, char *err)
 {
-	int L = bg_pos_block(s), n = s->window, j, r, count, rc;
+	int L = bg_pos_block(s), n = s->window, j, r, count, keep, rc;
 	int32_t *picked = malloc((size_t)L * 4), *pos = malloc((size_t)L * 4);
 	int32_t *rows = malloc((size_t)L * 4), *sym = malloc((size_t)n * 4);
 	float *u = malloc((size_t)2 * L * 4), *upick = malloc((size_t)L * 4);
+	float *lp = malloc((size_t)L * BT_DECODE_LP * sizeof(float));
 	kn_decode_seq q = { kv, p * L, L };
 	double prob, next;
 
 	rc = picked == NULL || pos == NULL || rows == NULL || sym == NULL ||
-	    u == NULL || upick == NULL ? kn_error(err, KN_ENOMEM,
-	    "out of memory") : KN_OK;
+	    u == NULL || upick == NULL || lp == NULL ? kn_error(err,
+	    KN_ENOMEM, "out of memory") : KN_OK;
 	if (rc == 0 && kv != NULL)
 		rc = bg_extend(m, kv, s, p, seq, err);
 	for (j = 0; rc == 0 && bg_step_draw(s, k, block, j, p, seed, u, &prob,
 	    &next); j++) {
-		if ((count = bg_step_positions(s, seq, p, fixed, u, prob, next,
-		    pos)) == 0)
+		if ((count = bg_step_candidates(s, dec, seq, p, fixed, u, prob,
+		    next, pos, &keep)) == 0)
 			continue;
 		for (r = 0; r < count; r++) {
 			upick[r] = u[L + pos[r] - p * L];
@@ -151,7 +167,12 @@ bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
 		    err) :
 		    kn_model_predict_at(m, sym, 1, pos, count, upick, temp,
 		    picked, err);
-		for (r = 0; r < count && rc == 0; r++)
+		if (rc == 0)
+			rc = bt_step_scores(dec, m, count, picked, lp, err);
+		if (rc == 0 && (keep = bt_step_keep(dec, pos, picked, lp,
+		    count, keep)) < 0)
+			rc = kn_error(err, KN_ENOMEM, "out of memory");
+		for (r = 0; r < keep && rc == 0; r++)
 			seq[pos[r]] = picked[r];
 	}
 	free(picked);
@@ -160,13 +181,14 @@ bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
 	free(sym);
 	free(u);
 	free(upick);
+	free(lp);
 	return rc;
 }
 
 int
 bg_generate(kn_model *const *blocks, const pr_spec *s, int k,
-    int32_t *seq, int fixed, int end, float temp, uint64_t seed, int cached,
-    int *traversals, char *err)
+    int32_t *seq, int fixed, int end, float temp, uint64_t seed,
+    bt_decode dec, int cached, int *traversals, char *err)
 {
 	kn_kv *kv[PR_MAX_BLOCKS] = { NULL };
 	int T = s->blocks, first, last, p, b, rc = KN_OK;
@@ -174,7 +196,7 @@ bg_generate(kn_model *const *blocks, const pr_spec *s, int k,
 	if (!bg_has_pos_blocks(s)) {
 		for (b = T - 1; b >= 0 && rc == 0; b--)
 			rc = bt_denoise_block(blocks[b], s, k, b, seq, fixed, temp,
-			    seed, err);
+			    seed, dec, err);
 		if (traversals != NULL)
 			*traversals = 1;
 		return rc;
@@ -185,7 +207,7 @@ bg_generate(kn_model *const *blocks, const pr_spec *s, int k,
 	for (p = first; p <= last && rc == 0; p++)
 		for (b = T - 1; b >= 0 && rc == 0; b--)
 			rc = bg_denoise(blocks[b], kv[b], s, k, b, p, seq, fixed,
-			    temp, seed, err);
+			    temp, seed, dec, err);
 	for (b = 0; b < T; b++)
 		kn_kv_free(kv[b]);
 	if (traversals != NULL)

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "daemon/blocktrain/blocktrain.h"
 #include "kernels/model.h"
 #include "proto/spec.h"
 
@@ -51,6 +52,11 @@ int bg_step_draw(const pr_spec *s, int k, int block, int j, int p,
  * p of seq; their count. */
 int bg_step_positions(const pr_spec *s, const int32_t *seq, int p, int fixed,
     const float *u, double prob, double next, int32_t *pos);
+/* bt_step_candidates of decoder dec in position block p of seq: absolute
+ * positions into pos, *keep of them decided. */
+int bg_step_candidates(const pr_spec *s, bt_decode dec, const int32_t *seq,
+    int p, int fixed, const float *u, double prob, double next,
+    int32_t *pos, int *keep);
 
 /* Adds the clean context seq[len, pL) to the cache kv of block model m
  * (len its length now): KN_EINVAL if a byte there is still masked. */
@@ -61,15 +67,18 @@ int bg_extend(kn_model *m, kn_kv *kv, const pr_spec *s, int p,
  * seq (window symbols, KN_MASK undecided) in place, positions before
  * fixed never changed.  With kv, the context goes into the cache first
  * and each step runs on the L rows of the position block; with kv NULL,
- * each step runs the whole window (the uncached reference). */
+ * each step runs the whole window (the uncached reference).  Decided in
+ * the order of decoder dec. */
 int bg_denoise(kn_model *m, kn_kv *kv, const pr_spec *s, int k, int block,
-    int p, int32_t *seq, int fixed, float temp, uint64_t seed, char *err);
+    int p, int32_t *seq, int fixed, float temp, uint64_t seed,
+    bt_decode dec, char *err);
 
 /* The whole generation in one process: blocks[b] is block b + 1; seq
- * fills [fixed, end).  cached 0 runs the uncached reference.
+ * fills [fixed, end) in the order of decoder dec.  cached 0 runs the
+ * uncached reference.
  * *traversals (may be NULL) receives the traversals made. */
 int bg_generate(kn_model *const *blocks, const pr_spec *s, int k,
-    int32_t *seq, int fixed, int end, float temp, uint64_t seed, int cached,
-    int *traversals, char *err);
+    int32_t *seq, int fixed, int end, float temp, uint64_t seed,
+    bt_decode dec, int cached, int *traversals, char *err);
 
 #endif

@@ -677,33 +677,41 @@ bt_step_positions(const int32_t *seq, int n, int fixed, const float *u,
 
 int
 bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
-    int32_t *seq, int fixed, float temp, uint64_t seed, char *err)
+    int32_t *seq, int fixed, float temp, uint64_t seed, bt_decode dec,
+    char *err)
 {
-	int n = s->window, j, r, count, rc;
+	int n = s->window, j, r, count, keep, rc;
 	int32_t *picked = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
 	float *u = malloc((size_t)2 * n * 4), *upick = malloc((size_t)n * 4);
+	float *lp = malloc((size_t)n * BT_DECODE_LP * sizeof(float));
 	double p, next;
 
-	rc = picked == NULL || pos == NULL || u == NULL || upick == NULL ?
-	    kn_error(err, KN_ENOMEM, "out of memory") : KN_OK;
+	rc = picked == NULL || pos == NULL || u == NULL || upick == NULL ||
+	    lp == NULL ? kn_error(err, KN_ENOMEM, "out of memory") : KN_OK;
 	for (j = 0; rc == 0 && bt_step_draw(s, k, block, j, seed, u, &p,
 	    &next); j++) {
-		/* only the positions this step unmasks are predicted; a step
-		 * that unmasks none needs no forward pass */
-		if ((count = bt_step_positions(seq, n, fixed, u, p, next,
-		    pos)) == 0)
+		/* only the positions this step may decide are predicted; a
+		 * step that decides none needs no forward pass */
+		if ((count = bt_step_candidates(dec, seq, n, fixed, u, p, next,
+		    pos, &keep)) == 0)
 			continue;
 		for (r = 0; r < count; r++)
 			upick[r] = u[n + pos[r]];
 		rc = kn_model_predict_at(m, seq, 1, pos, count, upick, temp,
 		    picked, err);
-		for (r = 0; r < count && rc == 0; r++)
+		if (rc == 0)
+			rc = bt_step_scores(dec, m, count, picked, lp, err);
+		if (rc == 0 && (keep = bt_step_keep(dec, pos, picked, lp,
+		    count, keep)) < 0)
+			rc = kn_error(err, KN_ENOMEM, "out of memory");
+		for (r = 0; r < keep && rc == 0; r++)
 			seq[pos[r]] = picked[r];
 	}
 	free(picked);
 	free(pos);
 	free(u);
 	free(upick);
+	free(lp);
 	return rc;
 }
 

@@ -89,13 +89,33 @@ int bt_eval_causal(kn_model *m, const pr_spec *s, const corpus *c,
 int bt_equal_cuts(const double *cell_shares, int G, int T, double *cuts,
     char *err);
 
+/* The order in which a traversal decides the masked positions ([generate]
+ * decode; the number is the name's index in pr_decoders).  A step from
+ * level t to u decides, in random order, each masked position with
+ * probability (t - u) / t; in the others, as many as leave a share u of
+ * the free positions masked, those the model is surest of: confidence by
+ * the probability of the likeliest byte, margin by its lead over the
+ * second.  Either way the byte of a decided position is drawn from the
+ * model's distribution there with the same uniform, so the order is all
+ * that changes. */
+typedef enum {
+	BT_DECODE_RANDOM = 0,
+	BT_DECODE_CONFIDENCE = 1,
+	BT_DECODE_MARGIN = 2
+} bt_decode;
+
+/* 0 and *d set, or -1 when name is no decoder's */
+int bt_decode_parse(const char *name, bt_decode *d);
+const char *bt_decode_name(bt_decode d);
+
 /* Runs block b's share of the traversal on seq (window symbols, KN_MASK
- * for undecided), in place.  Positions before `fixed` are the prompt and
- * are never changed.  At each step from t to u every masked position is
- * predicted and unmasked with probability (t - u) / t, its byte sampled at
- * temperature temp; draws are keyed by (seed, block, step, position). */
+ * for undecided), in place, in the order of decoder dec.  Positions
+ * before `fixed` are the prompt and are never changed.  Bytes are
+ * sampled at temperature temp; draws are keyed by (seed, block, step,
+ * position). */
 int bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
-    int32_t *seq, int fixed, float temp, uint64_t seed, char *err);
+    int32_t *seq, int fixed, float temp, uint64_t seed, bt_decode dec,
+    char *err);
 
 /* bt_denoise_block one step at a time, for a server that batches the
  * steps of many requests into one forward pass.  step_draw() fills u (2n
@@ -108,6 +128,31 @@ int bt_step_draw(const pr_spec *s, int k, int block, int j, uint64_t seed,
     float *u, double *p, double *next);
 int bt_step_positions(const int32_t *seq, int n, int fixed, const float *u,
     double p, double next, int32_t *pos);
+
+/* A step of decoder dec over positions [fixed, n) of seq: the positions
+ * its pass predicts (pos, n; the count returned) and, in *keep, how many
+ * of them it decides.  Random predicts just those it decides
+ * (bt_step_positions); the others predict every masked position and
+ * decide *keep of them, those bt_step_keep ranks first.  0: no pass. */
+int bt_step_candidates(bt_decode dec, const int32_t *seq, int n, int fixed,
+    const float *u, double p, double next, int32_t *pos, int *keep);
+
+/* The width of a row of bt_step_keep's lp: kn_model_head_logprobs'
+ * figures with k = 2 at temperature 1, the picked byte's and the two
+ * likeliest bytes'. */
+#define BT_DECODE_LP 3
+/* After the pass over the R candidates (pos, and picked their sampled
+ * bytes; lp R rows of BT_DECODE_LP): moves the keep that dec decides
+ * first to the front of pos and picked, the surest first (the lower
+ * position on a tie), and returns keep; random keeps all R as they are
+ * and needs no lp.  KN_ENOMEM when out of memory. */
+int bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked,
+    const float *lp, int R, int keep);
+
+/* The scores bt_step_keep needs from the pass that just sampled picked
+ * (R rows) in m, into lp (R x BT_DECODE_LP); nothing for random. */
+int bt_step_scores(bt_decode dec, kn_model *m, int R, const int32_t *picked,
+    float *lp, char *err);
 
 /* Autoregressive generation with the causal LM: fills seq[fixed..end)
  * one byte at a time, the prompt in one pass and then one position per

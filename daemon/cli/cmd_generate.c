@@ -40,6 +40,7 @@ struct gen_args {
 	int verbose;
 	int no_cache;           /* position blocks: the uncached reference */
 	int pos_block;          /* the run's position block required; 0: any */
+	int decode;             /* 1 + bt_decode; 0: the run's default */
 };
 
 static int
@@ -104,6 +105,17 @@ gen_option(void *args, int ch)
 		return CLI_CONTINUE;
 	}
 	case 'v': g->verbose = 1; return CLI_CONTINUE;
+	case 'e': {
+		bt_decode d;
+
+		if (bt_decode_parse(optarg, &d) != 0) {
+			fprintf(stderr, "shardmeter generate: --decode takes "
+			    "random, confidence or margin, not '%s'\n", optarg);
+			return 2;
+		}
+		g->decode = 1 + (int)d;
+		return CLI_CONTINUE;
+	}
 	case 'C': g->no_cache = 1; return CLI_CONTINUE;
 	case 'L':
 		return cli_parse_int("generate", "position-block", optarg, 1,
@@ -133,6 +145,7 @@ gen_parse(const struct cmd_entry *self, struct gen_args *g, int argc,
 		{ "windows", required_argument, NULL, 'n' },
 		{ "no-cache", no_argument, NULL, 'C' },
 		{ "position-block", required_argument, NULL, 'L' },
+		{ "decode", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -207,6 +220,7 @@ gen_remote(const struct gen_args *g)
 	req.temperature = g->temp;
 	req.seed = g->seed;
 	req.pos_block = g->pos_block;
+	req.decode = g->decode;
 	t0 = kn_now();
 	rc = gen_ask(g, &hosts, &req, &res, err);
 	ph_free(&hosts);
@@ -235,6 +249,18 @@ gen_remote(const struct gen_args *g)
 	return 0;
 }
 
+/* The decoder asked, or the run's [generate] decode. */
+static bt_decode
+gen_decoder(const struct gen_args *g)
+{
+	bt_decode d = BT_DECODE_RANDOM;
+
+	if (g->decode > 0)
+		return (bt_decode)(g->decode - 1);
+	(void)bt_decode_parse(g->run.spec.decode, &d);
+	return d;
+}
+
 /* A run of position blocks: every block loaded at once, each with the
  * cache of the context it has seen, one traversal per position block. */
 static int
@@ -250,7 +276,7 @@ gen_pos_blocks(const struct gen_args *g, int32_t *seq, int plen, int end,
 		    BT_BLOCK, b + 1, r->be, 1, err);
 	if (rc == 0)
 		rc = bg_generate(blocks, &r->spec, g->steps, seq, plen, end,
-		    g->temp, g->seed, !g->no_cache, &trav, err);
+		    g->temp, g->seed, gen_decoder(g), !g->no_cache, &trav, err);
 	for (b = 0; b < r->spec.blocks; b++)
 		kn_model_free(blocks[b]);
 	if (rc == 0 && g->verbose)
@@ -288,7 +314,7 @@ gen_sample(const struct gen_args *g, int32_t *seq, int plen, int end,
 		    b + 1, r->be, 1, err);
 		if (rc == 0)
 			rc = bt_denoise_block(m, &r->spec, g->steps, b, seq,
-			    plen, g->temp, g->seed, err);
+			    plen, g->temp, g->seed, gen_decoder(g), err);
 		kn_model_free(m);
 	}
 	return rc;
@@ -390,13 +416,14 @@ const struct cmd_entry cmd_generate_entry = {
 	.usage = "usage: shardmeter generate --spec FILE --dir DIR "
 	    "[--length M] [--steps K]\n"
 	    "         [--temperature T] [--seed X] [--mode "
-	    "blocktrain|ar|soma] [--no-cache] [--position-block L] "
-	    "\"PROMPT\"\n"
+	    "blocktrain|ar|soma] [--no-cache] [--position-block L]\n"
+	    "         [--decode random|confidence|margin] \"PROMPT\"\n"
 	    "       shardmeter generate --peers HOSTS [--length M] "
 	    "[--steps K] [--timeout MS]\n"
 	    "         [--temperature T] [--seed X] [--mode "
 	    "blocktrain|ar] [--verbose]\n"
-	    "         [--position-block L] \"PROMPT\"\n"
+	    "         [--position-block L] [--decode "
+	    "random|confidence|margin] \"PROMPT\"\n"
 	    "PROMPT - reads the prompt from standard input, every "
 	    "byte of it (echo's\nnewline too; printf '%s' leaves "
 	    "it out).\n"
@@ -418,6 +445,11 @@ const struct cmd_entry cmd_generate_entry = {
 	    "process; ar samples the causal LM one byte at a "
 	    "time.  The same seed gives\nthe same output, in one "
 	    "process or through the pipeline.\n"
+	    "--decode sets the order in which a step decides the masked "
+	    "bytes: random,\nconfidence (those the model is surest of "
+	    "first) or margin (the widest\nlead of the likeliest byte "
+	    "over the next first); the default is the\nrun's "
+	    "[generate] decode.  It changes no traversal count.\n"
 	    "A run with position blocks of L bytes (position_block) "
 	    "makes one traversal\nper position block that holds "
 	    "output, each host keeping the keys and values\nof the "

@@ -222,6 +222,7 @@ struct request {
 	int fixed, end, steps;
 	double temperature;
 	uint64_t seed;
+	int decode;                     /* bt: pl_frame's; 0 random */
 	int stream;                     /* bt: the hosts send their windows */
 	int dropped;                    /* its client let go of it */
 	int parts;                      /* bt: stages whose window went (host

@@ -282,6 +282,7 @@ pc_send(pc_conn *c, const pc_request *r, uint64_t *id, char *err)
 	f.temperature = r->temperature;
 	f.seed = r->seed;
 	f.pos_block = r->mode == PL_MODE_BT ? r->pos_block : 0;
+	f.decode = r->mode == PL_MODE_BT ? r->decode : 0;
 	f.data = (unsigned char *)r->prompt;
 	f.data_len = r->prompt_len;
 	if ((rc = pc_send_frame(c, &f, err)) != 0)

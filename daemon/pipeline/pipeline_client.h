@@ -31,6 +31,9 @@ typedef struct {
 	/* blocktrain: the position block the run must have (the window
 	 * when it has none); 0 takes the run's, whatever it is */
 	int pos_block;
+	/* blocktrain: 1 + the decoder's index in pr_decoders; 0 takes the
+	 * run's default ([generate] decode) */
+	int decode;
 } pc_request;
 
 typedef struct {

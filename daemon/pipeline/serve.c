@@ -293,6 +293,16 @@ gen_refused(sv *s, conn *c, const pl_frame *f, char *msg, size_t len,
 	return 1;
 }
 
+/* The run's [generate] decode, as pl_frame's decode. */
+static int
+sv_default_decode(const sv *s)
+{
+	bt_decode d;
+
+	return bt_decode_parse(s->spec.decode, &d) == 0 ? 1 + (int)d :
+	    1 + BT_DECODE_RANDOM;
+}
+
 /* The request for a client's gen frame, linked and counted in flight;
  * NULL when out of memory. */
 static request *
@@ -317,6 +327,10 @@ gen_request_new(sv *s, conn *c, const pl_frame *f, const sv_reply_ops *reply,
 	r->steps = f->steps;
 	r->temperature = f->temperature;
 	r->seed = f->seed;
+	r->decode = f->decode > 0 ? f->decode : sv_default_decode(s);
+	/* random goes as it always did: without the key */
+	if (r->decode == 1 + BT_DECODE_RANDOM)
+		r->decode = 0;
 	if (f->lpk > 0) {
 		size_t n = (size_t)s->spec.window, k1 = (size_t)f->lpk;
 
@@ -429,6 +443,7 @@ sv_start_request(sv *s, conn *c, pl_frame *f, const sv_reply_ops *reply,
 	job->in.steps = r->steps;
 	job->in.temperature = r->temperature;
 	job->in.seed = r->seed;
+	job->in.decode = f->mode == PL_MODE_BT ? r->decode : 0;
 	job->in.fixed = r->fixed;
 	job->in.end = r->end;
 	job->in.stream = r->stream;
@@ -456,7 +471,8 @@ handle_bt_next(sv *s, pl_frame *f)
 		return;
 	if (r->pos_block == 0 || f->pos_block != r->pos_block ||
 	    f->pblock != r->pblock + 1 || f->block != s->spec.blocks ||
-	    f->fixed != r->fixed || f->end != r->end) {
+	    f->fixed != r->fixed || f->end != r->end ||
+	    f->decode != r->decode) {
 		request_fail(s, r, SV_ERR_PIPELINE, "the pipeline sent a "
 		    "position block out of order");
 		return;

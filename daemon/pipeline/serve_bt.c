@@ -24,9 +24,11 @@ struct bt_state {
 	int block;              /* 1-based, running now */
 	int j;                  /* its step */
 	double p, next;
-	int32_t *pos;           /* positions the step unmasks (n) */
+	int32_t *pos;           /* positions the step predicts (n) */
 	int pb;                 /* position blocks: the job's in.pblock + 1 */
 	int npos;
+	bt_decode dec;          /* the job's decoder */
+	int keep;               /* of the npos, those the step decides */
 	int taken;              /* in this round's forward passes */
 	/* logprobs (job's in.lpk figures, lpk - 1 bytes a position; NULL
 	 * when not asked): the pass that decided each position gives its */
@@ -123,6 +125,7 @@ bt_frame_on(const pl_frame *in, int block, const int32_t *seq, int n,
 	out->steps = in->steps;
 	out->temperature = in->temperature;
 	out->seed = in->seed;
+	out->decode = in->decode;
 	out->fixed = in->fixed;
 	out->end = in->end;
 	out->block = block;
@@ -271,6 +274,8 @@ sc__bt_begin(sc *c, sc_job *job)
 		job->compute_us += (uint64_t)((kn_now() - t0) * 1e6);
 	}
 	st->job = job;
+	st->dec = in->decode > 0 ? (bt_decode)(in->decode - 1) :
+	    BT_DECODE_RANDOM;
 	st->block = in->block;
 	st->j = 0;
 	st->next_active = c->active;
@@ -291,10 +296,11 @@ bt_advance(sc *c, struct bt_state *st)
 		    st->j, st->pb - 1, in->seed, st->u, &st->p, &st->next) :
 		    bt_step_draw(&c->spec, in->steps, st->block - 1, st->j,
 		    in->seed, st->u, &st->p, &st->next)) {
-			st->npos = st->pb ? bg_step_positions(&c->spec, st->seq,
-			    st->pb - 1, in->fixed, st->u, st->p, st->next,
-			    st->pos) : bt_step_positions(st->seq, n, in->fixed,
-			    st->u, st->p, st->next, st->pos);
+			st->npos = st->pb ? bg_step_candidates(&c->spec,
+			    st->dec, st->seq, st->pb - 1, in->fixed, st->u,
+			    st->p, st->next, st->pos, &st->keep) :
+			    bt_step_candidates(st->dec, st->seq, n, in->fixed,
+			    st->u, st->p, st->next, st->pos, &st->keep);
 			if (st->npos > 0)
 				return 0;
 			st->j++;
@@ -305,6 +311,47 @@ bt_advance(sc *c, struct bt_state *st)
 		st->block--;
 		st->j = 0;
 	}
+}
+
+/* After a pass over the R rows of a group (picked, st_of[r] the request
+ * of row r, each request's rows together and in its pos order): the
+ * scores of those whose decoder ranks its candidates; 0 or the kernel's
+ * error. */
+static int
+dec_scores(kn_model *m, struct bt_state **st_of, int R,
+    const int32_t *picked, float **lp, char *err)
+{
+	int r, any = 0;
+
+	*lp = NULL;
+	for (r = 0; r < R && !any; r++)
+		any = st_of[r]->dec != BT_DECODE_RANDOM;
+	if (!any)
+		return KN_OK;
+	if ((*lp = malloc((size_t)R * BT_DECODE_LP * sizeof(float))) == NULL)
+		return kn_error(err, KN_ENOMEM, "out of memory");
+	return bt_step_scores(BT_DECODE_CONFIDENCE, m, R, picked, *lp, err);
+}
+
+/* st's step after the pass: of its npos rows from R0 (picked, and lp
+ * when its decoder ranks them), the positions it decides take their
+ * bytes; 0, or -1 when out of memory. */
+static int
+dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
+    int R0)
+{
+	int32_t *mine = malloc((size_t)(st->npos ? st->npos : 1) * 4);
+	int r, keep;
+
+	if (mine == NULL)
+		return -1;
+	memcpy(mine, picked + R0, (size_t)st->npos * 4);
+	keep = bt_step_keep(st->dec, st->pos, mine, lp == NULL ? NULL :
+	    lp + (size_t)R0 * BT_DECODE_LP, st->npos, st->keep);
+	for (r = 0; r < keep; r++)
+		st->seq[st->pos[r]] = mine[r];
+	free(mine);
+	return keep < 0 ? -1 : 0;
 }
 
 /* The step of g requests of position blocks at one block: their
@@ -324,6 +371,7 @@ pb_pass(sc *c, struct bt_state **group, int g)
 	int32_t *pos_of = malloc((size_t)N * sizeof(int32_t));
 	char err[KN_ERR_LEN];
 	struct bt_state *st;
+	float *lp = NULL;
 	uint64_t us;
 	double t0 = kn_now();
 
@@ -360,6 +408,9 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			rc = lp_fill(c->blocks[group[0]->block], st_of, pos_of,
 			    R, (float)group[0]->job->in.temperature, picked,
 			    err);
+		if (rc == 0 && q > 0)
+			rc = dec_scores(c->blocks[group[0]->block], st_of, R,
+			    picked, &lp, err);
 	}
 	us = (uint64_t)((kn_now() - t0) * 1e6);
 	for (k = 0, R = 0; k < g; k++) {
@@ -371,12 +422,13 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			sc__fail(st->job, "BlockTrain step failed: ", err);
 			continue;
 		}
-		for (r = 0; r < st->npos; r++, R++)
-			st->seq[st->pos[r]] = picked[R];
+		if (dec_commit(st, picked, lp, R) != 0)
+			sc__fail(st->job, "", "out of memory");
+		R += st->npos;
 		st->j++;
 	}
 	free(seqs); free(sym); free(rows); free(picked); free(u);
-	free(st_of); free(pos_of);
+	free(st_of); free(pos_of); free(lp);
 }
 
 /* One step of every active request: those at the same block and
@@ -393,6 +445,7 @@ sc__bt_round(sc *c)
 	struct bt_state **st_of = malloc((size_t)B * n * sizeof(*st_of));
 	int32_t *pos_of = malloc((size_t)B * n * sizeof(int32_t));
 	char err[KN_ERR_LEN];
+	float *lp = NULL;
 
 	/* drop the finished first, so every one left needs a pass */
 	for (prev = &c->active; (st = *prev) != NULL;) {
@@ -446,6 +499,9 @@ sc__bt_round(sc *c)
 		if (rc == 0)
 			rc = lp_fill(c->blocks[lead->block], st_of, pos_of, R,
 			    (float)lead->job->in.temperature, picked, err);
+		if (rc == 0)
+			rc = dec_scores(c->blocks[lead->block], st_of, R,
+			    picked, &lp, err);
 		us = (uint64_t)((kn_now() - t0) * 1e6);
 		for (k = 0, R = 0; k < g; k++) {
 			st = group[k];
@@ -455,10 +511,13 @@ sc__bt_round(sc *c)
 				    err);
 				continue;
 			}
-			for (r = 0; r < st->npos; r++, R++)
-				st->seq[st->pos[r]] = picked[R];
+			if (dec_commit(st, picked, lp, R) != 0)
+				sc__fail(st->job, "", "out of memory");
+			R += st->npos;
 			st->j++;
 		}
+		free(lp);
+		lp = NULL;
 	}
 	for (prev = &c->active; (st = *prev) != NULL;) {
 		if (st->job->out.type == PL_ERR) {

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "daemon/blocktrain/blocktrain.h"
 #include "kernels/error.h"
 #include "proto/intcheck.h"
 #include "daemon/pipeline/serve_request.h"
@@ -297,6 +298,19 @@ sr_completion(const char *body, size_t len, const pr_spec *spec,
 	}
 	if (rc > 0)
 		f->temperature = json_number_value(v);
+	if ((rc = field(o, "decode", JSON_STRING, &v, msg, msglen)) < 0)
+		goto out;
+	if (rc > 0) {
+		bt_decode d;
+
+		if (bt_decode_parse(json_string_value(v), &d) != 0) {
+			refuse(msg, msglen, 400, "decode is random, "
+			    "confidence or margin, not '%.40s'",
+			    json_string_value(v));
+			goto out;
+		}
+		f->decode = 1 + (int)d;
+	}
 	if ((rc = field(o, "stream", JSON_TRUE, &v, msg, msglen)) < 0)
 		goto out;
 	x->stream = rc > 0 && json_is_true(v);
