@@ -29,7 +29,7 @@
  * limit). */
 #define PL_LOGPROBS_MAX 5
 /* the index of the last decoder of pr_decoders (spec.h) */
-#define PL_DECODE_MAX 2
+#define PL_DECODE_MAX 3
 
 typedef enum {
 	PL_GEN = 0,     /* client -> entry host: a request */

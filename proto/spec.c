@@ -202,7 +202,7 @@ static const char *const methods[] = { "blocktrain", "soma", NULL };
 static const char *const soma_modes[] = { "independent", "summed", NULL };
 static const char *const soma_decoders[] = { "frozen", "delta", NULL };
 const char *const pr_decoders[] = { "random", "confidence", "margin",
-	NULL };
+	"sampled", NULL };
 static const char *const noise_draws[] = { "stratified", "antithetic",
 	"kform", "klevel", NULL };
 
@@ -354,12 +354,14 @@ const pr_key pr_spec_keys[] = {
 	  .doc = "seconds a coordinator waits for the updates of a round" },
 
 	{ .section = "generate", .name = "decode", .type = PR_KEY_CHOICE,
-	  FIELD(decode), .def_str = "random", .choices = pr_decoders,
+	  FIELD(decode), .def_str = "sampled", .choices = pr_decoders,
 	  .doc = "the order in which a BlockTrain traversal decides the "
 	  "masked bytes, for a request that names none: random (each step "
 	  "unmasks a random share), confidence (the bytes the model is "
-	  "surest of first) or margin (those with the widest gap between "
-	  "the two likeliest bytes first)" },
+	  "surest of first), margin (those with the widest gap between "
+	  "the two likeliest bytes first) or sampled (those whose drawn "
+	  "byte is likeliest, with Gumbel noise: MaskGIT's order; its "
+	  "samples have the most words and the least entropy)" },
 
 	{ .section = "soma", .name = "experts", .type = PR_KEY_INT,
 	  FIELD(soma.experts), .min = 1, .max = PR_MAX_BLOCKS, .def = 2,

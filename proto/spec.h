@@ -75,8 +75,8 @@ typedef struct {
 	int replicas, local_steps;
 	double outer_lr, round_deadline;        /* seconds */
 	/* [generate]: the decoder a request takes when it names none
-	 * (random | confidence | margin); not hashed: it changes no
-	 * weights */
+	 * (random | confidence | margin | sampled); not hashed: it changes
+	 * no weights */
 	char decode[16];
 	/* top level */
 	uint64_t seed;

@@ -99,7 +99,7 @@ START_TEST(test_cached_is_uncached)
 		spec_of(&s, 3, 32, sizes[si]);
 		make_blocks(&s, blocks, 40 + (uint64_t)si);
 		for (pi = 0; pi < 4; pi++)
-			for (seed = 1; seed <= 9; seed++) {
+			for (seed = 1; seed <= 12; seed++) {
 				int plen = (int)strlen(prompts[pi]), end = plen + 13;
 
 				dec = (bt_decode)((seed - 1) / 3);

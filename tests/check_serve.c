@@ -818,10 +818,13 @@ expected(struct client *cl, int n)
 	char err[PR_ERR_LEN], path[128], run_id[PR_RUN_ID_LEN];
 	const kn_backend *be;
 	kn_model *m[4] = { NULL }, *causal;
+	bt_decode dec;
 	int i, b, k;
 
 	snprintf(path, sizeof(path), "%s/run.conf", dir);
 	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
+	/* the clients name no decoder: the run's default */
+	ck_assert_int_eq(bt_decode_parse(spec.decode, &dec), 0);
 	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
 	be = kn_backend_get(KN_BACKEND_CPU, NULL, err);
 	snprintf(path, sizeof(path), "%s/run", dir);
@@ -838,8 +841,8 @@ expected(struct client *cl, int n)
 		if (cl[i].mode == PL_MODE_BT)
 			for (b = 2; b >= 0; b--)
 				ck_assert_int_eq(bt_denoise_block(m[b + 1], &spec,
-				    24, b, seq, 3, 0.9f, cl[i].seed,
-				    BT_DECODE_RANDOM, err), 0);
+				    24, b, seq, 3, 0.9f, cl[i].seed, dec, err),
+				    0);
 		else
 			ck_assert_int_eq(bt_generate_ar(causal, seq, 3,
 			    3 + cl[i].length, 0.9f, cl[i].seed, err), 0);

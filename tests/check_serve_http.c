@@ -206,7 +206,8 @@ static size_t
 completion_bytes(const unsigned char *answer, unsigned char *out, int plen)
 {
 	json_error_t jerr;
-	json_t *o = json_loads((const char *)answer, 0, &jerr), *ch;
+	json_t *o = json_loads((const char *)answer, JSON_ALLOW_NUL, &jerr);
+	json_t *ch;
 	size_t n;
 
 	ck_assert_msg(o != NULL, "not JSON: %s", jerr.text);
@@ -248,7 +249,8 @@ stream_bytes(char *answer, unsigned char *out, int *events,
 			done = 1;
 			continue;
 		}
-		ck_assert_ptr_nonnull(o = json_loads(ev + 6, 0, NULL));
+		ck_assert_ptr_nonnull(o = json_loads(ev + 6, JSON_ALLOW_NUL,
+		    NULL));
 		ch = json_array_get(json_object_get(o, "choices"), 0);
 		n += unbase64(json_string_value(json_object_get(ch, "bytes")),
 		    out + n);
@@ -383,6 +385,21 @@ frame_size(const pl_frame *f)
  * in.  Its frames: bt from each host before the exit, with the compute
  * so far and the hops; out from the exit; with stream, the flag on each
  * bt and the part frame of the middle host, carried on by the exit. */
+/* The decode of the ring's bt frames for a request that names none: the
+ * spec default's, absent (0) for random. */
+static int
+default_decode(void)
+{
+	pr_spec d;
+	int i;
+
+	pr_spec_defaults(&d);
+	for (i = 1; pr_decoders[i] != NULL; i++)
+		if (strcmp(pr_decoders[i], d.decode) == 0)
+			return 1 + i;
+	return 0;
+}
+
 static void
 ring_expect(uint64_t id, int plen, int len, uint64_t seed,
     const uint64_t compute_us[HOSTS], int stream, long long out[HOSTS])
@@ -391,7 +408,7 @@ ring_expect(uint64_t id, int plen, int len, uint64_t seed,
 	pl_frame bt = { .type = PL_BT, .id = id, .steps = 8,
 	    .temperature = 0.9, .seed = seed, .fixed = plen, .end = plen + len,
 	    .data = win, .data_len = WINDOW, .mask = mask, .mask_len = WINDOW,
-	    .stream = stream };
+	    .stream = stream, .decode = default_decode() };
 	pl_frame part = { .type = PL_PART, .id = id, .data = win,
 	    .data_len = WINDOW, .mask = mask, .mask_len = WINDOW };
 	pl_frame o = { .type = PL_OUT, .id = id, .data = win, .data_len =
@@ -474,7 +491,8 @@ bad(const char *body, long want, const char *says)
 	const char *msg;
 
 	ck_assert_int_eq(curl_post(base_port, NULL, body, &answer, &len), want);
-	ck_assert_ptr_nonnull(o = json_loads((char *)answer, 0, NULL));
+	ck_assert_ptr_nonnull(o = json_loads((char *)answer, JSON_ALLOW_NUL,
+	    NULL));
 	msg = json_string_value(json_object_get(json_object_get(o, "error"),
 	    "message"));
 	ck_assert_msg(msg != NULL && strstr(msg, says) != NULL, "%s: '%s'",
@@ -755,7 +773,8 @@ raw_status(json_t **o, size_t *sent)
 	ck_assert_int_eq(tu_raw_request(base_port, req, answer,
 	    sizeof(answer)), 200);
 	ck_assert_ptr_nonnull(body = strstr(answer, "\r\n\r\n"));
-	ck_assert_ptr_nonnull(*o = json_loads(body + 4, 0, NULL));
+	ck_assert_ptr_nonnull(*o = json_loads(body + 4, JSON_ALLOW_NUL,
+	    NULL));
 	*sent = strlen(req);
 	return strlen(answer);
 }
@@ -892,7 +911,7 @@ START_TEST(test_cli_status)
 	ck_assert_ptr_nonnull(strstr(out, "inner"));
 	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s status --peers %s/hosts "
 	    "--json", tu_shardmeter(), dir) == 0, "%s", out);
-	ck_assert_ptr_nonnull(o = json_loads(out, 0, NULL));
+	ck_assert_ptr_nonnull(o = json_loads(out, JSON_ALLOW_NUL, NULL));
 	hosts = json_object_get(o, "hosts");
 	ck_assert_int_eq(json_array_size(hosts), HOSTS);
 	mine = tu_status(base_port);

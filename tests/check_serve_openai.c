@@ -797,8 +797,9 @@ ref_spec(const char *hosts, pr_spec *spec)
 	ph_free(&pl);
 }
 
-/* BlockTrain as a host runs it, block T down to 1: the figures of the
- * pass that decided each position (k1 a position). */
+/* BlockTrain as a host runs it in random order (the request names
+ * decode random), block T down to 1: the figures of the pass that
+ * decided each position (k1 a position). */
 static void
 ref_bt(const pr_spec *s, const char *prompt, int end, int steps, float temp,
     uint64_t seed, unsigned char *out, float *lp)
@@ -906,7 +907,8 @@ START_TEST(test_logprobs_values)
 			ref_bt(&spec, "ab", 2 + 12, 4, 0.8f, 77, want, lp);
 		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
 		    "12,\"steps\":4,\"seed\":77,\"mode\":\"%s\",\"temperature\":"
-		    "0.8,\"logprobs\":5}", cases[c].mode);
+		    "0.8,\"logprobs\":5,\"decode\":\"random\"}",
+		    cases[c].mode);
 		ck_assert_uint_eq(lp_whole(base_port + cases[c].port, body, got,
 		    &g), 12);
 		ck_assert_msg(memcmp(got, want, 12) == 0, "%s on %s: the bytes "

@@ -95,13 +95,15 @@ int bt_equal_cuts(const double *cell_shares, int G, int T, double *cuts,
  * probability (t - u) / t; in the others, as many as leave a share u of
  * the free positions masked, those the model is surest of: confidence by
  * the probability of the likeliest byte, margin by its lead over the
- * second.  Either way the byte of a decided position is drawn from the
- * model's distribution there with the same uniform, so the order is all
- * that changes. */
+ * second, sampled by the probability of the byte drawn there plus Gumbel
+ * noise (MaskGIT's choice).  Either way the byte of a decided position is
+ * drawn from the model's distribution there with the same uniform, so
+ * the order is all that changes. */
 typedef enum {
 	BT_DECODE_RANDOM = 0,
 	BT_DECODE_CONFIDENCE = 1,
-	BT_DECODE_MARGIN = 2
+	BT_DECODE_MARGIN = 2,
+	BT_DECODE_SAMPLED = 3
 } bt_decode;
 
 /* 0 and *d set, or -1 when name is no decoder's */
@@ -145,9 +147,11 @@ int bt_step_candidates(bt_decode dec, const int32_t *seq, int n, int fixed,
  * bytes; lp R rows of BT_DECODE_LP): moves the keep that dec decides
  * first to the front of pos and picked, the surest first (the lower
  * position on a tie), and returns keep; random keeps all R as they are
- * and needs no lp.  KN_ENOMEM when out of memory. */
+ * and needs no lp.  usel[i - base] is the step's unmasking uniform of
+ * position i (step_draw's first half), the noise of sampled.  KN_ENOMEM
+ * when out of memory. */
 int bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked,
-    const float *lp, int R, int keep);
+    const float *lp, const float *usel, int base, int R, int keep);
 
 /* The scores bt_step_keep needs from the pass that just sampled picked
  * (R rows) in m, into lp (R x BT_DECODE_LP); nothing for random. */

@@ -4,6 +4,13 @@
  * position and keeps the ones the model is surest of, as MaskGIT's
  * schedule and LLaDA's low-confidence remasking do, at no extra
  * traversal. */
+
+/* sampled: the scale of the Gumbel noise on the log-probability of the
+ * drawn byte.  0 keeps only the likeliest draws (few, repeated bytes);
+ * large is random order.  0.5 is where the quality run's samples kept
+ * most of their entropy and most of the gain in words (DESIGN section
+ * 2, scripts/bench/samples). */
+#define BT_SAMPLED_NOISE 0.5
 #include "config.h"
 
 #include <math.h>
@@ -93,9 +100,18 @@ by_score(const void *a, const void *b)
 	return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
+/* The Gumbel draw of uniform u, kept finite. */
+static double
+gumbel(float u)
+{
+	double x = u < 1e-12f ? 1e-12 : u >= 1.0f ? 1.0 - 1e-7 : (double)u;
+
+	return -log(-log(x));
+}
+
 int
 bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked, const float *lp,
-    int R, int keep)
+    const float *usel, int base, int R, int keep)
 {
 	struct ranked *r;
 	int i;
@@ -109,9 +125,21 @@ bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked, const float *lp,
 	for (i = 0; i < R; i++) {
 		const float *l = lp + (size_t)i * BT_DECODE_LP;
 
+		switch (dec) {
+		case BT_DECODE_MARGIN:
+			r[i].score = exp((double)l[1]) - exp((double)l[2]);
+			break;
+		case BT_DECODE_SAMPLED:
+			/* the step's unmasking uniform of the position,
+			 * unused by this order, makes the noise */
+			r[i].score = (double)l[0] + BT_SAMPLED_NOISE *
+			    gumbel(usel[pos[i] - base]);
+			break;
+		default:
+			r[i].score = (double)l[1];
+			break;
+		}
 		/* NaN logits rank last rather than anywhere */
-		r[i].score = dec == BT_DECODE_MARGIN ?
-		    exp((double)l[1]) - exp((double)l[2]) : (double)l[1];
 		if (isnan(r[i].score))
 			r[i].score = -INFINITY;
 		r[i].pos = pos[i];

@@ -13,6 +13,7 @@
 
 #include "daemon/blocktrain/blocktrain.h"
 #include "daemon/cli/cmd.h"
+#include "daemon/cli/cmd_eval_samples.h"
 #include "daemon/cli/cmd_eval_soma.h"
 #include "proto/corpus.h"
 #include "daemon/blocktrain/train.h"
@@ -25,6 +26,7 @@ struct eval_args {
 	int json;
 	int windows_given;
 	bt_eval_set set;
+	es_opts samples;        /* --samples N: samples.samples > 0 */
 };
 
 struct eval_result {
@@ -35,6 +37,41 @@ struct eval_result {
 	int have_causal;
 	double causal;
 };
+
+/* --decode LIST or --steps LIST of --samples; CLI_CONTINUE or 2. */
+static int
+eval_list(struct eval_args *e, int ch)
+{
+	char buf[256], *tok, *save = NULL;
+	es_opts *o = &e->samples;
+
+	snprintf(buf, sizeof(buf), "%s", optarg);
+	if (ch == 'd')
+		o->ndecoders = 0;
+	else
+		o->nsteps = 0;
+	for (tok = strtok_r(buf, ", ", &save); tok != NULL;
+	    tok = strtok_r(NULL, ", ", &save)) {
+		if (ch == 'd') {
+			bt_decode d;
+
+			if (bt_decode_parse(tok, &d) != 0 || o->ndecoders == 4) {
+				fprintf(stderr, "shardmeter eval: --decode takes "
+				    "random, confidence, margin and sampled, not '%s'\n",
+				    tok);
+				return 2;
+			}
+			o->decoders[o->ndecoders++] = d;
+		} else if (o->nsteps == ES_MAX_STEPS || cli_parse_int("eval",
+		    "steps", tok, 1, 256, &o->steps[o->nsteps++]) != 0) {
+			if (o->nsteps == ES_MAX_STEPS)
+				fprintf(stderr, "shardmeter eval: --steps takes "
+				    "at most %d counts\n", ES_MAX_STEPS);
+			return 2;
+		}
+	}
+	return CLI_CONTINUE;
+}
 
 /* One option of eval's own; CLI_CONTINUE, or the exit status. */
 static int
@@ -50,6 +87,31 @@ eval_option(void *args, int ch)
 		e->windows_given = 1;
 		return cli_parse_int("eval", "windows", optarg, 1, 1 << 20,
 		    &e->set.windows) ? 2 : CLI_CONTINUE;
+	case 'n':
+		return cli_parse_int("eval", "samples", optarg, 1, 100000,
+		    &e->samples.samples) ? 2 : CLI_CONTINUE;
+	case 'p':
+		return cli_parse_int("eval", "prompt-bytes", optarg, 1, 65535,
+		    &e->samples.prompt_bytes) ? 2 : CLI_CONTINUE;
+	case 'r':
+		return cli_parse_int("eval", "show", optarg, 0, 100000,
+		    &e->samples.show) ? 2 : CLI_CONTINUE;
+	case 'W': e->samples.words = optarg; return CLI_CONTINUE;
+	case 'd':
+	case 'k':
+		return eval_list(e, ch);
+	case 'u': {
+		char *end;
+
+		e->samples.temperature = strtod(optarg, &end);
+		if (end == optarg || *end || !(e->samples.temperature >= 0 &&
+		    e->samples.temperature <= 100)) {
+			fprintf(stderr, "shardmeter eval: --temperature takes a "
+			    "number from 0 to 100\n");
+			return 2;
+		}
+		return CLI_CONTINUE;
+	}
 	default: return 2;
 	}
 }
@@ -64,6 +126,13 @@ eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
 		{ "text", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "windows", required_argument, NULL, 'w' },
+		{ "samples", required_argument, NULL, 'n' },
+		{ "prompt-bytes", required_argument, NULL, 'p' },
+		{ "decode", required_argument, NULL, 'd' },
+		{ "steps", required_argument, NULL, 'k' },
+		{ "temperature", required_argument, NULL, 'u' },
+		{ "words", required_argument, NULL, 'W' },
+		{ "show", required_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -230,7 +299,11 @@ eval_print_table(const struct eval_args *e, const struct eval_result *res)
 static int
 eval_exec(const struct cmd_entry *self, int argc, char **argv)
 {
-	struct eval_args e = { .set = { BT_EVAL_WINDOWS, BT_EVAL_STRATA } };
+	struct eval_args e = { .set = { BT_EVAL_WINDOWS, BT_EVAL_STRATA },
+	    .samples = { .prompt_bytes = 8, .temperature = 1.0,
+	    .decoders = { BT_DECODE_RANDOM, BT_DECODE_CONFIDENCE,
+	    BT_DECODE_MARGIN, BT_DECODE_SAMPLED }, .ndecoders = 4, .steps = { 16, 64, 256 },
+	    .nsteps = 3, .words = "/usr/share/dict/words" } };
 	struct eval_result res = { 0 };
 	char err[PR_ERR_LEN];
 	int rc, test;
@@ -254,6 +327,12 @@ eval_exec(const struct cmd_entry *self, int argc, char **argv)
 		fprintf(stderr, "shardmeter eval: %s split: %s\n", e.split, err);
 		return 1;
 	}
+	if (e.samples.samples > 0) {
+		e.samples.json = e.json;
+		rc = cli_eval_samples(&e.run, &c, res.path, &e.samples);
+		corpus_close(&c);
+		return rc;
+	}
 	rc = eval_run(&e, &c, &res, err);
 	corpus_close(&c);
 	if (rc != 0) {
@@ -270,6 +349,11 @@ const struct cmd_entry cmd_eval_entry = {
 	.usage = "usage: shardmeter eval --spec FILE --dir DIR "
 	    "[--split valid|test | --text FILE] [--json]\n"
 	    "                       [--windows N]\n"
+	    "       shardmeter eval --spec FILE --dir DIR --samples N "
+	    "[--split valid|test | --text FILE]\n"
+	    "         [--prompt-bytes P] [--decode LIST] [--steps LIST] "
+	    "[--temperature T]\n"
+	    "         [--words FILE] [--show K] [--json]\n"
 	    "Reports the composed held-out bound (nats and bits "
 	    "per byte), each block's\nshare on its interval, the "
 	    "e2e reference on the same intervals and the causal\n"
@@ -283,6 +367,22 @@ const struct cmd_entry cmd_eval_entry = {
 	    "on the split, and the seed and every control in DIR on\n"
 	    "the same windows, with the byte positions each trained "
 	    "on and their forward\nmultiply-adds (MACs); --windows caps "
-	    "the windows.\n",
+	    "the windows.\n"
+	    "--samples N measures samples instead: from N prompts of P "
+	    "bytes (default 8)\nat word starts spread over the split, "
+	    "it continues each to the end of the\nwindow with the causal "
+	    "LM at temperature 1 (the anchor) and with the blocks\n"
+	    "under each decoder of LIST (default all four) "
+	    "at each step\ncount of LIST (default 16,64,256) and "
+	    "temperature T (default 1), sample i\nwith seed i + 1.  Each "
+	    "set is reported with its generative cross-entropy\n(nats "
+	    "per generated byte under the run's causal LM; lower is "
+	    "better), its\nbytes' own entropy (nats, per sample; a "
+	    "decoder that repeats itself scores\nlow here), the share "
+	    "of its words of 3+ letters found in the word list\n(default "
+	    "/usr/share/dict/words, from wamerican), the traversals and "
+	    "the time\nof one sample; the split's own continuations "
+	    "come first, as the ceiling.\n--show K prints the first K "
+	    "samples of each set.\n",
 	.exec = eval_exec
 };

@@ -110,7 +110,7 @@ gen_option(void *args, int ch)
 
 		if (bt_decode_parse(optarg, &d) != 0) {
 			fprintf(stderr, "shardmeter generate: --decode takes "
-			    "random, confidence or margin, not '%s'\n", optarg);
+			    "random, confidence, margin or sampled, not '%s'\n", optarg);
 			return 2;
 		}
 		g->decode = 1 + (int)d;
@@ -417,13 +417,13 @@ const struct cmd_entry cmd_generate_entry = {
 	    "[--length M] [--steps K]\n"
 	    "         [--temperature T] [--seed X] [--mode "
 	    "blocktrain|ar|soma] [--no-cache] [--position-block L]\n"
-	    "         [--decode random|confidence|margin] \"PROMPT\"\n"
+	    "         [--decode random|confidence|margin|sampled] \"PROMPT\"\n"
 	    "       shardmeter generate --peers HOSTS [--length M] "
 	    "[--steps K] [--timeout MS]\n"
 	    "         [--temperature T] [--seed X] [--mode "
 	    "blocktrain|ar] [--verbose]\n"
 	    "         [--position-block L] [--decode "
-	    "random|confidence|margin] \"PROMPT\"\n"
+	    "random|confidence|margin|sampled] \"PROMPT\"\n"
 	    "PROMPT - reads the prompt from standard input, every "
 	    "byte of it (echo's\nnewline too; printf '%s' leaves "
 	    "it out).\n"
@@ -447,9 +447,10 @@ const struct cmd_entry cmd_generate_entry = {
 	    "process or through the pipeline.\n"
 	    "--decode sets the order in which a step decides the masked "
 	    "bytes: random,\nconfidence (those the model is surest of "
-	    "first) or margin (the widest\nlead of the likeliest byte "
-	    "over the next first); the default is the\nrun's "
-	    "[generate] decode.  It changes no traversal count.\n"
+	    "first), margin (the widest lead\nof the likeliest byte "
+	    "over the next first) or sampled (the likeliest drawn\n"
+	    "bytes first, with noise); the default is the run's "
+	    "[generate] decode.  It\nchanges no traversal count.\n"
 	    "A run with position blocks of L bytes (position_block) "
 	    "makes one traversal\nper position block that holds "
 	    "output, each host keeping the keys and values\nof the "

@@ -335,10 +335,11 @@ dec_scores(kn_model *m, struct bt_state **st_of, int R,
 
 /* st's step after the pass: of its npos rows from R0 (picked, and lp
  * when its decoder ranks them), the positions it decides take their
- * bytes; 0, or -1 when out of memory. */
+ * bytes; L is the position block (the window without them); 0, or -1
+ * when out of memory. */
 static int
 dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
-    int R0)
+    int R0, int L)
 {
 	int32_t *mine = malloc((size_t)(st->npos ? st->npos : 1) * 4);
 	int r, keep;
@@ -347,7 +348,8 @@ dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
 		return -1;
 	memcpy(mine, picked + R0, (size_t)st->npos * 4);
 	keep = bt_step_keep(st->dec, st->pos, mine, lp == NULL ? NULL :
-	    lp + (size_t)R0 * BT_DECODE_LP, st->npos, st->keep);
+	    lp + (size_t)R0 * BT_DECODE_LP, st->u, st->pb ? (st->pb - 1) * L :
+	    0, st->npos, st->keep);
 	for (r = 0; r < keep; r++)
 		st->seq[st->pos[r]] = mine[r];
 	free(mine);
@@ -422,7 +424,7 @@ pb_pass(sc *c, struct bt_state **group, int g)
 			sc__fail(st->job, "BlockTrain step failed: ", err);
 			continue;
 		}
-		if (dec_commit(st, picked, lp, R) != 0)
+		if (dec_commit(st, picked, lp, R, L) != 0)
 			sc__fail(st->job, "", "out of memory");
 		R += st->npos;
 		st->j++;
@@ -511,7 +513,7 @@ sc__bt_round(sc *c)
 				    err);
 				continue;
 			}
-			if (dec_commit(st, picked, lp, R) != 0)
+			if (dec_commit(st, picked, lp, R, n) != 0)
 				sc__fail(st->job, "", "out of memory");
 			R += st->npos;
 			st->j++;

@@ -305,7 +305,7 @@ sr_completion(const char *body, size_t len, const pr_spec *spec,
 
 		if (bt_decode_parse(json_string_value(v), &d) != 0) {
 			refuse(msg, msglen, 400, "decode is random, "
-			    "confidence or margin, not '%.40s'",
+			    "confidence, margin or sampled, not '%.40s'",
 			    json_string_value(v));
 			goto out;
 		}
