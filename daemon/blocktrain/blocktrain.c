@@ -702,7 +702,7 @@ bt_denoise_block(kn_model *m, const pr_spec *s, int k, int block,
 		if (rc == 0)
 			rc = bt_step_scores(dec, m, count, picked, lp, err);
 		if (rc == 0 && (keep = bt_step_keep(dec, pos, picked, lp, u, 0,
-		    count, keep)) < 0)
+		    temp, count, keep)) < 0)
 			rc = kn_error(err, KN_ENOMEM, "out of memory");
 		for (r = 0; r < keep && rc == 0; r++)
 			seq[pos[r]] = picked[r];

@@ -148,10 +148,11 @@ int bt_step_candidates(bt_decode dec, const int32_t *seq, int n, int fixed,
  * first to the front of pos and picked, the surest first (the lower
  * position on a tie), and returns keep; random keeps all R as they are
  * and needs no lp.  usel[i - base] is the step's unmasking uniform of
- * position i (step_draw's first half), the noise of sampled.  KN_ENOMEM
- * when out of memory. */
+ * position i (step_draw's first half), the noise of sampled, scaled by
+ * the request's temperature temp.  KN_ENOMEM when out of memory. */
 int bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked,
-    const float *lp, const float *usel, int base, int R, int keep);
+    const float *lp, const float *usel, int base, float temp, int R,
+    int keep);
 
 /* The scores bt_step_keep needs from the pass that just sampled picked
  * (R rows) in m, into lp (R x BT_DECODE_LP); nothing for random. */

@@ -6,10 +6,11 @@
  * traversal. */
 
 /* sampled: the scale of the Gumbel noise on the log-probability of the
- * drawn byte.  0 keeps only the likeliest draws (few, repeated bytes);
- * large is random order.  0.5 is where the quality run's samples kept
- * most of their entropy and most of the gain in words (DESIGN section
- * 2, scripts/bench/samples). */
+ * drawn byte at temperature 1, in proportion to the temperature, so that
+ * temperature 0 is greedy (the surest position, its likeliest byte) and
+ * a hot one nears random order.  0 keeps only the likeliest draws (few,
+ * repeated bytes); 0.5 is where the quality run's samples kept most of
+ * their entropy and most of the gain in words (scripts/bench/samples). */
 #define BT_SAMPLED_NOISE 0.5
 #include "config.h"
 
@@ -111,7 +112,7 @@ gumbel(float u)
 
 int
 bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked, const float *lp,
-    const float *usel, int base, int R, int keep)
+    const float *usel, int base, float temp, int R, int keep)
 {
 	struct ranked *r;
 	int i;
@@ -133,6 +134,7 @@ bt_step_keep(bt_decode dec, int32_t *pos, int32_t *picked, const float *lp,
 			/* the step's unmasking uniform of the position,
 			 * unused by this order, makes the noise */
 			r[i].score = (double)l[0] + BT_SAMPLED_NOISE *
+			    (temp > 0.0f ? (double)temp : 0.0) *
 			    gumbel(usel[pos[i] - base]);
 			break;
 		default:

@@ -147,6 +147,15 @@ es_count_words(const struct es_words *w, const unsigned char *x, int n,
 	}
 }
 
+/* Bytes no text has: controls other than tab and line ends, DEL, and
+ * those that UTF-8 never uses; what a collapsing sampler emits. */
+static int
+es_odd(unsigned char c)
+{
+	return (c < 32 && c != '\t' && c != '\n' && c != '\r') || c == 127 ||
+	    c == 0xc0 || c == 0xc1 || c >= 0xf5;
+}
+
 /* The byte entropy of x[0, len), in nats. */
 static double
 es_entropy(const unsigned char *x, int len)
@@ -171,6 +180,7 @@ struct es_row {
 	int steps, traversals;
 	double temp;
 	double gen_ce, entropy, dict, ms;
+	double odd;             /* the share of es_odd bytes */
 	long words;
 	unsigned char *x;       /* N windows */
 };
@@ -250,18 +260,21 @@ static void
 es_text_figures(const struct es_words *words, const es_opts *o, int n,
     struct es_row *row)
 {
-	long known = 0;
+	long known = 0, odd = 0;
 	double h = 0.0;
-	int i, P = o->prompt_bytes;
+	int i, j, P = o->prompt_bytes;
 
 	row->words = 0;
 	for (i = 0; i < o->samples; i++) {
 		const unsigned char *x = row->x + (size_t)i * n;
 
+		for (j = P; j < n; j++)
+			odd += es_odd(x[j]);
 		h += es_entropy(x + P, n - P);
 		es_count_words(words, x, n, P, n, &row->words, &known);
 	}
 	row->entropy = h / o->samples;
+	row->odd = (double)odd / ((double)o->samples * (n - P));
 	row->dict = row->words > 0 ? (double)known / row->words : 0.0;
 }
 
@@ -301,11 +314,12 @@ es_print_line(const struct es_row *r, int json, json_t *arr)
 	char steps[16], ce[16];
 
 	if (json) {
-		json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:f,s:f,s:I,s:f}",
+		json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:f,s:f,s:I,s:f,s:f}",
 		    "samples", r->what, "steps", r->steps, "traversals",
 		    r->traversals, "temperature", r->temp, "entropy",
 		    r->entropy, "dict_share", r->dict, "words",
-		    (json_int_t)r->words, "ms_per_sample", r->ms);
+		    (json_int_t)r->words, "odd_share", r->odd,
+		    "ms_per_sample", r->ms);
 
 		json_object_set_new(o, "gen_ce", isnan(r->gen_ce) ?
 		    json_null() : json_real(r->gen_ce));
@@ -320,8 +334,9 @@ es_print_line(const struct es_row *r, int json, json_t *arr)
 		snprintf(steps, sizeof(steps), "%d", r->steps);
 	else
 		snprintf(steps, sizeof(steps), "-");
-	printf("  %-22s %5s %6d %8s %8.3f %7.3f %6ld %9.1f\n", r->what,
-	    steps, r->traversals, ce, r->entropy, r->dict, r->words, r->ms);
+	printf("  %-22s %5s %6d %8s %8.3f %7.3f %6ld %6.3f %9.1f\n", r->what,
+	    steps, r->traversals, ce, r->entropy, r->dict, r->words, r->odd,
+	    r->ms);
 	fflush(stdout);
 }
 
@@ -386,8 +401,8 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 		    "%s; scored by the run's causal LM; words of %d+ letters "
 		    "against %s\n", o->samples, n - o->prompt_bytes,
 		    o->prompt_bytes, path, ES_MIN_WORD, o->words);
-		printf("  %-22s %5s %6s %8s %8s %7s %6s %9s\n", "samples",
-		    "steps", "trav", "gen_ce", "entropy", "dict", "words",
+		printf("  %-22s %5s %6s %8s %8s %7s %6s %6s %9s\n", "samples",
+		    "steps", "trav", "gen_ce", "entropy", "dict", "words", "odd",
 		    "ms/sample");
 	}
 	/* the text itself, then the causal LM's samples at temperature 1 */

@@ -349,7 +349,7 @@ dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
 	memcpy(mine, picked + R0, (size_t)st->npos * 4);
 	keep = bt_step_keep(st->dec, st->pos, mine, lp == NULL ? NULL :
 	    lp + (size_t)R0 * BT_DECODE_LP, st->u, st->pb ? (st->pb - 1) * L :
-	    0, st->npos, st->keep);
+	    0, (float)st->job->in.temperature, st->npos, st->keep);
 	for (r = 0; r < keep; r++)
 		st->seq[st->pos[r]] = mine[r];
 	free(mine);
