@@ -187,11 +187,13 @@ START_TEST(test_repeatable_and_words)
 }
 END_TEST
 
-/* Without the causal LM: no anchor row and no cross-entropy. */
+/* Without the causal LM: no anchor row and no cross-entropy; with
+ * another run's named, the figures that run's own LM gives. */
 START_TEST(test_without_causal)
 {
-	char extra[256];
-	json_t *o;
+	char extra[512];
+	json_t *o, *own, *judged;
+	size_t i;
 
 	snprintf(extra, sizeof(extra), "--decode confidence --steps 8 "
 	    "--words %s/split-words", dir);
@@ -201,6 +203,17 @@ START_TEST(test_without_causal)
 	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(row(o,
 	    1), "samples")), "confidence"));
 	json_decref(o);
+	own = samples_json("run", extra);
+	snprintf(extra, sizeof(extra), "--decode confidence --steps 8 "
+	    "--words %s/split-words --causal-spec %s/run.conf --causal-dir "
+	    "%s/run", dir, dir, dir);
+	judged = samples_json("blocks", extra);
+	ck_assert_int_eq(json_array_size(json_object_get(judged, "rows")), 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_msg(num(row(own, i), "gen_ce") ==
+		    num(row(judged, i), "gen_ce"), "row %zu", i);
+	json_decref(own);
+	json_decref(judged);
 }
 END_TEST
 
@@ -225,6 +238,10 @@ START_TEST(test_refusals)
 	    "%s/run.conf --dir %s/run --samples 3 --words %s/absent", tool,
 	    dir, dir, dir), 1);
 	ck_assert_msg(strstr(out, "wamerican") != NULL, "%s", out);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s eval --spec "
+	    "%s/run.conf --dir %s/run --samples 3 --causal-dir %s/run", tool,
+	    dir, dir, dir), 2);
+	ck_assert_msg(strstr(out, "together") != NULL, "%s", out);
 }
 END_TEST
 

@@ -97,6 +97,8 @@ eval_option(void *args, int ch)
 		return cli_parse_int("eval", "show", optarg, 0, 100000,
 		    &e->samples.show) ? 2 : CLI_CONTINUE;
 	case 'W': e->samples.words = optarg; return CLI_CONTINUE;
+	case 'c': e->samples.causal_spec = optarg; return CLI_CONTINUE;
+	case 'C': e->samples.causal_dir = optarg; return CLI_CONTINUE;
 	case 'd':
 	case 'k':
 		return eval_list(e, ch);
@@ -133,6 +135,8 @@ eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
 		{ "temperature", required_argument, NULL, 'u' },
 		{ "words", required_argument, NULL, 'W' },
 		{ "show", required_argument, NULL, 'r' },
+		{ "causal-spec", required_argument, NULL, 'c' },
+		{ "causal-dir", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int rc;
@@ -140,6 +144,12 @@ eval_parse(const struct cmd_entry *self, struct eval_args *e, int argc,
 	if ((rc = cli_run_parse(self, &e->run, argc, argv, opts, eval_option,
 	    e)) != CLI_CONTINUE)
 		return rc;
+	if ((e->samples.causal_spec == NULL) !=
+	    (e->samples.causal_dir == NULL)) {
+		fprintf(stderr, "shardmeter eval: give --causal-spec and "
+		    "--causal-dir together\n");
+		return 2;
+	}
 	if (e->split != NULL && e->text != NULL) {
 		fprintf(stderr, "shardmeter eval: give --split or --text, not "
 		    "both\n");
@@ -353,7 +363,8 @@ const struct cmd_entry cmd_eval_entry = {
 	    "[--split valid|test | --text FILE]\n"
 	    "         [--prompt-bytes P] [--decode LIST] [--steps LIST] "
 	    "[--temperature T]\n"
-	    "         [--words FILE] [--show K] [--json]\n"
+	    "         [--words FILE] [--show K] [--causal-spec FILE "
+	    "--causal-dir DIR] [--json]\n"
 	    "Reports the composed held-out bound (nats and bits "
 	    "per byte), each block's\nshare on its interval, the "
 	    "e2e reference on the same intervals and the causal\n"
@@ -383,6 +394,8 @@ const struct cmd_entry cmd_eval_entry = {
 	    "/usr/share/dict/words, from wamerican), the traversals and "
 	    "the time\nof one sample; the split's own continuations "
 	    "come first, as the ceiling.\n--show K prints the first K "
-	    "samples of each set.\n",
+	    "samples of each set.\n--causal-spec and --causal-dir take "
+	    "the causal LM of another run of the same\nwindow: runs of "
+	    "other position blocks scored by one judge.\n",
 	.exec = eval_exec
 };

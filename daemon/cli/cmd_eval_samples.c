@@ -186,12 +186,39 @@ struct es_row {
 };
 
 static int
-es_have_causal(const struct cli_run *r)
+es_have_causal(const char *dir)
 {
 	char path[PR_PATH_LEN + 32];
 
-	tr_model_path(path, sizeof(path), r->dir, BT_CAUSAL, 0, "ckpt");
+	tr_model_path(path, sizeof(path), dir, BT_CAUSAL, 0, "ckpt");
 	return access(path, F_OK) == 0;
+}
+
+/* The causal LM that draws the anchor and scores every set: the run's,
+ * or (--causal-spec, --causal-dir) another run's of the same window, so
+ * that runs of other position blocks are scored by one judge.  *lm
+ * stays NULL when the run has none and no other is named. */
+static int
+es_load_causal(const struct cli_run *run, const es_opts *o, kn_model **lm,
+    char *err)
+{
+	char run_id[PR_RUN_ID_LEN];
+	pr_spec cs;
+	int rc;
+
+	*lm = NULL;
+	if (o->causal_dir == NULL)
+		return es_have_causal(run->dir) ? tr_load_model(lm, &run->spec,
+		    run->run_id, run->dir, BT_CAUSAL, 0, run->be, 32, err) : 0;
+	if ((rc = pr_spec_load(&cs, o->causal_spec, err)) != 0 ||
+	    (rc = pr_spec_run_id(&cs, run_id, err)) != 0)
+		return rc;
+	if (cs.window != run->spec.window)
+		return kn_error(err, KN_EINVAL, "the causal LM of %s has a "
+		    "window of %d bytes; this run's is %d", o->causal_spec,
+		    cs.window, run->spec.window);
+	return tr_load_model(lm, &cs, run_id, o->causal_dir, BT_CAUSAL, 0,
+	    run->be, 32, err);
 }
 
 /* The prompt of sample i: at the start of a word of the text, spread
@@ -388,9 +415,7 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 	}
 	/* without the causal LM: no anchor and no cross-entropy, the rest
 	 * as it is */
-	if (es_have_causal(run))
-		rc = tr_load_model(&lm, s, run->run_id, run->dir, BT_CAUSAL, 0,
-		    run->be, 32, err);
+	rc = es_load_causal(run, o, &lm, err);
 	for (b = 0; b < T && rc == 0; b++)
 		rc = tr_load_model(&blocks[b], s, run->run_id, run->dir,
 		    BT_BLOCK, b + 1, run->be, 1, err);
@@ -398,9 +423,10 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 		goto out;
 	if (!o->json) {
 		printf("%d samples of %d bytes after prompts of %d bytes from "
-		    "%s; scored by the run's causal LM; words of %d+ letters "
+		    "%s; scored by the causal LM of %s; words of %d+ letters "
 		    "against %s\n", o->samples, n - o->prompt_bytes,
-		    o->prompt_bytes, path, ES_MIN_WORD, o->words);
+		    o->prompt_bytes, path, o->causal_dir != NULL ?
+		    o->causal_dir : run->dir, ES_MIN_WORD, o->words);
 		printf("  %-22s %5s %6s %8s %8s %7s %6s %6s %9s\n", "samples",
 		    "steps", "trav", "gen_ce", "entropy", "dict", "words", "odd",
 		    "ms/sample");
@@ -416,7 +442,8 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 		goto out;
 	if (lm == NULL && !o->json)
 		printf("  (no causal LM in %s: no anchor row and no "
-		    "cross-entropy)\n", run->dir);
+		    "cross-entropy; --causal-dir names another run's)\n",
+		    run->dir);
 	es_text_figures(&words, o, n, &row);
 	es_print_line(&row, o->json, arr);
 	if (o->show > 0 && !o->json)

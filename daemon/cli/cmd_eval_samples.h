@@ -17,6 +17,8 @@ typedef struct {
 	int steps[ES_MAX_STEPS];
 	int nsteps;
 	const char *words;      /* the word list */
+	/* another run's causal LM (both or neither): the judge */
+	const char *causal_spec, *causal_dir;
 	int show;               /* samples printed under each row */
 	int json;
 } es_opts;
