@@ -423,10 +423,11 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 		goto out;
 	if (!o->json) {
 		printf("%d samples of %d bytes after prompts of %d bytes from "
-		    "%s; scored by the causal LM of %s; words of %d+ letters "
-		    "against %s\n", o->samples, n - o->prompt_bytes,
-		    o->prompt_bytes, path, o->causal_dir != NULL ?
-		    o->causal_dir : run->dir, ES_MIN_WORD, o->words);
+		    "%s; %s%s; words of %d+ letters against %s\n", o->samples,
+		    n - o->prompt_bytes, o->prompt_bytes, path, lm != NULL ?
+		    "scored by the causal LM of " : "not scored: no causal LM "
+		    "in ", o->causal_dir != NULL ? o->causal_dir : run->dir,
+		    ES_MIN_WORD, o->words);
 		printf("  %-22s %5s %6s %8s %8s %7s %6s %6s %9s\n", "samples",
 		    "steps", "trav", "gen_ce", "entropy", "dict", "words", "odd",
 		    "ms/sample");
@@ -441,9 +442,8 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 	if ((rc = es_score(lm, o, n, &row, err)) != 0)
 		goto out;
 	if (lm == NULL && !o->json)
-		printf("  (no causal LM in %s: no anchor row and no "
-		    "cross-entropy; --causal-dir names another run's)\n",
-		    run->dir);
+		printf("  (no anchor row and no cross-entropy; --causal-spec "
+		    "and --causal-dir name another run's LM)\n");
 	es_text_figures(&words, o, n, &row);
 	es_print_line(&row, o->json, arr);
 	if (o->show > 0 && !o->json)
