@@ -16,6 +16,7 @@
 #include "daemon/pipeline/pipeline_hosts.h"
 #include "kernels/error.h"
 #include "proto/pipeline.h"
+#include "proto/spec.h"
 #include "tests/testutil.h"
 
 /* Encodes f and decodes the body back into g. */
@@ -278,6 +279,143 @@ START_TEST(test_logprobs_keys)
 	lp[1] = -0.25f;
 	ck_assert_int_eq(round_trip(&f, &g, err), 0);
 	pl_frame_clear(&g);
+}
+END_TEST
+
+/* The decoder of a request: on gen and bt frames each index round trips
+ * as 1 + index, a frame without it is byte for byte the one before (the
+ * key absent, decoding to 0), an index past the last decoder is refused
+ * naming the field, and no other type of frame takes it. */
+START_TEST(test_decode_key)
+{
+	unsigned char seq[6] = "ab\0cd", mask[6] = { 0, 0, 1, 0, 0, 1 };
+	pl_frame bt = { .type = PL_BT, .id = 9, .steps = 8,
+	    .temperature = 0.5, .seed = 4, .fixed = 2, .end = 5, .block = 2,
+	    .data = seq, .data_len = 6, .mask = mask, .mask_len = 6,
+	    .compute_us = 70, .hops = 1 };
+	pl_frame gen = { .type = PL_GEN, .id = 1, .mode = PL_MODE_BT,
+	    .length = 4, .steps = 4, .temperature = 1, .seed = 2, .data = seq,
+	    .data_len = 2 }, g;
+	pl_frame *frames[2] = { &gen, &bt };
+	char err[KN_ERR_LEN], *plain, *with, *pb, *wb;
+	size_t pn, wn, i;
+	int d, n;
+
+	for (n = 0; pr_decoders[n] != NULL; n++)
+		;
+	ck_assert_int_eq(n, PL_DECODE_MAX + 1);
+	for (i = 0; i < 2; i++) {
+		pl_frame f = *frames[i];
+
+		/* absent: no byte of the key, and decoded as 0 */
+		pn = encode_body(&f, &plain, &pb);
+		ck_assert_ptr_null(memmem(pb, pn, "decode", 6));
+		ck_assert_int_eq(pl_frame_decode(pb, pn, &g, err), 0);
+		ck_assert_int_eq(g.decode, 0);
+		ck_assert_int_eq(g.type, f.type);
+		pl_frame_clear(&g);
+		for (d = 1; d <= PL_DECODE_MAX + 1; d++) {
+			f.decode = d;
+			wn = encode_body(&f, &with, &wb);
+			/* the same map, one key more at its end: "decode" and
+			 * the index d - 1 as a positive fixint */
+			ck_assert_uint_eq(wn, pn + 8);
+			ck_assert_int_eq((unsigned char)wb[0],
+			    (unsigned char)pb[0] + 1);
+			ck_assert_mem_eq(wb + 1, pb + 1, pn - 1);
+			ck_assert_mem_eq(wb + pn, "\xa6" "decode", 7);
+			ck_assert_int_eq((unsigned char)wb[pn + 7], d - 1);
+			ck_assert_msg(pl_frame_decode(wb, wn, &g, err) == 0, "%s",
+			    err);
+			ck_assert_int_eq(g.decode, d);
+			ck_assert_int_eq(g.type, f.type);
+			ck_assert_int_eq(g.seed, f.seed);
+			ck_assert_int_eq(g.steps, f.steps);
+			ck_assert_uint_eq(g.data_len, f.data_len);
+			pl_frame_clear(&g);
+			free(with);
+		}
+		/* one past the last decoder and far past it */
+		for (d = PL_DECODE_MAX + 2; d <= PL_DECODE_MAX + 200;
+		    d += 197) {
+			f.decode = d;
+			ck_assert_int_ne(round_trip(&f, &g, err), 0);
+			ck_assert_msg(strstr(err, "'decode'") != NULL, "%s", err);
+			pl_frame_clear(&g);
+		}
+		free(plain);
+	}
+	/* the key is gen's and bt's alone: an ar or part frame leaves it
+	 * out, and one written with it is refused */
+	{
+		float hidden[2] = { 1.0f, 2.0f };
+		pl_frame f = { .type = PL_AR, .id = 5, .temperature = 1,
+		    .seed = 9, .fixed = 1, .end = 4, .pos = 1, .count = 1,
+		    .width = 2, .data = (unsigned char *)hidden,
+		    .data_len = sizeof(hidden), .decode = 2 };
+		char grown[512];
+
+		pn = encode_body(&f, &plain, &pb);
+		ck_assert_ptr_null(memmem(pb, pn, "decode", 6));
+		ck_assert_int_eq(pl_frame_decode(pb, pn, &g, err), 0);
+		ck_assert_int_eq(g.decode, 0);
+		pl_frame_clear(&g);
+		ck_assert((unsigned char)pb[0] >= 0x80 &&
+		    (unsigned char)pb[0] < 0x8f && pn + 8 <= sizeof(grown));
+		memcpy(grown, pb, pn);
+		grown[0]++;
+		memcpy(grown + pn, "\xa6" "decode\x01", 8);
+		ck_assert_int_ne(pl_frame_decode(grown, pn + 8, &g, err), 0);
+		ck_assert_msg(strstr(err, "decode") != NULL, "%s", err);
+		pl_frame_clear(&g);
+		free(plain);
+	}
+	/* beside every other optional key of a bt frame */
+	{
+		float lp[12] = { -0.5f, -0.25f, 0, 0, 0, 0, -1.0f, -0.5f,
+		    -2.0f, -0.125f, 0, 0 };
+		unsigned char lpb[6] = "xyzuv";
+		pl_frame f = bt;
+
+		f.stream = 1;
+		f.pos_block = 2;
+		f.pblock = 1;
+		f.lpk = 2;
+		f.lp = lp;
+		f.lp_len = 12;
+		f.lpb = lpb;
+		f.lpb_len = 6;
+		f.decode = 3;
+		ck_assert_msg(round_trip(&f, &g, err) == 0, "%s", err);
+		ck_assert_int_eq(g.decode, 3);
+		ck_assert_int_eq(g.stream, 1);
+		ck_assert_int_eq(g.pos_block, 2);
+		ck_assert_int_eq(g.pblock, 1);
+		ck_assert_int_eq(g.lpk, 2);
+		ck_assert_mem_eq(g.lp, lp, sizeof(lp));
+		pl_frame_clear(&g);
+	}
+	/* a string is not an index */
+	pn = encode_body(&bt, &plain, &pb);
+	{
+		char grown[512];
+
+		ck_assert((unsigned char)pb[0] >= 0x80 &&
+		    (unsigned char)pb[0] < 0x8f && pn + 14 <= sizeof(grown));
+		memcpy(grown, pb, pn);
+		grown[0]++;
+		memcpy(grown + pn, "\xa6" "decode\xa6margin", 14);
+		ck_assert_int_ne(pl_frame_decode(grown, pn + 14, &g, err), 0);
+		ck_assert_msg(strstr(err, "'decode'") != NULL, "%s", err);
+		pl_frame_clear(&g);
+		/* and as the index 2, the same bytes decode */
+		memcpy(grown + pn, "\xa6" "decode\x02", 8);
+		ck_assert_msg(pl_frame_decode(grown, pn + 8, &g, err) == 0, "%s",
+		    err);
+		ck_assert_int_eq(g.decode, 3);
+		pl_frame_clear(&g);
+	}
+	free(plain);
 }
 END_TEST
 
@@ -711,6 +849,7 @@ main(void)
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_stream_and_part);
 	tcase_add_test(tc, test_logprobs_keys);
+	tcase_add_test(tc, test_decode_key);
 	tcase_add_test(tc, test_host_list);
 	tcase_add_test(tc, test_host_list_ids);
 	tcase_add_test(tc, test_host_list_stages);

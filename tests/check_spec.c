@@ -434,6 +434,62 @@ START_TEST(test_position_block)
 }
 END_TEST
 
+/* [generate] decode: each name parses, the default is a decoder, a bad
+ * name is refused naming the choices, and the key (how a request is
+ * decoded, not what is trained) leaves the run id as it was. */
+START_TEST(test_generate_decode)
+{
+	char none[PR_RUN_ID_LEN], with[PR_RUN_ID_LEN], printed[8192];
+	pr_spec s;
+	int i;
+
+	parse_ok("", &s);
+	ck_assert_msg(s.decode[0] != '\0', "no default decoder");
+	for (i = 0; pr_decoders[i] != NULL; i++)
+		if (strcmp(s.decode, pr_decoders[i]) == 0)
+			break;
+	ck_assert_msg(pr_decoders[i] != NULL, "default '%s' is no decoder",
+	    s.decode);
+	parse_ok("[generate]\ndecode = margin\n", &s);
+	ck_assert_str_eq(s.decode, "margin");
+	for (i = 0; pr_decoders[i] != NULL; i++) {
+		char text[512];
+
+		snprintf(text, sizeof(text), "[generate]\ndecode = %s\n",
+		    pr_decoders[i]);
+		parse_ok(text, &s);
+		ck_assert_str_eq(s.decode, pr_decoders[i]);
+		round_trip(text);
+		/* not hashed: the same run with any decoder */
+		run_id_of("", none);
+		run_id_of(text, with);
+		ck_assert_str_eq(with, none);
+		run_id_of(base, none);
+		snprintf(text, sizeof(text), "%s[generate]\ndecode = %s\n", base,
+		    pr_decoders[i]);
+		run_id_of(text, with);
+		ck_assert_str_eq(with, none);
+	}
+	ck_assert_int_ge(i, 3);
+	/* the pinned id of base holds with a decoder named */
+	ck_assert_str_eq(with,
+	    "87b240a039395ed4dd33f205df8a7dfa370fb05774fca4bacb1e31e9f252dcc6");
+	/* printed, it says which decoder */
+	parse_ok("[generate]\ndecode = confidence\n", &s);
+	print_spec(&s, printed, sizeof(printed));
+	ck_assert_ptr_nonnull(strstr(printed, "[generate]"));
+	ck_assert_ptr_nonnull(strstr(printed, "confidence"));
+	expect_error("[generate]\ndecode = greedy\n", "'greedy' is not");
+	for (i = 0; pr_decoders[i] != NULL; i++)
+		expect_error("[generate]\ndecode = foo\n", pr_decoders[i]);
+	expect_error("[generate]\ndecode = foo\n", "decode");
+	expect_error("[generate]\ndecode = Margin\n", "'Margin' is not");
+	expect_error("[generate]\ndecode =\n", "decode");
+	expect_error("[generate]\ndecoder = margin\n",
+	    "unknown key 'decoder' in [generate]");
+}
+END_TEST
+
 /* method = soma: its run id covers the [soma] keys but not the local
  * clusters folder; a BlockTrain spec ignores [soma] entirely */
 START_TEST(test_soma_keys)
@@ -614,6 +670,7 @@ main(void)
 	tcase_add_test(tc, test_key_table);
 	tcase_add_test(tc, test_soma_keys);
 	tcase_add_test(tc, test_position_block);
+	tcase_add_test(tc, test_generate_decode);
 	tcase_add_test(tc, test_layers);
 	tcase_add_test(tc, test_template);
 	suite_add_tcase(s, tc);
