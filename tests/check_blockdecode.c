@@ -1,9 +1,11 @@
 /* Generation with position blocks (issue 14, DESIGN section 2): the
  * cached decoding against the uncached one (every step a pass over the
  * whole window with the block-causal mask), bitwise; the number of
- * traversals; and the pipeline of two blocktraind -S hosts on loopback
- * against shardmeter generate in one process, byte for byte, with the
- * requests a host must refuse refused and the ring unchanged after. */
+ * traversals; every decoder (issue 39) deterministic, complete and its
+ * own; and the pipeline of two blocktraind -S hosts on loopback against
+ * shardmeter generate in one process, byte for byte and for every
+ * decoder, with the requests a host must refuse refused and the ring
+ * unchanged after. */
 #include "config.h"
 
 #include <check.h>
@@ -192,6 +194,121 @@ START_TEST(test_bad_passes_refused)
 	    NULL, 0, NULL, 0.0f, NULL, err), 0);
 	ck_assert_int_eq(kn_kv_len(kv), 4);
 	kn_kv_free(kv);
+	free_blocks(&s, blocks);
+}
+END_TEST
+
+/* The whole-window traversal of three blocks (bt_denoise_block, the last
+ * block first) on seq from prompt, by decoder dec. */
+static void
+traverse(kn_model **blocks, const pr_spec *s, int32_t *seq,
+    const char *prompt, float temp, uint64_t seed, bt_decode dec)
+{
+	char err[KN_ERR_LEN];
+	int b;
+
+	start_seq(seq, s->window, prompt);
+	for (b = s->blocks - 1; b >= 0; b--)
+		ck_assert_msg(bt_denoise_block(blocks[b], s, 12, b, seq,
+		    (int)strlen(prompt), temp, seed, dec, err) == 0, "%s: %s",
+		    bt_decode_name(dec), err);
+}
+
+/* Every decoder in one process: the same seed gives the same bytes, at
+ * temperature 1 and 0; every byte after the prompt is decided and a byte,
+ * the prompt untouched; and the decoders are not one another (each pair
+ * differs for some seed), whole window or position blocks. */
+START_TEST(test_decoders_in_process)
+{
+	static const char *prompts[] = { "", "Th", "The quick " };
+	static const float temps[] = { 1.0f, 0.0f };
+	int32_t a[32], b[32], out[8][3][32];
+	kn_model *blocks[3];
+	pr_spec s;
+	bt_decode dec;
+	char err[KN_ERR_LEN];
+	int n, d, e, pi, ti, seed, i, differ, ta, tb;
+
+	for (n = 0; pr_decoders[n] != NULL; n++) {
+		ck_assert_int_eq(bt_decode_parse(pr_decoders[n], &dec), 0);
+		ck_assert_int_eq((int)dec, n);
+		ck_assert_str_eq(bt_decode_name(dec), pr_decoders[n]);
+	}
+	ck_assert_int_ge(n, 3);
+	ck_assert_int_le(n, 8);
+	ck_assert_int_ne(bt_decode_parse("foo", &dec), 0);
+	ck_assert_int_ne(bt_decode_parse("", &dec), 0);
+	ck_assert_int_ne(bt_decode_parse("Random", &dec), 0);
+	spec_of(&s, 3, 32, 32);
+	make_blocks(&s, blocks, 70);
+	for (pi = 0; pi < 3; pi++)
+		for (ti = 0; ti < 2; ti++)
+			for (seed = 1; seed <= 3; seed++)
+				for (d = 0; d < n; d++) {
+					int plen = (int)strlen(prompts[pi]);
+
+					traverse(blocks, &s, a, prompts[pi], temps[ti],
+					    (uint64_t)seed, (bt_decode)d);
+					traverse(blocks, &s, b, prompts[pi], temps[ti],
+					    (uint64_t)seed, (bt_decode)d);
+					ck_assert_msg(memcmp(a, b, sizeof(a)) == 0,
+					    "%s, seed %d, T %g: two runs differ",
+					    pr_decoders[d], seed, temps[ti]);
+					for (i = 0; i < 32; i++)
+						if (i < plen)
+							ck_assert_int_eq(a[i],
+							    (unsigned char)prompts[pi][i]);
+						else
+							ck_assert_msg(a[i] >= 0 && a[i] < 256,
+							    "%s: position %d is %d",
+							    pr_decoders[d], i, a[i]);
+					if (ti == 0 && pi == 1)
+						memcpy(out[d][seed - 1], a, sizeof(a));
+				}
+	for (d = 0; d < n; d++)
+		for (e = d + 1; e < n; e++) {
+			differ = 0;
+			for (seed = 0; seed < 3; seed++)
+				differ |= memcmp(out[d][seed], out[e][seed],
+				    sizeof(out[d][seed])) != 0;
+			ck_assert_msg(differ, "%s and %s give the same bytes for "
+			    "every seed", pr_decoders[d], pr_decoders[e]);
+		}
+	free_blocks(&s, blocks);
+	/* position blocks of 8: the same, each position block's traversal
+	 * the one count it always was */
+	spec_of(&s, 3, 32, 8);
+	make_blocks(&s, blocks, 71);
+	for (seed = 1; seed <= 3; seed++)
+		for (d = 0; d < n; d++) {
+			start_seq(a, 32, "Th");
+			start_seq(b, 32, "Th");
+			ck_assert_msg(bg_generate(blocks, &s, 12, a, 2, 30, 1.0f,
+			    (uint64_t)seed, (bt_decode)d, 1, &ta, err) == 0, "%s",
+			    err);
+			ck_assert_msg(bg_generate(blocks, &s, 12, b, 2, 30, 1.0f,
+			    (uint64_t)seed, (bt_decode)d, 1, &tb, err) == 0, "%s",
+			    err);
+			ck_assert_mem_eq(a, b, sizeof(a));
+			ck_assert_int_eq(ta, 4);
+			ck_assert_int_eq(tb, 4);
+			for (i = 0; i < 2; i++)
+				ck_assert_int_eq(a[i], "Th"[i]);
+			for (i = 2; i < 30; i++)
+				ck_assert_msg(a[i] >= 0 && a[i] < 256, "%s: position "
+				    "%d is %d", pr_decoders[d], i, a[i]);
+			memcpy(out[d][seed - 1], a, sizeof(a));
+		}
+	for (d = 0; d < n; d++)
+		for (e = d + 1; e < n; e++) {
+			differ = 0;
+			for (seed = 0; seed < 3; seed++)
+				differ |= memcmp(out[d][seed], out[e][seed],
+				    sizeof(out[d][seed])) != 0;
+			ck_assert_msg(differ, "position blocks: %s and %s give the "
+			    "same bytes for every seed", pr_decoders[d],
+			    pr_decoders[e]);
+		}
 	free_blocks(&s, blocks);
 }
 END_TEST
@@ -473,23 +590,27 @@ wait_ring(int port)
 	(void)ok;
 }
 
-/* shardmeter generate in one process, cached or not: the output bytes
- * after the prompt in out (read as hex: the model may emit any byte,
- * NUL included); their count. */
+/* shardmeter generate in one process, cached or not, by decoder dec:
+ * the output bytes after the prompt in out (read as hex: the model may
+ * emit any byte, NUL included); their count. */
 static size_t
-single_process(const char *prompt, int length, uint64_t seed, int cached,
-    unsigned char *out, size_t outlen)
+single_process_by(const char *prompt, int length, uint64_t seed, int cached,
+    int dec, unsigned char *out, size_t outlen)
 {
-	char raw[8192], *p;
+	char raw[8192], *p, decode[48] = "";
 	size_t n = 0, plen = strlen(prompt);
 	unsigned v;
 	int used;
 
+	/* dec: 1 + the decoder's index (--decode), 0 none named */
+	if (dec > 0)
+		snprintf(decode, sizeof(decode), "--decode %s",
+		    pr_decoders[dec - 1]);
 	ck_assert_int_eq(tu_run_cmd(raw, sizeof(raw), "%s generate --spec "
 	    "%s/%s.conf --dir %s/%s --length %d --steps 16 --temperature "
-	    "0.9 --seed %llu %s '%s' 2>/dev/null | od -An -v -tx1", tool, dir,
-	    run, dir, run, length, (unsigned long long)seed, cached ? "" :
-	    "--no-cache", prompt), 0);
+	    "0.9 --seed %llu %s %s '%s' 2>/dev/null | od -An -v -tx1", tool,
+	    dir, run, dir, run, length, (unsigned long long)seed, cached ? "" :
+	    "--no-cache", decode, prompt), 0);
 	/* the prompt, the output, a newline */
 	for (p = raw; sscanf(p, " %2x%n", &v, &used) == 1; p += used, n++)
 		if (n >= plen && n - plen < outlen)
@@ -498,30 +619,76 @@ single_process(const char *prompt, int length, uint64_t seed, int cached,
 	return n - plen - 1;
 }
 
+/* check_same by decoder dec (1 + its index; 0 none named, the run's
+ * default), the one-process output into out (may be NULL). */
 static void
-check_same(const char *prompt, int length, uint64_t seed, int pos_block)
+check_same_by(const char *prompt, int length, uint64_t seed, int pos_block,
+    int dec, unsigned char *out)
 {
 	pc_request r = request_for(prompt, length, seed, pos_block);
 	pc_result res;
 	char err[KN_ERR_LEN];
 	unsigned char expect[64], uncached[64];
 	int plen = (int)strlen(prompt);
+	const char *name = dec > 0 ? pr_decoders[dec - 1] : "default";
 
-	ck_assert_uint_eq(single_process(prompt, length, seed, 1, expect,
-	    sizeof(expect)), (size_t)length);
-	single_process(prompt, length, seed, 0, uncached, sizeof(uncached));
+	r.decode = dec;
+	ck_assert_uint_eq(single_process_by(prompt, length, seed, 1, dec,
+	    expect, sizeof(expect)), (size_t)length);
+	single_process_by(prompt, length, seed, 0, dec, uncached,
+	    sizeof(uncached));
 	ck_assert_msg(memcmp(expect, uncached, (size_t)length) == 0, "prompt "
-	    "'%s' seed %llu: cached and uncached differ", prompt,
-	    (unsigned long long)seed);
+	    "'%s' seed %llu %s: cached and uncached differ", prompt,
+	    (unsigned long long)seed, name);
 	ck_assert_msg(ask(entry_port, &r, &res, err) == 0, "%s", err);
 	ck_assert_msg(res.ok, "%s", res.error);
 	ck_assert_uint_eq(res.len, (size_t)length);
 	ck_assert_msg(memcmp(res.output, expect, (size_t)length) == 0,
-	    "prompt '%s' seed %llu: the pipeline and one process differ",
-	    prompt, (unsigned long long)seed);
+	    "prompt '%s' seed %llu %s: the pipeline and one process differ",
+	    prompt, (unsigned long long)seed, name);
 	ck_assert_int_eq(res.traversals, (plen + length + run_block - 1) /
 	    run_block - plen / run_block);
+	if (out != NULL)
+		memcpy(out, expect, (size_t)length);
 	pc_result_clear(&res);
+}
+
+static void
+check_same(const char *prompt, int length, uint64_t seed, int pos_block)
+{
+	check_same_by(prompt, length, seed, pos_block, 0, NULL);
+}
+
+/* Every decoder through the ring as in one process, by name and
+ * unnamed (the run's [generate] decode); the decoders' outputs not all
+ * one. */
+static void
+check_decoders(const char *prompt, int length, int pos_block)
+{
+	unsigned char out[8][64] = { { 0 } }, none[64];
+	char path[128], err[PR_ERR_LEN];
+	int d, n, differ = 0;
+	uint64_t seed;
+	bt_decode def;
+	pr_spec spec;
+
+	snprintf(path, sizeof(path), "%s/%s.conf", dir, run);
+	ck_assert_msg(pr_spec_load(&spec, path, err) == 0, "%s", err);
+	ck_assert_int_eq(bt_decode_parse(spec.decode, &def), 0);
+	for (seed = 11; seed <= 12; seed++) {
+		for (n = 0; pr_decoders[n] != NULL && n < 8; n++)
+			check_same_by(prompt, length, seed, pos_block, n + 1,
+			    out[n]);
+		ck_assert_int_lt((int)def, n);
+		check_same_by(prompt, length, seed, pos_block, 0, none);
+		ck_assert_msg(memcmp(none, out[def], (size_t)length) == 0,
+		    "seed %llu: unnamed is not the run's %s",
+		    (unsigned long long)seed, spec.decode);
+		for (d = 1; d < n; d++)
+			differ += memcmp(out[d], out[0], (size_t)length) != 0;
+	}
+	ck_assert_msg(differ > 0, "prompt '%s': every decoder gives random's "
+	    "bytes", prompt);
 }
 
 /* The ring of hosts i0 and i0 + 1 on the host list name (first line
@@ -538,7 +705,8 @@ start_ring(int i0, const char *name, const char *first, const char *spec)
 }
 
 /* Requests in flight together share the hosts' passes (each against
- * its own caches) and still give what one process gives. */
+ * its own caches and with its own decoder) and still give what one
+ * process gives. */
 static void
 many_at_once(void)
 {
@@ -549,12 +717,16 @@ many_at_once(void)
 	pc_result res;
 	uint64_t id[5];
 	pc_conn *c;
-	int i, k, seen = 0;
+	int i, k, n, seen = 0;
 
+	for (n = 0; pr_decoders[n] != NULL; n++)
+		;
+	/* each its own decoder, so one batch mixes them */
 	for (i = 0; i < 5; i++) {
 		r[i] = request_for(prompts[i], 6 + i, 40 + (uint64_t)i, 0);
-		single_process(prompts[i], 6 + i, 40 + (uint64_t)i, 1, expect[i],
-		    sizeof(expect[i]));
+		r[i].decode = 1 + i % n;
+		single_process_by(prompts[i], 6 + i, 40 + (uint64_t)i, 1,
+		    r[i].decode, expect[i], sizeof(expect[i]));
 	}
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", base_port);
 	ck_assert_msg(pc_connect(&c, addr, operator_tls, tu_port_pin(base_port),
@@ -608,6 +780,9 @@ START_TEST(test_pipeline_same_as_one_process)
 	/* and nothing has changed */
 	check_same("The ", 13, 1, 0);
 	many_at_once();
+	/* every decoder, on a prompt inside a position block and on none */
+	check_decoders("Th", 17, POS_BLOCK);
+	check_decoders("", 12, 0);
 }
 END_TEST
 
@@ -617,6 +792,7 @@ END_TEST
 START_TEST(test_pipeline_next_byte)
 {
 	uint64_t seed;
+	int d;
 
 	run = "run1";
 	run_block = 1;
@@ -627,6 +803,9 @@ START_TEST(test_pipeline_next_byte)
 		check_same("The ", 9, seed, 0);
 		check_same("", 6, seed, 1);
 	}
+	for (seed = 1; seed <= 2; seed++)
+		for (d = 0; pr_decoders[d] != NULL; d++)
+			check_same_by("The ", 7, seed, 1, d + 1, NULL);
 }
 END_TEST
 
@@ -677,6 +856,7 @@ main(void)
 	tcase_add_test(tc, test_bad_passes_refused);
 	tcase_add_test(tc, test_traversals);
 	tcase_add_test(tc, test_next_byte_passes);
+	tcase_add_test(tc, test_decoders_in_process);
 	tcase_add_test(tc, test_frames);
 	suite_add_tcase(su, tc);
 	tc = tcase_create("pipeline");
