@@ -38,6 +38,9 @@ static int base_port;
 static pid_t host_pid[HOSTS], relay_pid[HOSTS];
 static char entry[32];
 static tls_ctx *operator_tls;   /* the test's own identity, a client line */
+/* the spec the hosts read, in dir: run.conf, or a copy with another
+ * [generate] decode (the same run id) */
+static const char *host_spec = "run.conf";
 
 /* The run, trained once for the whole suite: three blocks of one layer
  * and the causal LM, a few dozen steps on system text. */
@@ -124,7 +127,7 @@ start_host(int i, int relayed)
 	snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
 	snprintf(log, sizeof(log), "%s/log%d", dir, i);
 	snprintf(ckpt, sizeof(ckpt), "%s/host%d", dir, i);
-	snprintf(spec, sizeof(spec), "%s/run.conf", dir);
+	snprintf(spec, sizeof(spec), "%s/%s", dir, host_spec);
 	snprintf(conf, sizeof(conf), "%s/serve.conf", dir);
 	host_pid[i] = tu_daemon_start(log, base_port + i, "-S", "-f", "-c",
 	    conf, "-L", listen, "-N", next, "-P", hosts, "-s", ckpt, "-r", spec,
@@ -245,6 +248,7 @@ setup(void)
 	memset(host_pid, 0, sizeof(host_pid));
 	memset(relay_pid, 0, sizeof(relay_pid));
 	signal(SIGPIPE, SIG_IGN);
+	host_spec = "run.conf";
 }
 
 static void
@@ -258,44 +262,87 @@ teardown(void)
 	}
 }
 
-/* What one process gives for the same request (shardmeter generate). */
+/* What one process gives for the same request (shardmeter generate)
+ * with the spec file spec in dir and decoder dec (1 + its index in
+ * pr_decoders, --decode; 0 none named): the output bytes, read as hex
+ * (a byte may be NUL), then a NUL; their count. */
+static size_t
+single_process_by(const char *spec, int dec, pl_mode mode,
+    const char *prompt, int length, uint64_t seed, char *out, size_t outlen)
+{
+	char raw[16384], decode[48] = "", *p;
+	size_t n = 0, plen = strlen(prompt);
+	unsigned v;
+	int used;
+
+	if (dec > 0)
+		snprintf(decode, sizeof(decode), "--decode %s",
+		    pr_decoders[dec - 1]);
+	ck_assert_int_eq(tu_run_cmd(raw, sizeof(raw), "%s generate --spec "
+	    "%s/%s --dir %s/run --mode %s --length %d --steps 24 "
+	    "--temperature 0.9 --seed %llu %s '%s' 2>/dev/null | od -An -v "
+	    "-tx1", tool, dir, spec, dir, pl_mode_name(mode), length,
+	    (unsigned long long)seed, decode, prompt), 0);
+	/* the prompt, the output, a newline */
+	for (p = raw; sscanf(p, " %2x%n", &v, &used) == 1; p += used, n++)
+		if (n >= plen && n - plen < outlen)
+			out[n - plen] = (char)v;
+	ck_assert_uint_gt(n, plen);
+	ck_assert_uint_lt(n - plen - 1, outlen);
+	out[n - plen - 1] = '\0';
+	return n - plen - 1;
+}
+
 static void
 single_process(pl_mode mode, const char *prompt, int length, uint64_t seed,
     char *out, size_t outlen)
 {
-	char raw[4096];
-	size_t n;
-
-	ck_assert_int_eq(tu_run_cmd(raw, sizeof(raw), "%s generate --spec "
-	    "%s/run.conf --dir %s/run --mode %s --length %d --steps 24 "
-	    "--temperature 0.9 --seed %llu '%s' 2>/dev/null", tool, dir, dir,
-	    pl_mode_name(mode), length, (unsigned long long)seed, prompt), 0);
-	n = strlen(raw);
-	ck_assert_uint_gt(n, strlen(prompt));
-	ck_assert_uint_lt(n, outlen);
-	/* the prompt, the output, a newline */
-	memcpy(out, raw + strlen(prompt), n - strlen(prompt) - 1);
-	out[n - strlen(prompt) - 1] = '\0';
+	single_process_by("run.conf", 0, mode, prompt, length, seed, out,
+	    outlen);
 }
 
+/* The ring's answer to a request by decoder dec (0: none named) against
+ * the one-process output of the spec file spec with decoder pdec; the
+ * output into out (may be NULL; length + 1 bytes). */
 static void
-check_same(pl_mode mode, const char *prompt, int length, uint64_t seed)
+check_same_as(int dec, const char *spec, int pdec, pl_mode mode,
+    const char *prompt, int length, uint64_t seed, char *out)
 {
 	pc_request r = request_for(mode, prompt, length, seed);
 	pc_result res;
 	char err[KN_ERR_LEN], expect[256];
 
-	single_process(mode, prompt, length, seed, expect, sizeof(expect));
+	r.decode = dec;
+	ck_assert_uint_eq(single_process_by(spec, pdec, mode, prompt, length,
+	    seed, expect, sizeof(expect)), (size_t)length);
 	ck_assert_msg(ask(base_port, &r, &res, 10000, err) == 0, "%s", err);
 	ck_assert_msg(res.ok, "%s: %s", pl_mode_name(mode), res.error);
 	ck_assert_uint_eq(res.len, (size_t)length);
-	/* the one-process output is text, so bytes that are NUL would
-	 * shorten it: compare what it printed */
-	ck_assert_msg(memcmp(res.output, expect, strlen(expect)) == 0 &&
-	    strlen(expect) == (size_t)length, "%s seed %llu: pipeline and one "
-	    "process differ", pl_mode_name(mode), (unsigned long long)seed);
+	ck_assert_msg(memcmp(res.output, expect, (size_t)length) == 0,
+	    "%s seed %llu decoder %d: pipeline and one process differ",
+	    pl_mode_name(mode), (unsigned long long)seed, dec);
 	ck_assert_int_eq(res.traversals, mode == PL_MODE_AR ? length : 1);
+	if (out != NULL)
+		memcpy(out, expect, (size_t)length + 1);
 	pc_result_clear(&res);
+}
+
+static void
+check_same(pl_mode mode, const char *prompt, int length, uint64_t seed)
+{
+	check_same_as(0, "run.conf", 0, mode, prompt, length, seed, NULL);
+}
+
+/* The number of decoders. */
+static int
+decoders(void)
+{
+	int n;
+
+	for (n = 0; pr_decoders[n] != NULL; n++)
+		;
+	ck_assert_int_le(n, 8);
+	return n;
 }
 
 START_TEST(test_same_as_one_process)
@@ -309,6 +356,63 @@ START_TEST(test_same_as_one_process)
 	}
 	check_same(PL_MODE_BT, "", WINDOW, 7);
 	check_same(PL_MODE_AR, "G", WINDOW - 1, 7);
+}
+END_TEST
+
+/* Every decoder named in the request gives, through the three hosts,
+ * what shardmeter generate --decode gives in one process, in one
+ * traversal; the decoders are not all one. */
+START_TEST(test_decoders_same_as_one_process)
+{
+	char out[8][WINDOW + 1];
+	int d, n = decoders(), differ = 0;
+	uint64_t seed;
+
+	start_ring(0, 0);
+	for (seed = 1; seed <= 3; seed++) {
+		for (d = 0; d < n; d++)
+			check_same_as(d + 1, "run.conf", d + 1, PL_MODE_BT, "The ",
+			    20, seed, out[d]);
+		for (d = 1; d < n; d++)
+			differ += memcmp(out[d], out[0], 20) != 0;
+	}
+	ck_assert_msg(differ > 0, "every decoder gives random's bytes");
+	for (d = 0; d < n; d++)
+		check_same_as(d + 1, "run.conf", d + 1, PL_MODE_BT, "", WINDOW,
+		    7, NULL);
+}
+END_TEST
+
+/* A run whose spec says [generate] decode = confidence: a request that
+ * names no decoder is decoded by confidence, as one process decodes it
+ * with --decode confidence or with that spec and no --decode; one that
+ * names random is decoded at random all the same. */
+START_TEST(test_spec_default_decoder)
+{
+	char conf[2][WINDOW + 1], rnd[WINDOW + 1];
+	int differ = 0;
+	bt_decode c;
+	uint64_t seed;
+
+	ck_assert_int_eq(bt_decode_parse("confidence", &c), 0);
+	ck_assert_int_eq(tu_run_cmd(NULL, 0, "cp %s/run.conf %s/conf.conf && "
+	    "printf '[generate]\\ndecode = confidence\\n' >> %s/conf.conf",
+	    dir, dir, dir), 0);
+	host_spec = "conf.conf";
+	start_ring(0, 0);
+	for (seed = 1; seed <= 3; seed++) {
+		check_same_as(0, "run.conf", 1 + (int)c, PL_MODE_BT, "The ", 20,
+		    seed, conf[0]);
+		check_same_as(0, "conf.conf", 0, PL_MODE_BT, "The ", 20, seed,
+		    conf[1]);
+		ck_assert_mem_eq(conf[0], conf[1], 20);
+		check_same_as(1, "run.conf", 1, PL_MODE_BT, "The ", 20, seed,
+		    rnd);
+		differ += memcmp(rnd, conf[0], 20) != 0;
+	}
+	ck_assert_msg(differ > 0, "confidence gives random's bytes");
+	/* the causal LM is no decoder's */
+	check_same_as(0, "conf.conf", 0, PL_MODE_AR, "The ", 20, 1, NULL);
 }
 END_TEST
 
@@ -781,6 +885,7 @@ rss_kib(pid_t pid)
 
 struct client {
 	pl_mode mode;
+	int decode;             /* bt: 1 + the decoder's index, 0 none */
 	uint64_t seed;
 	unsigned char expect[WINDOW];
 	int length;
@@ -795,6 +900,8 @@ client_run(void *arg)
 	pc_request r = request_for(cl->mode, "It ", cl->length, cl->seed);
 	pc_result res;
 	char err[KN_ERR_LEN];
+
+	r.decode = cl->decode;
 
 	if (ask(base_port, &r, &res, 60000, err) != 0)
 		snprintf(cl->why, sizeof(cl->why), "%s", err);
@@ -823,7 +930,7 @@ expected(struct client *cl, int n)
 
 	snprintf(path, sizeof(path), "%s/run.conf", dir);
 	ck_assert_int_eq(pr_spec_load(&spec, path, err), 0);
-	/* the clients name no decoder: the run's default */
+	/* for the clients that name no decoder: the run's default */
 	ck_assert_int_eq(bt_decode_parse(spec.decode, &dec), 0);
 	ck_assert_int_eq(pr_spec_run_id(&spec, run_id, err), 0);
 	be = kn_backend_get(KN_BACKEND_CPU, NULL, err);
@@ -841,8 +948,8 @@ expected(struct client *cl, int n)
 		if (cl[i].mode == PL_MODE_BT)
 			for (b = 2; b >= 0; b--)
 				ck_assert_int_eq(bt_denoise_block(m[b + 1], &spec,
-				    24, b, seq, 3, 0.9f, cl[i].seed, dec, err),
-				    0);
+				    24, b, seq, 3, 0.9f, cl[i].seed, cl[i].decode > 0 ?
+				    (bt_decode)(cl[i].decode - 1) : dec, err), 0);
 		else
 			ck_assert_int_eq(bt_generate_ar(causal, seq, 3,
 			    3 + cl[i].length, 0.9f, cl[i].seed, err), 0);
@@ -866,6 +973,10 @@ START_TEST(test_64_clients)
 	memset(cl, 0, sizeof(cl));
 	for (i = 0; i < CLIENTS; i++) {
 		cl[i].mode = i % 2 ? PL_MODE_AR : PL_MODE_BT;
+		/* the decoders mixed in the hosts' batches, and none named
+		 * (the run's default) */
+		cl[i].decode = cl[i].mode == PL_MODE_BT ? i / 2 % (decoders() +
+		    1) : 0;
 		cl[i].seed = 100 + (uint64_t)i;
 		cl[i].length = 12 + i % 20;
 	}
@@ -1034,6 +1145,8 @@ main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_same_as_one_process);
+	tcase_add_test(tc, test_decoders_same_as_one_process);
+	tcase_add_test(tc, test_spec_default_decoder);
 	tcase_add_test(tc, test_kill_middle_host);
 	tcase_add_test(tc, test_bad_frames);
 	tcase_add_test(tc, test_stalled_host_times_out);
