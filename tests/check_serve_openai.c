@@ -7,8 +7,9 @@
  * stop strings (whole and streamed, both modes), echo, logprobs (their
  * shape, the chosen byte's against its alternatives, whole and streamed
  * in both modes and with position blocks, with echo, stop and n, and
- * their values against the same decoding in this process), the model's
- * name and a wrong
+ * their values against the same decoding in this process), decode (each
+ * decoder against this process, whole and streamed, position blocks
+ * too), the model's name and a wrong
  * one, the fields that are refused by name, n against an open client's
  * quota, and a client without a certificate: told so by a 401 at the
  * open entry, refused in the handshake elsewhere. */
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/blocktrain/blockgen.h"
 #include "daemon/blocktrain/blocktrain.h"
 #include "daemon/core/identity.h"
 #include "daemon/pipeline/pipeline_client.h"
@@ -921,6 +923,126 @@ START_TEST(test_logprobs_values)
 }
 END_TEST
 
+/* Decoders ------------------------------------------------------------------ */
+
+/* BlockTrain with decoder dec as the hosts of the logical shape s run
+ * it (blocks seeded spec seed x 1000003 + b, block T first): whole
+ * window by bt_denoise_block, position blocks by bg_generate. */
+static void
+ref_decode(const pr_spec *s, const char *prompt, int end, int steps,
+    float temp, uint64_t seed, bt_decode dec, unsigned char *out)
+{
+	int n = s->window, plen = (int)strlen(prompt), b, j, trav;
+	int32_t seq[WINDOW];
+	kn_model *m[PR_MAX_BLOCKS];
+	char err[KN_ERR_LEN];
+
+	for (j = 0; j < n; j++)
+		seq[j] = j < plen ? (unsigned char)prompt[j] : KN_MASK;
+	for (b = 1; b <= s->blocks; b++) {
+		kn_model_shape bs = pr_spec_block_shape(s, b - 1);
+
+		ck_assert_int_eq(kn_model_create_inference(&m[b - 1], &bs,
+		    kn_cpu_backend(), 2, KN_STORE_F32, err), 0);
+		kn_model_init(m[b - 1], s->seed * 1000003u + (uint64_t)b);
+	}
+	if (s->position_block > 0 && s->position_block < n) {
+		ck_assert_msg(bg_generate(m, s, steps, seq, plen, end, temp, seed,
+		    dec, 1, &trav, err) == 0, "%s", err);
+		ck_assert_int_eq(trav, bg_traversals(s, plen, end));
+	} else
+		for (b = s->blocks; b >= 1; b--)
+			ck_assert_msg(bt_denoise_block(m[b - 1], s, steps, b - 1,
+			    seq, plen, temp, seed, dec, err) == 0, "%s", err);
+	for (b = 0; b < s->blocks; b++)
+		kn_model_free(m[b]);
+	for (j = plen; j < end; j++)
+		out[j - plen] = (unsigned char)seq[j];
+}
+
+/* The bytes of one completion of 12 after "ab" (4 steps, temperature
+ * 0.8) on the ring at port, decoder name (NULL: none named), streamed
+ * or whole. */
+static void
+decode_output(int port, int seed, const char *name, int stream,
+    unsigned char *out)
+{
+	char body[256], dec[64] = "", *answer, finish[1][16];
+	unsigned char got[1][WINDOW];
+	size_t len[1];
+	json_t *o;
+
+	if (name != NULL)
+		snprintf(dec, sizeof(dec), ",\"decode\":\"%s\"", name);
+	snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":12,"
+	    "\"steps\":4,\"seed\":%d,\"temperature\":0.8%s%s}", seed, dec,
+	    stream ? ",\"stream\":true" : "");
+	if (stream) {
+		ck_assert_int_eq(curl_req(port, NULL, NULL, body, &answer), 200);
+		ck_assert_ptr_nonnull(answer);
+		stream_choices(answer, got, len, finish, 1);
+		free(answer);
+		ck_assert_uint_eq(len[0], 12);
+		ck_assert_str_eq(finish[0], "length");
+		memcpy(out, got[0], 12);
+		return;
+	}
+	o = post_json(port, NULL, body, 200);
+	ck_assert_str_eq(str(choice(o, 0), "finish_reason"), "length");
+	ck_assert_uint_eq(choice_bytes(choice(o, 0), out), 12);
+	json_decref(o);
+}
+
+/* "decode" names the decoder: each gives this process's bytes for the
+ * same seed (two hosts, one, position blocks of 16), whole and
+ * streamed; none named is the run's [generate] decode; the decoders are
+ * not all one. */
+START_TEST(test_decode_field)
+{
+	static const struct {
+		int port;
+		const char *hosts;
+	} rings[] = {
+		{ 0, "hosts_a" }, { 2, "hosts_b" }, { 3, "hosts_c" },
+	};
+	unsigned char got[WINDOW], want[8][WINDOW];
+	pr_spec spec;
+	bt_decode def;
+	size_t c;
+	int d, n, seed, differ;
+
+	for (n = 0; pr_decoders[n] != NULL; n++)
+		;
+	ck_assert_int_le(n, 8);
+	for (c = 0; c < sizeof(rings) / sizeof(rings[0]); c++) {
+		int port = base_port + rings[c].port;
+
+		ref_spec(rings[c].hosts, &spec);
+		ck_assert_int_eq(bt_decode_parse(spec.decode, &def), 0);
+		differ = 0;
+		for (seed = 77; seed <= 78; seed++) {
+			for (d = 0; d < n; d++) {
+				ref_decode(&spec, "ab", 2 + 12, 4, 0.8f,
+				    (uint64_t)seed, (bt_decode)d, want[d]);
+				decode_output(port, seed, pr_decoders[d], 0, got);
+				ck_assert_msg(memcmp(got, want[d], 12) == 0, "%s on "
+				    "%s, seed %d: the bytes are not this process's",
+				    pr_decoders[d], rings[c].hosts, seed);
+				differ += d > 0 && memcmp(want[d], want[0], 12) != 0;
+			}
+			decode_output(port, seed, NULL, 0, got);
+			ck_assert_msg(memcmp(got, want[def], 12) == 0, "none named "
+			    "on %s is not %s", rings[c].hosts, spec.decode);
+			decode_output(port, seed, "margin", 1, got);
+			ck_assert_msg(memcmp(got, want[BT_DECODE_MARGIN], 12) == 0,
+			    "margin streamed on %s differs", rings[c].hosts);
+		}
+		ck_assert_msg(differ > 0, "on %s every decoder gives random's "
+		    "bytes", rings[c].hosts);
+	}
+}
+END_TEST
+
 /* Refusals ------------------------------------------------------------------- */
 
 START_TEST(test_refused_fields)
@@ -956,6 +1078,28 @@ START_TEST(test_refused_fields)
 		    cases[i].says);
 		json_decref(o);
 	}
+	/* decode: a decoder's name, and a wrong one is told the names */
+	o = post_json(base_port, NULL, "{\"prompt\":\"a\",\"decode\":\"foo\"}",
+	    400);
+	error_is(o, "invalid_request_error", NULL, NULL, "'foo'");
+	for (i = 0; pr_decoders[i] != NULL; i++)
+		error_is(o, "invalid_request_error", NULL, NULL, pr_decoders[i]);
+	json_decref(o);
+	o = post_json(base_port, NULL, "{\"prompt\":\"a\",\"decode\":3}", 400);
+	error_is(o, "invalid_request_error", NULL, NULL,
+	    "decode must be a string");
+	json_decref(o);
+	o = post_json(base_port, NULL, "{\"prompt\":\"a\",\"decode\":"
+	    "[\"margin\"]}", 400);
+	error_is(o, "invalid_request_error", NULL, NULL, "decode");
+	json_decref(o);
+	o = post_json(base_port, NULL, "{\"prompt\":\"a\",\"decode\":\"\"}",
+	    400);
+	error_is(o, "invalid_request_error", NULL, NULL, "decode");
+	json_decref(o);
+	o = post_json(base_port, NULL, "{\"prompt\":\"a\",\"decode\":"
+	    "\"MARGIN\"}", 400);
+	json_decref(o);
 	/* what changes nothing is taken: the defaults, user */
 	o = post_json(base_port, NULL, "{\"prompt\":\"a\",\"max_tokens\":2,"
 	    "\"steps\":2,\"top_p\":1,\"presence_penalty\":0,\"best_of\":1,"
@@ -1028,6 +1172,7 @@ main(void)
 	tcase_add_test(tc, test_logprobs_shape);
 	tcase_add_test(tc, test_logprobs_echo_stop_n);
 	tcase_add_test(tc, test_logprobs_values);
+	tcase_add_test(tc, test_decode_field);
 	tcase_add_test(tc, test_refused_fields);
 	tcase_add_test(tc, test_no_certificate);
 	suite_add_tcase(s, tc);
