@@ -809,6 +809,59 @@ START_TEST(test_pipeline_next_byte)
 }
 END_TEST
 
+/* shardmeter generate --decode: a name that is no decoder's exits 2
+ * naming every decoder, in one process and with --peers alike, before
+ * anything runs; --help tells of it; each decoder's output is the
+ * length asked, and the run's [generate] decode is what no --decode
+ * takes. */
+START_TEST(test_generate_decode_option)
+{
+	char out[4096], conf[8192];
+	unsigned char a[64], b[64];
+	int i, n;
+
+	for (n = 0; pr_decoders[n] != NULL; n++)
+		;
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
+	    "%s/run.conf --dir %s/run --length 8 --decode foo 'ab'", tool, dir,
+	    dir), 2);
+	ck_assert_msg(strstr(out, "--decode") != NULL && strstr(out, "'foo'")
+	    != NULL, "%s", out);
+	for (i = 0; i < n; i++)
+		ck_assert_msg(strstr(out, pr_decoders[i]) != NULL, "'%s' lacks %s",
+		    out, pr_decoders[i]);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --peers "
+	    "127.0.0.1:1 --length 8 --decode Margin 'ab'", tool), 2);
+	ck_assert_msg(strstr(out, "'Margin'") != NULL, "%s", out);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
+	    "%s/run.conf --dir %s/run --length 8 'ab' --decode", tool, dir, dir),
+	    2);
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
+	    "%s/run.conf --dir %s/run --length 8 --decode '' 'ab'", tool, dir,
+	    dir), 2);
+	ck_assert_int_eq(tu_run_cmd(conf, sizeof(conf), "%s generate --help",
+	    tool), 0);
+	ck_assert_ptr_nonnull(strstr(conf, "--decode"));
+	for (i = 0; i < n; i++)
+		ck_assert_msg(strstr(conf, pr_decoders[i]) != NULL, "--help lacks "
+		    "%s", pr_decoders[i]);
+	/* the spec's [generate] decode, unless --decode says otherwise */
+	for (i = 0; i < n; i++) {
+		/* the run's checkpoints under the name of the spec */
+		ck_assert_int_eq(tu_run_cmd(NULL, 0, "cd %s && ln -sfn run dec && "
+		    "cp run.conf dec.conf && printf '[generate]\\ndecode = "
+		    "%s\\n' >> dec.conf", dir, pr_decoders[i]), 0);
+		run = "dec";
+		single_process_by("Th", 17, 5, 1, 0, a, sizeof(a));
+		run = "run";
+		ck_assert_uint_eq(single_process_by("Th", 17, 5, 1, i + 1, b,
+		    sizeof(b)), 17);
+		ck_assert_msg(memcmp(a, b, 17) == 0, "[generate] decode = %s is "
+		    "not --decode %s", pr_decoders[i], pr_decoders[i]);
+	}
+}
+END_TEST
+
 /* A host whose checkpoints have another position block than the frame
  * refuses it, and says so: a ring of logical shapes whose second host
  * was given position blocks of 8 where the entry has 4. */
@@ -865,6 +918,7 @@ main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_pipeline_same_as_one_process);
 	tcase_add_test(tc, test_host_refuses_other_pos_block);
+	tcase_add_test(tc, test_generate_decode_option);
 	tcase_add_test(tc, test_pipeline_next_byte);
 	suite_add_tcase(su, tc);
 	return tu_run_suite(su);
