@@ -182,6 +182,8 @@ frames(void)
 	    .length = 16, .steps = 4, .temperature = 0.8, .seed = 5,
 	    .data = data, .data_len = 3 };
 	frame(&f, "gen");
+	f.decode = 3;
+	frame(&f, "gen-decode");
 	f = (pl_frame){ .type = PL_BT, .id = 2, .steps = 4, .temperature = 1,
 	    .seed = 6, .fixed = 3, .end = 7, .block = 2, .data = data,
 	    .data_len = 7, .mask = mask, .mask_len = 7, .compute_us = 100,
@@ -190,6 +192,10 @@ frames(void)
 	/* a streamed request's bt frame, and a host's window for the entry */
 	f.stream = 1;
 	frame(&f, "bt-stream");
+	/* a request's decoder other than random: its index, 1 + it here */
+	f.stream = 0;
+	f.decode = 2;
+	frame(&f, "bt-decode");
 	f = (pl_frame){ .type = PL_PART, .id = 2, .host = 2, .block = 1,
 	    .data = data, .data_len = 7, .mask = mask, .mask_len = 7 };
 	frame(&f, "part");
@@ -305,6 +311,7 @@ texts(void)
 	    "0123456789abcdef0123456789abcdef\n[optim]\nbetas = 0.9, 0.95\n"
 	    "[sync]\nreplicas = 2\n");
 	put_text("spec", "unknown-key", "[model]\nblock = 3\n");
+	put_text("spec", "generate", "[generate]\ndecode = margin\n");
 	cf_defaults(&c);
 	printed("conf", "defaults", print_conf, &c);
 	put_text("conf", "small", "listen = [::1]:7001\nblock = 2\n"
@@ -397,6 +404,9 @@ completions(void)
 		{ "json-types", "{\"prompt\":7,\"max_tokens\":1e300,"
 		    "\"temperature\":\"hot\",\"stream\":null}" },
 		{ "json-bad", "{\"prompt\": \"a\", " },
+		{ "json-decode", "{\"prompt\":\"ab\",\"max_tokens\":9,"
+		    "\"decode\":\"confidence\",\"stream\":true}" },
+		{ "json-decode-bad", "{\"prompt\":\"ab\",\"decode\":3}" },
 	};
 	static const char *const http[][2] = {
 		{ "post", "POST /v1/completions HTTP/1.1\r\nHost: e\r\n"
