@@ -1043,6 +1043,122 @@ START_TEST(test_decode_field)
 }
 END_TEST
 
+/* BlockTrain by decoder dec as a host runs it on the whole window (block
+ * T first), with the figure of the pass that decided each position:
+ * every candidate of a step predicted, the decoder's pick of them
+ * decided. */
+static void
+ref_decode_lp(const pr_spec *s, const char *prompt, int end, int steps,
+    float temp, uint64_t seed, bt_decode dec, unsigned char *out,
+    float *lp)
+{
+	int n = s->window, plen = (int)strlen(prompt), b, j, r, npos, keep;
+	int32_t seq[WINDOW], pos[WINDOW], picked[WINDOW];
+	float u[2 * WINDOW], uu[WINDOW], L[WINDOW * 6], S[WINDOW * 3];
+	float at[WINDOW];
+	unsigned char top[WINDOW * 5];
+	double p, next;
+	char err[KN_ERR_LEN];
+
+	for (j = 0; j < n; j++)
+		seq[j] = j < plen ? (unsigned char)prompt[j] : KN_MASK;
+	for (b = s->blocks; b >= 1; b--) {
+		kn_model_shape bs = pr_spec_block_shape(s, b - 1);
+		kn_model *m;
+
+		ck_assert_int_eq(kn_model_create_inference(&m, &bs,
+		    kn_cpu_backend(), 2, KN_STORE_F32, err), 0);
+		kn_model_init(m, s->seed * 1000003u + (uint64_t)b);
+		for (j = 0; bt_step_draw(s, steps, b - 1, j, seed, u, &p,
+		    &next); j++) {
+			npos = bt_step_candidates(dec, seq, n, plen, u, p, next,
+			    pos, &keep);
+			if (npos == 0)
+				continue;
+			for (r = 0; r < npos; r++)
+				uu[r] = u[n + pos[r]];
+			ck_assert_msg(kn_model_predict_at(m, seq, 1, pos, npos,
+			    uu, temp, picked, err) == 0, "%s", err);
+			ck_assert_msg(kn_model_head_logprobs(m, npos, temp,
+			    picked, 5, L, top, err) == 0, "%s", err);
+			for (r = 0; r < npos; r++)
+				at[pos[r]] = L[r * 6];
+			ck_assert_msg(bt_step_scores(dec, m, npos, picked, S,
+			    err) == 0, "%s", err);
+			keep = bt_step_keep(dec, pos, picked, S, u, 0, temp, npos,
+			    keep);
+			ck_assert_int_ge(keep, 0);
+			ck_assert_int_le(keep, npos);
+			for (r = 0; r < keep; r++) {
+				seq[pos[r]] = picked[r];
+				lp[pos[r]] = at[pos[r]];
+			}
+		}
+		kn_model_free(m);
+	}
+	for (j = plen; j < end; j++) {
+		ck_assert_int_ne(seq[j], KN_MASK);
+		out[j - plen] = (unsigned char)seq[j];
+	}
+}
+
+/* Logprobs with each decoder, whole and streamed, on two hosts and on
+ * one: the bytes those of bt_denoise_block, each byte's figure that of
+ * the pass that decided it (not of a pass that predicted it and left it
+ * masked), the streamed figures the whole answer's. */
+START_TEST(test_decode_logprobs)
+{
+	static const struct {
+		int port;
+		const char *hosts;
+	} rings[] = { { 0, "hosts_a" }, { 2, "hosts_b" } };
+	unsigned char got[WINDOW], want[WINDOW], plain[WINDOW], st[WINDOW];
+	static lp_got g, gs;
+	float lp[WINDOW];
+	char body[256];
+	pr_spec spec;
+	size_t c, i;
+	int d;
+
+	for (c = 0; c < sizeof(rings) / sizeof(rings[0]); c++) {
+		ref_spec(rings[c].hosts, &spec);
+		for (d = 0; pr_decoders[d] != NULL; d++) {
+			ref_decode_lp(&spec, "ab", 2 + 12, 4, 0.8f, 91,
+			    (bt_decode)d, want, lp);
+			ref_decode(&spec, "ab", 2 + 12, 4, 0.8f, 91, (bt_decode)d,
+			    plain);
+			ck_assert_msg(memcmp(want, plain, 12) == 0, "%s: the "
+			    "step-by-step reference is not bt_denoise_block",
+			    pr_decoders[d]);
+			snprintf(body, sizeof(body), "{\"prompt\":\"ab\","
+			    "\"max_tokens\":12,\"steps\":4,\"seed\":91,"
+			    "\"temperature\":0.8,\"logprobs\":3,\"decode\":\"%s\"",
+			    pr_decoders[d]);
+			ck_assert_uint_eq(lp_whole(base_port + rings[c].port,
+			    strcat(body, "}"), got, &g), 12);
+			lp_check(&g, got, 12, 0, 3);
+			ck_assert_msg(memcmp(got, want, 12) == 0, "%s on %s: the "
+			    "bytes are not this process's", pr_decoders[d],
+			    rings[c].hosts);
+			for (i = 0; i < 12; i++)
+				ck_assert_msg(fabs(g.lp[i] - lp[2 + i]) < 1e-5, "%s on "
+				    "%s: byte %zu's log-probability %.8g, here %.8g",
+				    pr_decoders[d], rings[c].hosts, i, g.lp[i],
+				    lp[2 + i]);
+			body[strlen(body) - 1] = '\0';
+			ck_assert_uint_eq(lp_stream(base_port + rings[c].port,
+			    strcat(body, ",\"stream\":true}"), st, &gs), 12);
+			ck_assert(memcmp(st, got, 12) == 0);
+			ck_assert_uint_eq(gs.n, g.n);
+			for (i = 0; i < g.n; i++)
+				ck_assert_msg(gs.lp[i] == g.lp[i], "%s on %s: streamed "
+				    "byte %zu's figure differs", pr_decoders[d],
+				    rings[c].hosts, i);
+		}
+	}
+}
+END_TEST
+
 /* Refusals ------------------------------------------------------------------- */
 
 START_TEST(test_refused_fields)
@@ -1173,6 +1289,7 @@ main(void)
 	tcase_add_test(tc, test_logprobs_echo_stop_n);
 	tcase_add_test(tc, test_logprobs_values);
 	tcase_add_test(tc, test_decode_field);
+	tcase_add_test(tc, test_decode_logprobs);
 	tcase_add_test(tc, test_refused_fields);
 	tcase_add_test(tc, test_no_certificate);
 	suite_add_tcase(s, tc);
