@@ -3,7 +3,8 @@
  * no training), real sockets over mutual TLS on loopback.  A request
  * whose next host is stopped while it holds the request, then killed,
  * goes on through the other host of that block with the output a
- * healthy ring gives, at the entry's hop and at an inner one; an ar
+ * healthy ring gives, at the entry's hop and at an inner one, and by a
+ * decoder other than random as by random; an ar
  * request that loses the KV caches of its path runs again from position
  * 0; a host that stops is left by the links' keep-alive; only the hosts
  * of the stage before send a host frames; both entries answer; a client
@@ -20,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "daemon/blocktrain/blocktrain.h"
 #include "daemon/net/tls.h"
 #include "daemon/pipeline/pipeline_client.h"
 #include "daemon/pipeline/pipeline_hosts.h"
@@ -311,6 +313,21 @@ START_TEST(test_reroute_mid_request)
 	reroute_at(5, &r, expect);
 	expect_output(1, &r, other);
 	ck_assert(memcmp(expect, other, (size_t)r.length) == 0);
+	/* a request by another decoder than random keeps it on the way
+	 * round a dead host: its frames carry the decoder */
+	{
+		pc_request m = r;
+		bt_decode d;
+
+		ck_assert_int_eq(bt_decode_parse("margin", &d), 0);
+		m.decode = 1 + (int)d;
+		expect_output(0, &m, other);
+		ck_assert_msg(memcmp(expect, other, (size_t)r.length) != 0,
+		    "margin gives random's bytes");
+		reroute_at(5, &m, other);
+		expect_output(1, &m, expect);
+		ck_assert(memcmp(expect, other, (size_t)r.length) == 0);
+	}
 }
 END_TEST
 
