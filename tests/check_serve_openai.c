@@ -1040,6 +1040,41 @@ START_TEST(test_decode_field)
 		ck_assert_msg(differ > 0, "on %s every decoder gives random's "
 		    "bytes", rings[c].hosts);
 	}
+	/* at temperature 0 (argmax) too */
+	ref_spec("hosts_a", &spec);
+	for (d = 0; d < n; d++) {
+		char body[256];
+		json_t *o;
+
+		ref_decode(&spec, "ab", 2 + 12, 4, 0.0f, 5, (bt_decode)d, want[d]);
+		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":5,\"temperature\":0,\"decode\":"
+		    "\"%s\"}", pr_decoders[d]);
+		o = post_json(base_port, NULL, body, 200);
+		ck_assert_uint_eq(choice_bytes(choice(o, 0), got), 12);
+		ck_assert_msg(memcmp(got, want[d], 12) == 0, "%s at temperature "
+		    "0: the bytes are not this process's", pr_decoders[d]);
+		json_decref(o);
+	}
+	/* n choices: each its own seed's, by the request's decoder */
+	{
+		json_t *o;
+		int k;
+
+		ref_spec("hosts_a", &spec);
+		o = post_json(base_port, NULL, "{\"prompt\":\"ab\",\"max_tokens\":"
+		    "12,\"steps\":4,\"seed\":77,\"temperature\":0.8,\"n\":3,"
+		    "\"decode\":\"margin\"}", 200);
+		for (k = 0; k < 3; k++) {
+			ref_decode(&spec, "ab", 2 + 12, 4, 0.8f, 77 + (uint64_t)k,
+			    BT_DECODE_MARGIN, want[0]);
+			ck_assert_uint_eq(choice_bytes(choice(o, (size_t)k), got),
+			    12);
+			ck_assert_msg(memcmp(got, want[0], 12) == 0, "choice %d is "
+			    "not margin's for seed %d", k, 77 + k);
+		}
+		json_decref(o);
+	}
 }
 END_TEST
 
