@@ -335,8 +335,9 @@ dec_scores(kn_model *m, struct bt_state **st_of, int R,
 
 /* st's step after the pass: of its npos rows from R0 (picked, and lp
  * when its decoder ranks them), the positions it decides take their
- * bytes; L is the position block (the window without them); 0, or -1
- * when out of memory. */
+ * bytes and keep their logprobs (lp_fill wrote every row's); L is the
+ * position block (the window without them); 0, or -1 when out of
+ * memory. */
 static int
 dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
     int R0, int L)
@@ -352,6 +353,18 @@ dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
 	    0, (float)st->job->in.temperature, st->npos, st->keep);
 	for (r = 0; r < keep; r++)
 		st->seq[st->pos[r]] = mine[r];
+	/* the logprobs of the rows the step left masked go back to 0, as a
+	 * frame gives an undecided position; the pass that decides it
+	 * writes them */
+	for (r = keep > 0 ? keep : 0; keep >= 0 && r < st->npos &&
+	    st->lp != NULL; r++) {
+		int k1 = st->job->in.lpk;
+
+		memset(st->lp + (size_t)st->pos[r] * k1, 0, (size_t)k1 *
+		    sizeof(float));
+		memset(st->lpb + (size_t)st->pos[r] * (k1 - 1), 0,
+		    (size_t)(k1 - 1));
+	}
 	free(mine);
 	return keep < 0 ? -1 : 0;
 }
