@@ -839,6 +839,11 @@ START_TEST(test_generate_decode_option)
 	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
 	    "%s/run.conf --dir %s/run --length 8 --decode '' 'ab'", tool, dir,
 	    dir), 2);
+	/* ar samples a byte at a time: a decoder there is a mistake */
+	ck_assert_int_eq(tu_run_cmd(out, sizeof(out), "%s generate --spec "
+	    "%s/run.conf --dir %s/run --length 8 --mode ar --decode margin "
+	    "'ab'", tool, dir, dir), 2);
+	ck_assert_msg(strstr(out, "--mode ar") != NULL, "%s", out);
 	ck_assert_int_eq(tu_run_cmd(conf, sizeof(conf), "%s generate --help",
 	    tool), 0);
 	ck_assert_ptr_nonnull(strstr(conf, "--decode"));

@@ -385,6 +385,12 @@ gen_run(struct gen_args *g)
 		    "for --mode soma\n");
 		return 2;
 	}
+	if (g->decode > 0 && (g->ar || g->soma)) {
+		fprintf(stderr, "shardmeter generate: --decode orders the "
+		    "steps of blocktrain mode; --mode %s samples one byte at a "
+		    "time\n", g->ar ? "ar" : "soma");
+		return 2;
+	}
 	if (g->soma) {
 		struct cli_soma_gen a = { .run = &g->run, .peers = g->peers,
 		    .prompt = g->prompt, .length = g->length, .temp = g->temp,
