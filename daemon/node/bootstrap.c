@@ -29,6 +29,7 @@ struct bs_state {
 	int64_t local_step;     /* -1: no checkpoint in the state dir */
 	struct bs_claim *c;
 	int nc, pending;
+	int cap;                /* claims c and order have room for */
 	/* the sources of the newest checkpoint, in the order asked */
 	int *order;
 	int norder, at, tries;
@@ -605,9 +606,27 @@ ask(bs_state *b)
 	char path[96], err[KN_ERR_LEN];
 	int i;
 
+	/* a SIGHUP while we wait to ask again may have lengthened the peer
+	 * list; no claim is in flight here (ask runs with none pending) */
+	if (n->peers.n + 1 > b->cap) {
+		struct bs_claim *c = realloc(b->c, ((size_t)n->peers.n + 1) *
+		    sizeof(*c));
+		int *order = c == NULL ? NULL : realloc(b->order,
+		    ((size_t)n->peers.n + 1) * sizeof(int));
+
+		if (c != NULL)
+			b->c = c;
+		if (order == NULL) {
+			log_warnx("bootstrap: out of memory");
+			finish(b, "failed");
+			return;
+		}
+		b->order = order;
+		b->cap = n->peers.n + 1;
+	}
 	b->asks++;
 	b->nc = 0;
-	memset(b->c, 0, ((size_t)n->peers.n + 1) * sizeof(*b->c));
+	memset(b->c, 0, (size_t)b->cap * sizeof(*b->c));
 	for (i = 0; i < n->peers.n; i++) {
 		const peers_entry *p = &n->peers.v[i];
 		struct bs_claim *c = &b->c[b->nc];
@@ -669,6 +688,7 @@ bs_start(node *n, void (*then)(node *n), char *err)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
 	n->bootstrap = b;
+	b->cap = n->peers.n + 1;
 	b->n = n;
 	b->then = then;
 	b->began = kn_now();
