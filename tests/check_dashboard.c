@@ -221,7 +221,7 @@ same_status(json_t *mine, json_t *theirs, int i)
 
 /* Whether daemon i's mirrors hold the final checkpoint of every block
  * they keep a copy of, with its optimizer state, by the statuses st of
- * all live daemons (the final checkpoint of a block as its first host
+ * all live daemons (the final checkpoint of a block as one of its hosts
  * reports it). */
 static int
 mirrors_caught_up(json_t **st, int i, int *copies)
@@ -230,20 +230,16 @@ mirrors_caught_up(json_t **st, int i, int *copies)
 	size_t k, l;
 
 	json_array_foreach(json_object_get(m, "blocks"), k, b) {
-		const char *want = NULL;
 		int j, held = 0;
 
-		for (j = 0; j < LIVE && want == NULL; j++)
-			if (block_of[j] == json_integer_value(b))
-				want = json_string_value(at(st[j],
-				    "checkpoint", "sha256", NULL));
 		json_array_foreach(json_object_get(m, "held"), l, h)
-			held |= json_equal(json_object_get(h, "block"), b) &&
-			    want != NULL && json_string_value(json_object_get(h,
-			    "sha256")) != NULL && strcmp(json_string_value(
-			    json_object_get(h, "sha256")), want) == 0 &&
-			    json_integer_value(json_object_get(h,
-			    "optimizer_bytes")) > 0;
+			for (j = 0; j < LIVE; j++)
+				held |= block_of[j] == json_integer_value(b) &&
+				    json_equal(json_object_get(h, "block"), b) &&
+				    json_equal(json_object_get(h, "sha256"),
+				    at(st[j], "checkpoint", "sha256", NULL)) &&
+				    json_integer_value(json_object_get(h,
+				    "optimizer_bytes")) > 0;
 		if (!held)
 			return 0;
 		(*copies)++;
