@@ -29,6 +29,7 @@ struct bs_state {
 	int64_t local_step;     /* -1: no checkpoint in the state dir */
 	struct bs_claim *c;
 	int nc, pending;
+	int cap;                /* claims c and order have room for */
 	/* the sources of the newest checkpoint, in the order asked */
 	int *order;
 	int norder, at, tries;
@@ -449,7 +450,7 @@ static void
 decide(bs_state *b)
 {
 	node *n = b->n;
-	int i, answered = 0;
+	int i, answered = 0, waiting;
 	int64_t floor = b->local_step > 0 ? b->local_step : 0;
 	const struct bs_claim *w;
 
@@ -457,6 +458,19 @@ decide(bs_state *b)
 		answered += b->c[i].answered;
 	b->norder = answered > 0 ? bs_choose(b->c, b->nc, floor,
 	    n->spec.steps, b->order) : 0;
+	for (i = 0, waiting = 0; i < b->nc; i++)
+		waiting += b->c[i].not_counted;
+	/* a host of ours that has not taken us into its rounds yet will
+	 * start them from the checkpoint of its next round boundary: that
+	 * one, not the one it holds now, is where our rounds begin */
+	if (waiting > 0 && b->asks < BS_ASKS) {
+		log_info("bootstrap: %d host(s) of block %d do not count this "
+		    "host among the block's replicas yet (ask %d of %d); "
+		    "asking again in %d s", waiting, n->cfg.block, b->asks,
+		    BS_ASKS, b->asks);
+		uv_timer_start(&b->again, on_again, (uint64_t)b->asks * 1000, 0);
+		return;
+	}
 	/* a host with nothing asks again while some did not answer and
 	 * nobody named a checkpoint: a new host is started with the new
 	 * list, and the others let its identity in only once they have
@@ -500,6 +514,25 @@ decide(bs_state *b)
 			    "that name %.16s...: not asked", b->c[i].addr,
 			    b->want_step, b->c[i].sha, b->norder, b->want_sha);
 	fetch(b);
+}
+
+/* Whether a host of our block, by its status root, counts us among the
+ * block's replicas in the rounds it runs.  A status with no roster (a
+ * run without rounds) counts everyone. */
+static int
+counts_us(const node *n, json_t *root)
+{
+	json_t *v = json_object_get(json_object_get(root, "roster"),
+	    "replicas"), *e;
+	size_t k;
+
+	if (!json_is_array(v) || json_array_size(v) == 0)
+		return 1;
+	json_array_foreach(v, k, e)
+		if (json_is_string(e) && strcmp(json_string_value(e),
+		    n->peers.v[n->self].addr) == 0)
+			return 1;
+	return 0;
 }
 
 static void
@@ -549,6 +582,15 @@ on_claim(void *ctx, hc_result *r)
 			log_info("bootstrap: %s%s holds step %" PRId64 " round %"
 			    PRId64 " (sha256 %.16s...)", c->addr, c->mirror ?
 			    "'s mirror" : "", c->step, c->round, c->sha);
+			if (!c->mirror && !counts_us(b->n, root) &&
+			    b->asks < BS_ASKS) {
+				c->valid = 0;
+				c->not_counted = 1;
+				log_info("bootstrap: %s does not count this host "
+				    "among block %d's replicas yet: it takes the "
+				    "new list at its next round boundary", c->addr,
+				    b->n->cfg.block);
+			}
 		}
 		json_decref(root);
 	}
@@ -564,9 +606,27 @@ ask(bs_state *b)
 	char path[96], err[KN_ERR_LEN];
 	int i;
 
+	/* a SIGHUP while we wait to ask again may have lengthened the peer
+	 * list; no claim is in flight here (ask runs with none pending) */
+	if (n->peers.n + 1 > b->cap) {
+		struct bs_claim *c = realloc(b->c, ((size_t)n->peers.n + 1) *
+		    sizeof(*c));
+		int *order = c == NULL ? NULL : realloc(b->order,
+		    ((size_t)n->peers.n + 1) * sizeof(int));
+
+		if (c != NULL)
+			b->c = c;
+		if (order == NULL) {
+			log_warnx("bootstrap: out of memory");
+			finish(b, "failed");
+			return;
+		}
+		b->order = order;
+		b->cap = n->peers.n + 1;
+	}
 	b->asks++;
 	b->nc = 0;
-	memset(b->c, 0, ((size_t)n->peers.n + 1) * sizeof(*b->c));
+	memset(b->c, 0, (size_t)b->cap * sizeof(*b->c));
 	for (i = 0; i < n->peers.n; i++) {
 		const peers_entry *p = &n->peers.v[i];
 		struct bs_claim *c = &b->c[b->nc];
@@ -628,6 +688,7 @@ bs_start(node *n, void (*then)(node *n), char *err)
 		return kn_error(err, KN_ENOMEM, "out of memory");
 	}
 	n->bootstrap = b;
+	b->cap = n->peers.n + 1;
 	b->n = n;
 	b->then = then;
 	b->began = kn_now();

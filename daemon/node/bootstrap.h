@@ -11,7 +11,14 @@
  * A daemon with no checkpoint at all asks again, BS_ASKS times in all,
  * while some hosts do not answer and none named a checkpoint; then, or
  * with nothing newer: the trainer starts from what the state
- * directory holds, with a line in the log saying so.  Every request is
+ * directory holds, with a line in the log saying so.  A host of our
+ * block whose roster (its status) does not count this daemon yet has
+ * not reached the round boundary where it takes the new list: the
+ * checkpoint it holds is older than the one its new engine, and so our
+ * rounds, start from, and a replica that started from it would be
+ * rounds behind, left to adopt a checkpoint its own check may refuse.
+ * So it is asked again, BS_ASKS times in all, until it counts us; at
+ * the last ask its claim is taken as it is.  Every request is
  * bounded in time and a transfer tried at most BS_TRIES times per
  * source, so a bootstrap always ends.  node.c starts it; on the loop
  * thread. */
@@ -32,6 +39,9 @@ struct bs_claim {
 	int mirror;             /* 1: its mirror's copy; 0: a host of ours */
 	int answered;           /* any HTTP answer */
 	int valid;              /* it named a checkpoint */
+	int not_counted;        /* a host of ours whose rounds do not count
+				 * us yet: its checkpoint is from before the
+				 * boundary where it takes us in */
 	int64_t step, round;
 	uint64_t bytes;
 	char sha[65];
