@@ -114,16 +114,14 @@ es_known(const struct es_words *w, const char *word)
 	return bsearch(&key, w->v, w->n, sizeof(char *), es_cmp) != NULL;
 }
 
-/* The words of ES_MIN_WORD letters or more wholly in x[from, to) of the
- * window x[0, n): one that goes on past either edge is cut and not
- * counted. */
+/* The words of ES_MIN_WORD letters or more wholly in x[from, to) of a
+ * window: one that goes on past either edge is cut and not counted. */
 static void
-es_count_words(const struct es_words *w, const unsigned char *x, int n,
-    int from, int to, long *words, long *known)
+es_count_words(const struct es_words *w, const unsigned char *x, int from,
+    int to, long *words, long *known)
 {
 	int i = from, j;
 
-	(void)n;
 	while (i < to) {
 		if (!isalpha(x[i]) || x[i] > 127) {
 			i++;
@@ -298,7 +296,7 @@ es_text_figures(const struct es_words *words, const es_opts *o, int n,
 		for (j = P; j < n; j++)
 			odd += es_odd(x[j]);
 		h += es_entropy(x + P, n - P);
-		es_count_words(words, x, n, P, n, &row->words, &known);
+		es_count_words(words, x, P, n, &row->words, &known);
 	}
 	row->entropy = h / o->samples;
 	row->odd = (double)odd / ((double)o->samples * (n - P));

@@ -336,37 +336,32 @@ dec_scores(kn_model *m, struct bt_state **st_of, int R,
 /* st's step after the pass: of its npos rows from R0 (picked, and lp
  * when its decoder ranks them), the positions it decides take their
  * bytes and keep their logprobs (lp_fill wrote every row's); L is the
- * position block (the window without them); 0, or -1 when out of
- * memory. */
+ * position block (the window without them).  The pass is done with its
+ * rows, so they are ranked in place.  0, or -1 when out of memory. */
 static int
-dec_commit(struct bt_state *st, const int32_t *picked, const float *lp,
-    int R0, int L)
+dec_commit(struct bt_state *st, int32_t *picked, const float *lp, int R0,
+    int L)
 {
-	int32_t *mine = malloc((size_t)(st->npos ? st->npos : 1) * 4);
-	int r, keep;
+	int32_t *mine = picked + R0;
+	int r, keep, k1 = st->job->in.lpk;
 
-	if (mine == NULL)
-		return -1;
-	memcpy(mine, picked + R0, (size_t)st->npos * 4);
 	keep = bt_step_keep(st->dec, st->pos, mine, lp == NULL ? NULL :
 	    lp + (size_t)R0 * BT_DECODE_LP, st->u, st->pb ? (st->pb - 1) * L :
 	    0, (float)st->job->in.temperature, st->npos, st->keep);
+	if (keep < 0)
+		return -1;
 	for (r = 0; r < keep; r++)
 		st->seq[st->pos[r]] = mine[r];
 	/* the logprobs of the rows the step left masked go back to 0, as a
 	 * frame gives an undecided position; the pass that decides it
 	 * writes them */
-	for (r = keep > 0 ? keep : 0; keep >= 0 && r < st->npos &&
-	    st->lp != NULL; r++) {
-		int k1 = st->job->in.lpk;
-
+	for (r = keep; r < st->npos && st->lp != NULL; r++) {
 		memset(st->lp + (size_t)st->pos[r] * k1, 0, (size_t)k1 *
 		    sizeof(float));
 		memset(st->lpb + (size_t)st->pos[r] * (k1 - 1), 0,
 		    (size_t)(k1 - 1));
 	}
-	free(mine);
-	return keep < 0 ? -1 : 0;
+	return 0;
 }
 
 /* The step of g requests of position blocks at one block: their
