@@ -49,7 +49,14 @@ static const char spec_template[] =
 "\n"
 "[sync]\n"
 "replicas = 1\n"
-"local_steps = 50\n";
+"local_steps = 50\n"
+"\n"
+"[generate]\n"
+"# which masked bytes each denoising step decides, for requests that name\n"
+"# none: random, confidence, margin or sampled (the likeliest drawn bytes\n"
+"# first: the most words and the lowest cross-entropy measured, at some\n"
+"# byte entropy; shardmeter eval --samples); not part of the run id\n"
+"decode = sampled\n";
 
 const char *
 pr_spec_template(void)

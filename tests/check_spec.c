@@ -363,7 +363,7 @@ START_TEST(test_run_ids_pinned)
 END_TEST
 
 /* The template of `shardmeter spec --new` parses and sets the draw that
- * measured best; the same text without its [noise] section parses with
+ * measured best and the default decoder; the same text without its [noise] section parses with
  * the default that older specs keep. */
 START_TEST(test_template)
 {
@@ -376,6 +376,10 @@ START_TEST(test_template)
 	ck_assert_str_eq(s.noise_draw, "klevel");
 	ck_assert(s.count_tilt == -0.5);
 	ck_assert_int_eq(s.blocks, 4);
+	/* the decoder is written out, so a new user sees the choice */
+	ck_assert_str_eq(s.decode, "sampled");
+	ck_assert_ptr_nonnull(strstr(t, "\n[generate]\n"));
+	ck_assert_ptr_nonnull(strstr(t, "\ndecode = sampled\n"));
 	ck_assert_ptr_nonnull(a);
 	ck_assert_ptr_nonnull(b);
 	ck_assert_uint_lt(strlen(t), sizeof(old));
