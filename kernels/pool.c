@@ -45,6 +45,8 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t start;      /* a new job, or shutdown */
 	pthread_cond_t done;       /* the last worker left the job */
+	pthread_cond_t up;         /* a worker reached its loop */
+	int ready;                 /* workers that reached it */
 	pthread_t tid[KN_POOL_MAX];
 	int nthreads;              /* including the caller */
 	int started;               /* kn_pool_init has run */
@@ -65,6 +67,7 @@ static struct {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.start = PTHREAD_COND_INITIALIZER,
 	.done = PTHREAD_COND_INITIALIZER,
+	.up = PTHREAD_COND_INITIALIZER,
 	.run_lock = PTHREAD_MUTEX_INITIALIZER,
 	.nthreads = 1,
 };
@@ -133,6 +136,8 @@ pool_worker(void *arg)
 	in_task = 1;
 	self_thread = thread;
 	pthread_mutex_lock(&pool.lock);
+	pool.ready++;
+	pthread_cond_signal(&pool.up);
 	for (;;) {
 		if (!pool.quit && pool.generation == seen) {
 			int spin;
@@ -176,6 +181,7 @@ kn_pool_shutdown(void)
 	for (i = 0; i < pool.nworkers; i++)
 		pthread_join(pool.tid[i], NULL);
 	pool.nworkers = 0;
+	pool.ready = 0;
 	pool.nthreads = 1;
 	pool.quit = 0;
 }
@@ -201,7 +207,9 @@ pool_after_fork(void)
 	pthread_mutex_init(&pool.run_lock, NULL);
 	pthread_cond_init(&pool.start, NULL);
 	pthread_cond_init(&pool.done, NULL);
+	pthread_cond_init(&pool.up, NULL);
 	pool.nworkers = 0;
+	pool.ready = 0;
 	pool.nthreads = 1;
 	pool.started = 0;
 	pool.quit = 0;
@@ -240,6 +248,14 @@ kn_pool_init(int threads, char *err)
 		}
 		pool.nworkers = i + 1;
 	}
+	/* Back only when every worker waits in its loop: a thread still
+	 * starting may hold a lock of the C library's (or a sanitizer's
+	 * allocator), and a fork() then, such as a test runner's for each
+	 * test, would leave the child that lock held for ever. */
+	pthread_mutex_lock(&pool.lock);
+	while (pool.ready < pool.nworkers)
+		pthread_cond_wait(&pool.up, &pool.lock);
+	pthread_mutex_unlock(&pool.lock);
 	pool.nthreads = threads;
 	pool.started = 1;
 	return KN_OK;

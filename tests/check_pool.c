@@ -4,7 +4,10 @@
 
 #include <check.h>
 #include <stdatomic.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/pool.h"
 #include "tests/testutil.h"
@@ -101,6 +104,54 @@ START_TEST(test_short_jobs_end_with_the_run)
 }
 END_TEST
 
+/* The worker threads named kn-pool-N in this process now, read at once
+ * (no command in between, which would give late threads time). */
+static int
+named_workers(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	char path[300], name[32];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+		    e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(name, sizeof(name), f) != NULL &&
+		    strncmp(name, "kn-pool-", 8) == 0)
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/* kn_pool_init returns only when every worker has started (named, in its
+ * loop): a fork() right after it, as a test runner's, must not find a
+ * thread still starting, which may hold a lock of the C library's or of a
+ * sanitizer's allocator for ever in the child.  A thread starts after
+ * pthread_create returns, so without the wait the names lag behind. */
+START_TEST(test_init_returns_with_workers_started)
+{
+	int round, threads;
+
+	for (round = 0; round < 40; round++) {
+		threads = 2 + round % 3;
+		ck_assert_int_eq(kn_pool_init(threads, NULL), 0);
+		ck_assert_int_eq(named_workers(), threads - 1);
+		kn_pool_shutdown();
+		ck_assert_int_eq(named_workers(), 0);
+	}
+}
+END_TEST
+
 int
 main(void)
 {
@@ -113,6 +164,7 @@ main(void)
 	tcase_add_test(tc, test_every_task_once);
 	tcase_add_test(tc, test_nested);
 	tcase_add_test(tc, test_short_jobs_end_with_the_run);
+	tcase_add_test(tc, test_init_returns_with_workers_started);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
