@@ -218,6 +218,25 @@ traverse(kn_model **blocks, const pr_spec *s, int32_t *seq,
  * temperature 1 and 0; every byte after the prompt is decided and a byte,
  * the prompt untouched; and the decoders are not one another (each pair
  * differs for some seed), whole window or position blocks. */
+/* Every two of the n decoders give other bytes for at least one of the
+ * three seeds (out[decoder][seed]); where names the case. */
+static void
+decoders_differ(int32_t out[][3][32], int n, const char *where)
+{
+	int d, e, seed, differ;
+
+	for (d = 0; d < n; d++)
+		for (e = d + 1; e < n; e++) {
+			differ = 0;
+			for (seed = 0; seed < 3; seed++)
+				differ |= memcmp(out[d][seed], out[e][seed],
+				    sizeof(out[d][seed])) != 0;
+			ck_assert_msg(differ, "%s%s and %s give the same bytes "
+			    "for every seed", where, pr_decoders[d],
+			    pr_decoders[e]);
+		}
+}
+
 START_TEST(test_decoders_in_process)
 {
 	static const char *prompts[] = { "", "Th", "The quick " };
@@ -227,7 +246,7 @@ START_TEST(test_decoders_in_process)
 	pr_spec s;
 	bt_decode dec;
 	char err[KN_ERR_LEN];
-	int n, d, e, pi, ti, seed, i, differ, ta, tb;
+	int n, d, pi, ti, seed, i, ta, tb;
 
 	for (n = 0; pr_decoders[n] != NULL; n++) {
 		ck_assert_int_eq(bt_decode_parse(pr_decoders[n], &dec), 0);
@@ -265,15 +284,7 @@ START_TEST(test_decoders_in_process)
 					if (ti == 0 && pi == 1)
 						memcpy(out[d][seed - 1], a, sizeof(a));
 				}
-	for (d = 0; d < n; d++)
-		for (e = d + 1; e < n; e++) {
-			differ = 0;
-			for (seed = 0; seed < 3; seed++)
-				differ |= memcmp(out[d][seed], out[e][seed],
-				    sizeof(out[d][seed])) != 0;
-			ck_assert_msg(differ, "%s and %s give the same bytes for "
-			    "every seed", pr_decoders[d], pr_decoders[e]);
-		}
+	decoders_differ(out, n, "");
 	free_blocks(&s, blocks);
 	/* position blocks of 8: the same, each position block's traversal
 	 * the one count it always was */
@@ -299,16 +310,7 @@ START_TEST(test_decoders_in_process)
 				    "%d is %d", pr_decoders[d], i, a[i]);
 			memcpy(out[d][seed - 1], a, sizeof(a));
 		}
-	for (d = 0; d < n; d++)
-		for (e = d + 1; e < n; e++) {
-			differ = 0;
-			for (seed = 0; seed < 3; seed++)
-				differ |= memcmp(out[d][seed], out[e][seed],
-				    sizeof(out[d][seed])) != 0;
-			ck_assert_msg(differ, "position blocks: %s and %s give the "
-			    "same bytes for every seed", pr_decoders[d],
-			    pr_decoders[e]);
-		}
+	decoders_differ(out, n, "position blocks: ");
 	free_blocks(&s, blocks);
 }
 END_TEST

@@ -799,16 +799,19 @@ ref_spec(const char *hosts, pr_spec *spec)
 	ph_free(&pl);
 }
 
-/* BlockTrain as a host runs it in random order (the request names
- * decode random), block T down to 1: the figures of the pass that
- * decided each position (k1 a position). */
+/* BlockTrain by decoder dec as a host runs it on the whole window (block
+ * T first), with the figure of the pass that decided each position:
+ * every candidate of a step predicted, the decoder's pick of them
+ * decided. */
 static void
-ref_bt(const pr_spec *s, const char *prompt, int end, int steps, float temp,
-    uint64_t seed, unsigned char *out, float *lp)
+ref_decode_lp(const pr_spec *s, const char *prompt, int end, int steps,
+    float temp, uint64_t seed, bt_decode dec, unsigned char *out,
+    float *lp)
 {
-	int n = s->window, plen = (int)strlen(prompt), b, j, r, npos;
+	int n = s->window, plen = (int)strlen(prompt), b, j, r, npos, keep;
 	int32_t seq[WINDOW], pos[WINDOW], picked[WINDOW];
-	float u[2 * WINDOW], uu[WINDOW], L[WINDOW * 6];
+	float u[2 * WINDOW], uu[WINDOW], L[WINDOW * 6], S[WINDOW * 3];
+	float at[WINDOW];
 	unsigned char top[WINDOW * 5];
 	double p, next;
 	char err[KN_ERR_LEN];
@@ -824,7 +827,8 @@ ref_bt(const pr_spec *s, const char *prompt, int end, int steps, float temp,
 		kn_model_init(m, s->seed * 1000003u + (uint64_t)b);
 		for (j = 0; bt_step_draw(s, steps, b - 1, j, seed, u, &p,
 		    &next); j++) {
-			npos = bt_step_positions(seq, n, plen, u, p, next, pos);
+			npos = bt_step_candidates(dec, seq, n, plen, u, p, next,
+			    pos, &keep);
 			if (npos == 0)
 				continue;
 			for (r = 0; r < npos; r++)
@@ -833,15 +837,25 @@ ref_bt(const pr_spec *s, const char *prompt, int end, int steps, float temp,
 			    uu, temp, picked, err) == 0, "%s", err);
 			ck_assert_msg(kn_model_head_logprobs(m, npos, temp,
 			    picked, 5, L, top, err) == 0, "%s", err);
-			for (r = 0; r < npos; r++) {
+			for (r = 0; r < npos; r++)
+				at[pos[r]] = L[r * 6];
+			ck_assert_msg(bt_step_scores(dec, m, npos, picked, S,
+			    err) == 0, "%s", err);
+			keep = bt_step_keep(dec, pos, picked, S, u, 0, temp, npos,
+			    keep);
+			ck_assert_int_ge(keep, 0);
+			ck_assert_int_le(keep, npos);
+			for (r = 0; r < keep; r++) {
 				seq[pos[r]] = picked[r];
-				lp[pos[r]] = L[r * 6];
+				lp[pos[r]] = at[pos[r]];
 			}
 		}
 		kn_model_free(m);
 	}
-	for (j = plen; j < end; j++)
+	for (j = plen; j < end; j++) {
+		ck_assert_int_ne(seq[j], KN_MASK);
 		out[j - plen] = (unsigned char)seq[j];
+	}
 }
 
 /* The causal LM one byte at a time, as bt_generate_ar. */
@@ -906,7 +920,8 @@ START_TEST(test_logprobs_values)
 		if (strcmp(cases[c].mode, "ar") == 0)
 			ref_ar(&spec, "ab", 2 + 12, 0.8f, 77, want, lp);
 		else
-			ref_bt(&spec, "ab", 2 + 12, 4, 0.8f, 77, want, lp);
+			ref_decode_lp(&spec, "ab", 2 + 12, 4, 0.8f, 77,
+			    BT_DECODE_RANDOM, want, lp);
 		snprintf(body, sizeof(body), "{\"prompt\":\"ab\",\"max_tokens\":"
 		    "12,\"steps\":4,\"seed\":77,\"mode\":\"%s\",\"temperature\":"
 		    "0.8,\"logprobs\":5,\"decode\":\"random\"}",
@@ -1078,64 +1093,6 @@ START_TEST(test_decode_field)
 }
 END_TEST
 
-/* BlockTrain by decoder dec as a host runs it on the whole window (block
- * T first), with the figure of the pass that decided each position:
- * every candidate of a step predicted, the decoder's pick of them
- * decided. */
-static void
-ref_decode_lp(const pr_spec *s, const char *prompt, int end, int steps,
-    float temp, uint64_t seed, bt_decode dec, unsigned char *out,
-    float *lp)
-{
-	int n = s->window, plen = (int)strlen(prompt), b, j, r, npos, keep;
-	int32_t seq[WINDOW], pos[WINDOW], picked[WINDOW];
-	float u[2 * WINDOW], uu[WINDOW], L[WINDOW * 6], S[WINDOW * 3];
-	float at[WINDOW];
-	unsigned char top[WINDOW * 5];
-	double p, next;
-	char err[KN_ERR_LEN];
-
-	for (j = 0; j < n; j++)
-		seq[j] = j < plen ? (unsigned char)prompt[j] : KN_MASK;
-	for (b = s->blocks; b >= 1; b--) {
-		kn_model_shape bs = pr_spec_block_shape(s, b - 1);
-		kn_model *m;
-
-		ck_assert_int_eq(kn_model_create_inference(&m, &bs,
-		    kn_cpu_backend(), 2, KN_STORE_F32, err), 0);
-		kn_model_init(m, s->seed * 1000003u + (uint64_t)b);
-		for (j = 0; bt_step_draw(s, steps, b - 1, j, seed, u, &p,
-		    &next); j++) {
-			npos = bt_step_candidates(dec, seq, n, plen, u, p, next,
-			    pos, &keep);
-			if (npos == 0)
-				continue;
-			for (r = 0; r < npos; r++)
-				uu[r] = u[n + pos[r]];
-			ck_assert_msg(kn_model_predict_at(m, seq, 1, pos, npos,
-			    uu, temp, picked, err) == 0, "%s", err);
-			ck_assert_msg(kn_model_head_logprobs(m, npos, temp,
-			    picked, 5, L, top, err) == 0, "%s", err);
-			for (r = 0; r < npos; r++)
-				at[pos[r]] = L[r * 6];
-			ck_assert_msg(bt_step_scores(dec, m, npos, picked, S,
-			    err) == 0, "%s", err);
-			keep = bt_step_keep(dec, pos, picked, S, u, 0, temp, npos,
-			    keep);
-			ck_assert_int_ge(keep, 0);
-			ck_assert_int_le(keep, npos);
-			for (r = 0; r < keep; r++) {
-				seq[pos[r]] = picked[r];
-				lp[pos[r]] = at[pos[r]];
-			}
-		}
-		kn_model_free(m);
-	}
-	for (j = plen; j < end; j++) {
-		ck_assert_int_ne(seq[j], KN_MASK);
-		out[j - plen] = (unsigned char)seq[j];
-	}
-}
 
 /* Logprobs with each decoder, whole and streamed, on two hosts and on
  * one: the bytes those of bt_denoise_block, each byte's figure that of
