@@ -62,6 +62,12 @@ train_once(void)
 	    "--threads 2 && mkdir -p %s/blocks && cp %s/run/block-*.ckpt "
 	    "%s/blocks/", tool, dir, dir, tool, dir, dir, dir, dir, dir) == 0,
 	    "training: %s", out);
+	/* the run again with its end-to-end reference beside it */
+	ck_assert_msg(tu_run_cmd(out, sizeof(out), "%s train --spec "
+	    "%s/run.conf --dir %s/ref --reference e2e --quiet --threads 2 && "
+	    "mkdir -p %s/with-e2e && cp %s/run/*.ckpt %s/ref/e2e.ckpt "
+	    "%s/with-e2e/", tool, dir, dir, dir, dir, dir, dir) == 0,
+	    "training the e2e reference: %s", out);
 	write_split_words();
 	tu_write_file(dir, "no-words", "zzqqx\n");
 }
@@ -217,6 +223,55 @@ START_TEST(test_without_causal)
 }
 END_TEST
 
+/* With the e2e reference in the run's directory: the blocks' rows as
+ * without it, then the same sets drawn by the reference, named for it,
+ * one traversal each, other samples than the blocks' and the same ones
+ * each time. */
+START_TEST(test_e2e_rows)
+{
+	static const char *const keys[] = { "gen_ce", "entropy", "dict_share",
+		"words" };
+	char extra[256];
+	json_t *own, *a, *b;
+	size_t i, k;
+	int differ = 0;
+
+	snprintf(extra, sizeof(extra), "--decode random,sampled --steps 6 "
+	    "--words %s/split-words", dir);
+	own = samples_json("run", extra);
+	a = samples_json("with-e2e", extra);
+	b = samples_json("with-e2e", extra);
+	ck_assert_int_eq(json_array_size(json_object_get(own, "rows")), 4);
+	ck_assert_int_eq(json_array_size(json_object_get(a, "rows")), 6);
+	for (i = 0; i < 4; i++)
+		for (k = 0; k < 4; k++)
+			ck_assert_msg(num(row(own, i), keys[k]) ==
+			    num(row(a, i), keys[k]), "row %zu: %s moved with "
+			    "the e2e reference beside the blocks", i, keys[k]);
+	ck_assert_str_eq(json_string_value(json_object_get(row(a, 4),
+	    "samples")), "e2e random, T=1");
+	ck_assert_str_eq(json_string_value(json_object_get(row(a, 5),
+	    "samples")), "e2e sampled, T=1");
+	for (i = 4; i < 6; i++) {
+		ck_assert_int_eq((int)num(row(a, i), "traversals"), 1);
+		ck_assert_int_eq((int)num(row(a, i), "steps"), 6);
+		ck_assert(num(row(a, i), "gen_ce") > 0.0 &&
+		    num(row(a, i), "gen_ce") < 20.0);
+		for (k = 0; k < 4; k++)
+			ck_assert_msg(num(row(a, i), keys[k]) ==
+			    num(row(b, i), keys[k]), "row %zu: %s moved", i,
+			    keys[k]);
+		/* the reference's samples, not the blocks' again */
+		differ += num(row(a, i), "gen_ce") != num(row(a, i - 2),
+		    "gen_ce");
+	}
+	ck_assert_msg(differ == 2, "the e2e rows repeat the blocks' samples");
+	json_decref(own);
+	json_decref(a);
+	json_decref(b);
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
 	char out[4096];
@@ -256,6 +311,7 @@ main(void)
 	tcase_add_test(tc, test_rows);
 	tcase_add_test(tc, test_repeatable_and_words);
 	tcase_add_test(tc, test_without_causal);
+	tcase_add_test(tc, test_e2e_rows);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(su, tc);
 	return tu_run_suite(su);

@@ -393,7 +393,9 @@ const struct cmd_entry cmd_eval_entry = {
 	    "of its words of 3+ letters found in the word list\n(default "
 	    "/usr/share/dict/words, from wamerican), the traversals and "
 	    "the time\nof one sample; the split's own continuations "
-	    "come first, as the ceiling.\n--show K prints the first K "
+	    "come first, as the ceiling.\nWhen DIR holds the e2e "
+	    "reference, its rows follow (\"e2e ...\"): the same\nsets "
+	    "with it in every block's place.\n--show K prints the first K "
 	    "samples of each set.\n--causal-spec and --causal-dir take "
 	    "the causal LM of another run of the same\nwindow: runs of "
 	    "other position blocks scored by one judge.\n",

@@ -6,7 +6,10 @@
  * entropy (so that a decoder that repeats itself cannot win the first by
  * it), the share of their words found in a word list and the time of one
  * sample.  The split's own continuations are scored alike, as the
- * ceiling. */
+ * ceiling.  When the run's directory holds the end-to-end reference (one
+ * network of the blocks' depth on all of (0, 1], trained with the same
+ * steps), it draws the same sets in every block's place: what the same
+ * compute buys a masked-diffusion model not cut into blocks. */
 #include "config.h"
 
 #include <ctype.h>
@@ -184,11 +187,11 @@ struct es_row {
 };
 
 static int
-es_have_causal(const char *dir)
+es_have(const char *dir, bt_kind kind)
 {
 	char path[PR_PATH_LEN + 32];
 
-	tr_model_path(path, sizeof(path), dir, BT_CAUSAL, 0, "ckpt");
+	tr_model_path(path, sizeof(path), dir, kind, 0, "ckpt");
 	return access(path, F_OK) == 0;
 }
 
@@ -206,7 +209,7 @@ es_load_causal(const struct cli_run *run, const es_opts *o, kn_model **lm,
 
 	*lm = NULL;
 	if (o->causal_dir == NULL)
-		return es_have_causal(run->dir) ? tr_load_model(lm, &run->spec,
+		return es_have(run->dir, BT_CAUSAL) ? tr_load_model(lm, &run->spec,
 		    run->run_id, run->dir, BT_CAUSAL, 0, run->be, 32, err) : 0;
 	if ((rc = pr_spec_load(&cs, o->causal_spec, err)) != 0 ||
 	    (rc = pr_spec_run_id(&cs, run_id, err)) != 0)
@@ -379,13 +382,49 @@ es_show(const unsigned char *x, int n, int P)
 	printf("\"\n");
 }
 
+/* One row: the causal LM's samples at temperature 1 (di < 0), or the
+ * models of blocks under decoder di at step count si, named with the
+ * prefix; drawn from the prompts, scored and printed. */
+static int
+es_row(kn_model *const *blocks, kn_model *lm, const pr_spec *s,
+    const corpus *c, const es_opts *o, const struct es_words *words,
+    const char *prefix, int di, int si, struct es_row *row, json_t *arr,
+    char *err)
+{
+	int n = s->window, ar = di < 0, i, rc;
+
+	for (i = 0; i < o->samples; i++)
+		es_prompt(c, n, i, o->samples, row->x + (size_t)i * n);
+	row->temp = ar ? 1.0 : o->temperature;
+	row->steps = ar ? 0 : o->steps[si];
+	if (ar)
+		snprintf(row->what, sizeof(row->what), "causal LM, T=1");
+	else
+		snprintf(row->what, sizeof(row->what), "%s%s, T=%g",
+		    prefix != NULL ? prefix : "",
+		    bt_decode_name(o->decoders[di]), o->temperature);
+	rc = es_draw(blocks, lm, s, o, ar, ar ? BT_DECODE_RANDOM :
+	    o->decoders[di], row, err);
+	if (rc == 0)
+		rc = es_score(lm, o, n, row, err);
+	if (rc != 0)
+		return rc;
+	es_text_figures(words, o, n, row);
+	es_print_line(row, o->json, arr);
+	if (o->show > 0 && !o->json)
+		for (i = 0; i < o->show && i < o->samples; i++)
+			es_show(row->x + (size_t)i * n, n, o->prompt_bytes);
+	return 0;
+}
+
 int
 cli_eval_samples(const struct cli_run *run, const corpus *c,
     const char *path, const es_opts *o)
 {
 	const pr_spec *s = &run->spec;
 	int n = s->window, T = s->blocks, b, di, si, rc = 0, i;
-	kn_model *blocks[PR_MAX_BLOCKS] = { NULL }, *lm = NULL;
+	kn_model *blocks[PR_MAX_BLOCKS] = { NULL }, *lm = NULL, *e2e = NULL;
+	kn_model *every[PR_MAX_BLOCKS] = { NULL };
 	struct es_words words;
 	struct es_row row;
 	json_t *arr = o->json ? json_array() : NULL;
@@ -447,35 +486,25 @@ cli_eval_samples(const struct cli_run *run, const corpus *c,
 	if (o->show > 0 && !o->json)
 		for (i = 0; i < o->show && i < o->samples; i++)
 			es_show(row.x + (size_t)i * n, n, o->prompt_bytes);
-	for (di = lm != NULL ? -1 : 0; di < o->ndecoders && rc == 0; di++)
-		for (si = 0; si < (di < 0 ? 1 : o->nsteps) && rc == 0; si++) {
-			int ar = di < 0;
-
-			for (i = 0; i < o->samples; i++)
-				es_prompt(c, n, i, o->samples,
-				    row.x + (size_t)i * n);
-			row.temp = ar ? 1.0 : o->temperature;
-			row.steps = ar ? 0 : o->steps[si];
-			if (ar)
-				snprintf(row.what, sizeof(row.what),
-				    "causal LM, T=1");
-			else
-				snprintf(row.what, sizeof(row.what),
-				    "%s, T=%g", bt_decode_name(o->decoders[di]),
-				    o->temperature);
-			rc = es_draw(blocks, lm, s, o, ar, ar ?
-			    BT_DECODE_RANDOM : o->decoders[di], &row, err);
-			if (rc == 0)
-				rc = es_score(lm, o, n, &row, err);
-			if (rc != 0)
-				break;
-			es_text_figures(&words, o, n, &row);
-			es_print_line(&row, o->json, arr);
-			if (o->show > 0 && !o->json)
-				for (i = 0; i < o->show && i < o->samples; i++)
-					es_show(row.x + (size_t)i * n, n,
-					    o->prompt_bytes);
-		}
+	if (lm != NULL && (rc = es_row(blocks, lm, s, c, o, &words, NULL, -1,
+	    0, &row, arr, err)) != 0)
+		goto out;
+	for (di = 0; di < o->ndecoders && rc == 0; di++)
+		for (si = 0; si < o->nsteps && rc == 0; si++)
+			rc = es_row(blocks, lm, s, c, o, &words, NULL, di, si,
+			    &row, arr, err);
+	/* the reference's rows, the same sets with it in every block's
+	 * place, after the blocks' so that their rows keep their places */
+	if (rc == 0 && es_have(run->dir, BT_E2E)) {
+		rc = tr_load_model(&e2e, s, run->run_id, run->dir, BT_E2E, 0,
+		    run->be, 1, err);
+		for (b = 0; b < T && rc == 0; b++)
+			every[b] = e2e;
+		for (di = 0; di < o->ndecoders && rc == 0; di++)
+			for (si = 0; si < o->nsteps && rc == 0; si++)
+				rc = es_row(every, lm, s, c, o, &words, "e2e ",
+				    di, si, &row, arr, err);
+	}
 out:
 	if (rc == 0 && o->json) {
 		json_t *top = json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:o}",
@@ -497,6 +526,7 @@ out:
 	for (b = 0; b < T; b++)
 		kn_model_free(blocks[b]);
 	kn_model_free(lm);
+	kn_model_free(e2e);
 	free(row.x);
 	es_words_free(&words);
 	return rc != 0 ? 1 : 0;
