@@ -599,10 +599,8 @@ static size_t
 single_process_by(const char *prompt, int length, uint64_t seed, int cached,
     int dec, unsigned char *out, size_t outlen)
 {
-	char raw[8192], *p, decode[48] = "";
-	size_t n = 0, plen = strlen(prompt);
-	unsigned v;
-	int used;
+	char raw[8192], decode[48] = "";
+	size_t n, plen = strlen(prompt);
 
 	/* dec: 1 + the decoder's index (--decode), 0 none named */
 	if (dec > 0)
@@ -614,9 +612,7 @@ single_process_by(const char *prompt, int length, uint64_t seed, int cached,
 	    dir, run, dir, run, length, (unsigned long long)seed, cached ? "" :
 	    "--no-cache", decode, prompt), 0);
 	/* the prompt, the output, a newline */
-	for (p = raw; sscanf(p, " %2x%n", &v, &used) == 1; p += used, n++)
-		if (n >= plen && n - plen < outlen)
-			out[n - plen] = (unsigned char)v;
+	n = tu_od_bytes(raw, plen, out, outlen);
 	ck_assert_uint_eq(n, plen + (size_t)length + 1);
 	return n - plen - 1;
 }

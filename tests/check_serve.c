@@ -270,10 +270,8 @@ static size_t
 single_process_by(const char *spec, int dec, pl_mode mode,
     const char *prompt, int length, uint64_t seed, char *out, size_t outlen)
 {
-	char raw[16384], decode[48] = "", *p;
-	size_t n = 0, plen = strlen(prompt);
-	unsigned v;
-	int used;
+	char raw[16384], decode[48] = "";
+	size_t n, plen = strlen(prompt);
 
 	if (dec > 0)
 		snprintf(decode, sizeof(decode), "--decode %s",
@@ -284,9 +282,7 @@ single_process_by(const char *spec, int dec, pl_mode mode,
 	    "-tx1", tool, dir, spec, dir, pl_mode_name(mode), length,
 	    (unsigned long long)seed, decode, prompt), 0);
 	/* the prompt, the output, a newline */
-	for (p = raw; sscanf(p, " %2x%n", &v, &used) == 1; p += used, n++)
-		if (n >= plen && n - plen < outlen)
-			out[n - plen] = (char)v;
+	n = tu_od_bytes(raw, plen, (unsigned char *)out, outlen);
 	ck_assert_uint_gt(n, plen);
 	ck_assert_uint_lt(n - plen - 1, outlen);
 	out[n - plen - 1] = '\0';

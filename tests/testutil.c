@@ -223,6 +223,19 @@ tu_run_cmd(char *out, size_t outlen, const char *fmt, ...)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+size_t
+tu_od_bytes(const char *raw, size_t skip, unsigned char *out, size_t outlen)
+{
+	size_t n = 0;
+	unsigned v;
+	int used;
+
+	for (; sscanf(raw, " %2x%n", &v, &used) == 1; raw += used, n++)
+		if (n >= skip && n - skip < outlen)
+			out[n - skip] = (unsigned char)v;
+	return n;
+}
+
 static const char *
 program(const char *env, const char *in_build_tree)
 {

@@ -60,10 +60,10 @@ void tu_assert_untouched(const void *p, size_t n);
 void tu_temp_dir(char *dir, size_t size, const char *name);
 /* Removes dir and all it holds, unless KEEP_TEST_DIRS is set. */
 void tu_remove_dir(const char *dir);
-/* Writes text to dir/name; returns the path, valid until the next call. */
 /* What was written to f (a tmpfile), read back into buf (size bytes,
  * NUL-terminated) and f closed; returns its length. */
 size_t tu_read_back(FILE *f, char *buf, size_t size);
+/* Writes text to dir/name; returns the path, valid until the next call. */
 const char *tu_write_file(const char *dir, const char *name,
     const char *text);
 /* Runs a shell command line made from fmt; returns its exit status (-1
@@ -72,6 +72,11 @@ const char *tu_write_file(const char *dir, const char *name,
  * redirects its own standard error keeps that. */
 int tu_run_cmd(char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The bytes that `od -An -v -tx1` printed in raw, from the skip-th on,
+ * into out (at most outlen of them): a program's output read whole, NUL
+ * bytes included.  Returns how many od printed in all. */
+size_t tu_od_bytes(const char *raw, size_t skip, unsigned char *out,
+    size_t outlen);
 
 /* The daemons under test */
 
