@@ -115,6 +115,20 @@ num(json_t *r, const char *key)
 	return json_number_value(v);
 }
 
+/* Row i of a and of b hold the same samples: every figure but the time
+ * the same. */
+static void
+same_figures(json_t *a, json_t *b, size_t i, const char *what)
+{
+	static const char *const keys[] = { "gen_ce", "entropy", "dict_share",
+		"words" };
+	size_t k;
+
+	for (k = 0; k < 4; k++)
+		ck_assert_msg(num(row(a, i), keys[k]) == num(row(b, i), keys[k]),
+		    "row %zu: %s moved %s", i, keys[k], what);
+}
+
 /* The rows: the split's own text, the causal LM, then each decoder at
  * each step count; every figure in its range, a traversal for each
  * BlockTrain sample and one per byte for the causal LM's. */
@@ -166,11 +180,9 @@ END_TEST
  * without the words finds none of them, in the same count of words. */
 START_TEST(test_repeatable_and_words)
 {
-	static const char *const keys[] = { "gen_ce", "entropy", "dict_share",
-		"words" };
 	char extra[256];
 	json_t *a, *b, *c;
-	size_t i, k;
+	size_t i;
 
 	snprintf(extra, sizeof(extra), "--decode margin --steps 8 --words "
 	    "%s/split-words", dir);
@@ -180,10 +192,7 @@ START_TEST(test_repeatable_and_words)
 	    "%s/no-words", dir);
 	c = samples_json("run", extra);
 	for (i = 0; i < 3; i++) {
-		for (k = 0; k < 4; k++)
-			ck_assert_msg(num(row(a, i), keys[k]) ==
-			    num(row(b, i), keys[k]), "row %zu: %s moved", i,
-			    keys[k]);
+		same_figures(a, b, i, "on a second run");
 		ck_assert(num(row(c, i), "dict_share") == 0.0);
 		ck_assert(num(row(c, i), "words") == num(row(a, i), "words"));
 	}
@@ -229,11 +238,9 @@ END_TEST
  * each time. */
 START_TEST(test_e2e_rows)
 {
-	static const char *const keys[] = { "gen_ce", "entropy", "dict_share",
-		"words" };
 	char extra[256];
 	json_t *own, *a, *b;
-	size_t i, k;
+	size_t i;
 	int differ = 0;
 
 	snprintf(extra, sizeof(extra), "--decode random,sampled --steps 6 "
@@ -244,10 +251,8 @@ START_TEST(test_e2e_rows)
 	ck_assert_int_eq(json_array_size(json_object_get(own, "rows")), 4);
 	ck_assert_int_eq(json_array_size(json_object_get(a, "rows")), 6);
 	for (i = 0; i < 4; i++)
-		for (k = 0; k < 4; k++)
-			ck_assert_msg(num(row(own, i), keys[k]) ==
-			    num(row(a, i), keys[k]), "row %zu: %s moved with "
-			    "the e2e reference beside the blocks", i, keys[k]);
+		same_figures(own, a, i, "with the e2e reference beside the "
+		    "blocks");
 	ck_assert_str_eq(json_string_value(json_object_get(row(a, 4),
 	    "samples")), "e2e random, T=1");
 	ck_assert_str_eq(json_string_value(json_object_get(row(a, 5),
@@ -257,10 +262,7 @@ START_TEST(test_e2e_rows)
 		ck_assert_int_eq((int)num(row(a, i), "steps"), 6);
 		ck_assert(num(row(a, i), "gen_ce") > 0.0 &&
 		    num(row(a, i), "gen_ce") < 20.0);
-		for (k = 0; k < 4; k++)
-			ck_assert_msg(num(row(a, i), keys[k]) ==
-			    num(row(b, i), keys[k]), "row %zu: %s moved", i,
-			    keys[k]);
+		same_figures(a, b, i, "on a second run");
 		/* the reference's samples, not the blocks' again */
 		differ += num(row(a, i), "gen_ce") != num(row(a, i - 2),
 		    "gen_ce");
